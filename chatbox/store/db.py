@@ -1,0 +1,84 @@
+"""The SQLite connection: sqlite-vec loaded, WAL mode, one serialized writer path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import sqlean  # type: ignore[import-untyped]
+import sqlite_vec  # type: ignore[import-untyped]
+
+from chatbox.store.migrations import apply_migrations
+
+
+def _connect_sync(path: Path) -> Any:
+    """A sqlite3-compatible connection that can load extensions (stdlib's here cannot)."""
+    conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    conn.enable_load_extension(False)
+    conn.row_factory = sqlean.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+class Database:
+    """An open database. Reads go straight through; writes go through `transaction()`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = aiosqlite.Connection(lambda: _connect_sync(path), 64)
+        await conn
+        db = cls(conn, path)
+        async with db.transaction() as tx:
+            await apply_migrations(tx)
+        return db
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE … COMMIT, rolled back on any error; one writer at a time."""
+        async with self._write_lock:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            await self.conn.execute("COMMIT")
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            return list(await cur.fetchall())
+
+    async def integrity_ok(self) -> bool:
+        row = await self.fetchone("PRAGMA integrity_check")
+        return bool(row) and row[0] == "ok"
+
+    async def writable(self) -> bool:
+        """True when a write transaction can be taken and committed."""
+        try:
+            async with self.transaction() as tx:
+                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
+        except Exception:
+            return False
+        return True

@@ -1,0 +1,169 @@
+"""Turns: append-only rows linked to their parent; a streaming answer lives in `drafts`
+until it is written, exactly once, as a turn with its final status."""
+
+from __future__ import annotations
+
+import time
+
+from chatbox.store.db import Database
+from chatbox.store.records import Turn, TurnStatus, TurnUsage, new_id
+
+TITLE_CHARS = 60
+
+_PATH_SQL = """
+WITH RECURSIVE path(id, parent_id, depth) AS (
+    SELECT id, parent_id, 0 FROM turns WHERE id = ? AND conversation_id = ?
+    UNION ALL
+    SELECT t.id, t.parent_id, path.depth + 1 FROM turns t JOIN path ON t.id = path.parent_id
+)
+SELECT turns.* FROM turns JOIN path ON turns.id = path.id ORDER BY path.depth DESC
+"""
+
+
+def make_title(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class TurnRepo:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, conv_id: str, turn_id: str) -> Turn | None:
+        row = await self.db.fetchone(
+            "SELECT * FROM turns WHERE id = ? AND conversation_id = ?", (turn_id, conv_id)
+        )
+        return Turn.from_row(row) if row else None
+
+    async def path(self, conv_id: str, leaf_id: str | None) -> list[Turn]:
+        """Turns from the root down to leaf_id (inclusive)."""
+        if leaf_id is None:
+            return []
+        rows = await self.db.fetchall(_PATH_SQL, (leaf_id, conv_id))
+        return [Turn.from_row(r) for r in rows]
+
+    async def children(self, conv_id: str, parent_id: str | None) -> list[Turn]:
+        rows = await self.db.fetchall(
+            "SELECT * FROM turns WHERE conversation_id = ? AND parent_id IS ? ORDER BY seq",
+            (conv_id, parent_id),
+        )
+        return [Turn.from_row(r) for r in rows]
+
+    async def sibling_ids(self, conv_id: str, parent_ids: set[str | None]) -> dict[str | None, list[str]]:
+        """For each parent, its children's ids in order (the branches at that point)."""
+        out: dict[str | None, list[str]] = {}
+        for parent in parent_ids:
+            out[parent] = [t.id for t in await self.children(conv_id, parent)]
+        return out
+
+    async def deepest_leaf(self, conv_id: str, turn_id: str) -> str:
+        """Follow the newest child down from turn_id: where a branch switch lands."""
+        current = turn_id
+        while True:
+            row = await self.db.fetchone(
+                "SELECT id FROM turns WHERE conversation_id = ? AND parent_id = ?"
+                " ORDER BY seq DESC LIMIT 1",
+                (conv_id, current),
+            )
+            if row is None:
+                return current
+            current = row["id"]
+
+    async def set_active_leaf(self, conv_id: str, turn_id: str | None) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (turn_id, conv_id)
+            )
+
+    async def append_user(self, conv_id: str, parent_id: str | None, content: str) -> Turn:
+        """Add a user turn under parent_id and make it the active leaf; titles a new chat."""
+        turn_id = new_id("t")
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO turns (id, conversation_id, parent_id, role, content, status,"
+                " created_at) VALUES (?, ?, ?, 'user', ?, 'complete', ?)",
+                (turn_id, conv_id, parent_id, content, now),
+            )
+            await tx.execute(
+                "UPDATE conversations SET active_leaf_id = ?, updated_at = ?,"
+                " title = COALESCE(title, ?) WHERE id = ?",
+                (turn_id, now, make_title(content), conv_id),
+            )
+        turn = await self.get(conv_id, turn_id)
+        assert turn is not None
+        return turn
+
+    async def start_draft(self, conv_id: str, parent_id: str, model: str | None) -> str:
+        draft_id = new_id("t")
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (draft_id, conv_id, parent_id, model, now, now),
+            )
+        return draft_id
+
+    async def update_draft(self, draft_id: str, content: str) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "UPDATE drafts SET content = ?, updated_at = ? WHERE id = ?",
+                (content, time.time(), draft_id),
+            )
+
+    async def finish_draft(
+        self,
+        draft_id: str,
+        status: TurnStatus,
+        content: str,
+        usage: TurnUsage,
+        error: str | None = None,
+    ) -> Turn:
+        """Write the assistant turn once, drop its draft, and make it the active leaf."""
+        now = time.time()
+        async with self.db.transaction() as tx:
+            async with tx.execute("SELECT * FROM drafts WHERE id = ?", (draft_id,)) as cur:
+                draft = await cur.fetchone()
+            if draft is None:
+                raise KeyError(draft_id)
+            await self._insert_from_draft(tx, draft, status, content, usage, error, now)
+        turn = await self.get(draft["conversation_id"], draft_id)
+        assert turn is not None
+        return turn
+
+    @staticmethod
+    async def _insert_from_draft(tx, draft, status, content, usage, error, now) -> None:  # type: ignore[no-untyped-def]
+        await tx.execute(
+            "INSERT INTO turns (id, conversation_id, parent_id, role, content, status, model,"
+            " prompt_tokens, completion_tokens, cached_tokens, error, created_at)"
+            " VALUES (?, ?, ?, 'assistant', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (draft["id"], draft["conversation_id"], draft["parent_id"], content, status,
+             draft["model"], usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+             error, now),
+        )
+        await tx.execute("DELETE FROM drafts WHERE id = ?", (draft["id"],))
+        await tx.execute(
+            "UPDATE conversations SET active_leaf_id = ?, updated_at = ? WHERE id = ?",
+            (draft["id"], now, draft["conversation_id"]),
+        )
+
+    async def draft_for(self, conv_id: str) -> tuple[str, str, str] | None:
+        """(draft id, parent id, text so far) of the answer being written, if any."""
+        row = await self.db.fetchone(
+            "SELECT id, parent_id, content FROM drafts WHERE conversation_id = ?", (conv_id,)
+        )
+        return (row["id"], row["parent_id"], row["content"]) if row else None
+
+    async def recover_drafts(self) -> int:
+        """After a crash: every unfinished answer becomes a turn marked interrupted."""
+        now = time.time()
+        async with self.db.transaction() as tx:
+            async with tx.execute("SELECT * FROM drafts ORDER BY started_at") as cur:
+                drafts = list(await cur.fetchall())
+            for draft in drafts:
+                await self._insert_from_draft(
+                    tx, draft, "interrupted", draft["content"], TurnUsage(),
+                    "the server stopped while this answer was being written", now,
+                )
+        return len(drafts)
