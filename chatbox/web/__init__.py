@@ -1,0 +1,15 @@
+"""The web layer: HTML pages, the conversation API, the OpenAI-compatible API, health."""
+
+from __future__ import annotations
+
+from litestar.types import ControllerRouterHandler
+
+from chatbox.web.conversations import ConversationController
+from chatbox.web.health import HealthController
+from chatbox.web.openai_api import OpenAIController
+
+ROUTE_HANDLERS: list[ControllerRouterHandler] = [
+    ConversationController,
+    OpenAIController,
+    HealthController,
+]

@@ -1,0 +1,34 @@
+"""Request-scoped dependencies: the acting user and the app's services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request
+from litestar.di import Provide
+
+from chatbox.chat import ChatService
+from chatbox.store import Store, User
+
+
+async def provide_user(request: Request[Any, Any, Any]) -> User:
+    """The acting user. Until accounts land, everything belongs to the single local user."""
+    user: User = request.app.state.local_user
+    return user
+
+
+async def provide_chat(request: Request[Any, Any, Any]) -> ChatService:
+    chat: ChatService = request.app.state.chat
+    return chat
+
+
+async def provide_store(request: Request[Any, Any, Any]) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+DEPENDENCIES = {
+    "user": Provide(provide_user),
+    "chat": Provide(provide_chat),
+    "store": Provide(provide_store),
+}

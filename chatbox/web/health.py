@@ -1,0 +1,38 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, get
+from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from chatbox.store import Store
+
+
+class HealthController(Controller):
+    include_in_schema = False
+
+    @get("/healthz")
+    async def healthz(self) -> dict[str, str]:
+        """The process is up and serving."""
+        return {"status": "ok"}
+
+    @get("/readyz")
+    async def readyz(self, request: Request[Any, Any, Any], store: Store) -> Response[Any]:
+        """The default model is loaded and the database takes writes."""
+        models = request.app.state.models
+        checks = {
+            "model_loaded": models.default_loaded(),
+            "database_writable": await store.db.writable(),
+        }
+        ready = all(checks.values())
+        return Response(
+            {"status": "ready" if ready else "not ready", **checks},
+            status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE,
+        )
+
+    @get("/metrics", media_type=CONTENT_TYPE_LATEST)
+    async def metrics(self, request: Request[Any, Any, Any]) -> bytes:
+        return generate_latest(request.app.state.metrics_registry)

@@ -1,0 +1,146 @@
+"""The OpenAI-compatible API: /v1/chat/completions and /v1/models, stateless."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.response import Stream
+
+from chatbox.chat import ChatService, InvalidInput, TurnOptions
+from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
+from chatbox.web.sse import SSE_HEADERS, with_heartbeats
+
+_ROLES = {"system", "user", "assistant", "developer"}
+
+
+@dataclass
+class ChatCompletionIn:
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    n: int = 1
+
+    def to_messages(self) -> tuple[ChatMessage, ...]:
+        out = []
+        for i, message in enumerate(self.messages):
+            role = message.get("role")
+            if role not in _ROLES:
+                raise InvalidInput(f"messages[{i}].role must be one of {sorted(_ROLES)}")
+            content = message.get("content")
+            if isinstance(content, list):  # content parts: keep the text ones
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if not isinstance(content, str):
+                raise InvalidInput(f"messages[{i}].content must be a string")
+            out.append(ChatMessage("system" if role == "developer" else role, content))
+        if not any(m.content.strip() for m in out if m.role == "user"):
+            raise InvalidInput("messages must contain a non-empty user message")
+        return tuple(out)
+
+    def options(self) -> TurnOptions:
+        if self.n != 1:
+            raise InvalidInput("only n=1 is supported")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return TurnOptions(self.model, self.temperature, self.top_p,
+                           self.max_completion_tokens or self.max_tokens, self.seed, stop)
+
+
+def usage_out(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def _finish(done: DoneEvent | None) -> str:
+    return "length" if done is not None and done.finish_reason == "length" else "stop"
+
+
+class OpenAIController(Controller):
+    path = "/v1"
+    tags = ["openai"]
+
+    @get("/models")
+    async def models(self, chat: ChatService) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "chatbox"}
+                     for n in chat.models.names()],
+        }
+
+    @post("/chat/completions", status_code=200)
+    async def completions(
+        self, request: Request[Any, Any, Any], chat: ChatService, data: ChatCompletionIn
+    ) -> Any:
+        model, generation, _ = await chat.complete(data.to_messages(), data.options())
+        ident = "chatcmpl-" + secrets.token_hex(12)
+        created = int(time.time())
+        if data.stream:
+            include_usage = bool((data.stream_options or {}).get("include_usage"))
+            body = _chunks(generation, ident, created, model, include_usage)
+            heartbeat = request.app.state.settings.heartbeat_s
+            return Stream(with_heartbeats(body, heartbeat), media_type="text/event-stream",
+                          headers=SSE_HEADERS)
+        text, done = [], None
+        try:
+            async for event in generation:
+                if isinstance(event, TokenEvent):
+                    text.append(event.text)
+                elif isinstance(event, DoneEvent):
+                    done = event
+        finally:
+            generation.cancel()  # no-op once finished; frees the slot if the client left
+        if done is None or done.finish_reason == "error":
+            raise InvalidInput(done.error if done and done.error else "generation failed")
+        return {
+            "id": ident, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "finish_reason": _finish(done),
+                         "message": {"role": "assistant", "content": "".join(text)}}],
+            "usage": usage_out(done.usage),
+        }
+
+
+async def _chunks(
+    generation: Generation, ident: str, created: int, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
+        body = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [{"index": 0, "delta": delta,
+                                             "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+
+    done: DoneEvent | None = None
+    try:
+        yield chunk({"role": "assistant", "content": ""}, None)
+        async for event in generation:
+            if isinstance(event, TokenEvent):
+                yield chunk({"content": event.text}, None)
+            elif isinstance(event, DoneEvent):
+                done = event
+        if done is not None and done.finish_reason == "error":
+            error = {"error": {"message": done.error or "generation failed",
+                               "type": "server_error"}}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+        else:
+            yield chunk({}, _finish(done))
+            if include_usage and done is not None:
+                body = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                        "model": model, "choices": [], "usage": usage_out(done.usage)}
+                yield f"data: {json.dumps(body)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+    finally:
+        generation.cancel()  # a client that disconnects stops its generation

@@ -1,0 +1,88 @@
+"""Request and response bodies of the conversation API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chatbox.chat import ConversationView, TurnOptions
+from chatbox.store import Conversation, Turn
+
+
+@dataclass
+class NewConversation:
+    title: str | None = None
+    system_prompt: str | None = None
+    model: str | None = None
+
+
+@dataclass
+class ConversationPatch:
+    title: str | None = None
+    system_prompt: str | None = None
+    model: str | None = None
+
+
+@dataclass
+class TurnIn:
+    """A user message, with optional per-turn generation options."""
+
+    content: str
+    parent_id: str | None = None  # branch from here (edit); default: the active branch
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+
+    def options(self) -> TurnOptions:
+        return TurnOptions(self.model, self.temperature, self.top_p, self.max_tokens, self.seed,
+                           tuple(self.stop or ()))
+
+
+@dataclass
+class RegenerateIn:
+    model: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+    def options(self) -> TurnOptions:
+        return TurnOptions(model=self.model, temperature=self.temperature, seed=self.seed)
+
+
+@dataclass
+class BranchIn:
+    turn_id: str
+
+
+def conversation_out(conv: Conversation) -> dict[str, Any]:
+    return {
+        "id": conv.id, "title": conv.title, "system_prompt": conv.system_prompt,
+        "model": conv.model, "created_at": conv.created_at, "updated_at": conv.updated_at,
+    }
+
+
+def turn_out(turn: Turn) -> dict[str, Any]:
+    return {
+        "id": turn.id, "parent_id": turn.parent_id, "role": turn.role, "content": turn.content,
+        "status": turn.status, "model": turn.model, "created_at": turn.created_at,
+        "cursor": turn.seq, "error": turn.error,
+        "usage": {"prompt_tokens": turn.prompt_tokens,
+                  "completion_tokens": turn.completion_tokens,
+                  "cached_tokens": turn.cached_tokens},
+    }
+
+
+def view_out(view: ConversationView) -> dict[str, Any]:
+    return {
+        **conversation_out(view.conversation),
+        "effective_model": view.model,
+        "turns": [
+            {**turn_out(tv.turn), "siblings": tv.sibling_ids, "sibling_index": tv.sibling_index}
+            for tv in view.turns
+        ],
+        "next_cursor": view.next_cursor,
+        "running_turn_id": view.running.turn_id if view.running else None,
+        "context": {"used": view.context_used, "limit": view.context_limit},
+    }
