@@ -1,0 +1,39 @@
+"""The `chatbox` command: a click group that subcommand modules register on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from chatbox import __version__
+from chatbox.settings import Settings, settings_from_env
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="chatbox")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data directory (database, models, files). Env: CHATBOX_DATA_DIR.",
+)
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path | None) -> None:
+    """chatbox: a self-hosted chat appliance."""
+    base = ctx.obj if isinstance(ctx.obj, Settings) else settings_from_env()
+    ctx.obj = base.with_overrides(data_dir=data_dir)
+
+
+def get_settings(ctx: click.Context) -> Settings:
+    """The Settings built by the group (subcommands call this)."""
+    obj = ctx.find_object(Settings)
+    return obj if obj is not None else settings_from_env()
+
+
+# -- subcommands -----------------------------------------------------------------------
+# Each subcommand module defines a click command/group; register it here with
+# main.add_command(...). Keep imports below the group definition.
+from chatbox.cli.models import models  # noqa: E402
+
+main.add_command(models)
