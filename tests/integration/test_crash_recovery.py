@@ -1,0 +1,88 @@
+"""SIGKILL mid-answer, start again: the user turn and the partial answer are kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlean  # type: ignore[import-untyped]
+
+from tests.sse import parse_sse
+
+pytestmark = pytest.mark.model
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CHATBOX_DRAFT_FLUSH_S": "0.1", "CHATBOX_N_CTX": "4096",
+           "CHATBOX_N_PARALLEL": "2", "CHATBOX_N_CTX_PER_SEQ": "2048"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "serve",
+         "--port", str(port), "--log-level", "warning"],
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "server exited"
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("server not ready")
+
+
+def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    proc = start(data_dir, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        conv_id = httpx.post(f"{url}/v1/conversations", json={}).json()["id"]
+        seen = ""
+        body = {"content": "Write a long poem about autumn leaves.", "max_tokens": 400}
+        with httpx.stream("POST", f"{url}/v1/conversations/{conv_id}/turns", json=body,
+                          timeout=60) as stream:
+            for event in parse_sse(stream.iter_lines()):
+                if event.event == "token":
+                    seen += event.json()["text"]
+                if len(seen) > 40:
+                    break
+            time.sleep(0.4)  # a draft flush happens meanwhile
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    proc = start(data_dir, port)
+    try:
+        turns = httpx.get(f"{url}/v1/conversations/{conv_id}").json()["turns"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert [t["role"] for t in turns] == ["user", "assistant"]
+    assert turns[0]["content"] == body["content"]
+    partial = turns[1]
+    assert partial["status"] == "interrupted"
+    assert partial["content"]
+    assert partial["content"].startswith(seen[:20]) or seen.startswith(partial["content"])
+
+    conn = sqlean.connect(str(data_dir / "chatbox.db"))
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM drafts").fetchone()[0] == 0
+    conn.close()
