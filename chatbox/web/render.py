@@ -1,0 +1,89 @@
+"""Markdown → safe HTML for model output and user messages (both untrusted text).
+
+markdown-it-py ("commonmark" + tables + strikethrough, raw HTML off) renders; nh3 then
+sanitizes against an allow-list, so neither a model nor a user can inject markup or script.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from functools import lru_cache
+from typing import Any
+
+import nh3
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+_TAGS = {
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "s", "del", "code",
+    "pre", "blockquote", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+}
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "code": {"class"},
+    "pre": {"data-lang"},
+    "ol": {"start"},
+    "th": {"style"},
+    "td": {"style"},
+}
+_LANG = re.compile(r"^[A-Za-z0-9_+#.-]{1,32}$")
+_ALIGN = re.compile(r"^text-align:(left|right|center)$")
+
+
+def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
+    """Keep only harmless values of the few attributes allowed."""
+    if attr == "class":  # code blocks: `language-xyz` only
+        lang = value.removeprefix("language-")
+        return value if value.startswith("language-") and _LANG.match(lang) else None
+    if attr == "data-lang":
+        return value if _LANG.match(value) else None
+    if attr == "style":  # table alignment only
+        return value if _ALIGN.match(value.replace(" ", "")) else None
+    if attr == "start":
+        return value if value.isdigit() else None
+    return value
+
+
+_CLEANER = nh3.Cleaner(
+    tags=_TAGS,
+    clean_content_tags={"script", "style"},
+    attributes=_ATTRIBUTES,
+    attribute_filter=_attribute_filter,
+    url_schemes={"http", "https", "mailto"},
+    link_rel="noopener noreferrer nofollow",
+    set_tag_attribute_values={"a": {"target": "_blank"}},
+    strip_comments=True,
+)
+
+
+def _fence(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """A fenced code block: `<pre data-lang=…><code class="language-…">`."""
+    token = tokens[idx]
+    lang = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
+    body = html.escape(token.content)
+    if lang and _LANG.match(lang):
+        attr = html.escape(lang, quote=True)
+        return f'<pre data-lang="{attr}"><code class="language-{attr}">{body}</code></pre>\n'
+    return f"<pre><code>{body}</code></pre>\n"
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    md.enable(["table", "strikethrough"])
+    md.disable("image")  # no remote images from an offline box; `![a](b)` stays a link
+    md.add_render_rule("fence", _fence)
+    return md
+
+
+def render_markdown(text: str) -> str:
+    """Sanitized HTML for Markdown text (safe to insert as innerHTML)."""
+    if not text:
+        return ""
+    return _CLEANER.clean(_parser().render(text))
+
+
+def markdown(text: str | None) -> Markup:
+    """Jinja helper: the rendered Markdown, marked safe (it is sanitized)."""
+    return Markup(render_markdown(text or ""))
