@@ -7,9 +7,11 @@ from litestar.types import ControllerRouterHandler
 from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
 from chatbox.web.openai_api import OpenAIController
+from chatbox.web.pages import PagesController
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,
     OpenAIController,
     HealthController,
+    PagesController,
 ]

@@ -1,0 +1,230 @@
+"""The web UI: full pages and the htmx partials behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from litestar import Controller, Response, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, Parameter
+
+from chatbox.chat import (
+    ChatError,
+    ChatService,
+    InvalidInput,
+    NotFound,
+    TurnOptions,
+    TurnRun,
+    TurnView,
+)
+from chatbox.store import Store, User
+from chatbox.web.deps import ChatDep, StoreDep, UserDep
+from chatbox.web.sse import last_event_id
+from chatbox.web.ui import (
+    UI_EXCEPTION_HANDLERS,
+    AnyRequest,
+    chat_context,
+    html,
+    render,
+    sidebar,
+    ui_stream,
+)
+
+FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+@dataclass
+class MessageForm:
+    content: str = ""
+    model: str = ""
+    system_prompt: str = ""
+
+
+@dataclass
+class SettingsForm:
+    title: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+
+
+@dataclass
+class BranchForm:
+    turn_id: str = ""
+
+
+def _blank(value: str | None) -> str | None:
+    return value.strip() or None if value is not None else None
+
+
+async def _turn_view(chat: ChatService, user: User, conv_id: str, turn_id: str) -> TurnView:
+    view = await chat.view(user, conv_id)
+    for tv in view.turns:
+        if tv.turn.id == turn_id:
+            return tv
+    raise NotFound("turn not found")
+
+
+class PagesController(Controller):
+    """HTML pages (`/`, `/c/{id}`) and htmx partials (`/ui/...`)."""
+
+    include_in_schema = False
+    exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
+
+    # -- pages -------------------------------------------------------------------------
+
+    @get("/")
+    async def index(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
+                    user: UserDep) -> Response[str]:
+        """A new, empty chat."""
+        return html(request, "chat.html", conv=None, view=None, turns=[], running=None,
+                    models=chat.models.names(), default_model=chat.models.default(),
+                    convs=await sidebar(store, user))
+
+    @get("/c/{conv_id:str}")
+    async def conversation(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
+                           user: UserDep, conv_id: str) -> Response[str]:
+        """One conversation: its active branch, streaming on if an answer is running."""
+        view = await chat.view(user, conv_id)
+        return html(request, "chat.html", convs=await sidebar(store, user),
+                    **chat_context(chat, view))
+
+    # -- sending -----------------------------------------------------------------------
+
+    @post("/ui/new/send", status_code=200)
+    async def send_new(
+        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
+        data: Annotated[MessageForm, FORM],
+    ) -> Response[str]:
+        """Start a conversation with its first message; the page becomes that chat."""
+        if not data.content.strip():
+            raise InvalidInput("the message is empty")
+        model = _blank(data.model)
+        if model is not None:
+            chat.resolve_model(model)
+        conv = await store.conversations.create(user.id, None, _blank(data.system_prompt),
+                                                model)
+        try:
+            await chat.send(user, conv.id, data.content)
+        except ChatError:
+            await store.conversations.delete(user.id, conv.id)  # no empty chats left behind
+            raise
+        view = await chat.view(user, conv.id)
+        body = render(request, "_chat.html", **chat_context(chat, view))
+        body += render(request, "_sidebar.html", convs=await sidebar(store, user),
+                       conv=view.conversation, oob=True)
+        return Response(body, media_type="text/html",
+                        headers={"HX-Push-Url": f"/c/{conv.id}"})
+
+    @post("/ui/c/{conv_id:str}/send", status_code=200)
+    async def send(
+        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
+        conv_id: str, data: Annotated[MessageForm, FORM],
+    ) -> Response[str]:
+        """Append the user's bubble and a streaming answer bubble."""
+        run = await chat.send(user, conv_id, data.content)
+        return await self._appended(request, chat, store, user, run)
+
+    async def _appended(self, request: AnyRequest, chat: ChatService, store: Store,
+                        user: User, run: TurnRun) -> Response[str]:
+        conv = await chat.conversation(user, run.conversation_id)
+        user_turn = (await store.turns.get(conv.id, run.user_turn_id)
+                     if run.user_turn_id else None)
+        body = ""
+        if user_turn is not None:
+            body += render(request, "_turn.html", conv=conv, tv=TurnView(user_turn,
+                                                                        [user_turn.id]))
+        body += render(request, "_streaming.html", conv=conv, run=run)
+        body += render(request, "_sidebar.html", convs=await sidebar(store, user), conv=conv,
+                       oob=True)
+        return Response(body, media_type="text/html")
+
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
+    async def stream(
+        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str,
+        last_id: str | None = Parameter(header="Last-Event-ID", default=None, required=False),
+    ) -> Any:
+        """SSE for a streaming bubble: rendered HTML as it grows, then the final bubble."""
+        return await ui_stream(request, chat, user, conv_id, turn_id, last_event_id(last_id))
+
+    @post("/ui/c/{conv_id:str}/stop", status_code=204)
+    async def stop(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
+        """Stop the running answer; what was written stays, marked stopped."""
+        await chat.cancel(user, conv_id)
+
+    # -- branches ----------------------------------------------------------------------
+
+    async def _turns(self, request: AnyRequest, chat: ChatService, user: User,
+                     conv_id: str) -> Response[str]:
+        view = await chat.view(user, conv_id)
+        context = chat_context(chat, view)
+        body = render(request, "_turns.html", **context)
+        body += render(request, "_context.html", oob=True, **context)
+        return Response(body, media_type="text/html")
+
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
+    async def regenerate(self, request: AnyRequest, chat: ChatDep, user: UserDep,
+                         conv_id: str, turn_id: str) -> Response[str]:
+        """A new answer beside this one (the old stays as a sibling branch)."""
+        await chat.regenerate(user, conv_id, turn_id, TurnOptions())
+        return await self._turns(request, chat, user, conv_id)
+
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
+    async def turn(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+                   turn_id: str) -> Response[str]:
+        """One bubble (e.g. to cancel an edit)."""
+        tv = await _turn_view(chat, user, conv_id, turn_id)
+        conv = await chat.conversation(user, conv_id)
+        return html(request, "_turn.html", conv=conv, tv=tv)
+
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit")
+    async def edit_form(self, request: AnyRequest, chat: ChatDep, user: UserDep,
+                        conv_id: str, turn_id: str) -> Response[str]:
+        """The user bubble as an editable form."""
+        tv = await _turn_view(chat, user, conv_id, turn_id)
+        conv = await chat.conversation(user, conv_id)
+        return html(request, "_edit.html", conv=conv, tv=tv)
+
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
+    async def edit(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+                   turn_id: str, data: Annotated[MessageForm, FORM]) -> Response[str]:
+        """Send an edited version of a message as a new branch."""
+        await chat.edit(user, conv_id, turn_id, data.content)
+        return await self._turns(request, chat, user, conv_id)
+
+    @post("/ui/c/{conv_id:str}/branch", status_code=200)
+    async def branch(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+                     data: Annotated[BranchForm, FORM]) -> Response[str]:
+        """Show a sibling branch (‹ 1/2 ›)."""
+        await chat.switch_branch(user, conv_id, data.turn_id)
+        return await self._turns(request, chat, user, conv_id)
+
+    # -- the conversation itself -------------------------------------------------------
+
+    @post("/ui/c/{conv_id:str}/settings", status_code=200)
+    async def settings(
+        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
+        conv_id: str, data: Annotated[SettingsForm, FORM],
+    ) -> Response[str]:
+        """Rename, pick the model, or set the system prompt."""
+        changes: dict[str, Any] = {}
+        if data.title is not None:
+            changes["title"] = _blank(data.title)
+        if data.system_prompt is not None:
+            changes["system_prompt"] = _blank(data.system_prompt)
+        if data.model is not None:
+            changes["model"] = chat.resolve_model(_blank(data.model))
+        if await store.conversations.update(user.id, conv_id, **changes) is None:
+            raise NotFound("conversation not found")
+        view = await chat.view(user, conv_id)
+        context = chat_context(chat, view)
+        body = render(request, "_header.html", **context)
+        body += render(request, "_sidebar.html", convs=await sidebar(store, user),
+                       oob=True, **context)
+        return Response(body, media_type="text/html")
+
+    @post("/ui/c/{conv_id:str}/delete", status_code=200)
+    async def delete(self, chat: ChatDep, user: UserDep, conv_id: str) -> Response[str]:
+        """Delete the conversation and go to a new chat."""
+        await chat.delete(user, conv_id)
+        return Response("", headers={"HX-Redirect": "/"})

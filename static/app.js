@@ -1,0 +1,131 @@
+// chatbox UI glue: Enter to send, Esc to stop, auto-grow, scroll-follow, copy, friendly errors.
+(function () {
+  "use strict";
+  const $ = (sel, root) => (root || document).querySelector(sel);
+
+  function scroller() { return $("#scroll"); }
+  let stick = true; // follow the newest text while the reader is at the bottom
+  function nearBottom() {
+    const s = scroller();
+    return !s || s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  }
+  function toBottom() { const s = scroller(); if (s) s.scrollTop = s.scrollHeight; }
+
+  function grow(t) {
+    t.style.height = "auto";
+    t.style.height = Math.min(t.scrollHeight, window.innerHeight * 0.4) + "px";
+  }
+
+  function streaming() { return $(".turn.streaming"); }
+
+  function stop() {
+    const b = $(".composer .stop");
+    if (b && streaming()) b.click();
+  }
+
+  function showAlert(message) {
+    const box = $("#alerts");
+    if (!box) return;
+    box.innerHTML = "";
+    const div = document.createElement("div");
+    div.className = "alert";
+    div.setAttribute("role", "alert");
+    const span = document.createElement("span");
+    span.textContent = message;
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "icon-btn sm";
+    close.dataset.action = "dismiss";
+    close.setAttribute("aria-label", "Dismiss");
+    close.textContent = "×";
+    div.append(span, close);
+    box.append(div);
+  }
+
+  document.addEventListener("keydown", (e) => {
+    const t = e.target;
+    if (e.key === "Escape") {
+      if (streaming()) { e.preventDefault(); stop(); return; }
+      document.body.classList.remove("nav-open");
+      const d = $("details.settings[open]");
+      if (d) d.open = false;
+      return;
+    }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && t instanceof HTMLTextAreaElement &&
+        (t.id === "composer-input" || t.closest(".edit-form"))) {
+      e.preventDefault();
+      if (!t.value.trim()) return;
+      t.form.requestSubmit();
+    }
+  });
+
+  document.addEventListener("input", (e) => {
+    if (e.target instanceof HTMLTextAreaElement && e.target.id === "composer-input") grow(e.target);
+  });
+
+  document.addEventListener("click", (e) => {
+    const el = e.target.closest("[data-action]");
+    if (!el) return;
+    const action = el.dataset.action;
+    if (action === "open-nav") document.body.classList.add("nav-open");
+    else if (action === "close-nav") document.body.classList.remove("nav-open");
+    else if (action === "dismiss") el.closest(".alert")?.remove();
+    else if (action === "copy") {
+      const md = el.closest(".turn")?.querySelector(".md");
+      if (md && navigator.clipboard) {
+        navigator.clipboard.writeText(md.innerText).then(() => {
+          el.classList.add("done");
+          setTimeout(() => el.classList.remove("done"), 1200);
+        });
+      }
+    }
+  });
+
+  // The message box empties once a send is accepted; an error keeps the text.
+  document.addEventListener("htmx:afterRequest", (e) => {
+    const form = e.detail.elt;
+    if (form && form.id === "composer" && e.detail.successful) {
+      form.reset();
+      const t = $("#composer-input");
+      if (t) { grow(t); t.focus(); }
+      $("#alerts") && ($("#alerts").innerHTML = "");
+    }
+  });
+  document.addEventListener("htmx:beforeRequest", () => { stick = true; });
+
+  // Error responses that are not our HTML (e.g. a proxy's page or JSON) become a plain alert.
+  document.addEventListener("htmx:beforeSwap", (e) => {
+    const xhr = e.detail.xhr;
+    if (!xhr || xhr.status < 400) return;
+    const type = xhr.getResponseHeader("Content-Type") || "";
+    if (!xhr.getResponseHeader("HX-Retarget") || !type.startsWith("text/html")) {
+      e.detail.shouldSwap = false;
+      let msg = "Something went wrong (" + xhr.status + "). Please try again.";
+      try { msg = JSON.parse(xhr.responseText).error.message || msg; } catch (_) { /* not JSON */ }
+      if (xhr.status === 503) {
+        const wait = xhr.getResponseHeader("Retry-After");
+        msg = "The server is busy right now." + (wait ? " Please try again in " + wait + " s." : "");
+      }
+      showAlert(msg);
+    }
+  });
+  document.addEventListener("htmx:sendError", () => {
+    showAlert("Can't reach the server. Check that chatbox is running, then try again.");
+  });
+
+  document.addEventListener("htmx:sseBeforeMessage", () => { stick = nearBottom(); });
+  document.addEventListener("htmx:sseMessage", () => { if (stick) toBottom(); });
+  document.addEventListener("htmx:afterSettle", (e) => {
+    const t = e.detail.target;
+    if (t && (t.id === "turns" || t.id === "main")) toBottom();
+    const edit = t && t.querySelector && t.querySelector(".edit-form textarea");
+    if (edit) { edit.focus(); edit.setSelectionRange(edit.value.length, edit.value.length); }
+    if (t && t.id === "main") document.title = ($(".chat-title")?.textContent || "chatbox") + " · chatbox";
+  });
+
+  document.addEventListener("DOMContentLoaded", () => {
+    toBottom();
+    const t = $("#composer-input");
+    if (t) grow(t);
+  });
+})();
