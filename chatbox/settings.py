@@ -28,6 +28,9 @@ class EngineSettings:
     flash_attn: bool = False
     kv_type: str = "f16"  # f16, q8_0, q4_0
     park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
+    n_cached_seqs: int = -1  # extra sequence ids that only hold cached prefixes; -1: n_parallel
+    max_queue: int = 256  # waiting requests before submit() raises EngineBusyError
+    prefill_stall_ratio: float = 1.8  # a step with prefill may take this x a decode step; 0: off
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,26 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 # A few merges so that some tokens are longer than one byte (stop strings then span tokens).
 _MERGES = (
-    ("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"),
-    ("Ġ", "a"), ("r", "e"), ("Ġ", "s"), ("l", "l"), ("o", "r"), ("e", "n"), ("a", "t"),
-    ("Ġ", "w"), ("Ġ", "o"), ("i", "s"), ("Ġ", "c"), ("e", "s"), ("i", "t"),
+    ("Ġ", "t"),
+    ("h", "e"),
+    ("Ġt", "he"),
+    ("i", "n"),
+    ("e", "r"),
+    ("a", "n"),
+    ("o", "n"),
+    ("Ġ", "a"),
+    ("r", "e"),
+    ("Ġ", "s"),
+    ("l", "l"),
+    ("o", "r"),
+    ("e", "n"),
+    ("a", "t"),
+    ("Ġ", "w"),
+    ("Ġ", "o"),
+    ("i", "s"),
+    ("Ġ", "c"),
+    ("e", "s"),
+    ("i", "t"),
 )
 
 

@@ -81,6 +81,18 @@ EngineEvent = TokenEvent | DoneEvent
 
 
 @dataclass(frozen=True)
+class EngineStats:
+    """A point-in-time view of one engine's load (for /readyz and admission)."""
+
+    queue_depth: int = 0  # requests waiting for a sequence slot
+    running: int = 0  # sequences being prefilled or decoded
+    slots_total: int = 0  # sequences that may run at once (n_parallel)
+    kv_cells_used: int = 0
+    kv_cells_total: int = 0
+    cached_prefixes: int = 0  # idle sequences holding a conversation's KV
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     name: str
     path: str

@@ -1,0 +1,209 @@
+"""LlamaEngine: one loaded model behind the Engine protocol, and its Generation handle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from chatbox.engine.chat_template import ChatTemplate
+from chatbox.engine.llama import Context, ContextParams, Model
+from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.scheduler import Job, Scheduler
+from chatbox.engine.types import (
+    ChatMessage,
+    ContextOverflowError,
+    DoneEvent,
+    EngineBusyError,
+    EngineError,
+    EngineEvent,
+    EngineStats,
+    GenerationRequest,
+    ModelInfo,
+)
+from chatbox.settings import EngineSettings
+
+MAX_SEQS = 256  # llama.cpp's LLAMA_MAX_SEQ
+
+
+class EngineGeneration:
+    """A running request: `async for event in gen`; `gen.cancel()` stops it next step.
+
+    Abandoning the iteration (break, aclose, garbage collection) cancels too.
+    """
+
+    def __init__(self, engine: LlamaEngine, job: Job, events: asyncio.Queue[EngineEvent]) -> None:
+        self._engine = engine
+        self._job = job
+        self._events = events
+        self._finished = False
+        self.prompt_tokens = len(job.prompt)
+
+    @property
+    def first_logits(self) -> list[np.ndarray]:
+        """Logits of the first sampled positions (only with submit(..., capture_logits=N))."""
+        return self._job.logits
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        try:
+            while not self._finished:
+                event = await self._events.get()
+                if isinstance(event, DoneEvent):
+                    self._finished = True
+                yield event
+        finally:
+            if not self._finished:
+                self.cancel()
+
+    def cancel(self) -> None:
+        if not self._job.done and not self._job.cancelled:
+            self._job.cancelled = True
+            self._engine._wake()
+
+    def __del__(self) -> None:
+        try:
+            if not self._finished:
+                self.cancel()
+        except Exception:
+            pass
+
+
+class LlamaEngine:
+    """A GGUF model served with continuous batching and a per-conversation prefix cache."""
+
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        settings: EngineSettings,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.model = Model(Path(path), n_gpu_layers=settings.n_gpu_layers)
+        bos = self.model.piece(self.model.bos, special=True).decode("utf-8", "replace")
+        eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
+        self._bos_text = bos if self.model.bos >= 0 else ""
+        self.template = ChatTemplate(self.model.chat_template(), self._bos_text, eos)
+        train = self.model.n_ctx_train
+        per_seq = min(settings.n_ctx_per_seq, settings.n_ctx)
+        if train > 0:
+            per_seq = min(per_seq, train)
+        self.info = ModelInfo(
+            name=name,
+            path=str(path),
+            n_ctx_per_seq=per_seq,
+            n_ctx_train=train,
+            architecture=self.model.architecture,
+        )
+        self.metrics = EngineMetrics(name, registry)
+        self._ctx: Context | None = None
+        self._scheduler: Scheduler | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._scheduler is not None:
+            return
+        s = self.settings
+        n_parallel = max(1, s.n_parallel)
+        extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else n_parallel
+        n_slots = min(n_parallel + extra, MAX_SEQS)
+        threads = s.n_threads if s.n_threads > 0 else (os.cpu_count() or 1)
+        params = ContextParams(
+            n_ctx=max(s.n_ctx, self.info.n_ctx_per_seq),
+            n_seq_max=n_slots,
+            n_batch=s.n_batch,
+            n_threads=threads,
+            flash_attn=s.flash_attn,
+            kv_type=s.kv_type,
+        )
+        ctx = await asyncio.to_thread(Context, self.model, params)
+        self._ctx = ctx
+        self._scheduler = Scheduler(
+            self.model,
+            ctx,
+            n_parallel=min(n_parallel, n_slots),
+            n_slots=n_slots,
+            n_ctx_per_seq=self.info.n_ctx_per_seq,
+            park_bytes=s.park_bytes,
+            metrics=self.metrics,
+            stall_ratio=s.prefill_stall_ratio,
+        )
+        self._scheduler.start()
+
+    async def stop(self) -> None:
+        sched, self._scheduler = self._scheduler, None
+        if sched is not None:
+            await asyncio.to_thread(sched.stop)
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+        self.metrics.remove()
+
+    def close(self) -> None:
+        """Free the weights (after stop())."""
+        self.model.close()
+
+    # -- requests ------------------------------------------------------------------------
+    def prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[int]:
+        text = self.template.render(messages, add_generation_prompt=True)
+        add_bos = self.model.add_bos and not (self._bos_text and text.startswith(self._bos_text))
+        return self.model.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
+        return len(self.prompt_tokens(messages))
+
+    def submit(self, request: GenerationRequest, *, capture_logits: int = 0) -> EngineGeneration:
+        """Queue a request (from the event loop); may raise ContextOverflowError/EngineBusyError."""
+        sched = self._scheduler
+        if sched is None:
+            raise EngineError("the model is not loaded")
+        prompt = self.prompt_tokens(request.messages)
+        limit = self.info.n_ctx_per_seq
+        room = min(max(request.sampling.max_tokens, 1), 16)
+        if not prompt or len(prompt) + room > limit:
+            raise ContextOverflowError(len(prompt), limit)
+        if sched.stats.queue_depth >= self.settings.max_queue:
+            raise EngineBusyError("the server is busy; try again shortly")
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+
+        def sink(event: EngineEvent) -> None:
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                job.cancelled = True
+
+        job = Job(request=request, prompt=prompt, sink=sink, capture_logits=capture_logits)
+        gen = EngineGeneration(self, job, events)
+        sched.enqueue(job)
+        return gen
+
+    def _wake(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.wake()
+
+    # -- observability -------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        if self._scheduler is None:
+            return EngineStats(slots_total=self.settings.n_parallel)
+        return self._scheduler.stats
+
+    async def kv_report(self) -> dict[int, tuple[int, int]]:
+        """seq -> (cached tokens per the slot table, per llama.cpp); they must agree."""
+        if self._scheduler is None:
+            return {}
+        return await asyncio.wrap_future(self._scheduler.call(self._scheduler.kv_report))
+
+    async def debug_call(self, fn: Any) -> Any:
+        """Run fn(scheduler) on the decode thread (tests only)."""
+        assert self._scheduler is not None
+        sched = self._scheduler
+        return await asyncio.wrap_future(sched.call(lambda: fn(sched)))

@@ -1,0 +1,257 @@
+"""A thin ctypes layer over llama-cpp-python's low-level API: model, context, batch.
+
+Only this module (and sampling.py) touch `llama_cpp`. A `Model` is safe to use from any
+thread for tokenizing and detokenizing; a `Context` belongs to exactly one thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+try:  # keep llama.cpp's chatter off stderr (errors still print)
+    from llama_cpp._logger import set_verbose
+
+    set_verbose(False)
+except Exception:  # pragma: no cover - older/newer bindings
+    pass
+
+KV_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+}
+
+DECODE_OK = 0
+DECODE_NO_KV_SPACE = 1
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+class LlamaError(RuntimeError):
+    """llama.cpp refused to load or decode."""
+
+
+class Model:
+    """A loaded GGUF: weights plus vocabulary. Tokenizing is thread-safe."""
+
+    def __init__(self, path: Path, n_gpu_layers: int = -1, vocab_only: bool = False) -> None:
+        _init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers if supports_gpu_offload() else 0
+        params.vocab_only = vocab_only
+        self.path = Path(path)
+        ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            raise LlamaError(f"llama.cpp could not load {path}")
+        self.ptr = ptr
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(ptr))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self.eog_ids = frozenset(
+            t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab, t)
+        )
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None."""
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            size = n + 1
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    def tokenize(
+        self, text: str, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(
+            self.vocab, data, len(data), buf, cap, add_special, parse_special
+        )
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buf, cap, add_special, parse_special
+            )
+        if n < 0:
+            raise LlamaError("tokenization failed")
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (control tokens render empty unless special)."""
+        if not special and token in self._pieces:
+            return self._pieces[token]
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        out = buf.raw[:n]
+        if not special:
+            self._pieces[token] = out
+        return out
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    n_ctx: int
+    n_seq_max: int
+    n_batch: int
+    n_threads: int
+    flash_attn: bool = False
+    kv_type: str = "f16"
+
+
+class Batch:
+    """A reusable llama_batch: add (token, pos, seq, wants_logits) rows, then decode."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        """Append one row; return its index (the logits index when logits=True)."""
+        i = self.n
+        if i >= self.capacity:
+            raise LlamaError("batch overflow")
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = 1 if logits else 0
+        self.n = i + 1
+        raw.n_tokens = self.n
+        return i
+
+    def free(self) -> None:
+        if self.raw is not None:
+            llama_cpp.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class Context:
+    """A llama_context with a unified KV cache shared by up to n_seq_max sequences."""
+
+    def __init__(self, model: Model, p: ContextParams) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = p.n_ctx
+        params.n_batch = p.n_batch
+        params.n_ubatch = p.n_batch
+        params.n_seq_max = p.n_seq_max
+        params.n_threads = p.n_threads
+        params.n_threads_batch = p.n_threads
+        params.kv_unified = True  # one pool of cells shared by all sequences (seq_cp is free)
+        params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
+        params.no_perf = True
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if p.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        kv = KV_TYPES.get(p.kv_type)
+        if kv is None:
+            raise LlamaError(f"unknown kv_type {p.kv_type!r}; use one of {sorted(KV_TYPES)}")
+        params.type_k = kv
+        params.type_v = kv
+        ptr = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            raise LlamaError("llama.cpp could not create a context (out of memory?)")
+        self.ptr = ptr
+        self.model = model
+        self.mem = llama_cpp.llama_get_memory(ptr)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ptr))
+        self.n_batch = int(llama_cpp.llama_n_batch(ptr))
+        self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
+
+    def decode(self, batch: Batch) -> int:
+        return int(llama_cpp.llama_decode(self.ptr, batch.raw))
+
+    def logits(self, index: int) -> np.ndarray:
+        """A copy of the logits row for batch row `index` (after a decode)."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ptr, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+
+    def seq_save(self, seq: int) -> bytes:
+        """The sequence's KV as bytes (for parking in host RAM)."""
+        size = int(llama_cpp.llama_state_seq_get_size(self.ptr, seq))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data(self.ptr, buf, size, seq))
+        return bytes(memoryview(buf)[:n])
+
+    def seq_restore(self, seq: int, data: bytes) -> bool:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, len(data), seq)) > 0
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+
+def decode_tokens(ctx: Context, batch: Batch, rows: Sequence[tuple[int, int, int, bool]]) -> int:
+    """Convenience for tests/benchmarks: fill `batch` with rows and decode."""
+    batch.clear()
+    for tok, pos, seq, want in rows:
+        batch.add(tok, pos, seq, want)
+    return ctx.decode(batch)

@@ -1,0 +1,109 @@
+"""Prometheus metrics for engines, registered in a caller-owned CollectorRegistry.
+
+One `EngineMetricFamilies` exists per registry (metric names must be unique there); each
+engine gets an `EngineMetrics` view labelled with its model name. Passing no registry gives
+a private throwaway registry, so tests and several apps in one process never clash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+class EngineMetricFamilies:
+    """The metric families of all engines sharing one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        kw: dict[str, Any] = {"labelnames": ("model",), "registry": registry}
+        self.queue_depth = Gauge("chatbox_engine_queue_depth", "Requests waiting for a slot", **kw)
+        self.running = Gauge("chatbox_engine_running_sequences", "Sequences being decoded", **kw)
+        self.kv_used = Gauge("chatbox_engine_kv_cells_used", "KV cache cells in use", **kw)
+        self.kv_total = Gauge("chatbox_engine_kv_cells_total", "KV cache cells in total", **kw)
+        self.cached_prefixes = Gauge(
+            "chatbox_engine_cached_prefixes", "Idle sequences kept as prefix cache", **kw
+        )
+        self.cache_hit = Counter(
+            "chatbox_engine_prefix_cache_hit_tokens", "Prompt tokens reused from cache", **kw
+        )
+        self.cache_miss = Counter(
+            "chatbox_engine_prefix_cache_miss_tokens", "Prompt tokens that were prefilled", **kw
+        )
+        self.ttft = Histogram(
+            "chatbox_engine_time_to_first_token_seconds",
+            "Submit to first sampled token",
+            buckets=_TIME_BUCKETS,
+            **kw,
+        )
+        self.tpot = Histogram(
+            "chatbox_engine_time_per_output_token_seconds",
+            "Time between sampled tokens of one stream",
+            buckets=_TPOT_BUCKETS,
+            **kw,
+        )
+        self.tokens = Counter(
+            "chatbox_engine_generated_tokens", "Completion tokens generated", **kw
+        )
+        self.requests = Counter(
+            "chatbox_engine_requests",
+            "Finished requests by finish reason",
+            labelnames=("model", "finish_reason"),
+            registry=registry,
+        )
+
+
+_families: weakref.WeakKeyDictionary[CollectorRegistry, EngineMetricFamilies] = (
+    weakref.WeakKeyDictionary()
+)
+_lock = threading.Lock()
+
+
+def families_for(registry: CollectorRegistry) -> EngineMetricFamilies:
+    with _lock:
+        fam = _families.get(registry)
+        if fam is None:
+            fam = EngineMetricFamilies(registry)
+            _families[registry] = fam
+        return fam
+
+
+class EngineMetrics:
+    """One model's labelled metrics; methods are cheap and thread-safe."""
+
+    def __init__(self, model: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        f = families_for(self.registry)
+        self.model = model
+        self._f = f
+        self.queue_depth = f.queue_depth.labels(model=model)
+        self.running = f.running.labels(model=model)
+        self.kv_used = f.kv_used.labels(model=model)
+        self.kv_total = f.kv_total.labels(model=model)
+        self.cached_prefixes = f.cached_prefixes.labels(model=model)
+        self.cache_hit = f.cache_hit.labels(model=model)
+        self.cache_miss = f.cache_miss.labels(model=model)
+        self.ttft = f.ttft.labels(model=model)
+        self.tpot = f.tpot.labels(model=model)
+        self.tokens = f.tokens.labels(model=model)
+
+    def finished(self, reason: str) -> None:
+        self._f.requests.labels(model=self.model, finish_reason=reason).inc()
+
+    def remove(self) -> None:
+        """Drop this model's gauges (it was unloaded); counters keep their history."""
+        for gauge in (
+            self._f.queue_depth,
+            self._f.running,
+            self._f.kv_used,
+            self._f.kv_total,
+            self._f.cached_prefixes,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(self.model)

@@ -1,0 +1,339 @@
+"""The decode thread: continuous batching over one llama.cpp context.
+
+Each step admits waiting jobs into free slots, builds one batch holding the next token of
+every decoding sequence plus prefill chunks of new prompts (under a token budget that keeps
+running streams responsive), decodes, samples, and emits text. The thread is the only one
+that touches the context; other threads talk to it through `inbox` and the jobs' flags.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chatbox.engine.detok import StopTextStream
+from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
+from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.sampling import Sampler
+from chatbox.engine.slots import Slot, SlotTable
+from chatbox.engine.types import (
+    DoneEvent,
+    EngineEvent,
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    TokenEvent,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+MIN_PREFILL_CHUNK = 8
+
+
+@dataclass(eq=False)
+class Job:
+    """One request as the decode thread sees it."""
+
+    request: GenerationRequest
+    prompt: list[int]
+    sink: Callable[[EngineEvent], None]  # thread-safe delivery to the asyncio side
+    order: int = 0
+    capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
+    logits: list[np.ndarray] = field(default_factory=list)
+    cancelled: bool = False
+    done: bool = False
+    slot: Slot | None = None
+    n_done: int = 0  # prompt tokens in KV
+    cached: int = 0
+    sampler: Sampler | None = None
+    stream: StopTextStream | None = None
+    pending: int | None = None  # sampled token waiting to be decoded
+    n_generated: int = 0
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_last: float = 0.0
+
+    def __lt__(self, other: Job) -> bool:
+        return (self.request.priority, self.order) < (other.request.priority, other.order)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: Model,
+        ctx: Context,
+        n_parallel: int,
+        n_slots: int,
+        n_ctx_per_seq: int,
+        park_bytes: int,
+        metrics: EngineMetrics,
+        stall_ratio: float = 1.8,
+    ) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.n_parallel = n_parallel
+        self.n_ctx_per_seq = n_ctx_per_seq
+        self.slots = SlotTable(ctx, n_slots, park_bytes)
+        self.metrics = metrics
+        self.stall_ratio = stall_ratio
+        self.batch = Batch(ctx.n_batch)
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.waiting: list[Job] = []
+        self.active: list[Job] = []
+        self.stats = EngineStats(slots_total=n_parallel, kv_cells_total=ctx.n_ctx)
+        self._prefill_budget = float(max(MIN_PREFILL_CHUNK, ctx.n_batch // 8))
+        self._decode_time = 0.0  # EWMA of decode-only step time
+        self._kv_starved = False
+        self._thread: threading.Thread | None = None
+
+    # -- other threads -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="chatbox-decode", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.inbox.put(None)
+            self._thread.join()
+            self._thread = None
+        self.batch.free()
+
+    def enqueue(self, job: Job) -> None:
+        self.inbox.put(job)
+
+    def wake(self) -> None:
+        self.inbox.put(True)
+
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run fn on the decode thread between steps (for tests and diagnostics)."""
+        fut: Future[Any] = Future()
+        self.inbox.put((fn, fut))
+        return fut
+
+    # -- the decode thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        order = 0
+        while True:
+            block = not (self.waiting or self.active)
+            while True:
+                try:
+                    item = self.inbox.get(block=block)
+                except queue.Empty:
+                    break
+                block = False
+                if item is None:
+                    self._shutdown()
+                    return
+                if isinstance(item, Job):
+                    order += 1
+                    item.order = order
+                    heapq.heappush(self.waiting, item)
+                elif isinstance(item, tuple):
+                    fn, fut = item
+                    try:
+                        fut.set_result(fn())
+                    except Exception as exc:
+                        fut.set_exception(exc)
+            try:
+                self._reap()
+                self._admit()
+                if self.active:
+                    self._step()
+            except Exception as exc:  # a bug must not kill the thread or other engines
+                log.exception("engine step failed")
+                for job in list(self.active):
+                    self._finish(job, "error", f"internal engine error: {exc}")
+            self._publish()
+
+    def _reap(self) -> None:
+        for job in [j for j in self.active if j.cancelled]:
+            self._finish(job, "cancelled")
+        if any(j.cancelled for j in self.waiting):
+            for job in [j for j in self.waiting if j.cancelled]:
+                job.done = True
+                job.sink(DoneEvent("cancelled", Usage(prompt_tokens=len(job.prompt))))
+                self.metrics.finished("cancelled")
+            self.waiting = [j for j in self.waiting if not j.cancelled]
+            heapq.heapify(self.waiting)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.active) < self.n_parallel:
+            job = self.waiting[0]
+            adm = self.slots.acquire(job.prompt, job.request.cache_key)
+            if adm is None:
+                return
+            heapq.heappop(self.waiting)
+            job.slot, job.n_done, job.cached = adm.slot, adm.reused, adm.reused
+            job.sampler = Sampler(job.request.sampling, self.model.n_vocab)
+            job.sampler.accept_prompt(job.prompt)
+            job.stream = StopTextStream(job.request.sampling.stop)
+            self.metrics.cache_hit.inc(adm.reused)
+            self.metrics.cache_miss.inc(len(job.prompt) - adm.reused)
+            self.active.append(job)
+
+    def _build(self) -> list[tuple[Job, list[int], int | None]]:
+        batch = self.batch
+        batch.clear()
+        rows: list[tuple[Job, list[int], int | None]] = []
+        for job in self.active:
+            if job.pending is not None and job.slot is not None:
+                row = batch.add(job.pending, len(job.slot.tokens), job.slot.seq, True)
+                rows.append((job, [job.pending], row))
+        budget = batch.capacity - batch.n
+        if rows:
+            budget = 0 if self._kv_starved else min(budget, int(self._prefill_budget))
+        prefilling = [j for j in self.active if j.pending is None]
+        prefilling.sort(key=lambda j: len(j.prompt) - j.n_done)
+        for job in prefilling:
+            if budget <= 0 or job.slot is None:
+                break
+            chunk = job.prompt[job.n_done : job.n_done + budget]
+            last = job.n_done + len(chunk) == len(job.prompt)
+            idx: int | None = None
+            seq = job.slot.seq
+            for k, tok in enumerate(chunk):
+                want = last and k == len(chunk) - 1
+                i = batch.add(tok, job.n_done + k, seq, want)
+                if want:
+                    idx = i
+            rows.append((job, chunk, idx))
+            budget -= len(chunk)
+        return rows
+
+    def _step(self) -> None:
+        rows = self._build()
+        if not rows:
+            return
+        n_decode = sum(1 for job, _, _ in rows if job.pending is not None)
+        t0 = time.perf_counter()
+        rc = self.ctx.decode(self.batch)
+        while rc == DECODE_NO_KV_SPACE:
+            busy = [j.slot for j in self.active if j.slot is not None]
+            if self.slots.evict_one(exclude=busy):
+                rc = self.ctx.decode(self.batch)
+                continue
+            if n_decode and n_decode < len(rows):
+                self._kv_starved = True  # run only the decoders until something finishes
+                return
+            victim = max(self.active, key=lambda j: j.order)
+            self._finish(victim, "error", "out of memory for this conversation; try again later")
+            return
+        elapsed = time.perf_counter() - t0
+        if rc != DECODE_OK:
+            for job, _, _ in rows:
+                self._finish(job, "error", f"the model failed to decode (code {rc})")
+            return
+        self._tune(n_decode, len(rows) - n_decode, elapsed)
+        for job, toks, idx in rows:
+            assert job.slot is not None
+            self.slots.append(job.slot, toks)
+            if job.pending is not None:
+                job.pending = None
+            else:
+                job.n_done += len(toks)
+            if idx is not None:
+                self._sample(job, idx)
+
+    def _tune(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
+        """Size prefill chunks so a step with them takes <= stall_ratio x a decode step."""
+        if n_decode == 0:
+            return
+        if n_prefill == 0:
+            a = 0.2 if self._decode_time else 1.0
+            self._decode_time = (1 - a) * self._decode_time + a * elapsed
+            return
+        if self.stall_ratio <= 0 or not self._decode_time:
+            return
+        extra = max(elapsed - self._decode_time, 1e-6)
+        wanted = (self.stall_ratio - 1.0) * self._decode_time
+        scale = min(max(wanted / extra, 0.5), 2.0)
+        self._prefill_budget = min(
+            max(self._prefill_budget * scale, MIN_PREFILL_CHUNK), self.batch.capacity
+        )
+
+    def _sample(self, job: Job, idx: int) -> None:
+        assert job.sampler is not None and job.stream is not None and job.slot is not None
+        if len(job.logits) < job.capture_logits:
+            job.logits.append(self.ctx.logits(idx))
+        tok = job.sampler.sample(self.ctx.ptr, idx)
+        now = time.perf_counter()
+        if job.t_last == 0.0:
+            self.metrics.ttft.observe(now - job.t_submit)
+        else:
+            self.metrics.tpot.observe(now - job.t_last)
+        job.t_last = now
+        if tok in self.model.eog_ids:
+            self._finish(job, "stop")
+            return
+        job.n_generated += 1
+        self.metrics.tokens.inc()
+        text = job.stream.feed(self.model.piece(tok))
+        if text:
+            job.sink(TokenEvent(text))
+        if job.stream.stopped:
+            self._finish(job, "stop")
+        elif (
+            job.n_generated >= job.request.sampling.max_tokens
+            or len(job.slot.tokens) + 1 >= self.n_ctx_per_seq
+        ):
+            self._finish(job, "length")
+        else:
+            job.pending = tok
+
+    def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
+        if job.done:
+            return
+        job.done = True
+        if reason in ("stop", "length") and job.stream is not None:
+            tail = job.stream.finish()
+            if tail:
+                job.sink(TokenEvent(tail))
+        usage = Usage(len(job.prompt), job.n_generated, job.cached)
+        job.sink(DoneEvent(reason, usage, error))
+        self.metrics.finished(reason)
+        if job.sampler is not None:
+            job.sampler.free()
+            job.sampler = None
+        if job.slot is not None:
+            self.slots.release(job.slot, keep=reason in ("stop", "length"))
+        if job in self.active:
+            self.active.remove(job)
+        self._kv_starved = False
+
+    def _shutdown(self) -> None:
+        for job in list(self.active) + list(self.waiting):
+            self._finish(job, "error", "the model was unloaded")
+        self.waiting = []
+        self._publish()
+
+    def _publish(self) -> None:
+        used = self.slots.cells_used()
+        cached = self.slots.cached_prefixes
+        self.stats = EngineStats(
+            queue_depth=len(self.waiting),
+            running=len(self.active),
+            slots_total=self.n_parallel,
+            kv_cells_used=used,
+            kv_cells_total=self.ctx.n_ctx,
+            cached_prefixes=cached,
+        )
+        m = self.metrics
+        m.queue_depth.set(len(self.waiting))
+        m.running.set(len(self.active))
+        m.kv_used.set(used)
+        m.kv_total.set(self.ctx.n_ctx)
+        m.cached_prefixes.set(cached)
+
+    # -- diagnostics (run via call()) ----------------------------------------------------
+    def kv_report(self) -> dict[int, tuple[int, int]]:
+        """seq -> (tokens the slot table believes are cached, llama.cpp's pos_max + 1)."""
+        return {s.seq: (len(s.tokens), self.ctx.seq_pos_max(s.seq) + 1) for s in self.slots.slots}
