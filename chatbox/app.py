@@ -9,8 +9,8 @@ from pathlib import Path
 
 from litestar import Litestar
 from litestar.config.response_cache import ResponseCacheConfig
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from prometheus_client import CollectorRegistry

@@ -49,7 +49,9 @@ class TurnRepo:
         )
         return [Turn.from_row(r) for r in rows]
 
-    async def sibling_ids(self, conv_id: str, parent_ids: set[str | None]) -> dict[str | None, list[str]]:
+    async def sibling_ids(
+        self, conv_id: str, parent_ids: set[str | None]
+    ) -> dict[str | None, list[str]]:
         """For each parent, its children's ids in order (the branches at that point)."""
         out: dict[str | None, list[str]] = {}
         for parent in parent_ids:

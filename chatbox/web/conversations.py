@@ -9,8 +9,8 @@ from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from chatbox.chat import ChatService, NotFound, TurnRun
-from chatbox.store import Store, User
+from chatbox.chat import NotFound, TurnRun
+from chatbox.web.deps import ChatDep, StoreDep, UserDep
 from chatbox.web.schemas import (
     BranchIn,
     ConversationPatch,
@@ -34,7 +34,7 @@ class ConversationController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create(
-        self, store: Store, chat: ChatService, user: User, data: NewConversation | None = None
+        self, store: StoreDep, chat: ChatDep, user: UserDep, data: NewConversation | None = None
     ) -> dict[str, Any]:
         """Start a conversation; 201 with its id."""
         data = data or NewConversation()
@@ -45,7 +45,7 @@ class ConversationController(Controller):
         return conversation_out(conv)
 
     @get("/")
-    async def list_conversations(self, store: Store, user: User) -> dict[str, Any]:
+    async def list_conversations(self, store: StoreDep, user: UserDep) -> dict[str, Any]:
         """The user's conversations, most recently active first."""
         convs = await store.conversations.list(user.id)
         return {"data": [conversation_out(c) for c in convs]}
@@ -53,8 +53,8 @@ class ConversationController(Controller):
     @get("/{conv_id:str}")
     async def read(
         self,
-        chat: ChatService,
-        user: User,
+        chat: ChatDep,
+        user: UserDep,
         conv_id: str,
         before: int | None = Parameter(default=None, ge=1),
         limit: int = Parameter(default=50, ge=1, le=500),
@@ -64,7 +64,7 @@ class ConversationController(Controller):
 
     @patch("/{conv_id:str}")
     async def update(
-        self, store: Store, chat: ChatService, user: User, conv_id: str, data: ConversationPatch
+        self, store: StoreDep, chat: ChatDep, user: UserDep, conv_id: str, data: ConversationPatch
     ) -> dict[str, Any]:
         """Rename, or change the system prompt or model."""
         changes = {k: v for k, v in vars(data).items() if v is not None}
@@ -76,12 +76,12 @@ class ConversationController(Controller):
         return conversation_out(conv)
 
     @delete("/{conv_id:str}", status_code=HTTP_204_NO_CONTENT)
-    async def remove(self, chat: ChatService, user: User, conv_id: str) -> None:
+    async def remove(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
         await chat.delete(user, conv_id)
 
-    @post("/{conv_id:str}/turns")
+    @post("/{conv_id:str}/turns", status_code=200)
     async def send(
-        self, request: Request[Any, Any, Any], chat: ChatService, user: User, conv_id: str,
+        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
         data: TurnIn,
     ) -> Stream:
         """Send a message; the answer streams as SSE (`token` … then `done` or `error`)."""
@@ -89,18 +89,18 @@ class ConversationController(Controller):
         run = await chat.send(user, conv_id, data.content, parent, data.options())
         return _stream(request, run)
 
-    @post("/{conv_id:str}/turns/{turn_id:str}/edit")
+    @post("/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
     async def edit(
-        self, request: Request[Any, Any, Any], chat: ChatService, user: User, conv_id: str,
+        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
         turn_id: str, data: TurnIn,
     ) -> Stream:
         """A new version of an earlier user message, as a new branch; streams its answer."""
         run = await chat.edit(user, conv_id, turn_id, data.content, data.options())
         return _stream(request, run)
 
-    @post("/{conv_id:str}/turns/{turn_id:str}/regenerate")
+    @post("/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
     async def regenerate(
-        self, request: Request[Any, Any, Any], chat: ChatService, user: User, conv_id: str,
+        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
         turn_id: str, data: RegenerateIn | None = None,
     ) -> Stream:
         """Another answer beside this one (a new branch); streams it."""
@@ -110,7 +110,7 @@ class ConversationController(Controller):
 
     @get("/{conv_id:str}/turns/{turn_id:str}/events")
     async def resume(
-        self, request: Request[Any, Any, Any], chat: ChatService, user: User, conv_id: str,
+        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
         turn_id: str,
         last_id: str | None = Parameter(header="Last-Event-ID", default=None, required=False),
     ) -> Stream:
@@ -121,14 +121,14 @@ class ConversationController(Controller):
             raise NotFound("no running answer with that id; read the conversation instead")
         return _stream(request, run, last_event_id(last_id))
 
-    @post("/{conv_id:str}/branch")
-    async def branch(self, chat: ChatService, user: User, conv_id: str,
+    @post("/{conv_id:str}/branch", status_code=200)
+    async def branch(self, chat: ChatDep, user: UserDep, conv_id: str,
                      data: BranchIn) -> dict[str, Any]:
         """Show another branch: the newest leaf under turn_id becomes the active one."""
         await chat.switch_branch(user, conv_id, data.turn_id)
         return view_out(await chat.view(user, conv_id))
 
     @post("/{conv_id:str}/cancel", status_code=HTTP_204_NO_CONTENT)
-    async def cancel(self, chat: ChatService, user: User, conv_id: str) -> None:
+    async def cancel(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
         """Stop the running answer; what was written stays, marked stopped."""
         await chat.cancel(user, conv_id)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 from litestar import Request
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 
 from chatbox.chat import ChatService
 from chatbox.store import Store, User
@@ -32,3 +32,8 @@ DEPENDENCIES = {
     "chat": Provide(provide_chat),
     "store": Provide(provide_store),
 }
+
+# Annotate handler parameters with these so Litestar knows they are injected dependencies.
+UserDep: TypeAlias = NamedDependency[User]
+ChatDep: TypeAlias = NamedDependency[ChatService]
+StoreDep: TypeAlias = NamedDependency[Store]

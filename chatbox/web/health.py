@@ -8,7 +8,7 @@ from litestar import Controller, Request, Response, get
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from chatbox.store import Store
+from chatbox.web.deps import StoreDep
 
 
 class HealthController(Controller):
@@ -20,7 +20,7 @@ class HealthController(Controller):
         return {"status": "ok"}
 
     @get("/readyz")
-    async def readyz(self, request: Request[Any, Any, Any], store: Store) -> Response[Any]:
+    async def readyz(self, request: Request[Any, Any, Any], store: StoreDep) -> Response[Any]:
         """The default model is loaded and the database takes writes."""
         models = request.app.state.models
         checks = {

@@ -12,8 +12,9 @@ from typing import Any
 from litestar import Controller, Request, get, post
 from litestar.response import Stream
 
-from chatbox.chat import ChatService, InvalidInput, TurnOptions
+from chatbox.chat import InvalidInput, TurnOptions
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
+from chatbox.web.deps import ChatDep
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 _ROLES = {"system", "user", "assistant", "developer"}
@@ -75,7 +76,7 @@ class OpenAIController(Controller):
     tags = ["openai"]
 
     @get("/models")
-    async def models(self, chat: ChatService) -> dict[str, Any]:
+    async def models(self, chat: ChatDep) -> dict[str, Any]:
         return {
             "object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "chatbox"}
@@ -84,7 +85,7 @@ class OpenAIController(Controller):
 
     @post("/chat/completions", status_code=200)
     async def completions(
-        self, request: Request[Any, Any, Any], chat: ChatService, data: ChatCompletionIn
+        self, request: Request[Any, Any, Any], chat: ChatDep, data: ChatCompletionIn
     ) -> Any:
         model, generation, _ = await chat.complete(data.to_messages(), data.options())
         ident = "chatcmpl-" + secrets.token_hex(12)

@@ -158,7 +158,7 @@ def test_pagination_walks_back_with_a_cursor(client: TestClient) -> None:
     for i in range(3):
         send(client, conv_id, f"message {i}", max_tokens=2)
     page = turns(client, conv_id, limit=2)
-    assert [t["content"] for t in page["turns"]][0] == "message 2"
+    assert page["turns"][0]["content"] == "message 2"
     older = turns(client, conv_id, limit=2, before=page["next_cursor"])
     assert older["turns"][0]["content"] == "message 1"
     oldest = turns(client, conv_id, limit=2, before=older["next_cursor"])
