@@ -202,6 +202,12 @@ class LlamaEngine:
             return {}
         return await asyncio.wrap_future(self._scheduler.call(self._scheduler.kv_report))
 
+    async def clear_cache(self) -> int:
+        """Forget all idle cached prefixes (e.g. to measure a cold start)."""
+        if self._scheduler is None:
+            return 0
+        return int(await asyncio.wrap_future(self._scheduler.call(self._scheduler.clear_cache)))
+
     async def debug_call(self, fn: Any) -> Any:
         """Run fn(scheduler) on the decode thread (tests only)."""
         assert self._scheduler is not None

@@ -293,13 +293,9 @@ class Scheduler:
         if job.done:
             return
         job.done = True
+        tail = ""
         if reason in ("stop", "length") and job.stream is not None:
             tail = job.stream.finish()
-            if tail:
-                job.sink(TokenEvent(tail))
-        usage = Usage(len(job.prompt), job.n_generated, job.cached)
-        job.sink(DoneEvent(reason, usage, error))
-        self.metrics.finished(reason)
         if job.sampler is not None:
             job.sampler.free()
             job.sampler = None
@@ -308,6 +304,11 @@ class Scheduler:
         if job in self.active:
             self.active.remove(job)
         self._kv_starved = False
+        self._publish()  # stats are current before the caller hears "done"
+        self.metrics.finished(reason)
+        if tail:
+            job.sink(TokenEvent(tail))
+        job.sink(DoneEvent(reason, Usage(len(job.prompt), job.n_generated, job.cached), error))
 
     def _shutdown(self) -> None:
         for job in list(self.active) + list(self.waiting):
@@ -334,6 +335,18 @@ class Scheduler:
         m.cached_prefixes.set(cached)
 
     # -- diagnostics (run via call()) ----------------------------------------------------
+    def clear_cache(self) -> int:
+        """Drop every idle cached prefix (not parking it); return how many were dropped."""
+        n = 0
+        for slot in self.slots.slots:
+            if not slot.busy and slot.tokens:
+                self.slots.release(slot, keep=False)
+                n += 1
+        self.slots.parked.clear()
+        self.slots.parked_size = 0
+        self._publish()
+        return n
+
     def kv_report(self) -> dict[int, tuple[int, int]]:
         """seq -> (tokens the slot table believes are cached, llama.cpp's pos_max + 1)."""
         return {s.seq: (len(s.tokens), self.ctx.seq_pos_max(s.seq) + 1) for s in self.slots.slots}

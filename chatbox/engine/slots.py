@@ -136,6 +136,8 @@ class SlotTable:
             n = min(common_prefix(s.tokens, prompt), limit)
             if n > best_n or (n == best_n and n > 0 and s is target):
                 best, best_n = s, n
+        if target is not best and target.tokens and target is not own:
+            self._park(target)  # reusing another conversation's idle slot: keep its KV in RAM
         parked = self.parked.get(cache_key) if cache_key else None
         if parked is not None:
             n_parked = min(common_prefix(parked.tokens, prompt), limit)
@@ -226,9 +228,10 @@ class SlotTable:
 
     def _restore(self, target: Slot, parked: Parked) -> bool:
         self._clear(target)
-        if not self.kv.seq_restore(target.seq, parked.data):
+        while not self.kv.seq_restore(target.seq, parked.data):
             self.kv.seq_rm(target.seq, -1, -1)
-            return False
+            if not self.evict_one(exclude=(target,)):  # make room (restores need free cells)
+                return False
         self._drop_parked(parked.cache_key)
         self.append(target, parked.tokens)
         return True

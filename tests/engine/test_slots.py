@@ -1,0 +1,139 @@
+"""The slot table's prefix reuse, cell ledger, LRU eviction and parking, against a fake KV."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import random
+
+from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable, common_prefix
+
+
+class FakeKv:
+    """A unified KV cache: each sequence is a list of cell ids; cells are shared by seq_cp."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[int, list[int]] = {}
+        self._ids = itertools.count()
+
+    def decode(self, seq: int, n: int) -> None:
+        self.seqs.setdefault(seq, []).extend(next(self._ids) for _ in range(n))
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        assert p1 == -1
+        cells = self.seqs.setdefault(seq, [])
+        del cells[max(p0, 0) :]
+        return True
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        assert p0 in (-1, 0) and not self.seqs.get(dst)
+        self.seqs[dst] = list(self.seqs.get(src, [])[: p1 if p1 >= 0 else None])
+
+    def seq_save(self, seq: int) -> bytes:
+        return pickle.dumps(len(self.seqs.get(seq, [])))
+
+    def seq_restore(self, seq: int, data: bytes) -> bool:
+        self.seqs[seq] = []
+        self.decode(seq, pickle.loads(data))
+        return True
+
+    def used(self) -> int:
+        return len({c for cells in self.seqs.values() for c in cells})
+
+
+def run(table: SlotTable, kv: FakeKv, prompt: list[int], key: str | None, gen: int = 3) -> int:
+    """Admit, 'prefill' and 'decode' a request, release it; return reused tokens."""
+    adm = table.acquire(prompt, key)
+    assert adm is not None
+    slot = adm.slot
+    new = prompt[adm.reused :] + [9000 + i for i in range(gen)]
+    kv.decode(slot.seq, len(new))
+    table.append(slot, new)
+    table.release(slot, keep=True)
+    return adm.reused
+
+
+def test_common_prefix() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([], [1]) == 0
+
+
+def test_second_turn_reuses_own_prefix() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 4)
+    p1 = list(range(100))
+    assert run(t, kv, p1, "a") == 0
+    p2 = [*p1, 9000, 9001, 9002, *list(range(500, 520))]
+    assert run(t, kv, p2, "a") == 103
+    assert kv.used() == t.cells_used()
+
+
+def test_edited_earlier_message_reuses_what_still_matches() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 4)
+    run(t, kv, list(range(100)), "a")
+    edited = list(range(40)) + list(range(700, 760))
+    assert run(t, kv, edited, "a") == 40
+    assert kv.used() == t.cells_used()
+
+
+def test_shared_system_prompt_is_copied_not_recomputed() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 8)
+    system = list(range(200))
+    run(t, kv, [*system, 1000, 1001], "a")
+    reused = run(t, kv, [*system, 2000, 2001], "b")
+    assert reused == 200
+    # the 200 system cells are shared, not duplicated
+    assert kv.used() == t.cells_used() == (202 + 3) + (2 + 3)
+
+
+def test_lru_eviction_and_parking_restore() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 2, park_bytes=1 << 20)
+    pa = [1, *list(range(1000, 1000 + MIN_PARK_TOKENS * 2))]
+    pb = [2, *list(range(3000, 3000 + MIN_PARK_TOKENS * 2))]
+    run(t, kv, pa, "a")
+    run(t, kv, pb, "b")
+    assert t.evict_one()  # evicts "a", the least recently used
+    assert "a" in t.parked and t.cached_prefixes == 1
+    assert kv.used() == t.cells_used()
+    adm = t.acquire([*pa, 5, 6], "a")
+    assert adm is not None and adm.source == "parked" and adm.reused == len(pa)
+    assert "a" not in t.parked
+
+
+def test_last_prompt_token_is_never_reused() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 2)
+    p = list(range(50))
+    run(t, kv, p, "a", gen=0)
+    adm = t.acquire(p, "a")
+    assert adm is not None and adm.reused == 49
+
+
+def test_random_ops_keep_ledger_exact() -> None:
+    rnd = random.Random(7)
+    kv = FakeKv()
+    t = SlotTable(kv, 6, park_bytes=1 << 16)
+    bases = [[rnd.randrange(50) for _ in range(rnd.randrange(5, 80))] for _ in range(5)]
+    for _ in range(400):
+        op = rnd.random()
+        if op < 0.15:
+            t.evict_one()
+        else:
+            base = rnd.choice(bases)
+            prompt = base[: rnd.randrange(1, len(base) + 1)] + [
+                rnd.randrange(50) for _ in range(rnd.randrange(1, 20))
+            ]
+            adm = t.acquire(prompt, rnd.choice(["a", "b", "c", None]))
+            if adm is None:
+                continue
+            assert adm.slot.tokens == prompt[: adm.reused]
+            new = [*prompt[adm.reused :], rnd.randrange(50)]
+            kv.decode(adm.slot.seq, len(new))
+            t.append(adm.slot, new)
+            t.release(adm.slot, keep=rnd.random() < 0.8)
+        assert kv.used() == t.cells_used()
+        for slot in t.slots:
+            assert len(kv.seqs.get(slot.seq, [])) == len(slot.tokens)
