@@ -7,11 +7,17 @@ from pathlib import Path
 
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
+from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.records import Conversation, Turn, TurnStatus, TurnUsage, User
+from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.turns import TurnRepo
+from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
 
-__all__ = ["Conversation", "Database", "Store", "Turn", "TurnStatus", "TurnUsage", "User"]
+__all__ = [
+    "ApiKey", "Conversation", "Database", "Session", "Store", "Turn", "TurnStatus", "TurnUsage",
+    "UsageRow", "User",
+]
 
 
 @dataclass
@@ -22,11 +28,15 @@ class Store:
     users: UserRepo
     conversations: ConversationRepo
     turns: TurnRepo
+    keys: KeyRepo
+    sessions: SessionRepo
+    usage: UsageRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
         db = await Database.open(path)
-        return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db))
+        return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db), KeyRepo(db),
+                   SessionRepo(db), UsageRepo(db))
 
     async def close(self) -> None:
         await self.db.close()

@@ -88,6 +88,48 @@ async def _initial(conn: aiosqlite.Connection) -> None:
     )
 
 
+@migration("0002_accounts")
+async def _accounts(conn: aiosqlite.Connection) -> None:
+    await _script(
+        conn,
+        """
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            name TEXT,
+            prefix TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            last_used_at REAL,
+            revoked_at REAL
+        );
+        CREATE INDEX api_keys_by_user ON api_keys (user_id);
+        CREATE TABLE sessions (
+            token_hash TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            csrf_token TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE INDEX sessions_by_user ON sessions (user_id);
+        CREATE TABLE usage (
+            user_id TEXT NOT NULL REFERENCES users(id),
+            model TEXT NOT NULL,
+            day TEXT NOT NULL,
+            arm TEXT NOT NULL DEFAULT '',
+            requests INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            cached_tokens INTEGER NOT NULL DEFAULT 0,
+            shed INTEGER NOT NULL DEFAULT 0,
+            degraded INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (user_id, model, day, arm)
+        );
+        CREATE INDEX usage_by_day ON usage (day)
+        """,
+    )
+
+
 async def apply_migrations(conn: aiosqlite.Connection) -> list[str]:
     """Apply every migration not yet recorded; returns the names applied now."""
     await conn.execute(

@@ -1,13 +1,32 @@
-"""Users: the owners of every conversation, memory and file."""
+"""Users: the owners of every conversation, memory and file; passwords hashed with argon2."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
 
 from chatbox.store.db import Database
 from chatbox.store.records import User, new_id
 
 LOCAL_USER = "local"
+ROLES = ("admin", "member")
+_HASHER = PasswordHasher()  # argon2id, memory-hard (64 MiB, 3 passes)
+_DUMMY_HASH = _HASHER.hash("not a real password")  # equal work for unknown names
+
+
+def hash_password(password: str) -> str:
+    return _HASHER.hash(password)
+
+
+def _verify(stored: str | None, password: str) -> bool:
+    try:
+        return _HASHER.verify(stored or _DUMMY_HASH, password) and stored is not None
+    except (VerificationError, InvalidHashError):
+        return False
 
 
 class UserRepo:
@@ -22,16 +41,69 @@ class UserRepo:
         row = await self.db.fetchone("SELECT * FROM users WHERE name = ?", (name,))
         return User.from_row(row) if row else None
 
-    async def create(self, name: str, role: str = "member", tier: str = "free") -> User:
+    async def list(self) -> list[User]:
+        rows = await self.db.fetchall("SELECT * FROM users ORDER BY created_at, name")
+        return [User.from_row(r) for r in rows]
+
+    async def count(self) -> int:
+        row = await self.db.fetchone("SELECT COUNT(*) FROM users WHERE name != ?", (LOCAL_USER,))
+        return int(row[0])
+
+    async def create(
+        self, name: str, role: str = "member", tier: str = "free", password: str | None = None
+    ) -> User:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
         user_id = new_id("u")
+        pw_hash = await asyncio.to_thread(hash_password, password) if password else None
         async with self.db.transaction() as tx:
             await tx.execute(
-                "INSERT INTO users (id, name, role, tier, created_at) VALUES (?, ?, ?, ?, ?)",
-                (user_id, name, role, tier, time.time()),
+                "INSERT INTO users (id, name, role, tier, password_hash, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (user_id, name, role, tier, pw_hash, time.time()),
             )
         user = await self.get(user_id)
         assert user is not None
         return user
+
+    async def _set(self, user_id: str, column: str, value: Any) -> User | None:
+        assert column in {"role", "tier", "disabled", "password_hash"}
+        async with self.db.transaction() as tx:
+            await tx.execute(f"UPDATE users SET {column} = ? WHERE id = ?", (value, user_id))
+        return await self.get(user_id)
+
+    async def set_tier(self, user_id: str, tier: str) -> User | None:
+        return await self._set(user_id, "tier", tier)
+
+    async def set_role(self, user_id: str, role: str) -> User | None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        return await self._set(user_id, "role", role)
+
+    async def set_disabled(self, user_id: str, disabled: bool = True) -> User | None:
+        """A disabled user's sessions end and keys stop working at once."""
+        user = await self._set(user_id, "disabled", int(disabled))
+        if disabled:
+            async with self.db.transaction() as tx:
+                await tx.execute("DELETE FROM sessions WHERE user_id = ?", (user_id,))
+        return user
+
+    async def set_password(self, user_id: str, password: str) -> User | None:
+        """A new password; every existing browser session of the user ends."""
+        pw_hash = await asyncio.to_thread(hash_password, password)
+        user = await self._set(user_id, "password_hash", pw_hash)
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM sessions WHERE user_id = ?", (user_id,))
+        return user
+
+    async def check_password(self, name: str, password: str) -> User | None:
+        """The user when the name and password match and the account is enabled."""
+        row = await self.db.fetchone("SELECT * FROM users WHERE name = ?", (name,))
+        stored = row["password_hash"] if row else None
+        ok = await asyncio.to_thread(_verify, stored, password)
+        if not ok or row is None or row["disabled"]:
+            return None
+        return User.from_row(row)
 
     async def ensure_local_user(self) -> User:
         """The single local user that owns everything until accounts are enabled."""

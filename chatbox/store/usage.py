@@ -1,0 +1,80 @@
+"""Usage accounting: requests and tokens per user, model, day and experiment arm."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from chatbox.store.db import Database
+
+
+def day_of(ts: float | None = None) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if ts is None else ts))
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    user: str  # the user's name
+    model: str
+    day: str
+    arm: str
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    shed: int
+    degraded: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def from_row(cls, row: Any) -> UsageRow:
+        return cls(row["name"], row["model"], row["day"], row["arm"], row["requests"],
+                   row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"],
+                   row["shed"], row["degraded"])
+
+
+class UsageRepo:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def record(
+        self, user_id: str, model: str, *, prompt: int = 0, completion: int = 0, cached: int = 0,
+        requests: int = 1, shed: int = 0, degraded: int = 0, arm: str = "",
+        ts: float | None = None,
+    ) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO usage (user_id, model, day, arm, requests, prompt_tokens,"
+                " completion_tokens, cached_tokens, shed, degraded)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (user_id, model, day, arm) DO UPDATE SET"
+                " requests = requests + excluded.requests,"
+                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = completion_tokens + excluded.completion_tokens,"
+                " cached_tokens = cached_tokens + excluded.cached_tokens,"
+                " shed = shed + excluded.shed, degraded = degraded + excluded.degraded",
+                (user_id, model, day_of(ts), arm, requests, prompt, completion, cached, shed,
+                 degraded))
+
+    async def tokens_since(self, user_id: str, day: str) -> int:
+        """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on."""
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage"
+            " WHERE user_id = ? AND day >= ?", (user_id, day))
+        return int(row[0])
+
+    async def report(self, since: str | None = None, user_id: str | None = None
+                     ) -> list[UsageRow]:
+        """Usage rows (no content), newest day first."""
+        sql = ("SELECT u.name, g.* FROM usage g JOIN users u ON u.id = g.user_id"
+               " WHERE g.day >= ?")
+        params: list[Any] = [since or "0000-00-00"]
+        if user_id is not None:
+            sql += " AND g.user_id = ?"
+            params.append(user_id)
+        rows = await self.db.fetchall(sql + " ORDER BY g.day DESC, u.name, g.model", params)
+        return [UsageRow.from_row(r) for r in rows]
