@@ -47,6 +47,16 @@ class Settings:
     disconnect_grace_s: float = 3.0  # a disconnected stream may be resumed this long
     draft_flush_s: float = 0.5  # how often a streaming answer is saved for crash recovery
     max_message_chars: int = 200_000
+    # -- accounts, quotas, routing, overload (the gateway) ----------------------------------
+    admin_password: str | None = field(default=None, repr=False)  # seeds the first admin
+    admin_name: str = "admin"
+    session_ttl_s: float = 14 * 24 * 3600.0
+    cookie_secure: bool = False  # always mark cookies Secure (they are anyway behind TLS)
+    policy_path: Path | None = None  # tiers, limits, routing; default: models/policy.toml
+    high_water: int = 0  # engine queue depth at which free requests are shed; 0: slots
+    login_max_failures: int = 5  # failed logins per account per window before a lockout
+    login_max_failures_per_address: int = 20
+    login_window_s: float = 900.0
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property
@@ -73,8 +83,9 @@ class Settings:
         eng = {k: v for k, v in overrides.items() if v is not None and k in engine_names}
         if "data_dir" in top:
             top["data_dir"] = Path(top["data_dir"]).expanduser()
-        if "models_dir" in top:
-            top["models_dir"] = Path(top["models_dir"]).expanduser()
+        for key in ("models_dir", "policy_path"):
+            if key in top:
+                top[key] = Path(top[key]).expanduser()
         return replace(self, engine=replace(self.engine, **eng), **top)
 
 
