@@ -130,6 +130,98 @@ async def _accounts(conn: aiosqlite.Connection) -> None:
     )
 
 
+@migration("0003_knowledge")
+async def _knowledge(conn: aiosqlite.Connection) -> None:
+    # Vectors: all-MiniLM-L6-v2, 384-d, unit length, so L2 order is cosine order.
+    # Each vec0 table is partitioned by user: a KNN query only ever scans one user's rows.
+    await _script(
+        conn,
+        """
+        ALTER TABLE users ADD COLUMN memory_enabled INTEGER NOT NULL DEFAULT 1;
+        CREATE TABLE memories (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            text TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT 'explicit' CHECK (source IN ('explicit', 'extracted')),
+            conversation_id TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX memories_by_user ON memories (user_id, updated_at);
+        CREATE VIRTUAL TABLE memory_vec USING vec0(
+            user_id text partition key, embedding float[384]
+        );
+        CREATE TABLE memory_extractions (
+            conversation_id TEXT PRIMARY KEY REFERENCES conversations(id),
+            last_seq INTEGER NOT NULL,
+            extracted_at REAL NOT NULL
+        );
+        CREATE TABLE documents (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            conversation_id TEXT REFERENCES conversations(id),
+            name TEXT NOT NULL,
+            mime TEXT NOT NULL,
+            size_bytes INTEGER NOT NULL,
+            pages INTEGER,
+            chars INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX documents_by_user ON documents (user_id, conversation_id);
+        CREATE TABLE chunks (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL,
+            ord INTEGER NOT NULL,
+            page INTEGER,
+            start_char INTEGER NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE INDEX chunks_by_document ON chunks (document_id, ord);
+        CREATE VIRTUAL TABLE chunk_vec USING vec0(
+            user_id text partition key, embedding float[384]
+        );
+        CREATE VIRTUAL TABLE chunk_fts USING fts5(
+            text, content='chunks', content_rowid='seq', tokenize='porter unicode61'
+        );
+        CREATE TABLE turn_citations (
+            turn_id TEXT NOT NULL REFERENCES turns(id),
+            chunk_seq INTEGER NOT NULL REFERENCES chunks(seq) ON DELETE CASCADE,
+            ord INTEGER NOT NULL,
+            score REAL NOT NULL,
+            PRIMARY KEY (turn_id, chunk_seq)
+        );
+        CREATE INDEX turn_citations_by_chunk ON turn_citations (chunk_seq);
+        CREATE VIRTUAL TABLE turn_fts USING fts5(
+            content, content='turns', content_rowid='seq', tokenize='porter unicode61'
+        );
+        INSERT INTO turn_fts (turn_fts) VALUES ('rebuild');
+        CREATE VIRTUAL TABLE turn_vec USING vec0(
+            user_id text partition key, embedding float[384]
+        )
+        """,
+    )
+    # Trigger bodies hold semicolons, so they are not split like the script above.
+    for trigger in _KNOWLEDGE_TRIGGERS:
+        await conn.execute(trigger)
+
+
+_KNOWLEDGE_TRIGGERS = (
+    """CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunk_fts (rowid, text) VALUES (new.seq, new.text);
+    END""",
+    """CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunk_fts (chunk_fts, rowid, text) VALUES ('delete', old.seq, old.text);
+        DELETE FROM chunk_vec WHERE rowid = old.seq;
+    END""",
+    """CREATE TRIGGER turns_fts_insert AFTER INSERT ON turns BEGIN
+        INSERT INTO turn_fts (rowid, content) VALUES (new.seq, new.content);
+    END""",
+)
+
+
 async def apply_migrations(conn: aiosqlite.Connection) -> list[str]:
     """Apply every migration not yet recorded; returns the names applied now."""
     await conn.execute(
