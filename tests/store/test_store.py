@@ -1,0 +1,82 @@
+"""The store: migrations are recorded, turns are append-only, drafts recover as interrupted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatbox.store import Store, TurnUsage
+from chatbox.store.migrations import MIGRATIONS
+
+
+async def test_migrations_are_recorded_once_and_vec_is_loaded(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "db.sqlite")
+    await store.close()
+    store = await Store.open(tmp_path / "db.sqlite")  # reopening applies nothing twice
+    rows = await store.db.fetchall("SELECT name FROM migrations ORDER BY rowid")
+    assert [r["name"] for r in rows] == [name for name, _ in MIGRATIONS]
+    assert (await store.db.fetchone("SELECT vec_version()"))[0].startswith("v")
+    assert (await store.db.fetchone("PRAGMA journal_mode"))[0] == "wal"
+    await store.close()
+
+
+async def test_turns_cannot_be_rewritten(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "db.sqlite")
+    user = await store.users.ensure_local_user()
+    conv = await store.conversations.create(user.id)
+    turn = await store.turns.append_user(conv.id, None, "hello")
+    with pytest.raises(Exception, match="append-only"):
+        async with store.db.transaction() as tx:
+            await tx.execute("UPDATE turns SET content = 'changed' WHERE id = ?", (turn.id,))
+    assert (await store.turns.get(conv.id, turn.id)).content == "hello"  # type: ignore[union-attr]
+    await store.close()
+
+
+async def test_a_draft_becomes_one_turn(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "db.sqlite")
+    user = await store.users.ensure_local_user()
+    conv = await store.conversations.create(user.id)
+    question = await store.turns.append_user(conv.id, None, "What is 2+2?")
+    draft = await store.turns.start_draft(conv.id, question.id, "tiny")
+    await store.turns.update_draft(draft, "It is")
+    answer = await store.turns.finish_draft(draft, "complete", "It is 4.", TurnUsage(10, 3, 2))
+    assert (answer.status, answer.content, answer.completion_tokens) == ("complete", "It is 4.", 3)
+    with pytest.raises(KeyError):  # written exactly once
+        await store.turns.finish_draft(draft, "stopped", "It is", TurnUsage())
+    assert await store.turns.recover_drafts() == 0
+    path = await store.turns.path(conv.id, answer.id)
+    assert [t.id for t in path] == [question.id, answer.id]
+    await store.close()
+
+
+async def test_unfinished_drafts_recover_as_interrupted(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "db.sqlite")
+    user = await store.users.ensure_local_user()
+    conv = await store.conversations.create(user.id)
+    question = await store.turns.append_user(conv.id, None, "Tell me a story")
+    draft = await store.turns.start_draft(conv.id, question.id, "tiny")
+    await store.turns.update_draft(draft, "Once upon a")
+    await store.close()
+
+    store = await Store.open(tmp_path / "db.sqlite")
+    assert await store.turns.recover_drafts() == 1
+    conv2 = await store.conversations.get(user.id, conv.id)
+    assert conv2 is not None and conv2.active_leaf_id == draft
+    turn = await store.turns.get(conv.id, draft)
+    assert turn is not None and (turn.status, turn.content) == ("interrupted", "Once upon a")
+    assert await store.db.integrity_ok()
+    await store.close()
+
+
+async def test_other_users_do_not_see_a_conversation(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "db.sqlite")
+    alice = await store.users.create("alice")
+    bob = await store.users.create("bob")
+    conv = await store.conversations.create(alice.id, title="secret")
+    assert await store.conversations.get(bob.id, conv.id) is None
+    assert await store.conversations.list(bob.id) == []
+    assert await store.conversations.update(bob.id, conv.id, title="mine") is None
+    assert not await store.conversations.delete(bob.id, conv.id)
+    assert (await store.conversations.get(alice.id, conv.id)).title == "secret"  # type: ignore[union-attr]
+    await store.close()
