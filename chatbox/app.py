@@ -65,6 +65,11 @@ class LocalModels:
             return False
 
 
+def model_registry(settings: Settings) -> ModelRegistry:
+    """The model registry these settings point at."""
+    return ModelRegistry(settings.models_path, settings.manifest_path)
+
+
 def no_model_message() -> str:
     return (
         "no model is available. Add one with `chatbox models add PATH/TO/model.gguf` "
@@ -79,7 +84,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.ensure_dirs()
-        models_registry = registry or ModelRegistry(settings.models_path)
+        models_registry = registry or model_registry(settings)
         store = await Store.open(settings.db_path)
         recovered = await store.turns.recover_drafts()
         if recovered:

@@ -39,6 +39,7 @@ class Settings:
 
     data_dir: Path = field(default_factory=_default_data_dir)
     models_dir: Path | None = None  # default: <data_dir>/models
+    manifest_path: Path | None = None  # built-in models; default: the repo's models/manifest.toml
     model: str | None = None  # default model name; None: the registry's default
     host: str = "127.0.0.1"
     port: int = 8000
@@ -83,7 +84,7 @@ class Settings:
         eng = {k: v for k, v in overrides.items() if v is not None and k in engine_names}
         if "data_dir" in top:
             top["data_dir"] = Path(top["data_dir"]).expanduser()
-        for key in ("models_dir", "policy_path"):
+        for key in ("models_dir", "policy_path", "manifest_path"):
             if key in top:
                 top[key] = Path(top[key]).expanduser()
         return replace(self, engine=replace(self.engine, **eng), **top)

@@ -21,7 +21,7 @@ from chatbox.settings import Settings, settings_from_env
 
 def _registry(ctx: click.Context) -> ModelRegistry:
     settings = ctx.find_object(Settings) or settings_from_env()
-    return ModelRegistry(settings.models_path)
+    return ModelRegistry(settings.models_path, settings.manifest_path)
 
 
 def _fail(exc: Exception) -> click.ClickException:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from chatbox.app import create_app, no_model_message
-from chatbox.engine.registry import ModelRegistry, RegistryError
+from chatbox.app import create_app, model_registry, no_model_message
+from chatbox.engine.registry import RegistryError
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -33,7 +33,7 @@ def serve(ctx: click.Context, log_level: str, **flags: object) -> None:
     base = ctx.find_object(Settings) or settings_from_env()
     settings = base.with_overrides(**flags)
     settings.ensure_dirs()
-    registry = ModelRegistry(settings.models_path)
+    registry = model_registry(settings)
     try:
         if settings.model:
             registry.get(settings.model)
