@@ -7,16 +7,19 @@ from pathlib import Path
 
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
+from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.records import Conversation, Turn, TurnStatus, TurnUsage, User
+from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
 
 __all__ = [
-    "ApiKey", "Conversation", "Database", "Session", "Store", "Turn", "TurnStatus", "TurnUsage",
-    "UsageRow", "User",
+    "ApiKey", "Chunk", "ChunkIn", "Conversation", "Database", "Document", "Memory", "Session",
+    "Store", "Turn", "TurnHit", "TurnStatus", "TurnUsage", "UsageRow", "User",
 ]
 
 
@@ -31,12 +34,16 @@ class Store:
     keys: KeyRepo
     sessions: SessionRepo
     usage: UsageRepo
+    memories: MemoryRepo
+    documents: DocumentRepo
+    search: SearchRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
         db = await Database.open(path)
         return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db), KeyRepo(db),
-                   SessionRepo(db), UsageRepo(db))
+                   SessionRepo(db), UsageRepo(db), MemoryRepo(db), DocumentRepo(db),
+                   SearchRepo(db))
 
     async def close(self) -> None:
         await self.db.close()

@@ -200,6 +200,10 @@ async def _knowledge(conn: aiosqlite.Connection) -> None:
         INSERT INTO turn_fts (turn_fts) VALUES ('rebuild');
         CREATE VIRTUAL TABLE turn_vec USING vec0(
             user_id text partition key, embedding float[384]
+        );
+        CREATE TABLE turn_vec_progress (
+            user_id TEXT PRIMARY KEY REFERENCES users(id),
+            last_seq INTEGER NOT NULL
         )
         """,
     )

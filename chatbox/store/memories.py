@@ -1,0 +1,160 @@
+"""Long-term memory: facts about a user, each with its vector in `memory_vec` (same rowid)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chatbox.store.db import Database
+from chatbox.store.records import new_id
+
+
+def vector_blob(vector: np.ndarray) -> bytes:
+    """A vector as sqlite-vec's float32 blob."""
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: str
+    seq: int
+    user_id: str
+    text: str
+    source: str  # explicit | extracted
+    conversation_id: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> Memory:
+        return cls(row["id"], row["seq"], row["user_id"], row["text"], row["source"],
+                   row["conversation_id"], row["created_at"], row["updated_at"])
+
+
+_KNN = """
+WITH knn AS (
+    SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? AND user_id = ?
+)
+SELECT memories.*, knn.distance FROM knn JOIN memories ON memories.seq = knn.rowid
+WHERE memories.user_id = ? ORDER BY knn.distance
+"""
+
+
+class MemoryRepo:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def list(self, user_id: str) -> list[Memory]:
+        rows = await self.db.fetchall(
+            "SELECT * FROM memories WHERE user_id = ? ORDER BY updated_at DESC, seq DESC",
+            (user_id,),
+        )
+        return [Memory.from_row(r) for r in rows]
+
+    async def get(self, user_id: str, memory_id: str) -> Memory | None:
+        row = await self.db.fetchone(
+            "SELECT * FROM memories WHERE id = ? AND user_id = ?", (memory_id, user_id)
+        )
+        return Memory.from_row(row) if row else None
+
+    async def add(
+        self, user_id: str, text: str, vector: np.ndarray, source: str = "explicit",
+        conversation_id: str | None = None,
+    ) -> Memory:
+        memory_id = new_id("m")
+        now = time.time()
+        async with self.db.transaction() as tx:
+            cur = await tx.execute(
+                "INSERT INTO memories (id, user_id, text, source, conversation_id, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (memory_id, user_id, text, source, conversation_id, now, now),
+            )
+            await tx.execute(
+                "INSERT INTO memory_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
+                (cur.lastrowid, user_id, vector_blob(vector)),
+            )
+        memory = await self.get(user_id, memory_id)
+        assert memory is not None
+        return memory
+
+    async def replace(
+        self, user_id: str, memory_id: str, text: str, vector: np.ndarray, source: str
+    ) -> Memory | None:
+        """A newer wording of a fact (a merge or a correction): text and vector both change."""
+        async with self.db.transaction() as tx:
+            async with tx.execute(
+                "SELECT seq FROM memories WHERE id = ? AND user_id = ?", (memory_id, user_id)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            await tx.execute(
+                "UPDATE memories SET text = ?, source = ?, updated_at = ? WHERE seq = ?",
+                (text, source, time.time(), row["seq"]),
+            )
+            await tx.execute(
+                "UPDATE memory_vec SET embedding = ? WHERE rowid = ?",
+                (vector_blob(vector), row["seq"]),
+            )
+        return await self.get(user_id, memory_id)
+
+    async def delete(self, user_id: str, memory_ids: list[str]) -> list[str]:
+        """Delete these facts (and their vectors); returns the ids that were this user's."""
+        deleted = []
+        async with self.db.transaction() as tx:
+            for memory_id in memory_ids:
+                async with tx.execute(
+                    "SELECT seq FROM memories WHERE id = ? AND user_id = ?", (memory_id, user_id)
+                ) as cur:
+                    row = await cur.fetchone()
+                if row is None:
+                    continue
+                await tx.execute("DELETE FROM memory_vec WHERE rowid = ?", (row["seq"],))
+                await tx.execute("DELETE FROM memories WHERE seq = ?", (row["seq"],))
+                deleted.append(memory_id)
+        return deleted
+
+    async def nearest(
+        self, user_id: str, vector: np.ndarray, k: int
+    ) -> list[tuple[Memory, float]]:
+        """This user's k facts nearest to vector, with their L2 distances (unit vectors)."""
+        if k <= 0:
+            return []
+        rows = await self.db.fetchall(_KNN, (vector_blob(vector), k, user_id, user_id))
+        return [(Memory.from_row(r), float(r["distance"])) for r in rows]
+
+    async def count(self, user_id: str) -> int:
+        row = await self.db.fetchone("SELECT count(*) FROM memories WHERE user_id = ?",
+                                     (user_id,))
+        return int(row[0])
+
+    # -- the per-user switch and extraction progress --------------------------------------
+
+    async def enabled(self, user_id: str) -> bool:
+        row = await self.db.fetchone("SELECT memory_enabled FROM users WHERE id = ?", (user_id,))
+        return bool(row and row["memory_enabled"])
+
+    async def set_enabled(self, user_id: str, enabled: bool) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute("UPDATE users SET memory_enabled = ? WHERE id = ?",
+                             (int(enabled), user_id))
+
+    async def extracted_upto(self, conversation_id: str) -> int:
+        """The last turn seq of this conversation already read for facts (0: none)."""
+        row = await self.db.fetchone(
+            "SELECT last_seq FROM memory_extractions WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+        return int(row["last_seq"]) if row else 0
+
+    async def mark_extracted(self, conversation_id: str, last_seq: int) -> None:
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO memory_extractions (conversation_id, last_seq, extracted_at)"
+                " VALUES (?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET"
+                " last_seq = excluded.last_seq, extracted_at = excluded.extracted_at",
+                (conversation_id, last_seq, time.time()),
+            )

@@ -1,0 +1,105 @@
+"""Search over a user's own conversations: FTS5 over turns (`turn_fts`, kept by a trigger)
+and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chatbox.store.db import Database
+from chatbox.store.memories import vector_blob
+
+HIT_START, HIT_END = "\x02", "\x03"  # snippet markers; the web layer turns them into <mark>
+
+
+@dataclass(frozen=True)
+class TurnHit:
+    turn_id: str
+    seq: int
+    conversation_id: str
+    title: str | None
+    role: str
+    snippet: str  # with HIT_START / HIT_END around matched words (keyword hits)
+    score: float  # keyword: bm25 rank (lower is better); vector: L2 distance
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> TurnHit:
+        return cls(row["id"], row["seq"], row["conversation_id"], row["title"], row["role"],
+                   row["snippet"], float(row["score"]), row["created_at"])
+
+
+_OWNED = "conversations.user_id = ? AND conversations.deleted_at IS NULL"
+
+
+class SearchRepo:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def keyword(self, user_id: str, match: str, limit: int) -> list[TurnHit]:
+        """Turns of the user's live conversations matching an FTS5 query, best first."""
+        rows = await self.db.fetchall(
+            "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
+            " turns.role, turns.created_at, turn_fts.rank AS score,"
+            f" snippet(turn_fts, 0, '{HIT_START}', '{HIT_END}', '…', 24) AS snippet"
+            " FROM turn_fts JOIN turns ON turns.seq = turn_fts.rowid"
+            " JOIN conversations ON conversations.id = turns.conversation_id"
+            f" WHERE turn_fts MATCH ? AND {_OWNED} ORDER BY turn_fts.rank LIMIT ?",
+            (match, user_id, limit),
+        )
+        return [TurnHit.from_row(r) for r in rows]
+
+    async def semantic(self, user_id: str, vector: np.ndarray, limit: int) -> list[TurnHit]:
+        """The user's turns nearest in meaning (among those indexed), nearest first."""
+        rows = await self.db.fetchall(
+            "WITH knn AS (SELECT rowid, distance FROM turn_vec"
+            " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
+            " SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
+            " turns.role, turns.created_at, knn.distance AS score,"
+            " substr(turns.content, 1, 240) AS snippet"
+            " FROM knn JOIN turns ON turns.seq = knn.rowid"
+            " JOIN conversations ON conversations.id = turns.conversation_id"
+            f" WHERE {_OWNED} ORDER BY knn.distance LIMIT ?",
+            (vector_blob(vector), limit * 2, user_id, user_id, limit),
+        )
+        return [TurnHit.from_row(r) for r in rows]
+
+    async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
+        """(seq, content) of the user's turns not yet embedded, oldest first."""
+        row = await self.db.fetchone(
+            "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
+        )
+        after = int(row["last_seq"]) if row else 0
+        rows = await self.db.fetchall(
+            "SELECT turns.seq, turns.content FROM turns"
+            " JOIN conversations ON conversations.id = turns.conversation_id"
+            " WHERE conversations.user_id = ? AND turns.seq > ? ORDER BY turns.seq LIMIT ?",
+            (user_id, after, limit),
+        )
+        return [(int(r["seq"]), r["content"]) for r in rows]
+
+    async def add_vectors(
+        self, user_id: str, items: Sequence[tuple[int, np.ndarray]], upto_seq: int
+    ) -> None:
+        """Store turn vectors and move the user's indexed mark to upto_seq."""
+        async with self.db.transaction() as tx:
+            # Two indexers may race for one user: the mark, read under the write lock, decides.
+            async with tx.execute(
+                "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
+            ) as cur:
+                row = await cur.fetchone()
+            after = int(row["last_seq"]) if row else 0
+            for seq, vector in items:
+                if seq > after:
+                    await tx.execute(
+                        "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
+                        (seq, user_id, vector_blob(vector)),
+                    )
+            await tx.execute(
+                "INSERT INTO turn_vec_progress (user_id, last_seq) VALUES (?, ?)"
+                " ON CONFLICT (user_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
+                (user_id, upto_seq),
+            )
