@@ -58,6 +58,15 @@ class Settings:
     login_max_failures: int = 5  # failed logins per account per window before a lockout
     login_max_failures_per_address: int = 20
     login_window_s: float = 900.0
+    # -- knowledge: embeddings, memory, documents, search ------------------------------------
+    embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
+    embedding_device: str = "cpu"
+    knowledge_tokens: int = 768  # prompt budget for memory facts plus document passages
+    memory_top_k: int = 6
+    chunk_top_k: int = 4
+    memory_idle_s: float = 120.0  # a conversation quiet this long has its facts extracted
+    max_upload_bytes: int = 20 * 1024 * 1024
+    max_document_chars: int = 2_000_000
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property
