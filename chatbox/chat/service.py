@@ -6,6 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.prompt import fit_history, turn_messages
@@ -63,6 +64,8 @@ class ChatService:
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
+    context: ContextProvider | None = None  # knowledge: memory facts, document passages
+    _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -238,6 +241,9 @@ class ChatService:
         newest = engine.count_tokens(tuple(history[-1:]))
         if newest > budget:
             raise TooLong(newest, budget)
+        knowledge = await self._knowledge(conv, history, budget - newest, engine)
+        if knowledge.text:
+            history[-1] = ChatMessage("user", with_context(history[-1].content, knowledge))
         messages, _ = fit_history(conv.system_prompt, history, budget, engine.count_tokens)
         request = GenerationRequest(messages, sampling, cache_key=conv.id)
         try:
@@ -257,6 +263,7 @@ class ChatService:
         run = TurnRun(conv.id, draft_id, parent_id, model, user_turn_id,
                       self.settings.disconnect_grace_s, on_abandon=generation.cancel)
         self._runs[conv.id] = run
+        self._contexts[draft_id] = (conv.user_id, knowledge)
         run.publish("start", {"turn_id": draft_id, "user_turn_id": user_turn_id,
                               "parent_id": parent_id, "model": model})
         task = asyncio.create_task(self._drive(run, generation))
@@ -299,6 +306,7 @@ class ChatService:
             asyncio.get_running_loop().call_later(
                 FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
             )
+        await self._after_turn(run, turn.id)
         payload = {
             "turn_id": turn.id, "status": status, "model": run.model,
             "finish_reason": done.finish_reason if done else "error",
@@ -310,6 +318,30 @@ class ChatService:
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
+
+    async def _knowledge(
+        self, conv: Conversation, history: list[ChatMessage], room: int, engine: Engine
+    ) -> TurnContext:
+        """Memory facts and document passages for the newest user message, within room."""
+        budget = min(self.settings.knowledge_tokens, room)
+        if self.context is None or not history or history[-1].role != "user" or budget < 32:
+            return TurnContext()
+
+        def count(text: str) -> int:
+            return engine.count_tokens((ChatMessage("user", text),))
+
+        return await self.context.for_turn(conv.user_id, conv.id, history[-1].content, budget,
+                                           count)
+
+    async def _after_turn(self, run: TurnRun, turn_id: str) -> None:
+        """Publish the passages the answer drew on (before `done`); let knowledge follow up."""
+        user_id, knowledge = self._contexts.pop(run.turn_id, ("", TurnContext()))
+        if self.context is None or not user_id:
+            return
+        if knowledge.citations:
+            run.publish("citations", {"turn_id": turn_id,
+                                      "citations": [c.as_dict() for c in knowledge.citations]})
+        await self.context.turn_finished(user_id, run.conversation_id, turn_id, knowledge)
 
     async def shutdown(self) -> None:
         """Stop every running answer; each is saved as interrupted."""
