@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,31 @@ CHATML = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+GEMMA = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
+    "{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+# Known turn markers -> template, for GGUFs that ship without tokenizer.chat_template.
+FALLBACKS = (("<start_of_turn>", GEMMA), ("<|im_start|>", CHATML))
+
+
+def fallback_template(is_special_token: Callable[[str], bool]) -> str:
+    """Pick a template by the turn-marker tokens the vocabulary has (ChatML otherwise)."""
+    for marker, template in FALLBACKS:
+        if is_special_token(marker):
+            return template
+    return CHATML
 
 
 def _raise(message: str) -> None:

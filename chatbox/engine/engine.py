@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from chatbox.engine.chat_template import ChatTemplate
+from chatbox.engine.chat_template import ChatTemplate, fallback_template
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.scheduler import Job, Scheduler
@@ -91,7 +91,8 @@ class LlamaEngine:
         bos = self.model.piece(self.model.bos, special=True).decode("utf-8", "replace")
         eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
         self._bos_text = bos if self.model.bos >= 0 else ""
-        self.template = ChatTemplate(self.model.chat_template(), self._bos_text, eos)
+        source = self.model.chat_template() or fallback_template(self._is_single_token)
+        self.template = ChatTemplate(source, self._bos_text, eos)
         train = self.model.n_ctx_train
         per_seq = min(settings.n_ctx_per_seq, settings.n_ctx)
         if train > 0:
@@ -106,6 +107,9 @@ class LlamaEngine:
         self.metrics = EngineMetrics(name, registry)
         self._ctx: Context | None = None
         self._scheduler: Scheduler | None = None
+
+    def _is_single_token(self, text: str) -> bool:
+        return len(self.model.tokenize(text, add_special=False, parse_special=True)) == 1
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
