@@ -164,7 +164,9 @@ class LlamaEngine:
     def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
         return len(self.prompt_tokens(messages))
 
-    def submit(self, request: GenerationRequest, *, capture_logits: int = 0) -> EngineGeneration:
+    def submit(
+        self, request: GenerationRequest, *, capture_logits: int = 0, ignore_eog: bool = False
+    ) -> EngineGeneration:
         """Queue a request (from the event loop); may raise ContextOverflowError/EngineBusyError."""
         sched = self._scheduler
         if sched is None:
@@ -185,7 +187,13 @@ class LlamaEngine:
             except RuntimeError:  # the loop is gone: nobody is listening any more
                 job.cancelled = True
 
-        job = Job(request=request, prompt=prompt, sink=sink, capture_logits=capture_logits)
+        job = Job(
+            request=request,
+            prompt=prompt,
+            sink=sink,
+            capture_logits=capture_logits,
+            ignore_eog=ignore_eog,
+        )
         gen = EngineGeneration(self, job, events)
         sched.enqueue(job)
         return gen

@@ -49,6 +49,7 @@ class Job:
     sink: Callable[[EngineEvent], None]  # thread-safe delivery to the asyncio side
     order: int = 0
     capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
+    ignore_eog: bool = False  # benchmark hook: run to max_tokens even past end-of-turn
     logits: list[np.ndarray] = field(default_factory=list)
     cancelled: bool = False
     done: bool = False
@@ -271,7 +272,7 @@ class Scheduler:
         else:
             self.metrics.tpot.observe(now - job.t_last)
         job.t_last = now
-        if tok in self.model.eog_ids:
+        if tok in self.model.eog_ids and not job.ignore_eog:
             self._finish(job, "stop")
             return
         job.n_generated += 1

@@ -1,0 +1,28 @@
+"""The engine benchmark runs end to end (tiny model, quick sizes; no speed asserts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_benchmark_quick_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "engine.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine.py"), "--quick", "--model", "tiny",
+         "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "streams" in proc.stdout and "second turn" in proc.stdout
+    data = json.loads(out.read_text())
+    assert [row["streams"] for row in data["throughput"]] == [1, 4, 8]
+    assert data["second_turn"]["warm_ttft"] > 0
+    assert data["long_prompt_stall"]["tpot_without"] > 0
