@@ -1,0 +1,164 @@
+"""The HTML UI's routes on the tiny model: pages, htmx partials, the bubble's SSE, errors."""
+
+from __future__ import annotations
+
+import re
+
+from litestar.testing import TestClient
+
+from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong
+from chatbox.web.ui import _friendly
+from tests.sse import Event, parse_sse
+
+HX = {"HX-Request": "true"}
+
+
+def stream_url(body: str) -> str:
+    match = re.search(r'sse-connect="([^"]+)"', body)
+    assert match, body
+    return match.group(1)
+
+
+def read_stream(client: TestClient, url: str, last_id: int | None = None) -> list[Event]:
+    headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
+    response = client.get(url, headers=headers)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return list(parse_sse(iter(response.text.split("\n"))))
+
+
+def start_chat(client: TestClient, text: str = "Hello there") -> tuple[str, str]:
+    response = client.post("/ui/new/send", data={"content": text, "model": "",
+                                                 "system_prompt": ""}, headers=HX)
+    assert response.status_code == 200, response.text
+    conv_id = response.headers["HX-Push-Url"].removeprefix("/c/")
+    return conv_id, stream_url(response.text)
+
+
+def test_index_is_a_new_chat_with_local_assets_only(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert 'hx-post="/ui/new/send"' in page
+    assert "/static/vendor/htmx.min.js" in page and "/static/vendor/sse.js" in page
+    assert not re.search(r'(src|href)="(https?:)?//', page), "no CDNs on an offline box"
+    assert client.get("/static/app.css").status_code == 200
+    assert client.get("/static/app.js").status_code == 200
+
+
+def test_first_message_creates_the_chat_and_streams_html(client: TestClient) -> None:
+    response = client.post("/ui/new/send", data={"content": "<b>hi</b> there"}, headers=HX)
+    assert response.status_code == 200
+    conv_id = response.headers["HX-Push-Url"].removeprefix("/c/")
+    assert "&lt;b&gt;hi&lt;/b&gt; there" in response.text  # the user's text is escaped
+    assert 'id="conv-list" hx-swap-oob="true"' in response.text
+    events = read_stream(client, stream_url(response.text))
+    kinds = [e.event for e in events]
+    assert kinds[-1] == "done" and set(kinds[:-1]) <= {"html"}
+    ids = [int(e.id or 0) for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    final = events[-1].data
+    assert 'data-status="complete"' in final
+    assert 'id="context-meter" hx-swap-oob="true"' in final
+
+    page = client.get(f"/c/{conv_id}").text
+    assert "&lt;b&gt;hi&lt;/b&gt; there" in page
+    assert 'class="conv-item active"' in page
+    assert 'data-status="complete"' in page
+    assert "sse-connect" not in page  # nothing running any more
+
+
+def test_reconnect_with_last_event_id_resumes(client: TestClient) -> None:
+    _, url = start_chat(client)
+    events = read_stream(client, url)
+    html_events = [e for e in events if e.event == "html"]
+    if len(html_events) < 2:
+        return  # the tiny model said too little to resume in the middle
+    middle = int(html_events[0].id or 0)
+    resumed = read_stream(client, url, last_id=middle)
+    assert all(int(e.id or 0) > middle for e in resumed)
+    assert resumed[-1].event == "done" and resumed[-1].data == events[-1].data
+
+
+def test_unknown_stream_ends_instead_of_reconnecting_forever(client: TestClient) -> None:
+    events = read_stream(client, "/ui/c/c_nope/turns/t_nope/stream")
+    assert [e.event for e in events] == ["done"]
+    assert "no longer available" in events[0].data
+
+
+def test_regenerate_and_switch_branches(client: TestClient) -> None:
+    conv_id, url = start_chat(client, "Pick a number")
+    first = read_stream(client, url)[-1].data
+    answer_id = re.search(r'data-turn-id="([^"]+)"', first).group(1)  # type: ignore[union-attr]
+    response = client.post(f"/ui/c/{conv_id}/turns/{answer_id}/regenerate", headers=HX)
+    assert response.status_code == 200
+    assert 'class="turn assistant streaming"' in response.text
+    assert answer_id not in response.text  # the old answer is on the other branch now
+    read_stream(client, stream_url(response.text))
+    page = client.get(f"/c/{conv_id}").text
+    assert '<span class="branch-pos">2/2</span>' in page
+    response = client.post(f"/ui/c/{conv_id}/branch", data={"turn_id": answer_id}, headers=HX)
+    assert response.status_code == 200
+    assert '<span class="branch-pos">1/2</span>' in response.text
+    assert answer_id in response.text
+
+
+def test_edit_makes_a_sibling_of_the_user_message(client: TestClient) -> None:
+    conv_id, url = start_chat(client, "First version")
+    read_stream(client, url)
+    page = client.get(f"/c/{conv_id}").text
+    user_id = re.search(r'class="turn user" id="turn-([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    form = client.get(f"/ui/c/{conv_id}/turns/{user_id}/edit", headers=HX)
+    assert "First version</textarea>" in form.text
+    response = client.post(f"/ui/c/{conv_id}/turns/{user_id}/edit",
+                           data={"content": "Second version"}, headers=HX)
+    assert response.status_code == 200
+    assert "Second version" in response.text and "First version" not in response.text
+    read_stream(client, stream_url(response.text))
+    assert '<span class="branch-pos">2/2</span>' in client.get(f"/c/{conv_id}").text
+
+
+def test_settings_rename_model_and_system_prompt(client: TestClient) -> None:
+    conv_id, url = start_chat(client)
+    read_stream(client, url)
+    response = client.post(f"/ui/c/{conv_id}/settings", headers=HX, data={
+        "title": "Renamed chat", "system_prompt": "Be brief.", "model": "tiny"})
+    assert response.status_code == 200
+    assert "Renamed chat</h1>" in response.text
+    assert "Be brief.</textarea>" in response.text
+    assert 'hx-swap-oob="true"' in response.text  # the sidebar shows the new title
+    bad = client.post(f"/ui/c/{conv_id}/settings", data={"model": "nope"}, headers=HX)
+    assert bad.status_code == 404 and bad.headers["HX-Retarget"] == "#alerts"
+    assert "not available" in bad.text
+
+
+def test_delete_redirects_home(client: TestClient) -> None:
+    conv_id, url = start_chat(client)
+    read_stream(client, url)
+    response = client.post(f"/ui/c/{conv_id}/delete", headers=HX)
+    assert response.headers["HX-Redirect"] == "/"
+    assert client.get(f"/c/{conv_id}").status_code == 404
+
+
+def test_errors_are_friendly_inline_alerts(client: TestClient) -> None:
+    empty = client.post("/ui/new/send", data={"content": "   "}, headers=HX)
+    assert empty.status_code == 422
+    assert empty.headers["HX-Retarget"] == "#alerts"
+    assert empty.headers["HX-Reswap"] == "innerHTML"
+    assert 'role="alert"' in empty.text and "Type a message first" in empty.text
+    conv_id, url = start_chat(client)
+    read_stream(client, url)
+    long = client.post(f"/ui/c/{conv_id}/send", data={"content": "x" * 200_001}, headers=HX)
+    assert long.status_code == 413 and "too long" in long.text
+    missing = client.get("/c/c_missing")
+    assert missing.status_code == 404 and "<!doctype html>" in missing.text
+    assert "no longer exists" in missing.text
+
+
+def test_friendly_messages() -> None:
+    status, message, headers = _friendly(Overloaded("queue full", retry_after=7))
+    assert (status, headers) == (503, {"Retry-After": "7"}) and "7 seconds" in message
+    assert _friendly(Busy("busy"))[0] == 409
+    assert _friendly(TooLong(5000, 4096))[0] == 413
+    assert _friendly(InvalidInput("the message is empty"))[1] == "Type a message first."
