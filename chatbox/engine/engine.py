@@ -129,6 +129,7 @@ class LlamaEngine:
             kv_type=s.kv_type,
         )
         ctx = await asyncio.to_thread(Context, self.model, params)
+        await asyncio.to_thread(ctx.warm_up)
         self._ctx = ctx
         self._scheduler = Scheduler(
             self.model,

@@ -7,6 +7,7 @@ thread for tokenizing and detokenizing; a `Context` belongs to exactly one threa
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,12 +16,22 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-try:  # keep llama.cpp's chatter off stderr (errors still print)
-    from llama_cpp._logger import set_verbose
+log = logging.getLogger("chatbox.engine.llama_cpp")
+_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+# messages about situations the engine handles itself
+_EXPECTED = (b"failed to find a memory slot", b"n_ctx_seq", b"full-size SWA cache")
 
-    set_verbose(False)
-except Exception:  # pragma: no cover - older/newer bindings
-    pass
+
+@llama_cpp.llama_log_callback  # type: ignore[misc]
+def _on_log(level: int, text: bytes | None, _user: object) -> None:
+    if not text or level == 5:  # 5: continuation of the previous line
+        return
+    lvl = logging.DEBUG if any(e in text for e in _EXPECTED) else _LEVELS.get(level, 10)
+    if log.isEnabledFor(lvl):
+        log.log(lvl, "%s", text.decode("utf-8", errors="replace").rstrip())
+
+
+llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))  # llama.cpp logs go to Python logging
 
 KV_TYPES = {
     "f32": llama_cpp.GGML_TYPE_F32,
@@ -211,6 +222,17 @@ class Context:
         self.n_ctx = int(llama_cpp.llama_n_ctx(ptr))
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
+
+    def warm_up(self) -> None:
+        """Run one tiny decode so the first real request doesn't pay for buffer setup."""
+        batch = Batch(1)
+        try:
+            token = self.model.bos if self.model.bos >= 0 else 0
+            batch.add(token, 0, 0, True)
+            self.decode(batch)
+        finally:
+            batch.free()
+            self.clear()
 
     def decode(self, batch: Batch) -> int:
         return int(llama_cpp.llama_decode(self.ptr, batch.raw))
