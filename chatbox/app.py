@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import secrets
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,10 +21,11 @@ from chatbox import __version__
 from chatbox.chat import ChatService
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.registry import ModelRegistry
-from chatbox.engine.types import Engine
+from chatbox.engine.types import Engine, EngineStats
 from chatbox.settings import Settings
 from chatbox.store import Store
 from chatbox.web import ROUTE_HANDLERS
+from chatbox.web.auth import Attempts, Guard, LoginRequired, login_required_handler
 from chatbox.web.deps import DEPENDENCIES
 from chatbox.web.errors import EXCEPTION_HANDLERS
 
@@ -58,6 +61,10 @@ class LocalModels:
     async def engine(self, name: str) -> Engine:
         return await self.pool.get(name)
 
+    def stats(self, name: str) -> EngineStats | None:
+        """A loaded engine's load now (None while it is not loaded)."""
+        return self.pool.stats().get(name)
+
     def default_loaded(self) -> bool:
         try:
             return self.default() in self.pool.loaded()
@@ -77,6 +84,31 @@ def no_model_message() -> str:
     )
 
 
+async def ensure_admin(store: Store, settings: Settings) -> None:
+    """First start with no accounts: create the admin (taking over the local user's data).
+
+    The password comes from settings.admin_password, or is generated and printed once.
+    """
+    if await store.users.count() > 0:
+        return
+    password = settings.admin_password or secrets.token_urlsafe(12)
+    local = await store.users.get_by_name("local")
+    if local is not None:
+        await store.users.rename(local.id, settings.admin_name)
+        await store.users.set_role(local.id, "admin")
+        await store.users.set_password(local.id, password)
+    else:
+        await store.users.create(settings.admin_name, role="admin", password=password)
+    if settings.admin_password:
+        print(f"chatbox: created the admin account {settings.admin_name!r} with the given "
+              "password", file=sys.stderr, flush=True)
+    else:
+        print(f"chatbox: created the admin account {settings.admin_name!r}; log in at "
+              f"http://{settings.host}:{settings.port}/login with password: {password}\n"
+              "  (shown once; change it with `chatbox users reset-password "
+              f"{settings.admin_name}`)", file=sys.stderr, flush=True)
+
+
 def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Litestar:
     """Build the whole appliance for these settings."""
     metrics_registry = CollectorRegistry()
@@ -86,6 +118,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         settings.ensure_dirs()
         models_registry = registry or model_registry(settings)
         store = await Store.open(settings.db_path)
+        await ensure_admin(store, settings)
         recovered = await store.turns.recover_drafts()
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
@@ -94,7 +127,9 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         chat = ChatService(store, models, settings)
         app.state.update(
             settings=settings, store=store, models=models, chat=chat,
-            local_user=await store.users.ensure_local_user(),
+            auth_guard=Guard(
+                Attempts(settings.login_max_failures, settings.login_window_s),
+                Attempts(settings.login_max_failures_per_address, settings.login_window_s)),
             metrics_registry=metrics_registry,
         )
         try:
@@ -111,7 +146,8 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
             create_static_files_router(path="/static", directories=[STATIC_DIR]),
         ],
         dependencies=DEPENDENCIES,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers={**EXCEPTION_HANDLERS,  # type: ignore[dict-item]
+                            LoginRequired: login_required_handler},
         lifespan=[lifespan],
         template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),

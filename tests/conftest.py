@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from chatbox.app import create_app
+from chatbox.app import create_app, ensure_admin
 from chatbox.engine.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
+from chatbox.store import Store
 from tests.tinymodel import make_tiny_gguf
 
 
@@ -41,11 +43,41 @@ def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> S
     engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256,
                             n_threads=2)
     base = Settings(data_dir=data_dir, model=model, max_tokens=24, heartbeat_s=0.5,
-                    disconnect_grace_s=0.5, draft_flush_s=0.05, engine=engine)
+                    disconnect_grace_s=0.5, draft_flush_s=0.05, engine=engine,
+                    admin_password=ADMIN_PASSWORD)
     return base.with_overrides(**overrides)
 
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+ADMIN_NAME = "admin"
+ADMIN_PASSWORD = "admin-password-for-tests"  # test_settings seeds the first admin with it
+
+
+def seed_user(settings: Settings, name: str = ADMIN_NAME, role: str = "admin",
+              tier: str = "paid", password: str | None = None) -> str:
+    """Before the app starts: make sure the admin exists, add `name` if new; a new API key."""
+
+    async def run() -> str:
+        store = await Store.open(settings.db_path)
+        try:
+            await ensure_admin(store, settings)
+            user = await store.users.get_by_name(name)
+            if user is None:
+                user = await store.users.create(name, role=role, tier=tier, password=password)
+            else:
+                await store.users.set_tier(user.id, tier)
+            _, secret = await store.keys.create(user.id, "tests")
+            return secret
+        finally:
+            await store.close()
+
+    settings.ensure_dirs()
+    return asyncio.run(run())
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture
@@ -67,8 +99,10 @@ def settings(data_dir: Path) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings, registry: ModelRegistry) -> Iterator[TestClient]:
-    """The whole app on the tiny model, driven in-process."""
+    """The whole app on the tiny model, driven in-process, as the admin (a paid-tier API key)."""
+    key = seed_user(settings)
     with TestClient(create_app(settings, registry), timeout=60) as c:
+        c.headers.update(bearer(key))
         yield c
 
 
@@ -77,6 +111,10 @@ class LiveServer:
 
     def __init__(self, settings: Settings, registry: ModelRegistry) -> None:
         import socket
+
+        self.settings = settings
+        self.api_key = seed_user(settings)  # the admin's key; log in with ADMIN_PASSWORD
+        self.headers = bearer(self.api_key)
         import threading
 
         import uvicorn

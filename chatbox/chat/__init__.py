@@ -6,6 +6,7 @@ from chatbox.chat.errors import (
     InvalidInput,
     NotFound,
     Overloaded,
+    RateLimited,
     TooLong,
     UnknownModel,
 )
@@ -15,5 +16,6 @@ from chatbox.chat.views import ConversationView, TurnView
 
 __all__ = [
     "Busy", "ChatError", "ChatService", "ConversationView", "InvalidInput", "NotFound",
-    "Overloaded", "RunEvent", "TooLong", "TurnOptions", "TurnRun", "TurnView", "UnknownModel",
+    "Overloaded", "RateLimited", "RunEvent", "TooLong", "TurnOptions", "TurnRun", "TurnView",
+    "UnknownModel",
 ]

@@ -45,3 +45,17 @@ class Overloaded(ChatError):
     def __init__(self, message: str, retry_after: int = 5) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RateLimited(ChatError):
+    """Over a per-user limit (429): a token bucket, a budget, or concurrent answers.
+
+    `headers` carries Retry-After and the x-ratelimit-* headers for requests and tokens.
+    """
+
+    def __init__(self, message: str, retry_after: int, headers: dict[str, str] | None = None,
+                 kind: str = "requests") -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+        self.kind = kind  # requests | tokens | budget | streams
+        self.headers = {**(headers or {}), "Retry-After": str(self.retry_after)}

@@ -6,10 +6,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from chatbox.chat.admission import Admission, Ticket
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
+from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider
+from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history, turn_messages
+from chatbox.chat.routing import AUTO, Router
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import (
@@ -17,6 +21,7 @@ from chatbox.engine.types import (
     ContextOverflowError,
     DoneEvent,
     Engine,
+    EngineStats,
     Generation,
     GenerationRequest,
     SamplingParams,
@@ -66,6 +71,23 @@ class ChatService:
     _closing: bool = False
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
+    admission: Admission | None = None  # quotas, routing, overload; built from settings if None
+
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            policy = Policy.load(self.settings.policy_path)
+            router = Router(policy, self.models.names, self.models.default)
+            self.admission = Admission(policy, self.store.usage, router, self._engine_stats,
+                                       self.settings.high_water)
+
+    def _engine_stats(self, model: str) -> EngineStats | None:
+        stats = getattr(self.models, "stats", None)
+        return stats(model) if callable(stats) else None
+
+    @property
+    def gate(self) -> Admission:
+        assert self.admission is not None
+        return self.admission
 
     # -- reading -------------------------------------------------------------------------
 
@@ -78,6 +100,8 @@ class ChatService:
     def resolve_model(self, requested: str | None) -> str:
         names = self.models.names()
         name = requested or self.models.default()
+        if name == AUTO:
+            return AUTO
         if name not in names:
             raise UnknownModel(name, names)
         return name
@@ -134,7 +158,7 @@ class ChatService:
             parent_id = conv.active_leaf_id
         elif parent_id is not None and await self.store.turns.get(conv.id, parent_id) is None:
             raise NotFound("parent turn not found")
-        return await self._begin(conv, parent_id, content, options or TurnOptions())
+        return await self._begin(user, conv, parent_id, content, options or TurnOptions())
 
     async def edit(
         self, user: User, conv_id: str, turn_id: str, content: str,
@@ -160,7 +184,7 @@ class ChatService:
         parent = turn.parent_id if turn.role == "assistant" else turn.id
         if parent is None:
             raise InvalidInput("nothing to regenerate")
-        return await self._begin(conv, parent, None, options or TurnOptions())
+        return await self._begin(user, conv, parent, None, options or TurnOptions())
 
     async def switch_branch(self, user: User, conv_id: str, turn_id: str) -> None:
         conv = await self.conversation(user, conv_id)
@@ -188,20 +212,39 @@ class ChatService:
         await self.store.conversations.delete(user.id, conv.id)
 
     async def complete(
-        self, messages: tuple[ChatMessage, ...], options: TurnOptions
+        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None
     ) -> tuple[str, Generation, int]:
-        """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size."""
+        """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
+
+        With a user, it is admitted first (quotas, routing, overload) and its usage recorded.
+        """
         if not messages:
             raise InvalidInput("messages must not be empty")
-        model = self.resolve_model(options.model)
-        engine = await self.models.engine(model)
         sampling = options.sampling(self.settings.max_tokens)
-        tokens = engine.count_tokens(messages)
-        self._check_fits(engine, tokens)
+        ticket: Ticket | None = None
+        if user is not None:
+            text = "\n".join(m.content for m in messages)
+            ticket = await self.gate.admit(user, options.model, text, sampling.max_tokens)
+            model = ticket.model
+        else:
+            model = self.resolve_model(options.model)
         try:
-            generation = engine.submit(GenerationRequest(messages, sampling))
+            engine = await self.models.engine(model)
+            tokens = engine.count_tokens(messages)
+            self._check_fits(engine, tokens)
+            priority = ticket.priority if ticket else 0
+            generation: Generation = engine.submit(
+                GenerationRequest(messages, sampling, priority=priority))
         except ContextOverflowError as exc:
+            if ticket:
+                await ticket.finish(None)
             raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        except BaseException:
+            if ticket:
+                await ticket.finish(None)
+            raise
+        if ticket is not None:
+            generation = MeteredGeneration(generation, ticket)
         return model, generation, tokens
 
     # -- the turn itself -----------------------------------------------------------------
@@ -213,7 +256,7 @@ class ChatService:
             raise TooLong(tokens, limit)
 
     async def _begin(
-        self, conv: Conversation, parent_id: str | None, content: str | None,
+        self, user: User, conv: Conversation, parent_id: str | None, content: str | None,
         options: TurnOptions,
     ) -> TurnRun:
         # Check-and-reserve happens before the first await: two sends can never both pass.
@@ -221,15 +264,21 @@ class ChatService:
             raise Busy("this conversation is still generating an answer; stop it or wait")
         self._reserved.add(conv.id)
         try:
-            return await self._start(conv, parent_id, content, options)
+            ticket = await self.gate.admit(user, options.model or conv.model, content or "",
+                                           options.max_tokens or self.settings.max_tokens)
+            try:
+                return await self._start(conv, parent_id, content, options, ticket)
+            except BaseException:
+                await ticket.finish(None)
+                raise
         finally:
             self._reserved.discard(conv.id)
 
     async def _start(
         self, conv: Conversation, parent_id: str | None, content: str | None,
-        options: TurnOptions,
+        options: TurnOptions, ticket: Ticket,
     ) -> TurnRun:
-        model = self.resolve_model(options.model or conv.model)
+        model = ticket.model
         engine = await self.models.engine(model)
         history = turn_messages(await self.store.turns.path(conv.id, parent_id))
         if content is not None:
@@ -245,7 +294,8 @@ class ChatService:
         if knowledge.text:
             history[-1] = ChatMessage("user", with_context(history[-1].content, knowledge))
         messages, _ = fit_history(conv.system_prompt, history, budget, engine.count_tokens)
-        request = GenerationRequest(messages, sampling, cache_key=conv.id)
+        request = GenerationRequest(messages, sampling, cache_key=conv.id,
+                                    priority=ticket.priority)
         try:
             generation = engine.submit(request)
         except ContextOverflowError as exc:
@@ -265,13 +315,13 @@ class ChatService:
         self._runs[conv.id] = run
         self._contexts[draft_id] = (conv.user_id, knowledge)
         run.publish("start", {"turn_id": draft_id, "user_turn_id": user_turn_id,
-                              "parent_id": parent_id, "model": model})
-        task = asyncio.create_task(self._drive(run, generation))
+                              "parent_id": parent_id, "model": model, **route_out(ticket)})
+        task = asyncio.create_task(self._drive(run, generation, ticket))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def _drive(self, run: TurnRun, generation: Generation) -> None:
+    async def _drive(self, run: TurnRun, generation: Generation, ticket: Ticket) -> None:
         done: DoneEvent | None = None
         error: str | None = None
         last_flush = time.monotonic()
@@ -298,6 +348,7 @@ class ChatService:
         else:
             status, usage = ("interrupted" if self._closing else "failed"), TurnUsage()
         try:
+            await ticket.finish(done.usage if done is not None else None)
             turn = await self.store.turns.finish_draft(run.turn_id, status, run.text, usage,
                                                        error)
         finally:
@@ -308,7 +359,7 @@ class ChatService:
             )
         await self._after_turn(run, turn.id)
         payload = {
-            "turn_id": turn.id, "status": status, "model": run.model,
+            "turn_id": turn.id, "status": status, "model": run.model, **route_out(ticket),
             "finish_reason": done.finish_reason if done else "error",
             "usage": {"prompt_tokens": usage.prompt_tokens,
                       "completion_tokens": usage.completion_tokens,
@@ -350,3 +401,16 @@ class ChatService:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def route_out(ticket: Ticket) -> dict[str, object]:
+    """How the model was chosen, for the answer's events (shown with every answer)."""
+    route = ticket.route
+    out: dict[str, object] = {"route": route.reason}
+    if route.arm:
+        out["arm"] = route.arm
+    if route.degraded_from:
+        out["degraded_from"] = route.degraded_from
+        out["notice"] = (f"The server is busy, so {route.model} answered instead of "
+                         f"{route.degraded_from}.")
+    return out

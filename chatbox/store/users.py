@@ -67,10 +67,13 @@ class UserRepo:
         return user
 
     async def _set(self, user_id: str, column: str, value: Any) -> User | None:
-        assert column in {"role", "tier", "disabled", "password_hash"}
+        assert column in {"name", "role", "tier", "disabled", "password_hash"}
         async with self.db.transaction() as tx:
             await tx.execute(f"UPDATE users SET {column} = ? WHERE id = ?", (value, user_id))
         return await self.get(user_id)
+
+    async def rename(self, user_id: str, name: str) -> User | None:
+        return await self._set(user_id, "name", name)
 
     async def set_tier(self, user_id: str, tier: str) -> User | None:
         return await self._set(user_id, "tier", tier)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from litestar.types import ControllerRouterHandler
 
+from chatbox.web.admin import AdminApiController, AdminPagesController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
+from chatbox.web.login import LoginController
 from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
 
@@ -14,4 +16,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     OpenAIController,
     HealthController,
     PagesController,
+    LoginController,
+    AdminApiController,
+    AdminPagesController,
 ]

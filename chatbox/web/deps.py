@@ -9,12 +9,12 @@ from litestar.di import NamedDependency, Provide
 
 from chatbox.chat import ChatService
 from chatbox.store import Store, User
+from chatbox.web.auth import authenticate
 
 
 async def provide_user(request: Request[Any, Any, Any]) -> User:
-    """The acting user. Until accounts land, everything belongs to the single local user."""
-    user: User = request.app.state.local_user
-    return user
+    """The acting user: a Bearer API key or a session cookie (see chatbox.web.auth)."""
+    return await authenticate(request)
 
 
 async def provide_chat(request: Request[Any, Any, Any]) -> ChatService:

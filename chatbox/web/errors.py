@@ -13,6 +13,7 @@ from chatbox.chat import (
     InvalidInput,
     NotFound,
     Overloaded,
+    RateLimited,
     TooLong,
     UnknownModel,
 )
@@ -24,6 +25,7 @@ _STATUS: list[tuple[type[ChatError], int, str]] = [
     (NotFound, 404, "not_found"),
     (Busy, 409, "conversation_busy"),
     (Overloaded, 503, "overloaded"),
+    (RateLimited, 429, "rate_limit_exceeded"),
 ]
 
 
@@ -47,6 +49,9 @@ def chat_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[An
         extra["limit"] = exc.limit
     if isinstance(exc, Overloaded):
         headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, RateLimited):
+        headers.update(exc.headers)
+        extra["code"] = exc.kind
     return Response(error_body(str(exc), kind, **extra), status_code=status, headers=headers,
                     media_type=MediaType.JSON)
 

@@ -1,0 +1,224 @@
+"""Admission, before any engine work: budgets, token buckets, fair share, the overload order."""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from chatbox.chat.errors import Overloaded, RateLimited
+from chatbox.chat.policy import Policy, TierPolicy
+from chatbox.chat.routing import Route, Router
+from chatbox.engine.types import EngineStats, Usage
+from chatbox.store import User
+from chatbox.store.usage import UsageRepo, day_of
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class TokenBucket:
+    """`capacity` per minute, refilled continuously; the level may go below zero (debt)."""
+
+    capacity: float
+    level: float
+    updated: float
+
+    @property
+    def rate(self) -> float:
+        return self.capacity / 60.0
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        self.updated = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` is available (0 when it is now)."""
+        need = min(amount, self.capacity) - self.level
+        return 0.0 if need <= 0 else need / self.rate
+
+    def reset_s(self) -> float:
+        """Seconds until the bucket is full again."""
+        return max(0.0, (self.capacity - self.level) / self.rate) if self.rate else 0.0
+
+
+@dataclass
+class UserState:
+    requests: TokenBucket | None
+    tokens: TokenBucket | None
+    streams: int = 0
+
+
+@dataclass
+class Ticket:
+    """An admitted request; `finish` charges what it actually used, exactly once."""
+
+    user: User
+    route: Route
+    estimate: int
+    priority: int
+    admission: Admission
+    done: bool = False
+
+    @property
+    def model(self) -> str:
+        return self.route.model
+
+    async def finish(self, usage: Usage | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        await self.admission.settle(self, usage)
+
+    def release(self) -> None:
+        """Finish without usage from a sync context (e.g. a cancelled generation)."""
+        if not self.done:
+            self.admission.spawn(self.finish(None))
+
+
+@dataclass
+class Admission:
+    """Decides, per request, whether it runs, on which model, or why not (429 / 503)."""
+
+    policy: Policy
+    usage: UsageRepo
+    router: Router
+    stats: Callable[[str], EngineStats | None]  # an engine's load; None while not loaded
+    high_water: int = 0  # overrides the policy's high-water mark when > 0
+    clock: Clock = time.monotonic
+    _users: dict[str, UserState] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    # -- state --------------------------------------------------------------------------
+
+    def _state(self, user: User, tier: TierPolicy) -> UserState:
+        state = self._users.get(user.id)
+        now = self.clock()
+        if state is None or _limits(state) != (tier.rpm, tier.tpm):
+            def bucket(limit: int) -> TokenBucket | None:
+                return TokenBucket(limit, limit, now) if limit > 0 else None
+            streams = state.streams if state else 0
+            state = UserState(bucket(tier.rpm), bucket(tier.tpm), streams)
+            self._users[user.id] = state
+        for b in (state.requests, state.tokens):
+            if b is not None:
+                b.refill(now)
+        return state
+
+    def headers(self, user: User) -> dict[str, str]:
+        """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for this user now."""
+        state = self._state(user, self.policy.tier(user.tier))
+        out: dict[str, str] = {}
+        for name, b in (("requests", state.requests), ("tokens", state.tokens)):
+            if b is None:
+                continue
+            out[f"x-ratelimit-limit-{name}"] = str(int(b.capacity))
+            out[f"x-ratelimit-remaining-{name}"] = str(max(0, math.floor(b.level)))
+            out[f"x-ratelimit-reset-{name}"] = f"{math.ceil(b.reset_s())}s"
+        return out
+
+    def high_water_for(self, stats: EngineStats) -> int:
+        hw = self.high_water or self.policy.overload.high_water or stats.slots_total
+        return max(1, hw)
+
+    # -- admission ----------------------------------------------------------------------
+
+    async def admit(self, user: User, requested: str | None, text: str,
+                    max_tokens: int = 0) -> Ticket:
+        """Admit or refuse a request; raises RateLimited (429) or Overloaded (503)."""
+        tier = self.policy.tier(user.tier)
+        route = self.router.route(user, requested, text)  # UnknownModel before any charge
+        await self._check_budget(user, tier)
+        state = self._state(user, tier)
+        estimate = max(1, len(text) // 4)
+        for kind, b, amount in (("requests", state.requests, 1.0),
+                                ("tokens", state.tokens, float(estimate))):
+            wait = b.wait_for(amount) if b is not None else 0.0
+            if wait > 0:
+                raise RateLimited(
+                    f"rate limit reached: {tier.rpm if kind == 'requests' else tier.tpm} "
+                    f"{kind} per minute on the {tier.name} tier; retry in {math.ceil(wait)} s",
+                    math.ceil(wait), self.headers(user), kind)
+        if state.streams >= tier.max_streams:
+            raise RateLimited(
+                f"{state.streams} answers are already being written for you (the {tier.name} "
+                f"tier allows {tier.max_streams} at once); wait for one to finish",
+                2, self.headers(user), "streams")
+        route = await self._overload(user, tier, route)
+        if state.requests is not None:
+            state.requests.level -= 1
+        if state.tokens is not None:
+            state.tokens.level -= estimate
+        # Fair share: a user's extra streams queue behind everyone else's first ones.
+        priority = state.streams
+        state.streams += 1
+        return Ticket(user, route, estimate, priority, self)
+
+    async def _check_budget(self, user: User, tier: TierPolicy) -> None:
+        now = time.time()
+        for budget, since, period in ((tier.daily_tokens, day_of(now), "daily"),
+                                      (tier.monthly_tokens, day_of(now)[:8] + "01", "monthly")):
+            if budget <= 0:
+                continue
+            used = await self.usage.tokens_since(user.id, since)
+            if used >= budget:
+                wait = _seconds_to_next(period, now)
+                raise RateLimited(
+                    f"the {tier.name} tier's {period} budget of {budget} tokens is used up",
+                    wait, self.headers(user), "budget")
+
+    async def _overload(self, user: User, tier: TierPolicy, route: Route) -> Route:
+        """Past the high-water mark: shed, then degrade, then queue — in that order."""
+        stats = self.stats(route.model)
+        if stats is None:
+            return route
+        hw = self.high_water_for(stats)
+        depth = stats.queue_depth
+        retry = self.policy.overload.retry_after_s
+        if depth >= hw and tier.overload == "shed":
+            await self.usage.record(user.id, route.model, requests=0, shed=1, arm=route.arm)
+            raise Overloaded(f"the server is busy; please retry in {retry} s", retry)
+        degrade_at = hw * self.policy.overload.degrade_factor
+        fallback = tier.fallback
+        if (depth >= degrade_at and tier.overload == "degrade" and fallback
+                and fallback != route.model and fallback in self.router.names()):
+            small = self.stats(fallback)
+            if small is None or small.queue_depth < degrade_at:
+                return route.degrade(fallback)
+        return route
+
+    async def settle(self, ticket: Ticket, usage: Usage | None) -> None:
+        state = self._users.get(ticket.user.id)
+        used = usage.prompt_tokens + usage.completion_tokens if usage else 0
+        if state is not None:
+            state.streams = max(0, state.streams - 1)
+            if state.tokens is not None:
+                state.tokens.level += ticket.estimate - used  # charge what was really used
+        route = ticket.route
+        await self.usage.record(
+            ticket.user.id, route.model, prompt=usage.prompt_tokens if usage else 0,
+            completion=usage.completion_tokens if usage else 0,
+            cached=usage.cached_tokens if usage else 0,
+            degraded=int(route.degraded_from is not None), arm=route.arm)
+
+    def spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _limits(state: UserState) -> tuple[int, int]:
+    return (int(state.requests.capacity) if state.requests else 0,
+            int(state.tokens.capacity) if state.tokens else 0)
+
+
+def _seconds_to_next(period: str, now: float) -> int:
+    """Seconds until the next UTC day (daily) or calendar month (monthly) begins."""
+    t = time.gmtime(now)
+    if period == "daily":
+        return int(calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)) + 86400 - now) + 1
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    return int(calendar.timegm((year, month, 1, 0, 0, 0)) - now) + 1

@@ -1,0 +1,29 @@
+"""A generation whose usage is charged to its admission ticket when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from chatbox.chat.admission import Ticket
+from chatbox.engine.types import DoneEvent, EngineEvent, Generation
+
+
+class MeteredGeneration:
+    """Wraps an engine generation: the ticket is settled on its last event or on cancel."""
+
+    def __init__(self, inner: Generation, ticket: Ticket) -> None:
+        self.inner = inner
+        self.ticket = ticket
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        async for event in self.inner:
+            if isinstance(event, DoneEvent):
+                await self.ticket.finish(event.usage)
+            yield event
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+        self.ticket.release()

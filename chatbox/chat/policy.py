@@ -1,0 +1,104 @@
+"""The gateway policy: per-tier limits, routing rules and the overload order (a TOML file)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import chatbox
+
+OVERLOAD_MODES = ("shed", "degrade", "queue")
+
+
+def default_policy_path() -> Path:
+    """models/policy.toml in the source tree (beside the chatbox package)."""
+    return Path(chatbox.__file__).resolve().parent.parent / "models" / "policy.toml"
+
+
+@dataclass(frozen=True)
+class TierPolicy:
+    name: str
+    rpm: int = 60  # requests per minute (0: unlimited)
+    tpm: int = 100_000  # prompt + completion tokens per minute (0: unlimited)
+    daily_tokens: int = 0  # 0: no daily budget
+    monthly_tokens: int = 0  # 0: no monthly budget
+    max_streams: int = 4  # answers generating at once, per user
+    model: str | None = None  # the tier's default model
+    models: tuple[str, ...] = ()  # models the tier may pick; empty: any
+    fallback: str | None = None  # the smaller model to degrade to under overload
+    overload: str = "queue"  # shed | degrade | queue
+
+
+@dataclass(frozen=True)
+class Canary:
+    tier: str
+    model: str
+    percent: float
+    arm: str
+
+
+@dataclass(frozen=True)
+class RoutingPolicy:
+    small: str | None = None
+    large: str | None = None
+    auto_long_chars: int = 1200
+    auto_code_markers: tuple[str, ...] = ("```", "def ", "class ", "function ", "#include")
+    pins: dict[str, str] = field(default_factory=dict)  # user name -> model
+    canaries: tuple[Canary, ...] = ()
+
+
+@dataclass(frozen=True)
+class OverloadPolicy:
+    high_water: int = 0  # queue depth at which "shed" tiers get 503; 0: the engine's slots
+    degrade_factor: float = 2.0  # "degrade" tiers fall back past high_water x this
+    retry_after_s: int = 5
+
+
+@dataclass(frozen=True)
+class Policy:
+    tiers: dict[str, TierPolicy]
+    routing: RoutingPolicy = field(default_factory=RoutingPolicy)
+    overload: OverloadPolicy = field(default_factory=OverloadPolicy)
+
+    def tier(self, name: str) -> TierPolicy:
+        """The tier's policy; an undefined tier gets the free tier's (or built-in) limits."""
+        return self.tiers.get(name) or self.tiers.get("free") or TierPolicy(name)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Policy:
+        """Read the policy file (default: models/policy.toml); a missing file gives defaults."""
+        path = path or default_policy_path()
+        raw = tomllib.loads(path.read_text()) if path.exists() else {}
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Policy:
+        tiers = {name: _tier(name, body) for name, body in raw.get("tiers", {}).items()}
+        if not tiers:
+            tiers = {"free": TierPolicy("free", overload="shed"), "paid": TierPolicy("paid")}
+        routing = dict(raw.get("routing", {}))
+        canaries = tuple(Canary(c["tier"], c["model"], float(c.get("percent", 0)),
+                                c.get("arm", f"canary-{c['model']}"))
+                         for c in routing.pop("canary", []))
+        pins = {str(k): str(v) for k, v in routing.pop("pins", {}).items()}
+        known = {f.name for f in fields(RoutingPolicy)}
+        extra = {k: tuple(v) if isinstance(v, list) else v
+                 for k, v in routing.items() if k in known}
+        overload = {k: v for k, v in raw.get("overload", {}).items()
+                    if k in {f.name for f in fields(OverloadPolicy)}}
+        return cls(tiers, RoutingPolicy(pins=pins, canaries=canaries, **extra),
+                   OverloadPolicy(**overload))
+
+
+def _tier(name: str, body: dict[str, Any]) -> TierPolicy:
+    known = {f.name for f in fields(TierPolicy)} - {"name"}
+    unknown = set(body) - known
+    if unknown:
+        raise ValueError(f"tier {name!r}: unknown keys {sorted(unknown)}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
+    tier = TierPolicy(name, **values)
+    if tier.overload not in OVERLOAD_MODES:
+        raise ValueError(f"tier {name!r}: overload must be one of {OVERLOAD_MODES}")
+    return tier

@@ -1,0 +1,71 @@
+"""Model routing: (tier, the model the user picked, an experiment arm) -> the model that answers."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chatbox.chat.errors import UnknownModel
+from chatbox.chat.policy import Policy
+from chatbox.store import User
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Route:
+    model: str
+    reason: str  # pin | picked | auto-small | auto-large | canary | tier | default | degraded
+    arm: str = ""  # the experiment arm ("" outside any canary)
+    degraded_from: str | None = None  # the model this request would have used unloaded
+
+    def degrade(self, fallback: str) -> Route:
+        return Route(fallback, "degraded", self.arm, self.model)
+
+
+class Router:
+    """Pure rules over the policy and the models available now; no I/O."""
+
+    def __init__(self, policy: Policy, names: Callable[[], list[str]],
+                 default: Callable[[], str], rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self.names = names
+        self.default = default
+        self.rng = rng or random.Random()
+
+    def is_code_or_long(self, text: str) -> bool:
+        rules = self.policy.routing
+        return len(text) >= rules.auto_long_chars or any(
+            marker in text for marker in rules.auto_code_markers)
+
+    def route(self, user: User, requested: str | None, text: str = "") -> Route:
+        available = self.names()
+        tier = self.policy.tier(user.tier)
+
+        def usable(name: str | None) -> bool:
+            return bool(name) and name in available and (not tier.models or name in tier.models)
+
+        pin = self.policy.routing.pins.get(user.name)
+        if pin and pin in available:
+            return Route(pin, "pin")
+        if requested == AUTO:
+            rules = self.policy.routing
+            if self.is_code_or_long(text) and usable(rules.large):
+                return Route(str(rules.large), "auto-large")
+            if usable(rules.small):
+                return Route(str(rules.small), "auto-small")
+            requested = None
+        if requested:
+            if requested not in available:
+                raise UnknownModel(requested, available)
+            if usable(requested):
+                return Route(requested, "picked")
+        else:
+            for canary in self.policy.routing.canaries:
+                if (canary.tier == tier.name and canary.model in available
+                        and self.rng.random() * 100 < canary.percent):
+                    return Route(canary.model, "canary", canary.arm)
+        if usable(tier.model):
+            return Route(str(tier.model), "tier")
+        return Route(self.default(), "default")
