@@ -152,7 +152,11 @@ class Scheduler:
             except Exception as exc:  # a bug must not kill the thread or other engines
                 log.exception("engine step failed")
                 for job in list(self.active):
-                    self._finish(job, "error", f"internal engine error: {exc}")
+                    try:
+                        self._finish(job, "error", f"internal engine error: {exc}")
+                    except Exception:
+                        job.done = True
+                        self.active.remove(job)
             self._publish()
 
     def _reap(self) -> None:
@@ -174,12 +178,16 @@ class Scheduler:
                 return
             heapq.heappop(self.waiting)
             job.slot, job.n_done, job.cached = adm.slot, adm.reused, adm.reused
-            job.sampler = Sampler(job.request.sampling, self.model.n_vocab)
-            job.sampler.accept_prompt(job.prompt)
-            job.stream = StopTextStream(job.request.sampling.stop)
+            self.active.append(job)
+            try:
+                job.sampler = Sampler(job.request.sampling, self.model.n_vocab)
+                job.sampler.accept_prompt(job.prompt)
+                job.stream = StopTextStream(job.request.sampling.stop)
+            except Exception as exc:
+                self._fail(job, exc)
+                continue
             self.metrics.cache_hit.inc(adm.reused)
             self.metrics.cache_miss.inc(len(job.prompt) - adm.reused)
-            self.active.append(job)
 
     def _build(self) -> list[tuple[Job, list[int], int | None]]:
         batch = self.batch
@@ -242,7 +250,14 @@ class Scheduler:
             else:
                 job.n_done += len(toks)
             if idx is not None:
-                self._sample(job, idx)
+                try:
+                    self._sample(job, idx)
+                except Exception as exc:  # one bad request must not take the batch down
+                    self._fail(job, exc)
+
+    def _fail(self, job: Job, exc: Exception) -> None:
+        log.exception("request failed in the engine", exc_info=exc)
+        self._finish(job, "error", f"internal engine error: {exc}")
 
     def _tune(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
         """Size prefill chunks so a step with them takes <= stall_ratio x a decode step."""
@@ -308,8 +323,17 @@ class Scheduler:
         self._publish()  # stats are current before the caller hears "done"
         self.metrics.finished(reason)
         if tail:
-            job.sink(TokenEvent(tail))
-        job.sink(DoneEvent(reason, Usage(len(job.prompt), job.n_generated, job.cached), error))
+            self._emit(job, TokenEvent(tail))
+        self._emit(
+            job, DoneEvent(reason, Usage(len(job.prompt), job.n_generated, job.cached), error)
+        )
+
+    @staticmethod
+    def _emit(job: Job, event: EngineEvent) -> None:
+        try:
+            job.sink(event)
+        except Exception:  # the listener is gone; nothing else to do
+            log.debug("dropped an event for a finished listener", exc_info=True)
 
     def _shutdown(self) -> None:
         for job in list(self.active) + list(self.waiting):

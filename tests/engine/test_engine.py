@@ -272,3 +272,26 @@ async def test_metrics_in_the_given_registry(tiny_gguf: Path) -> None:
         assert 'chatbox_engine_kv_cells_total{model="tiny"} 4096.0' in text
     finally:
         await engine.stop()
+
+
+async def test_one_failing_request_does_not_take_others_down(tiny_engine: LlamaEngine) -> None:
+    long = replace(GREEDY, max_tokens=60)
+    bad_req = GenerationRequest(chat("this one breaks"), long)
+    bad = tiny_engine.submit(bad_req)
+    good = tiny_engine.submit(GenerationRequest(chat("this one is fine"), long))
+    bad_it, good_it = bad.__aiter__(), good.__aiter__()
+    await bad_it.__anext__()
+    await good_it.__anext__()
+
+    def sabotage(s) -> None:  # type: ignore[no-untyped-def]
+        for job in s.active:
+            if job.request is bad_req:
+                job.stream = None  # the next sampling step of this job raises
+
+    await tiny_engine.debug_call(sabotage)
+    bad_events = [ev async for ev in bad_it]
+    good_events = [ev async for ev in good_it]
+    assert isinstance(bad_events[-1], DoneEvent) and bad_events[-1].finish_reason == "error"
+    assert isinstance(good_events[-1], DoneEvent) and good_events[-1].finish_reason == "length"
+    await wait_idle(tiny_engine)
+    await assert_kv_consistent(tiny_engine)
