@@ -17,7 +17,8 @@ import llama_cpp
 import numpy as np
 
 log = logging.getLogger("chatbox.engine.llama_cpp")
-_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 # messages about situations the engine handles itself
 _EXPECTED = (b"failed to find a memory slot", b"n_ctx_seq", b"full-size SWA cache")
 
