@@ -115,6 +115,7 @@ async def authenticate(request: AnyRequest) -> User:
             raise LoginRequired("invalid or revoked API key")
         request.state.auth_kind = "key"
         request.state.user_name = user.name
+        request.state.user = user
         return user
     cookie = request.cookies.get(SESSION_COOKIE)
     session = await store.sessions.get(cookie) if cookie else None
@@ -127,6 +128,7 @@ async def authenticate(request: AnyRequest) -> User:
     request.state.csrf_token = session.csrf_token
     request.state.user_name = session.user.name
     request.state.user_role = session.user.role
+    request.state.user = session.user
     return session.user
 
 

@@ -9,7 +9,7 @@ from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from chatbox.chat import NotFound, TurnRun
+from chatbox.chat import ChatService, NotFound, TurnRun
 from chatbox.web.deps import ChatDep, StoreDep, UserDep
 from chatbox.web.schemas import (
     BranchIn,
@@ -24,8 +24,13 @@ from chatbox.web.sse import last_event_id, sse_response
 
 
 def _stream(request: Request[Any, Any, Any], run: TurnRun, after: int = 0) -> Stream:
+    """The answer as SSE; headers name the turn, the model, and the user's rate limits now."""
     heartbeat = request.app.state.settings.heartbeat_s
-    return sse_response(run, after, heartbeat, headers={"X-Turn-Id": run.turn_id})
+    chat: ChatService = request.app.state.chat
+    user = getattr(request.state, "user", None)
+    limits = chat.gate.headers(user) if user is not None else {}
+    return sse_response(run, after, heartbeat, headers={
+        "X-Turn-Id": run.turn_id, "X-Chatbox-Model": run.model, **limits})
 
 
 class ConversationController(Controller):

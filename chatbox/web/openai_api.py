@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
 from chatbox.chat import InvalidInput, TurnOptions
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
-from chatbox.web.deps import ChatDep
+from chatbox.web.deps import ChatDep, UserDep
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 _ROLES = {"system", "user", "assistant", "developer"}
@@ -76,18 +76,28 @@ class OpenAIController(Controller):
     tags = ["openai"]
 
     @get("/models")
-    async def models(self, chat: ChatDep) -> dict[str, Any]:
+    async def models(self, chat: ChatDep, user: UserDep) -> dict[str, Any]:
+        """The models this user may pick, plus "auto" (routing by the request's shape)."""
         return {
             "object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "chatbox"}
-                     for n in chat.models.names()],
+                     for n in [*chat.models.names(), "auto"]],
         }
 
     @post("/chat/completions", status_code=200)
     async def completions(
-        self, request: Request[Any, Any, Any], chat: ChatDep, data: ChatCompletionIn
+        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep,
+        data: ChatCompletionIn,
     ) -> Any:
-        model, generation, _ = await chat.complete(data.to_messages(), data.options())
+        model, generation, _ = await chat.complete(data.to_messages(), data.options(), user)
+        headers = {**chat.gate.headers(user), "x-chatbox-model": model}
+        route = getattr(getattr(generation, "ticket", None), "route", None)
+        if route is not None:
+            headers["x-chatbox-route"] = route.reason
+            if route.degraded_from:
+                headers["x-chatbox-degraded-from"] = route.degraded_from
+            if route.arm:
+                headers["x-chatbox-arm"] = route.arm
         ident = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         if data.stream:
@@ -95,7 +105,7 @@ class OpenAIController(Controller):
             body = _chunks(generation, ident, created, model, include_usage)
             heartbeat = request.app.state.settings.heartbeat_s
             return Stream(with_heartbeats(body, heartbeat), media_type="text/event-stream",
-                          headers=SSE_HEADERS)
+                          headers={**SSE_HEADERS, **headers})
         text, done = [], None
         try:
             async for event in generation:
@@ -107,12 +117,12 @@ class OpenAIController(Controller):
             generation.cancel()  # no-op once finished; frees the slot if the client left
         if done is None or done.finish_reason == "error":
             raise InvalidInput(done.error if done and done.error else "generation failed")
-        return {
+        return Response({
             "id": ident, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "finish_reason": _finish(done),
                          "message": {"role": "assistant", "content": "".join(text)}}],
             "usage": usage_out(done.usage),
-        }
+        }, headers=headers)
 
 
 async def _chunks(

@@ -19,6 +19,7 @@ from chatbox.chat import (
     InvalidInput,
     NotFound,
     Overloaded,
+    RateLimited,
     TooLong,
     TurnRun,
     TurnView,
@@ -88,6 +89,13 @@ def _friendly(exc: Exception) -> tuple[int, str, dict[str, str]]:
         if "empty" in text:
             text = "Type a message first."
         return 422, text[:1].upper() + text[1:], {}
+    if isinstance(exc, RateLimited):
+        wait = exc.retry_after
+        reason = {"budget": "You have used this period's token budget.",
+                  "streams": "You already have the most answers running at once."}.get(
+                      exc.kind, "You are sending messages faster than your plan allows.")
+        return 429, (f"{reason} Please try again in {wait} second{'s' if wait != 1 else ''}."
+                     ), dict(exc.headers)
     if isinstance(exc, Overloaded):
         wait = exc.retry_after
         return 503, (f"The server is busy right now. Please try again in {wait} "
