@@ -22,6 +22,7 @@ from chatbox.chat import ChatService
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.registry import ModelRegistry
 from chatbox.engine.types import Engine, EngineStats
+from chatbox.knowledge import Knowledge
 from chatbox.settings import Settings
 from chatbox.store import Store
 from chatbox.web import ROUTE_HANDLERS
@@ -125,8 +126,10 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         pool = EnginePool(models_registry.model_path, settings.engine, metrics_registry)
         models = LocalModels(models_registry, pool, settings)
         chat = ChatService(store, models, settings)
+        knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
+        chat.context = knowledge.retriever
         app.state.update(
-            settings=settings, store=store, models=models, chat=chat,
+            settings=settings, store=store, models=models, chat=chat, knowledge=knowledge,
             auth_guard=Guard(
                 Attempts(settings.login_max_failures, settings.login_window_s),
                 Attempts(settings.login_max_failures_per_address, settings.login_window_s)),
@@ -137,6 +140,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
             yield
         finally:
             await chat.shutdown()
+            await knowledge.shutdown()
             await pool.stop_all()
             await store.close()
 

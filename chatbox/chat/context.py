@@ -1,44 +1,15 @@
 """The knowledge hook of a turn: extra context (memory, document passages) and citations.
 
-The chat layer defines what it needs; `chatbox.knowledge` implements it and `app` wires it.
+The chat layer says what it needs; `chatbox.knowledge` implements it and `app` wires it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-CountText = Callable[[str], int]  # tokens a piece of prompt text takes
+from chatbox.knowledge.types import Citation, CountText, TurnContext
 
-
-@dataclass(frozen=True)
-class Citation:
-    """A document passage a turn's prompt included; `n` is its [n] mark in the prompt."""
-
-    n: int
-    chunk_id: int
-    document_id: str
-    document_name: str
-    page: int | None
-    score: float
-    text: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "chunk_id": self.chunk_id, "document_id": self.document_id,
-                "document_name": self.document_name, "page": self.page,
-                "score": round(self.score, 4), "text": self.text}
-
-
-@dataclass(frozen=True)
-class TurnContext:
-    """What retrieval adds to one turn's prompt."""
-
-    text: str = ""  # placed before the user's message; empty: nothing relevant
-    citations: tuple[Citation, ...] = ()
-    memory_ids: tuple[str, ...] = ()
-    tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Citation", "ContextProvider", "CountText", "TurnContext", "with_context"]
 
 
 class ContextProvider(Protocol):

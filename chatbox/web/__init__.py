@@ -7,6 +7,7 @@ from litestar.types import ControllerRouterHandler
 from chatbox.web.admin import AdminApiController, AdminPagesController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
+from chatbox.web.knowledge import KnowledgeController
 from chatbox.web.login import LoginController
 from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
@@ -15,6 +16,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,
     OpenAIController,
     HealthController,
+    KnowledgeController,
     PagesController,
     LoginController,
     AdminApiController,

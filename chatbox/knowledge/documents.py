@@ -1,0 +1,235 @@
+"""Documents: text extracted from plain text, Markdown, HTML and PDF, chunked with overlap on
+natural boundaries, embedded, and stored whole (or not at all)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import PurePath
+
+from chatbox.knowledge.embedder import Embedder
+from chatbox.knowledge.errors import (
+    EmptyFile,
+    EncryptedFile,
+    FileTooLarge,
+    NotFoundError,
+    UnsupportedFile,
+)
+from chatbox.store import ChunkIn, Document, Store
+
+CHUNK_CHARS = 900  # about 200 tokens: inside MiniLM's 256-token window
+MIN_CHUNK_CHARS = 300
+OVERLAP_CHARS = 150
+_BREAKS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"[.!?][\"')\]]?\s"),
+           re.compile(r"\s"))
+_TEXT_EXT = {".txt": "text/plain", ".text": "text/plain", ".md": "text/markdown",
+             ".markdown": "text/markdown", ".html": "text/html", ".htm": "text/html",
+             ".pdf": "application/pdf"}
+
+
+@dataclass(frozen=True)
+class Extracted:
+    mime: str
+    pages: list[tuple[int | None, str]]  # (page number or None, text)
+    page_count: int | None
+
+
+def detect_type(filename: str, content_type: str | None, data: bytes) -> str:
+    """The document's kind (a MIME type), from its bytes first, then name and declared type."""
+    if data.startswith(b"%PDF-"):
+        return "application/pdf"
+    ext = PurePath(filename or "").suffix.lower()
+    if ext in _TEXT_EXT:
+        return _TEXT_EXT[ext]
+    declared = (content_type or "").split(";")[0].strip().lower()
+    if declared in ("text/html", "application/xhtml+xml"):
+        return "text/html"
+    if declared == "text/markdown":
+        return declared
+    head = data[:512].lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html")):
+        return "text/html"
+    if declared.startswith("text/") or declared in ("", "application/octet-stream"):
+        return "text/plain"
+    raise UnsupportedFile(f"{filename or 'the file'} is {declared}, which is not a document "
+                          "chatbox can read (plain text, Markdown, HTML or PDF)")
+
+
+def decode_text(data: bytes, name: str) -> str:
+    if b"\x00" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UnsupportedFile(f"{name} is not text (it looks like a binary file)")
+    for encoding in ("utf-8-sig", "utf-16"):
+        if encoding == "utf-16" and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            continue
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    raise UnsupportedFile(f"{name} is not UTF-8 text")
+
+
+class _HTMLText(HTMLParser):
+    _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
+    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
+              "article", "pre", "blockquote", "table", "ul", "ol", "title", "header", "footer"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skipping = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self._SKIP:
+            self._skipping += 1
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP:
+            self._skipping = max(0, self._skipping - 1)
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skipping:
+            self.parts.append(data)
+
+
+def html_text(html: str) -> str:
+    parser = _HTMLText()
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.parts)
+
+
+def pdf_pages(data: bytes, name: str) -> tuple[list[tuple[int | None, str]], int]:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise EncryptedFile(f"{name} is encrypted (password-protected); "
+                                "upload an unprotected copy")
+        pages = [(i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
+    except EncryptedFile:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
+        if "encrypt" in str(exc).lower() or "password" in str(exc).lower():
+            raise EncryptedFile(f"{name} is encrypted (password-protected)") from exc
+        raise UnsupportedFile(f"{name} is not a readable PDF ({exc})") from exc
+    except Exception as exc:  # pypdf raises many kinds on damaged files
+        raise UnsupportedFile(f"{name} is not a readable PDF") from exc
+    return pages, len(pages)
+
+
+def normalize(text: str) -> str:
+    """Collapse runs of spaces; keep paragraph breaks."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = re.sub(r"[ \t\f\v\u00a0]+", " ", text)
+    text = re.sub(r" *\n *", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def extract(filename: str, content_type: str | None, data: bytes) -> Extracted:
+    """Text of a file, page by page (one "page" for non-PDFs). Raises RejectedFile kinds."""
+    name = filename or "the file"
+    if not data.strip():
+        raise EmptyFile(f"{name} is empty")
+    mime = detect_type(filename, content_type, data)
+    if mime == "application/pdf":
+        raw_pages, count = pdf_pages(data, name)
+        pages = [(n, normalize(t)) for n, t in raw_pages]
+    else:
+        text = decode_text(data, name)
+        if mime == "text/html":
+            text = html_text(text)
+        pages, count = [(None, normalize(text))], None
+    pages = [(n, t) for n, t in pages if t]
+    if not pages:
+        detail = " (a scanned PDF has only images)" if mime == "application/pdf" else ""
+        raise EmptyFile(f"{name} has no text to read{detail}")
+    return Extracted(mime, pages, count)
+
+
+def _cut(text: str, start: int, size: int) -> int:
+    """Where the chunk beginning at start should end: the last natural break in reach."""
+    end = min(len(text), start + size)
+    if end == len(text):
+        return end
+    window = text[start + MIN_CHUNK_CHARS:end]
+    for pattern in _BREAKS:
+        matches = list(pattern.finditer(window))
+        if matches:
+            return start + MIN_CHUNK_CHARS + matches[-1].end()
+    return end
+
+
+def chunk_text(text: str, size: int = CHUNK_CHARS, overlap: int = OVERLAP_CHARS
+               ) -> list[tuple[int, str]]:
+    """(start offset, text) chunks of about `size` chars, each overlapping the one before."""
+    chunks: list[tuple[int, str]] = []
+    start = 0
+    while start < len(text):
+        end = _cut(text, start, size)
+        piece = text[start:end].strip()
+        if piece:
+            chunks.append((start, piece))
+        if end >= len(text):
+            break
+        nxt = max(start + 1, end - overlap)
+        space = text.find(" ", nxt, end)  # begin the overlap at a word
+        start = space + 1 if space != -1 else nxt
+    return chunks
+
+
+def chunk_pages(pages: list[tuple[int | None, str]]) -> list[ChunkIn]:
+    out: list[ChunkIn] = []
+    for page, text in pages:
+        for start, piece in chunk_text(text):
+            out.append(ChunkIn(len(out), page, start, piece))
+    return out
+
+
+class DocumentService:
+    def __init__(self, store: Store, embedder: Embedder, max_bytes: int, max_chars: int) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.max_bytes = max_bytes
+        self.max_chars = max_chars
+
+    async def ingest(
+        self, user_id: str, conversation_id: str | None, filename: str,
+        content_type: str | None, data: bytes,
+    ) -> Document:
+        """Extract, chunk, embed and store a file; raises a RejectedFile kind, storing nothing."""
+        name = PurePath(filename or "document").name[:200] or "document"
+        if len(data) > self.max_bytes:
+            raise FileTooLarge(f"{name} is {len(data):,} bytes; the limit is "
+                               f"{self.max_bytes:,} bytes")
+        if conversation_id is not None and \
+                await self.store.conversations.get(user_id, conversation_id) is None:
+            raise NotFoundError("conversation not found")
+        extracted = await asyncio.to_thread(extract, name, content_type, data)
+        chars = sum(len(t) for _, t in extracted.pages)
+        if chars > self.max_chars:
+            raise FileTooLarge(f"{name} holds {chars:,} characters of text; the limit is "
+                               f"{self.max_chars:,}")
+        chunks = await asyncio.to_thread(chunk_pages, extracted.pages)
+        vectors = await self.embedder.embed([c.text for c in chunks])
+        return await self.store.documents.create(
+            user_id, conversation_id, name, extracted.mime, len(data), extracted.page_count,
+            chunks, vectors)
+
+    async def get(self, user_id: str, doc_id: str) -> Document:
+        doc = await self.store.documents.get(user_id, doc_id)
+        if doc is None:
+            raise NotFoundError("document not found")
+        return doc
+
+    async def delete(self, user_id: str, doc_id: str) -> None:
+        if not await self.store.documents.delete(user_id, doc_id):
+            raise NotFoundError("document not found")

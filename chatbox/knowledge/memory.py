@@ -1,0 +1,149 @@
+"""Long-term memory: facts about a user, deduplicated, corrected, and retrieved by meaning."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chatbox.knowledge.embedder import Embedder
+from chatbox.store import Memory, Store
+
+MAX_FACT_CHARS = 500
+DUPLICATE_SIM = 0.88  # this close: the same fact again; keep one (the newer wording)
+CONFLICT_SIM = 0.5  # this close and the same single-valued predicate: a correction
+RELEVANT_SIM = 0.2  # facts below this are not worth a prompt's tokens
+
+# "remember that …" / "please remember: …" at the start of a message.
+_REMEMBER = re.compile(
+    r"^\s*(?:please\s+)?(?:remember|note|keep in mind)\s*(?:that|:)?\s+(?P<fact>.+)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_FORGET = re.compile(r"^\s*(?:please\s+)?forget\s+(?:that\s+)?(?P<fact>.+)$",
+                     re.IGNORECASE | re.DOTALL)
+_SUBJECT = {"the", "user", "users", "user's", "i", "my", "me", "i'm", "im", "they", "their"}
+# Predicates that hold one value at a time: a new value replaces the old.
+_SINGLE_VALUED = {"prefer", "live", "work", "called", "named", "use", "favorite", "favourite",
+                  "name", "age", "based", "located", "job", "role", "timezone", "from"}
+
+
+def explicit_fact(message: str) -> str | None:
+    """The fact in a "remember that …" message, or None."""
+    m = _REMEMBER.match(message.strip())
+    if m is None:
+        return None
+    fact = m.group("fact").strip().rstrip(".!").strip()
+    return fact[:MAX_FACT_CHARS] if len(fact) >= 3 else None
+
+
+def forget_request(message: str) -> str | None:
+    m = _FORGET.match(message.strip())
+    return m.group("fact").strip().rstrip(".!") if m else None
+
+
+def _stem(word: str) -> str:
+    if word in {"i'm", "im", "am", "are", "is"}:
+        return "is"
+    if len(word) > 5 and word.endswith("ing"):
+        return word[:-3]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def _predicate_tokens(fact: str) -> list[str]:
+    words = re.findall(r"[a-z0-9']+", fact.lower())
+    while words and words[0] in _SUBJECT:
+        words.pop(0)
+    return [_stem(w) for w in words]
+
+
+def conflicts(old: str, new: str) -> bool:
+    """Same single-valued predicate, different value: "lives in Paris" → "lives in Berlin"."""
+    a, b = _predicate_tokens(old), _predicate_tokens(new)
+    prefix = 0
+    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+        prefix += 1
+    if prefix == 0 or prefix == len(a) == len(b):
+        return False
+    return any(w in _SINGLE_VALUED for w in a[:prefix])
+
+
+def clean_fact(text: str) -> str:
+    return " ".join(text.split()).strip(" -•*").rstrip(".")[:MAX_FACT_CHARS]
+
+
+@dataclass(frozen=True)
+class Change:
+    """What adding one fact did: added, merged into an existing fact, or replaced one."""
+
+    action: str  # added | merged | replaced
+    memory: Memory
+    previous: str | None = None
+
+
+class MemoryService:
+    def __init__(self, store: Store, embedder: Embedder) -> None:
+        self.store = store
+        self.embedder = embedder
+
+    async def list(self, user_id: str) -> list[Memory]:
+        return await self.store.memories.list(user_id)
+
+    async def add(
+        self, user_id: str, facts: Sequence[str], source: str = "explicit",
+        conversation_id: str | None = None,
+    ) -> list[Change]:
+        """Add facts; near-duplicates are merged and contradicted facts replaced."""
+        texts = [t for t in (clean_fact(f) for f in facts) if t]
+        if not texts:
+            return []
+        vectors = await self.embedder.embed(texts)
+        changes = []
+        for text, vector in zip(texts, vectors, strict=True):
+            changes.append(await self._add_one(user_id, text, vector, source, conversation_id))
+        return changes
+
+    async def _add_one(
+        self, user_id: str, text: str, vector: np.ndarray, source: str,
+        conversation_id: str | None,
+    ) -> Change:
+        repo = self.store.memories
+        for existing, distance in await repo.nearest(user_id, vector, 5):
+            sim = 1.0 - distance * distance / 2.0  # unit vectors: L2 → cosine
+            if sim >= DUPLICATE_SIM or (sim >= CONFLICT_SIM and conflicts(existing.text, text)):
+                # An explicit fact outranks an extracted one; otherwise the newer wins.
+                keep_source = "explicit" if "explicit" in (source, existing.source) else source
+                updated = await repo.replace(user_id, existing.id, text, vector, keep_source)
+                if updated is not None:
+                    action = "merged" if sim >= DUPLICATE_SIM else "replaced"
+                    return Change(action, updated, existing.text)
+        memory = await repo.add(user_id, text, vector, source, conversation_id)
+        return Change("added", memory)
+
+    async def remove(self, user_id: str, memory_ids: Sequence[str]) -> list[str]:
+        """Delete facts (with their vectors); returns the ids that were found for this user."""
+        return await self.store.memories.delete(user_id, list(memory_ids))
+
+    async def forget(self, user_id: str, description: str) -> list[str]:
+        """Delete the facts closest to a "forget that …" description."""
+        vector = await self.embedder.embed_one(description)
+        hits = await self.store.memories.nearest(user_id, vector, 3)
+        doomed = [m.id for m, d in hits if 1.0 - d * d / 2.0 >= 0.6]
+        return await self.remove(user_id, doomed)
+
+    async def relevant(
+        self, user_id: str, query: np.ndarray, k: int
+    ) -> list[tuple[Memory, float]]:
+        """Up to k of the user's facts most similar to the query vector, with similarity."""
+        hits = await self.store.memories.nearest(user_id, query, k)
+        out = [(m, 1.0 - d * d / 2.0) for m, d in hits]
+        return [(m, s) for m, s in out if s >= RELEVANT_SIM]
+
+    async def enabled(self, user_id: str) -> bool:
+        return await self.store.memories.enabled(user_id)
+
+    async def set_enabled(self, user_id: str, enabled: bool) -> None:
+        await self.store.memories.set_enabled(user_id, enabled)

@@ -1,0 +1,96 @@
+"""Search across one's own conversations: by words (FTS5) and by meaning (turn vectors)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from chatbox.knowledge.embedder import Embedder
+from chatbox.knowledge.retrieval import fts_all, fts_any
+from chatbox.store import Store, TurnHit
+from chatbox.store.search import HIT_END, HIT_START
+
+INDEX_BATCH = 128
+SEMANTIC_MIN_SIM = 0.3
+SNIPPET_CHARS = 200
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    turn_id: str
+    conversation_id: str
+    title: str | None
+    role: str
+    snippet: str  # matched words between HIT_START and HIT_END
+    match: str  # words | meaning | both
+    score: float  # higher is better
+    created_at: float
+
+
+def mark_words(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
+    """A snippet of text around the first query word, each query word marked."""
+    words = [re.escape(w) for w in re.findall(r"\w+", query.lower()) if len(w) > 2]
+    flat = " ".join(text.split())
+    if not words:
+        return flat[:chars]
+    pattern = re.compile(r"\b(" + "|".join(words) + r")\w*", re.IGNORECASE)
+    first = pattern.search(flat)
+    start = max(0, (first.start() if first else 0) - chars // 3)
+    piece = flat[start:start + chars]
+    piece = ("…" if start else "") + piece + ("…" if start + chars < len(flat) else "")
+    return pattern.sub(lambda m: f"{HIT_START}{m.group(0)}{HIT_END}", piece)
+
+
+class SearchService:
+    def __init__(self, store: Store, embedder: Embedder) -> None:
+        self.store = store
+        self.embedder = embedder
+
+    async def index(self, user_id: str, max_turns: int = 2048) -> int:
+        """Embed the user's turns not yet in the vector index; returns how many were added."""
+        done = 0
+        while done < max_turns:
+            pending = await self.store.search.unindexed(user_id, INDEX_BATCH)
+            if not pending:
+                break
+            vectors = await self.embedder.embed([text[:2000] or " " for _, text in pending])
+            items = [(seq, v) for (seq, _), v in zip(pending, vectors, strict=True)]
+            await self.store.search.add_vectors(user_id, items, pending[-1][0])
+            done += len(pending)
+        return done
+
+    async def search(self, user_id: str, query: str, mode: str = "both",
+                     limit: int = 20) -> list[SearchHit]:
+        """Hits in the user's live conversations, best first; mode: words, meaning or both."""
+        query = query.strip()
+        if not query:
+            return []
+        hits: dict[str, SearchHit] = {}
+        if mode in ("words", "both"):
+            match = fts_all(query)
+            found = await self.store.search.keyword(user_id, match, limit) if match else []
+            if not found and mode == "both":
+                match = fts_any(query)
+                found = await self.store.search.keyword(user_id, match, limit) if match else []
+            for rank, hit in enumerate(found):
+                hits[hit.turn_id] = self._hit(hit, hit.snippet, "words", 1.0 / (1 + rank))
+        if mode in ("meaning", "both"):
+            await self.index(user_id)
+            vector = await self.embedder.embed_one(query)
+            for hit in await self.store.search.semantic(user_id, vector, limit):
+                sim = 1.0 - hit.score * hit.score / 2.0
+                if sim < SEMANTIC_MIN_SIM:
+                    continue
+                prior = hits.get(hit.turn_id)
+                if prior is not None:
+                    hits[hit.turn_id] = SearchHit(**{**prior.__dict__, "match": "both",
+                                                     "score": prior.score + sim})
+                else:
+                    hits[hit.turn_id] = self._hit(hit, mark_words(hit.snippet, query),
+                                                  "meaning", sim)
+        return sorted(hits.values(), key=lambda h: -h.score)[:limit]
+
+    @staticmethod
+    def _hit(hit: TurnHit, snippet: str, match: str, score: float) -> SearchHit:
+        return SearchHit(hit.turn_id, hit.conversation_id, hit.title, hit.role, snippet, match,
+                         score, hit.created_at)
