@@ -97,9 +97,11 @@ async def ensure_admin(store: Store, settings: Settings) -> None:
     if local is not None:
         await store.users.rename(local.id, settings.admin_name)
         await store.users.set_role(local.id, "admin")
+        await store.users.set_tier(local.id, "paid")
         await store.users.set_password(local.id, password)
     else:
-        await store.users.create(settings.admin_name, role="admin", password=password)
+        await store.users.create(settings.admin_name, role="admin", tier="paid",
+                                 password=password)
     if settings.admin_password:
         print(f"chatbox: created the admin account {settings.admin_name!r} with the given "
               "password", file=sys.stderr, flush=True)

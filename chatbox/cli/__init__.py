@@ -40,3 +40,8 @@ main.add_command(models)
 from chatbox.cli.serve import serve  # noqa: E402
 
 main.add_command(serve)
+from chatbox.cli.accounts import keys, usage, users  # noqa: E402
+
+main.add_command(users)
+main.add_command(keys)
+main.add_command(usage)

@@ -24,6 +24,13 @@ from chatbox.settings import Settings, settings_from_env
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default=None,
               help="KV cache element type.")
 @click.option("--max-tokens", type=int, default=None, help="Default answer length budget.")
+@click.option("--admin-password", default=None,
+              help="Seed the first admin's password on an empty database "
+                   "(env: CHATBOX_ADMIN_PASSWORD); without it one is generated and printed.")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
+              help="Tiers, limits and routing (TOML; default models/policy.toml).")
+@click.option("--high-water", type=int, default=None,
+              help="Engine queue depth at which free requests are shed (0: slot count).")
 @click.option("--log-level", default="info", show_default=True)
 @click.pass_context
 def serve(ctx: click.Context, log_level: str, **flags: object) -> None:
