@@ -41,15 +41,18 @@ def env(request: AnyRequest) -> Environment:
     return jinja
 
 
-def render(request: AnyRequest, name: str, **context: Any) -> str:
-    return env(request).get_template(name).render(request=request, **context)
+def render(request: AnyRequest, template: str, /, **context: Any) -> str:
+    """A template rendered to a string (context names may be anything, even `request`)."""
+    context.setdefault("request", request)
+    return env(request).get_template(template).render(**context)
 
 
 def html(
-    request: AnyRequest, name: str, status_code: int = 200,
-    headers: dict[str, str] | None = None, **context: Any,
+    request: AnyRequest, template: str, status_code: int = 200,
+    headers: dict[str, str] | None = None, /, **context: Any,
 ) -> Response[str]:
-    return Response(render(request, name, **context), status_code=status_code,
+    """An HTML response of a template; context names may be anything (positional-only args)."""
+    return Response(render(request, template, **context), status_code=status_code,
                     media_type=MediaType.HTML, headers=headers or {})
 
 

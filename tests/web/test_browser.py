@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chatbox.engine.registry import ModelRegistry
-from tests.conftest import LiveServer, test_settings
+from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, test_settings
 
 pytestmark = pytest.mark.browser
 
@@ -50,9 +50,28 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+@pytest.fixture(scope="module")
+def login(server: LiveServer, browser: Any) -> dict[str, Any]:
+    """A logged-in browser state (the session cookie), shared by the tests."""
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        pg.goto(server.url + "/")
+        if "/login" in pg.url:
+            pg.fill("input[name=name]", ADMIN_NAME)
+            pg.fill("input[name=password]", ADMIN_PASSWORD)
+            pg.click("button[type=submit]")
+            pg.wait_for_selector("#composer-input")
+        state: dict[str, Any] = context.storage_state()
+        return state
+    finally:
+        context.close()
+
+
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+def page(browser: Any, login: dict[str, Any]) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                  storage_state=login)
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     errors: list[str] = []
@@ -159,14 +178,16 @@ def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any)
     assert page.locator(".turn.user .plain").inner_text() == "Name one vegetable."
 
 
-def test_empty_message_and_phone_layout(server: LiveServer, browser: Any) -> None:
+def test_empty_message_and_phone_layout(server: LiveServer, browser: Any,
+                                        login: dict[str, Any]) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
-                                  has_touch=True)
+                                  has_touch=True, storage_state=login)
     pg = context.new_page()
     try:
         pg.goto(server.url + "/")
         pg.locator(".composer .send").click()  # nothing typed
-        assert "Type a message first" in pg.wait_for_selector("#alerts .alert").inner_text()
+        alert = pg.wait_for_selector("#alerts .alert").inner_text()
+        assert "Type a message first" in alert, alert
         if pg.locator(".conv-item").count() == 0:  # run on its own: make a conversation
             send(pg, "Say hello.")
             pg.wait_for_selector(".turn.assistant.streaming")
@@ -174,11 +195,12 @@ def test_empty_message_and_phone_layout(server: LiveServer, browser: Any) -> Non
         chat = pg.locator(".conv-item", has_text="Say hello").first
         pg.goto(server.url + chat.get_attribute("href"))
         pg.wait_for_selector("#turns > .turn.assistant")
-        sidebar = pg.locator("#sidebar")
-        assert sidebar.bounding_box()["x"] + sidebar.bounding_box()["width"] <= 1  # collapsed
+        box = pg.locator("#sidebar").bounding_box()
+        assert box["x"] + box["width"] <= 1, f"the sidebar is not collapsed: {box}"
         composer = pg.locator("#composer").bounding_box()
-        assert composer["x"] >= 0 and composer["x"] + composer["width"] <= 390
-        assert pg.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scroll
+        assert composer["x"] >= 0 and composer["x"] + composer["width"] <= 390, composer
+        width = pg.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page scrolls sideways: {width}px"
         pg.screenshot(path="/tmp/chatbox-ui-phone.png")
         pg.get_by_label("Open conversations").click()
         pg.wait_for_function(
