@@ -27,7 +27,8 @@ def free_port() -> int:
 
 def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CHATBOX_DRAFT_FLUSH_S": "0.1", "CHATBOX_N_CTX": "4096",
-           "CHATBOX_N_PARALLEL": "2", "CHATBOX_N_CTX_PER_SEQ": "2048"}
+           "CHATBOX_N_PARALLEL": "2", "CHATBOX_N_CTX_PER_SEQ": "2048",
+           "CHATBOX_ADMIN_PASSWORD": "crash-test-password"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "serve",
          "--port", str(port), "--log-level", "warning"],
@@ -46,17 +47,27 @@ def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     raise AssertionError("server not ready")
 
 
+def api_key(data_dir: Path) -> dict[str, str]:
+    """The scripted setup: seed the admin from the env, print a key on stdout."""
+    out = subprocess.run(
+        [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "keys", "create",
+         "--user", "admin"], env={**os.environ, "CHATBOX_ADMIN_PASSWORD": "crash-test-password"},
+        check=True, capture_output=True, text=True)
+    return {"Authorization": f"Bearer {out.stdout.strip()}"}
+
+
 def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
+    auth = api_key(data_dir)
     port = free_port()
     proc = start(data_dir, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        conv_id = httpx.post(f"{url}/v1/conversations", json={}).json()["id"]
+        conv_id = httpx.post(f"{url}/v1/conversations", json={}, headers=auth).json()["id"]
         seen = ""
         body = {"content": "Write a long poem about autumn leaves.", "max_tokens": 400}
         with httpx.stream("POST", f"{url}/v1/conversations/{conv_id}/turns", json=body,
-                          timeout=60) as stream:
+                          timeout=60, headers=auth) as stream:
             for event in parse_sse(stream.iter_lines()):
                 if event.event == "token":
                     seen += event.json()["text"]
@@ -71,7 +82,7 @@ def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
 
     proc = start(data_dir, port)
     try:
-        turns = httpx.get(f"{url}/v1/conversations/{conv_id}").json()["turns"]
+        turns = httpx.get(f"{url}/v1/conversations/{conv_id}", headers=auth).json()["turns"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

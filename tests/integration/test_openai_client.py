@@ -11,7 +11,7 @@ pytestmark = pytest.mark.model
 
 
 def client_for(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
 
 
 def test_models_list(real_server: LiveServer) -> None:

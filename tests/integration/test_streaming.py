@@ -38,7 +38,7 @@ def wait_for_status(http: httpx.Client, conv_id: str, timeout: float = 10) -> di
 
 
 def test_second_message_is_409_and_stop_keeps_partial_answer(real_server: LiveServer) -> None:
-    with httpx.Client(base_url=real_server.url, timeout=60) as http:
+    with httpx.Client(base_url=real_server.url, timeout=60, headers=real_server.headers) as http:
         conv_id = conversation(http)
         body = {"content": STORY, "max_tokens": 400}
         with http.stream("POST", f"/v1/conversations/{conv_id}/turns", json=body) as stream:
@@ -67,7 +67,7 @@ def test_second_message_is_409_and_stop_keeps_partial_answer(real_server: LiveSe
 
 
 def test_reconnect_with_last_event_id_gets_the_rest(real_server: LiveServer) -> None:
-    with httpx.Client(base_url=real_server.url, timeout=60) as http:
+    with httpx.Client(base_url=real_server.url, timeout=60, headers=real_server.headers) as http:
         conv_id = conversation(http)
         first: list[Event] = []
         body = {"content": "Tell me about the sea.", "max_tokens": 40, "temperature": 0}
@@ -89,7 +89,7 @@ def test_reconnect_with_last_event_id_gets_the_rest(real_server: LiveServer) -> 
 
 
 def test_client_disconnect_cancels_generation(real_server: LiveServer) -> None:
-    with httpx.Client(base_url=real_server.url, timeout=60) as http:
+    with httpx.Client(base_url=real_server.url, timeout=60, headers=real_server.headers) as http:
         conv_id = conversation(http)
         body = {"content": STORY, "max_tokens": 400}
         with http.stream("POST", f"/v1/conversations/{conv_id}/turns", json=body) as stream:
@@ -102,7 +102,7 @@ def test_client_disconnect_cancels_generation(real_server: LiveServer) -> None:
 
 
 def test_second_turn_reuses_the_cached_prefix(real_server: LiveServer) -> None:
-    with httpx.Client(base_url=real_server.url, timeout=60) as http:
+    with httpx.Client(base_url=real_server.url, timeout=60, headers=real_server.headers) as http:
         conv_id = conversation(http)
         for text in ("My name is Ada. Remember it.", "What is my name?"):
             response = http.post(f"/v1/conversations/{conv_id}/turns",
