@@ -43,6 +43,23 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
+_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _shared_model(path: Path, device: str) -> Any:
+    """The loaded model for (path, device): read from disk once per process (it is read-only
+    at inference, so apps in one process, e.g. tests, share it)."""
+    key = (str(path), device)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            from sentence_transformers import SentenceTransformer
+
+            _MODELS[key] = SentenceTransformer(str(path), device=device, local_files_only=True)
+            log.info("embedding model loaded from %s", path)
+        return _MODELS[key]
+
+
 @dataclass
 class _Pending:
     texts: list[str]
@@ -57,7 +74,6 @@ class Embedder:
         self.device = device
         self.dim = DIM
         self._model: Any = None
-        self._load_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
         self._queue: list[_Pending] = []
         self._draining: asyncio.Task[None] | None = None
@@ -67,15 +83,9 @@ class Embedder:
         return self._model is not None
 
     def _load_sync(self) -> Any:
-        with self._load_lock:
-            if self._model is None:
-                from sentence_transformers import SentenceTransformer
-
-                path = self.model_path or default_model_path()
-                self._model = SentenceTransformer(str(path), device=self.device,
-                                                  local_files_only=True)
-                log.info("embedding model loaded from %s", path)
-            return self._model
+        if self._model is None:
+            self._model = _shared_model(self.model_path or default_model_path(), self.device)
+        return self._model
 
     async def load(self) -> None:
         """Load the model now (in the worker thread) rather than on first use."""

@@ -13,7 +13,7 @@ from chatbox.store import Memory, Store
 
 MAX_FACT_CHARS = 500
 DUPLICATE_SIM = 0.88  # this close: the same fact again; keep one (the newer wording)
-CONFLICT_SIM = 0.5  # this close and the same single-valued predicate: a correction
+CONFLICT_SIM = 0.25  # this close and the same single-valued slot: a correction
 RELEVANT_SIM = 0.2  # facts below this are not worth a prompt's tokens
 
 # "remember that …" / "please remember: …" at the start of a message.
@@ -61,14 +61,26 @@ def _predicate_tokens(fact: str) -> list[str]:
 
 
 def conflicts(old: str, new: str) -> bool:
-    """Same single-valued predicate, different value: "lives in Paris" → "lives in Berlin"."""
+    """The same single-valued slot with a different value: "lives in Paris" → "lives in
+    Berlin", "prefers metric units" → "prefers imperial units" (not "works at A" → "works
+    on B", which can both hold)."""
     a, b = _predicate_tokens(old), _predicate_tokens(new)
     prefix = 0
     while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
         prefix += 1
-    if prefix == 0 or prefix == len(a) == len(b):
+    if prefix == 0 or a == b:
         return False
-    return any(w in _SINGLE_VALUED for w in a[:prefix])
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    single = any(w in _SINGLE_VALUED for w in a[:prefix])
+    return single and (prefix >= 2 or suffix >= 1)
+
+
+def same_predicate(old: str, new: str) -> bool:
+    """Both facts lead with the same word ("works …", "works …"), so one may merge the other."""
+    a, b = _predicate_tokens(old), _predicate_tokens(new)
+    return bool(a) and bool(b) and a[0] == b[0]
 
 
 def clean_fact(text: str) -> str:
@@ -113,12 +125,13 @@ class MemoryService:
         repo = self.store.memories
         for existing, distance in await repo.nearest(user_id, vector, 5):
             sim = 1.0 - distance * distance / 2.0  # unit vectors: L2 → cosine
-            if sim >= DUPLICATE_SIM or (sim >= CONFLICT_SIM and conflicts(existing.text, text)):
+            duplicate = sim >= DUPLICATE_SIM and same_predicate(existing.text, text)
+            if duplicate or (sim >= CONFLICT_SIM and conflicts(existing.text, text)):
                 # An explicit fact outranks an extracted one; otherwise the newer wins.
                 keep_source = "explicit" if "explicit" in (source, existing.source) else source
                 updated = await repo.replace(user_id, existing.id, text, vector, keep_source)
                 if updated is not None:
-                    action = "merged" if sim >= DUPLICATE_SIM else "replaced"
+                    action = "merged" if duplicate else "replaced"
                     return Change(action, updated, existing.text)
         memory = await repo.add(user_id, text, vector, source, conversation_id)
         return Change("added", memory)

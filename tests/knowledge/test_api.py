@@ -1,0 +1,194 @@
+"""The knowledge API on the tiny model: embeddings, memory PATCH, isolation between users,
+documents with citations, bad files, search."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from chatbox.app import create_app
+from chatbox.engine.registry import ModelRegistry
+from chatbox.knowledge.embedder import Embedder
+from chatbox.settings import Settings
+from tests.conftest import bearer, seed_user
+from tests.sse import Event, parse_sse
+
+MANUAL = (
+    "Zephyr-9 pump manual.\n\nThe Zephyr-9 pump must be descaled every 90 days using citric "
+    "acid. Never use vinegar, which damages the seals.\n\nThe warranty lasts five years if the "
+    "pump is registered within 30 days of purchase.\n\n" + "Unrelated filler text. " * 120
+)
+
+
+@pytest.fixture
+def two(settings: Settings, registry: ModelRegistry,
+        embedder: Embedder) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
+    """The app with two users: the admin (client's default headers) and member bob."""
+    admin = bearer(seed_user(settings))
+    bob = bearer(seed_user(settings, "bob", role="member", tier="paid"))
+    with TestClient(create_app(settings, registry), timeout=120) as client:
+        yield client, admin, bob
+
+
+def _events(response) -> list[Event]:  # type: ignore[no-untyped-def]
+    assert response.status_code == 200, response.text
+    return list(parse_sse(iter(response.text.split("\n"))))
+
+
+def test_embeddings_openai_shape(two) -> None:  # type: ignore[no-untyped-def]
+    client, admin, _ = two
+    one = client.post("/v1/embeddings", json={"input": "hello world"}, headers=admin).json()
+    assert one["object"] == "list" and len(one["data"][0]["embedding"]) == 384
+    assert one["usage"]["prompt_tokens"] == one["usage"]["total_tokens"] > 0
+    many = client.post("/v1/embeddings", json={"input": ["a cat", "a dog"],
+                                                "model": "all-MiniLM-L6-v2"}, headers=admin)
+    assert [d["index"] for d in many.json()["data"]] == [0, 1]
+    bad = client.post("/v1/embeddings", json={"input": "x", "model": "nope"}, headers=admin)
+    assert bad.status_code == 404
+    assert client.post("/v1/embeddings", json={"input": []}, headers=admin).status_code == 422
+
+
+def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def]
+    client, admin, bob = two
+    r = client.patch("/v1/users/me/memory", headers=bob,
+                     json={"add": ["The user prefers metric units", "The user lives in Paris"]})
+    assert r.status_code == 200, r.text
+    facts = {f["text"]: f["id"] for f in r.json()["data"]}
+    assert set(facts) == {"The user prefers metric units", "The user lives in Paris"}
+    r = client.patch("/v1/users/me/memory", headers=bob, json={"add": ["I live in Berlin"]})
+    assert r.json()["added"][0]["action"] == "replaced"
+
+    # Another user's fact ids are not found, and nothing changes.
+    r = client.patch("/v1/users/me/memory", headers=admin,
+                     json={"remove": [facts["The user prefers metric units"]]})
+    assert r.status_code == 404
+    bob_id = r.json() and client.get("/v1/users/me/memory", headers=bob).json()["user_id"]
+    admin_id = client.get("/v1/users/me/memory", headers=admin).json()["user_id"]
+    assert client.get(f"/v1/users/{admin_id}/memory", headers=bob).status_code == 404
+    # An admin may read and edit anyone's memory.
+    seen = client.get(f"/v1/users/{bob_id}/memory", headers=admin).json()
+    assert len(seen["data"]) == 2
+    r = client.patch("/v1/users/me/memory", headers=bob,
+                     json={"remove": [facts["The user prefers metric units"]], "enabled": False})
+    assert r.status_code == 200 and r.json()["enabled"] is False
+    assert [f["text"] for f in r.json()["data"]] == ["I live in Berlin"]
+
+
+def test_document_round_trip_with_citations(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    client, admin, bob = two
+    conv = client.post("/v1/conversations", json={}, headers=admin).json()
+    r = client.post(f"/v1/conversations/{conv['id']}/documents", headers=admin,
+                    files={"file": ("manual.txt", MANUAL.encode(), "text/plain")})
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert doc["chunks"] >= 2 and doc["conversation_id"] == conv["id"]
+
+    events = _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
+                                 json={"content": "How often should I descale the pump?"}))
+    kinds = [e.event for e in events]
+    assert kinds.index("citations") < kinds.index("done")
+    cited = next(e for e in events if e.event == "citations").json()
+    first = cited["citations"][0]
+    assert first["document_id"] == doc["id"] and "90 days" in first["text"]
+    turn_id = next(e for e in events if e.event == "done").json()["turn_id"]
+    stored = client.get(f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations",
+                        headers=admin).json()["data"]
+    assert stored[0]["chunk_id"] == first["chunk_id"]
+    passage = client.get(f"/v1/passages/{first['chunk_id']}", headers=admin).json()
+    assert "citric acid" in passage["text"]
+
+    # Bob sees none of it, and his own turns never draw on it.
+    assert client.get(f"/v1/documents/{doc['id']}", headers=bob).status_code == 404
+    assert client.get(f"/v1/passages/{first['chunk_id']}", headers=bob).status_code == 404
+    assert client.delete(f"/v1/documents/{doc['id']}", headers=bob).status_code == 404
+    assert client.post(f"/v1/conversations/{conv['id']}/documents", headers=bob,
+                       files={"file": ("x.txt", b"hello there", "text/plain")}
+                       ).status_code == 404
+    mine = client.post("/v1/conversations", json={}, headers=bob).json()
+    events = _events(client.post(f"/v1/conversations/{mine['id']}/turns", headers=bob,
+                                 json={"content": "How often should I descale the pump?"}))
+    assert "citations" not in [e.event for e in events]
+
+    # Deleting the document removes its chunks, vectors and citations.
+    assert client.delete(f"/v1/documents/{doc['id']}", headers=admin).status_code == 204
+    assert client.get(f"/v1/passages/{first['chunk_id']}", headers=admin).status_code == 404
+    assert client.get(f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations",
+                      headers=admin).json()["data"] == []
+
+
+def _encrypted_pdf() -> bytes:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(width=200, height=200)
+    writer.encrypt(user_password="secret", owner_password="owner")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("name", "body", "mime", "status", "words"), [
+    ("empty.txt", b"", "text/plain", 422, "empty"),
+    ("blank.md", b"   \n\n  ", "text/markdown", 422, "empty"),
+    ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200), "image/png", 415,
+     "not a document"),
+    ("data.txt", b"\x00\x01\x02binary\x00" * 50, "text/plain", 415, "not text"),
+    ("locked.pdf", None, "application/pdf", 422, "encrypted"),
+    ("broken.pdf", b"%PDF-1.7\nthis is not really a pdf", "application/pdf", 415, "PDF"),
+    ("blank.pdf", "blank", "application/pdf", 422, "no text"),
+])
+def test_bad_files_are_refused_and_nothing_is_stored(
+    two, name: str, body: bytes | str | None, mime: str, status: int, words: str,
+) -> None:  # type: ignore[no-untyped-def]
+    client, admin, _ = two
+    if body is None:
+        body = _encrypted_pdf()
+    elif body == "blank":
+        from pypdf import PdfWriter
+
+        writer, out = PdfWriter(), io.BytesIO()
+        writer.add_blank_page(width=200, height=200)
+        writer.write(out)
+        body = out.getvalue()
+    r = client.post("/v1/documents", headers=admin, files={"file": (name, body, mime)})
+    assert r.status_code == status, r.text
+    assert words.lower() in r.json()["error"]["message"].lower()
+    assert client.get("/v1/documents", headers=admin).json()["data"] == []
+
+
+def test_too_large(settings: Settings, registry: ModelRegistry, embedder: Embedder) -> None:
+    small = settings.with_overrides(max_upload_bytes=1000)
+    admin = bearer(seed_user(small))
+    with TestClient(create_app(small, registry), timeout=60) as client:
+        r = client.post("/v1/documents", headers=admin,
+                        files={"file": ("big.txt", b"word " * 1000, "text/plain")})
+        assert r.status_code == 413, r.text
+        assert "limit" in r.json()["error"]["message"]
+        assert client.get("/v1/documents", headers=admin).json()["data"] == []
+
+
+def test_search_words_and_meaning(two) -> None:  # type: ignore[no-untyped-def]
+    client, admin, bob = two
+    conv = client.post("/v1/conversations", json={}, headers=admin).json()
+    _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
+                        json={"content": "My sourdough starter smells like acetone"}))
+    other = client.post("/v1/conversations", json={}, headers=bob).json()
+    _events(client.post(f"/v1/conversations/{other['id']}/turns", headers=bob,
+                        json={"content": "Sourdough secrets of bob"}))
+
+    words = client.get("/v1/search", params={"q": "sourdough", "mode": "words"},
+                       headers=admin).json()["data"]
+    assert [h["conversation_id"] for h in words] == [conv["id"]]
+    assert "<mark>sourdough</mark>" in words[0]["highlighted"].lower()
+    assert words[0]["url"].startswith(f"/c/{conv['id']}")
+    meaning = client.get("/v1/search", params={"q": "bread baking yeast", "mode": "meaning"},
+                         headers=admin).json()["data"]
+    assert meaning and meaning[0]["conversation_id"] == conv["id"]
+    assert all(h["conversation_id"] != other["id"] for h in meaning)
+    # A deleted conversation is no longer found.
+    client.delete(f"/v1/conversations/{conv['id']}", headers=admin)
+    assert client.get("/v1/search", params={"q": "sourdough"}, headers=admin).json()["data"] == []
