@@ -33,6 +33,7 @@ from chatbox.web.ui import (
 )
 
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+LastEventId = Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)]
 
 
 @dataclass
@@ -143,7 +144,7 @@ class PagesController(Controller):
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
     async def stream(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str,
-        last_id: str | None = HeaderParameter(name="Last-Event-ID", default=None, required=False),
+        last_id: LastEventId = None,
     ) -> Stream:
         """SSE for a streaming bubble: rendered HTML as it grows, then the final bubble."""
         return await ui_stream(request, chat, user, conv_id, turn_id, last_event_id(last_id))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 from jinja2 import Environment
 from litestar import MediaType, Request, Response
@@ -20,6 +20,7 @@ from chatbox.chat import (
     NotFound,
     Overloaded,
     RateLimited,
+    RunEvent,
     TooLong,
     TurnRun,
     TurnView,
@@ -167,8 +168,13 @@ async def ui_events(
     Tokens that are already followed by newer ones are coalesced into one render, so a
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
+    if run.finished and after >= len(run.events):  # reconnected after the end: say it again
+        yield await _final_frame(request, chat, user, run.conversation_id, run.turn_id,
+                                 run.events[-1].id)
+        return
     text = _text_until(run, after)
-    async with contextlib.aclosing(run.follow(after)) as events:
+    follow = cast(AsyncGenerator[RunEvent, None], run.follow(after))
+    async with contextlib.aclosing(follow) as events:
         async for event in events:
             if event.kind == "token":
                 text += event.data["text"]
@@ -188,12 +194,12 @@ async def ui_stream(
     request: AnyRequest, chat: ChatService, user: User, conv_id: str, turn_id: str,
     after: int,
 ) -> Stream:
-    """The SSE behind a streaming bubble; a finished or unknown answer gets its final form."""
-    try:
-        await chat.conversation(user, conv_id)  # scoped to the user
-        run = chat.run_for(conv_id, turn_id)
-    except NotFound:
-        run = None
+    """The SSE behind a streaming bubble; a finished or unknown answer gets its final form.
+
+    Another user's (or a deleted) conversation is a 404, like everywhere else.
+    """
+    await chat.conversation(user, conv_id)  # scoped to the user: NotFound -> 404
+    run = chat.run_for(conv_id, turn_id)
     if run is None:
         body: AsyncIterator[bytes] = _one(
             await _final_frame(request, chat, user, conv_id, turn_id, "final")

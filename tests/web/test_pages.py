@@ -6,8 +6,8 @@ import re
 
 from litestar.testing import TestClient
 
-from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong
-from chatbox.web.ui import _friendly
+from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong, TurnRun
+from chatbox.web.ui import _friendly, ui_events
 from tests.sse import Event, parse_sse
 
 HX = {"HX-Request": "true"}
@@ -71,14 +71,18 @@ def test_first_message_creates_the_chat_and_streams_html(client: TestClient) -> 
 
 def test_reconnect_with_last_event_id_resumes(client: TestClient) -> None:
     _, url = start_chat(client)
+    read_stream(client, url)  # to the end
     events = read_stream(client, url)
-    html_events = [e for e in events if e.event == "html"]
-    if len(html_events) < 2:
-        return  # the tiny model said too little to resume in the middle
-    middle = int(html_events[0].id or 0)
+    # Replaying a finished answer skips the steps: the final bubble holds the whole text.
+    assert [e.event for e in events] == ["done"]
+    done_id = int(events[-1].id or 0)
+    assert done_id > 3
+    middle = done_id // 2
     resumed = read_stream(client, url, last_id=middle)
     assert all(int(e.id or 0) > middle for e in resumed)
     assert resumed[-1].event == "done" and resumed[-1].data == events[-1].data
+    again = read_stream(client, url, last_id=done_id)  # after the end: the end once more
+    assert [(e.event, e.data) for e in again] == [("done", events[-1].data)]
 
 
 def test_unknown_stream_ends_instead_of_reconnecting_forever(client: TestClient) -> None:
@@ -162,3 +166,17 @@ def test_friendly_messages() -> None:
     assert _friendly(Busy("busy"))[0] == 409
     assert _friendly(TooLong(5000, 4096))[0] == 413
     assert _friendly(InvalidInput("the message is empty"))[1] == "Type a message first."
+
+
+async def test_bubble_stream_resumes_mid_answer_with_the_whole_text() -> None:
+    run = TurnRun("c_1", "t_2", "t_1", "tiny", "t_1", grace_s=1.0)
+    run.publish("start", {"turn_id": "t_2"})
+    run.publish("token", {"text": "Hel"})
+    run.publish("token", {"text": "lo"})
+    stream = ui_events(None, None, None, run, after=2)  # type: ignore[arg-type]
+    first = list(parse_sse(iter((await anext(stream)).decode().split("\n"))))
+    assert [(e.id, e.event, e.data) for e in first] == [("3", "html", "<p>Hello</p>\n")]
+    run.publish("token", {"text": " **you**"})
+    second = list(parse_sse(iter((await anext(stream)).decode().split("\n"))))
+    assert second[0].id == "4" and "Hello <strong>you</strong>" in second[0].data
+    await stream.aclose()
