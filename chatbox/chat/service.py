@@ -389,9 +389,10 @@ class ChatService:
         user_id, knowledge = self._contexts.pop(run.turn_id, ("", TurnContext()))
         if self.context is None or not user_id:
             return
-        if knowledge.citations:
+        if knowledge.citations or knowledge.memory_ids:
             run.publish("citations", {"turn_id": turn_id,
-                                      "citations": [c.as_dict() for c in knowledge.citations]})
+                                      "citations": [c.as_dict() for c in knowledge.citations],
+                                      "memories": list(knowledge.memory_ids)})
         await self.context.turn_finished(user_id, run.conversation_id, turn_id, knowledge)
 
     async def shutdown(self) -> None:
