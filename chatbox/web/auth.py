@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import (
@@ -140,10 +140,14 @@ def login_required_handler(request: AnyRequest, exc: Exception) -> Response[Any]
                           "type": "authentication_error"}}
         return Response(body, status_code=401, media_type=MediaType.JSON,
                         headers={"WWW-Authenticate": 'Bearer realm="chatbox"'})
-    target = "/login" if path in ("/", "/login") else f"/login?next={quote(path)}"
-    if request.headers.get("HX-Request") == "true":
-        return Response("", status_code=401, headers={"HX-Redirect": target})
-    return Response("", status_code=303, headers={"Location": target})
+    if request.headers.get("HX-Request") == "true":  # back to the page it came from
+        page = urlsplit(request.headers.get("HX-Current-URL", "")).path or "/"
+        return Response("", status_code=401, headers={"HX-Redirect": _login_url(page)})
+    return Response("", status_code=303, headers={"Location": _login_url(path)})
+
+
+def _login_url(path: str) -> str:
+    return "/login" if path in ("/", "/login") else f"/login?next={quote(path)}"
 
 
 def safe_next(target: str | None) -> str:
