@@ -196,10 +196,14 @@ async def ui_stream(
 ) -> Stream:
     """The SSE behind a streaming bubble; a finished or unknown answer gets its final form.
 
-    Another user's (or a deleted) conversation is a 404, like everywhere else.
+    Another user's conversation looks exactly like one that does not exist: the final
+    "no longer available" frame (a 200, so the SSE client stops instead of retrying).
     """
-    await chat.conversation(user, conv_id)  # scoped to the user: NotFound -> 404
-    run = chat.run_for(conv_id, turn_id)
+    try:
+        await chat.conversation(user, conv_id)  # scoped to the user
+        run = chat.run_for(conv_id, turn_id)
+    except NotFound:
+        run = None
     if run is None:
         body: AsyncIterator[bytes] = _one(
             await _final_frame(request, chat, user, conv_id, turn_id, "final")

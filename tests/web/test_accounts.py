@@ -169,7 +169,6 @@ def test_isolation_matrix_every_endpoint_is_404_for_another_user(box: Box) -> No
         ("POST", f"/v1/conversations/{conv}/cancel", None, None),
         ("GET", f"/c/{conv}", None, None),
         ("POST", f"/ui/c/{conv}/send", None, {"content": "x"}),
-        ("GET", f"/ui/c/{conv}/turns/{answer}/stream", None, None),
         ("POST", f"/ui/c/{conv}/stop", None, {}),
         ("POST", f"/ui/c/{conv}/turns/{answer}/regenerate", None, {}),
         ("GET", f"/ui/c/{conv}/turns/{user_turn}", None, None),
@@ -185,6 +184,11 @@ def test_isolation_matrix_every_endpoint_is_404_for_another_user(box: Box) -> No
             r = c.request(method, path, json=body, data=form, headers=headers)
             assert r.status_code == 404, (other, method, path, r.status_code, r.text[:200])
             assert "my secret" not in r.text and "ann's secret" not in r.text
+        # The bubble's SSE ends with the same frame as for an id that never existed.
+        stream = c.get(f"/ui/c/{conv}/turns/{answer}/stream", headers=box.h(other))
+        nowhere = c.get(f"/ui/c/c_nope/turns/{answer}/stream", headers=box.h(other))
+        assert stream.text.replace(conv, "c_nope") == nowhere.text
+        assert "no longer available" in stream.text and "my secret" not in stream.text
         listing = c.get("/v1/conversations", headers=box.h(other)).json()["data"]
         assert conv not in [x["id"] for x in listing]
     view = c.get(f"/v1/conversations/{conv}", headers=box.h("ann")).json()
