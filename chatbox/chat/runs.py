@@ -62,6 +62,8 @@ class TurnRun:
                     yield event
                     if event.terminal:
                         return
+                if self.finished:  # a late reader already has everything
+                    return
                 await self._changed.wait()
         finally:
             self._detach()

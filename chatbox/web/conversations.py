@@ -20,7 +20,7 @@ from chatbox.web.schemas import (
     conversation_out,
     view_out,
 )
-from chatbox.web.sse import last_event_id, sse_response
+from chatbox.web.sse import LastEventId, last_event_id, sse_response
 
 
 def _stream(request: Request[Any, Any, Any], run: TurnRun, after: int = 0) -> Stream:
@@ -117,7 +117,7 @@ class ConversationController(Controller):
     async def resume(
         self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
         turn_id: str,
-        last_id: str | None = Parameter(header="Last-Event-ID", default=None, required=False),
+        last_id: LastEventId = None,
     ) -> Stream:
         """Reattach to an answer still streaming (or just finished): events after Last-Event-ID."""
         await chat.conversation(user, conv_id)

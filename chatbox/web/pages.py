@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 from litestar.enums import RequestEncodingType
-from litestar.params import Body, HeaderParameter
+from litestar.params import Body
 from litestar.response import Stream
 
 from chatbox.chat import (
@@ -21,7 +21,7 @@ from chatbox.chat import (
 )
 from chatbox.store import Store, User
 from chatbox.web.deps import ChatDep, StoreDep, UserDep
-from chatbox.web.sse import last_event_id
+from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
@@ -33,7 +33,6 @@ from chatbox.web.ui import (
 )
 
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
-LastEventId = Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)]
 
 
 @dataclass

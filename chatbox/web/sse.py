@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Annotated, Any
 
+from litestar.params import HeaderParameter
 from litestar.response import Stream
 
 from chatbox.chat import RunEvent, TurnRun
@@ -81,6 +82,9 @@ def sse_response(
     return Stream(
         body, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
     )
+
+
+LastEventId = Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)]
 
 
 def last_event_id(raw: str | None) -> int:

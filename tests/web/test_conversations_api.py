@@ -179,3 +179,16 @@ def test_openapi_schema_lists_the_api(client: TestClient) -> None:
     schema = client.get("/schema/openapi.json").json()
     assert "/v1/conversations/{conv_id}/turns" in schema["paths"]
     assert "/v1/chat/completions" in schema["paths"]
+
+
+def test_replaying_a_finished_answer_ends(client: TestClient) -> None:
+    conv_id = new_conversation(client)
+    events = send(client, conv_id, "hello")
+    turn_id = events[0].json()["turn_id"]
+    replay = client.get(f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
+                        headers={"Last-Event-ID": "1"})
+    replayed = list(parse_sse(iter(replay.text.split("\n"))))
+    assert [e.id for e in replayed] == [e.id for e in events[1:]]
+    late = client.get(f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
+                      headers={"Last-Event-ID": events[-1].id or ""})
+    assert late.status_code == 200 and list(parse_sse(iter(late.text.split("\n")))) == []
