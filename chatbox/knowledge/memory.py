@@ -136,6 +136,14 @@ class MemoryService:
         memory = await repo.add(user_id, text, vector, source, conversation_id)
         return Change("added", memory)
 
+    async def edit(self, user_id: str, memory_id: str, text: str) -> Memory | None:
+        """A user's own rewording of one fact (its vector follows); None if not theirs."""
+        fact = clean_fact(text)
+        if not fact:
+            return None
+        vector = await self.embedder.embed_one(fact)
+        return await self.store.memories.replace(user_id, memory_id, fact, vector, "explicit")
+
     async def remove(self, user_id: str, memory_ids: Sequence[str]) -> list[str]:
         """Delete facts (with their vectors); returns the ids that were found for this user."""
         return await self.store.memories.delete(user_id, list(memory_ids))

@@ -80,6 +80,32 @@ class MemoryRepo:
         assert memory is not None
         return memory
 
+    async def add_many(
+        self, user_id: str, texts: list[str], vectors: np.ndarray, source: str = "extracted"
+    ) -> int:
+        """Insert facts as they are (no merging), in one transaction; for imports and bulk
+        loads. Returns how many were stored."""
+        now = time.time()
+        async with self.db.transaction() as tx:
+            # Under the write lock the next seqs are ours: insert both tables in bulk.
+            async with tx.execute(
+                "SELECT max(coalesce(max(seq), 0), coalesce((SELECT seq FROM sqlite_sequence"
+                " WHERE name = 'memories'), 0)) FROM memories"
+            ) as cur:
+                first = int((await cur.fetchone())[0]) + 1
+            seqs = range(first, first + len(texts))
+            await tx.executemany(
+                "INSERT INTO memories (seq, id, user_id, text, source, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(seq, new_id("m"), user_id, text, source, now, now)
+                 for seq, text in zip(seqs, texts, strict=True)],
+            )
+            await tx.executemany(
+                "INSERT INTO memory_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
+                [(seq, user_id, vector_blob(v)) for seq, v in zip(seqs, vectors, strict=True)],
+            )
+        return len(texts)
+
     async def replace(
         self, user_id: str, memory_id: str, text: str, vector: np.ndarray, source: str
     ) -> Memory | None:

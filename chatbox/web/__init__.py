@@ -8,6 +8,7 @@ from chatbox.web.admin import AdminApiController, AdminPagesController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
+from chatbox.web.knowledge_pages import KnowledgePagesController
 from chatbox.web.login import LoginController
 from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
@@ -17,6 +18,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     OpenAIController,
     HealthController,
     KnowledgeController,
+    KnowledgePagesController,
     PagesController,
     LoginController,
     AdminApiController,

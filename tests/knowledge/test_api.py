@@ -192,3 +192,38 @@ def test_search_words_and_meaning(two) -> None:  # type: ignore[no-untyped-def]
     # A deleted conversation is no longer found.
     client.delete(f"/v1/conversations/{conv['id']}", headers=admin)
     assert client.get("/v1/search", params={"q": "sourdough"}, headers=admin).json()["data"] == []
+
+
+def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-untyped-def]
+    client, admin, bob = two
+    page = client.get("/memory", headers=bob)
+    assert page.status_code == 200 and "Use memory in my conversations" in page.text
+    r = client.post("/ui/memory/add", data={"text": "I prefer metric units"}, headers=bob)
+    assert "I prefer metric units" in r.text
+    fact_id = client.get("/v1/users/me/memory", headers=bob).json()["data"][0]["id"]
+    r = client.post(f"/ui/memory/{fact_id}/edit", data={"text": "I prefer SI units"},
+                    headers=bob)
+    assert "I prefer SI units" in r.text
+    assert client.post(f"/ui/memory/{fact_id}/delete", headers=admin).status_code == 200
+    assert client.get("/v1/users/me/memory", headers=bob).json()["data"]  # not admin's to delete
+    r = client.post(f"/ui/memory/{fact_id}/delete", headers=bob)
+    assert "Nothing remembered yet" in r.text
+    r = client.post("/ui/memory/enabled", data={}, headers=bob)
+    assert client.get("/v1/users/me/memory", headers=bob).json()["enabled"] is False
+
+    conv = client.post("/v1/conversations", json={}, headers=admin).json()
+    client.post(f"/v1/conversations/{conv['id']}/documents", headers=admin,
+                files={"file": ("manual.md", MANUAL.encode(), "text/markdown")})
+    events = _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
+                                 json={"content": "How long is the pump warranty?"}))
+    turn_id = next(e for e in events if e.event == "done").json()["turn_id"]
+    home = client.get(f"/c/{conv['id']}", headers=admin).text
+    assert 'id="search-q"' in home and f"/turns/{turn_id}/sources" in home
+    sources = client.get(f"/ui/c/{conv['id']}/turns/{turn_id}/sources", headers=admin).text
+    assert "manual.md" in sources
+    chunk = next(e for e in events if e.event == "citations").json()["citations"][0]
+    assert "warranty" in client.get(f"/ui/passages/{chunk['chunk_id']}", headers=admin).text
+    assert client.get(f"/ui/c/{conv['id']}/turns/{turn_id}/sources",
+                      headers=bob).status_code == 404
+    found = client.get("/ui/search", params={"q": "pump warranty"}, headers=admin).text
+    assert f"/c/{conv['id']}?turn=" in found and "<mark>" in found

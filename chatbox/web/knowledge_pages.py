@@ -1,0 +1,108 @@
+"""Knowledge in the web UI: the memory page, sidebar search, and cited passages (htmx)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from litestar import Controller, Response, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body
+
+from chatbox.chat import NotFound
+from chatbox.knowledge import Knowledge
+from chatbox.web.deps import StoreDep, UserDep
+from chatbox.web.knowledge import highlight
+from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
+
+FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+@dataclass
+class FactForm:
+    text: str = ""
+
+
+@dataclass
+class SwitchForm:
+    enabled: str = ""
+
+
+def _knowledge(request: AnyRequest) -> Knowledge:
+    knowledge: Knowledge = request.app.state.knowledge
+    return knowledge
+
+
+async def _memory_list(request: AnyRequest, user_id: str, notice: str = "") -> Response[str]:
+    knowledge = _knowledge(request)
+    return html(request, "_memory_list.html", facts=await knowledge.memory.list(user_id),
+                enabled=await knowledge.memory.enabled(user_id), notice=notice)
+
+
+class KnowledgePagesController(Controller):
+    include_in_schema = False
+    exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
+
+    @get("/memory")
+    async def memory_page(self, request: AnyRequest, store: StoreDep,
+                          user: UserDep) -> Response[str]:
+        """What chatbox remembers about you: see, edit, delete; switch memory off."""
+        knowledge = _knowledge(request)
+        return html(request, "memory.html", facts=await knowledge.memory.list(user.id),
+                    enabled=await knowledge.memory.enabled(user.id), notice="",
+                    convs=await sidebar(store, user), conv=None)
+
+    @post("/ui/memory/add", status_code=200)
+    async def add_fact(self, request: AnyRequest, user: UserDep,
+                       data: Annotated[FactForm, FORM]) -> Response[str]:
+        changes = await _knowledge(request).memory.add(user.id, [data.text], "explicit")
+        notice = ""
+        if changes and changes[0].action != "added":
+            notice = f"Updated “{changes[0].previous}”."
+        return await _memory_list(request, user.id, notice)
+
+    @post("/ui/memory/{fact_id:str}/edit", status_code=200)
+    async def edit_fact(self, request: AnyRequest, user: UserDep, fact_id: str,
+                        data: Annotated[FactForm, FORM]) -> Response[str]:
+        if await _knowledge(request).memory.edit(user.id, fact_id, data.text) is None:
+            raise NotFound("that memory no longer exists")
+        return await _memory_list(request, user.id, "Saved.")
+
+    @post("/ui/memory/{fact_id:str}/delete", status_code=200)
+    async def delete_fact(self, request: AnyRequest, user: UserDep,
+                          fact_id: str) -> Response[str]:
+        await _knowledge(request).memory.remove(user.id, [fact_id])
+        return await _memory_list(request, user.id)
+
+    @post("/ui/memory/enabled", status_code=200)
+    async def switch(self, request: AnyRequest, user: UserDep,
+                     data: Annotated[SwitchForm, FORM]) -> Response[str]:
+        on = data.enabled in ("on", "true", "1")
+        await _knowledge(request).memory.set_enabled(user.id, on)
+        return await _memory_list(request, user.id,
+                                  "Memory is on." if on else "Memory is off.")
+
+    @get("/ui/search")
+    async def search(self, request: AnyRequest, user: UserDep, q: str = "") -> Response[str]:
+        """Sidebar search results: words and meaning, matched words highlighted."""
+        hits = await _knowledge(request).search.search(user.id, q, "both", 20) if q.strip() \
+            else []
+        return html(request, "_search_results.html", q=q, hits=[
+            {"hit": h, "html": highlight(h.snippet)} for h in hits])
+
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/sources")
+    async def sources(self, request: AnyRequest, store: StoreDep, user: UserDep,
+                      conv_id: str, turn_id: str) -> Response[str]:
+        """The passages an answer drew on (empty when none)."""
+        if await store.conversations.get(user.id, conv_id) is None:
+            raise NotFound("conversation not found")
+        cited = (await store.documents.citations(user.id, [turn_id]))[turn_id]
+        return html(request, "_sources.html", cited=cited, turn_id=turn_id)
+
+    @get("/ui/passages/{chunk_id:int}")
+    async def passage(self, request: AnyRequest, store: StoreDep, user: UserDep,
+                      chunk_id: int) -> Response[str]:
+        chunk = await store.documents.chunk(user.id, chunk_id)
+        if chunk is None:
+            raise NotFound("that passage no longer exists")
+        return html(request, "_passage.html", chunk=chunk)
