@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from chatbox.chat.errors import Overloaded, RateLimited
 from chatbox.chat.policy import Policy, TierPolicy
 from chatbox.chat.routing import Route, Router
+from chatbox.chat.runs import TurnRun
 from chatbox.engine.types import EngineStats, Usage
 from chatbox.store import User
 from chatbox.store.usage import UsageRepo, day_of
@@ -61,16 +62,28 @@ class Ticket:
     estimate: int
     priority: int
     admission: Admission
+    seq: int = 0
     done: bool = False
+    started: bool = False  # its first token has come: it is no longer waiting
 
     @property
     def model(self) -> str:
         return self.route.model
 
+    def mark_started(self) -> None:
+        if not self.started:
+            self.started = True
+            self.admission.unqueue(self)
+
+    def position(self) -> int:
+        """1-based place in the engine's queue; 0 once it runs (or when unknown)."""
+        return 0 if self.started or self.done else self.admission.position(self)
+
     async def finish(self, usage: Usage | None) -> None:
         if self.done:
             return
         self.done = True
+        self.admission.unqueue(self)
         await self.admission.settle(self, usage)
 
     def release(self) -> None:
@@ -91,6 +104,8 @@ class Admission:
     clock: Clock = time.monotonic
     _users: dict[str, UserState] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _waiting: dict[str, list[Ticket]] = field(default_factory=dict)  # by model, no token yet
+    _seq: int = 0
 
     # -- state --------------------------------------------------------------------------
 
@@ -155,7 +170,28 @@ class Admission:
         # Fair share: a user's extra streams queue behind everyone else's first ones.
         priority = state.streams
         state.streams += 1
-        return Ticket(user, route, estimate, priority, self)
+        self._seq += 1
+        ticket = Ticket(user, route, estimate, priority, self, self._seq)
+        self._waiting.setdefault(route.model, []).append(ticket)
+        return ticket
+
+    def unqueue(self, ticket: Ticket) -> None:
+        waiting = self._waiting.get(ticket.model)
+        if waiting is not None and ticket in waiting:
+            waiting.remove(ticket)
+
+    def position(self, ticket: Ticket) -> int:
+        """Where a not-yet-started request stands in its engine's queue (0: running).
+
+        The engine runs waiting requests by (priority, arrival); the first ones of those
+        without a token yet are prefilling in a slot, the rest are the engine's queue.
+        """
+        stats = self.stats(ticket.model)
+        waiting = sorted(self._waiting.get(ticket.model, []), key=lambda t: (t.priority, t.seq))
+        if stats is None or ticket not in waiting:
+            return 0
+        in_slots = len(waiting) - stats.queue_depth
+        return max(0, waiting.index(ticket) - in_slots + 1)
 
     async def _check_budget(self, user: User, tier: TierPolicy) -> None:
         now = time.time()
@@ -222,3 +258,27 @@ def _seconds_to_next(period: str, now: float) -> int:
         return int(calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)) + 86400 - now) + 1
     year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
     return int(calendar.timegm((year, month, 1, 0, 0, 0)) - now) + 1
+
+
+def route_out(ticket: Ticket) -> dict[str, object]:
+    """How the model was chosen, for the answer's events (shown with every answer)."""
+    route = ticket.route
+    out: dict[str, object] = {"route": route.reason}
+    if route.arm:
+        out["arm"] = route.arm
+    if route.degraded_from:
+        out["degraded_from"] = route.degraded_from
+        out["notice"] = (f"The server is busy, so {route.model} answered instead of "
+                         f"{route.degraded_from}.")
+    return out
+
+
+async def announce_queue(run: TurnRun, ticket: Ticket, every_s: float = 0.5) -> None:
+    """While the answer waits for a slot, publish its place in line whenever it changes."""
+    last = 0
+    while not ticket.started and not ticket.done:
+        position = ticket.position()
+        if position != last and position > 0:
+            run.publish("queued", {"position": position})
+        last = position
+        await asyncio.sleep(every_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from chatbox.chat.admission import Ticket
-from chatbox.engine.types import DoneEvent, EngineEvent, Generation
+from chatbox.engine.types import DoneEvent, EngineEvent, Generation, TokenEvent
 
 
 class MeteredGeneration:
@@ -20,7 +20,9 @@ class MeteredGeneration:
 
     async def _iterate(self) -> AsyncIterator[EngineEvent]:
         async for event in self.inner:
-            if isinstance(event, DoneEvent):
+            if isinstance(event, TokenEvent):
+                self.ticket.mark_started()
+            elif isinstance(event, DoneEvent):
                 await self.ticket.finish(event.usage)
             yield event
 

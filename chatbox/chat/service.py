@@ -6,9 +6,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from chatbox.chat.admission import Admission, Ticket
+from chatbox.chat.admission import Admission, Ticket, announce_queue, route_out
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, Overloaded, TooLong, UnknownModel
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.policy import Policy
@@ -21,6 +21,7 @@ from chatbox.engine.types import (
     ContextOverflowError,
     DoneEvent,
     Engine,
+    EngineBusyError,
     EngineStats,
     Generation,
     GenerationRequest,
@@ -239,6 +240,10 @@ class ChatService:
             if ticket:
                 await ticket.finish(None)
             raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        except EngineBusyError as exc:
+            if ticket:
+                await ticket.finish(None)
+            raise Overloaded(str(exc), self.gate.policy.overload.retry_after_s) from exc
         except BaseException:
             if ticket:
                 await ticket.finish(None)
@@ -300,6 +305,8 @@ class ChatService:
             generation = engine.submit(request)
         except ContextOverflowError as exc:
             raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        except EngineBusyError as exc:
+            raise Overloaded(str(exc), self.gate.policy.overload.retry_after_s) from exc
         try:
             user_turn_id = None
             if content is not None:
@@ -325,9 +332,13 @@ class ChatService:
         done: DoneEvent | None = None
         error: str | None = None
         last_flush = time.monotonic()
+        announcer = asyncio.create_task(announce_queue(run, ticket))
         try:
             async for event in generation:
                 if isinstance(event, TokenEvent):
+                    if not ticket.started:
+                        ticket.mark_started()
+                        announcer.cancel()
                     run.publish("token", {"text": event.text})
                     if time.monotonic() - last_flush >= self.settings.draft_flush_s:
                         last_flush = time.monotonic()
@@ -340,6 +351,7 @@ class ChatService:
         except Exception as exc:  # one failing request must not take the service down
             generation.cancel()
             error = f"generation failed: {exc}"
+        announcer.cancel()
         if done is not None:
             status = _STATUS[done.finish_reason]
             error = done.error
@@ -403,15 +415,3 @@ class ChatService:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-
-def route_out(ticket: Ticket) -> dict[str, object]:
-    """How the model was chosen, for the answer's events (shown with every answer)."""
-    route = ticket.route
-    out: dict[str, object] = {"route": route.reason}
-    if route.arm:
-        out["arm"] = route.arm
-    if route.degraded_from:
-        out["degraded_from"] = route.degraded_from
-        out["notice"] = (f"The server is busy, so {route.model} answered instead of "
-                         f"{route.degraded_from}.")
-    return out

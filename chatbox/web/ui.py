@@ -181,6 +181,10 @@ async def ui_events(
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
                 yield frame("html", render_markdown(text) or "", event.id)
+            elif event.kind == "queued" and not text:  # the server is busy: show the line
+                position = int(event.data["position"])
+                yield frame("html", f'<p class="queue-note" role="status">The server is busy: '
+                                    f'you are number {position} in line…</p>', event.id)
             elif event.terminal:
                 yield await _final_frame(request, chat, user, run.conversation_id,
                                          run.turn_id, event.id)

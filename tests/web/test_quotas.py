@@ -185,3 +185,29 @@ def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path,
                 text = first.read().decode()
             assert "[DONE]" in text
         assert post("ann").status_code == 200  # the slot is given back when it ends
+
+
+def test_queued_requests_see_their_position(tmp_path: Path, tiny_gguf: Path) -> None:
+    with gateway_box(tmp_path, tiny_gguf) as box:
+        box.saturate(6)  # well past every mark: the team tier ("queue") waits in line
+        conv = box.new_conversation("carol")
+        r = box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
+                            headers=box.h("carol"))
+        assert r.status_code == 200
+        events = list(parse_sse(iter(r.text.split("\n"))))
+        kinds = [e.event for e in events]
+        assert kinds[:2] == ["start", "queued"] and kinds[-1] == "done"
+        assert events[1].json() == {"position": 6}
+
+
+async def test_the_streaming_bubble_shows_the_queue_position() -> None:
+    from chatbox.chat import TurnRun
+    from chatbox.web.ui import ui_events
+
+    run = TurnRun("c_1", "t_2", "t_1", "tiny", "t_1", grace_s=1.0)
+    run.publish("start", {"turn_id": "t_2"})
+    run.publish("queued", {"position": 3})
+    frames = ui_events(None, None, None, run, 0)  # type: ignore[arg-type]
+    first = await anext(frames)
+    await frames.aclose()
+    assert b"event: html" in first and b"you are number 3 in line" in first
