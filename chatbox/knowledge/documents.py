@@ -114,7 +114,8 @@ def pdf_pages(data: bytes, name: str) -> tuple[list[tuple[int | None, str]], int
         if reader.is_encrypted and not reader.decrypt(""):
             raise EncryptedFile(f"{name} is encrypted (password-protected); "
                                 "upload an unprotected copy")
-        pages = [(i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
+        pages: list[tuple[int | None, str]] = [
+            (i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
     except EncryptedFile:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,13 +102,13 @@ class MemoryService:
         self.store = store
         self.embedder = embedder
 
-    async def list(self, user_id: str) -> list[Memory]:
+    async def list(self, user_id: str) -> builtins.list[Memory]:
         return await self.store.memories.list(user_id)
 
     async def add(
         self, user_id: str, facts: Sequence[str], source: str = "explicit",
         conversation_id: str | None = None,
-    ) -> list[Change]:
+    ) -> builtins.list[Change]:
         """Add facts; near-duplicates are merged and contradicted facts replaced."""
         texts = [t for t in (clean_fact(f) for f in facts) if t]
         if not texts:
@@ -144,11 +145,11 @@ class MemoryService:
         vector = await self.embedder.embed_one(fact)
         return await self.store.memories.replace(user_id, memory_id, fact, vector, "explicit")
 
-    async def remove(self, user_id: str, memory_ids: Sequence[str]) -> list[str]:
+    async def remove(self, user_id: str, memory_ids: Sequence[str]) -> builtins.list[str]:
         """Delete facts (with their vectors); returns the ids that were found for this user."""
         return await self.store.memories.delete(user_id, list(memory_ids))
 
-    async def forget(self, user_id: str, description: str) -> list[str]:
+    async def forget(self, user_id: str, description: str) -> builtins.list[str]:
         """Delete the facts closest to a "forget that …" description."""
         vector = await self.embedder.embed_one(description)
         hits = await self.store.memories.nearest(user_id, vector, 3)
@@ -157,7 +158,7 @@ class MemoryService:
 
     async def relevant(
         self, user_id: str, query: np.ndarray, k: int
-    ) -> list[tuple[Memory, float]]:
+    ) -> builtins.list[tuple[Memory, float]]:
         """Up to k of the user's facts most similar to the query vector, with similarity."""
         hits = await self.store.memories.nearest(user_id, query, k)
         out = [(m, 1.0 - d * d / 2.0) for m, d in hits]

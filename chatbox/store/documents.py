@@ -3,6 +3,7 @@ FTS5 entry (`chunk_fts`); a document is stored whole in one transaction or not a
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,7 +107,7 @@ class DocumentRepo:
         return Document.from_row(row) if row else None
 
     async def list(self, user_id: str, conversation_id: str | None = None,
-                   library: bool = False) -> list[Document]:
+                   library: bool = False) -> builtins.list[Document]:
         """The user's documents: all, one conversation's, or (library=True) the library's."""
         sql, params = f"{_DOC} WHERE user_id = ?", [user_id]
         if library:
@@ -126,7 +127,7 @@ class DocumentRepo:
                                    (doc_id, user_id))
         return cur.rowcount > 0
 
-    async def chunks(self, user_id: str, doc_id: str) -> list[Chunk]:
+    async def chunks(self, user_id: str, doc_id: str) -> builtins.list[Chunk]:
         rows = await self.db.fetchall(
             f"{_CHUNK} WHERE documents.id = ? AND documents.user_id = ? ORDER BY chunks.ord",
             (doc_id, user_id),
@@ -147,7 +148,7 @@ class DocumentRepo:
 
     async def nearest_chunks(
         self, user_id: str, conversation_id: str, vector: np.ndarray, k: int
-    ) -> list[tuple[Chunk, float]]:
+    ) -> builtins.list[tuple[Chunk, float]]:
         """The k chunks nearest to vector among those in scope, with L2 distances.
 
         The KNN runs in the user's partition; chunks of other conversations' documents are
@@ -165,7 +166,7 @@ class DocumentRepo:
 
     async def keyword_chunks(
         self, user_id: str, conversation_id: str, match: str, k: int
-    ) -> list[tuple[Chunk, float]]:
+    ) -> builtins.list[tuple[Chunk, float]]:
         """Chunks in scope matching an FTS5 query, best bm25 first (lower is better)."""
         rows = await self.db.fetchall(
             f"{_CHUNK} JOIN chunk_fts ON chunk_fts.rowid = chunks.seq"
@@ -185,9 +186,11 @@ class DocumentRepo:
                     " VALUES (?, ?, ?, ?)", (turn_id, chunk_seq, i, score),
                 )
 
-    async def citations(self, user_id: str, turn_ids: Sequence[str]) -> dict[str, list[Chunk]]:
+    async def citations(
+        self, user_id: str, turn_ids: Sequence[str]
+    ) -> dict[str, builtins.list[Chunk]]:
         """For each turn, the chunks it cited that still exist (this user's only)."""
-        out: dict[str, list[Chunk]] = {t: [] for t in turn_ids}
+        out: dict[str, builtins.list[Chunk]] = {t: [] for t in turn_ids}
         if not turn_ids:
             return out
         marks = ", ".join("?" for _ in turn_ids)

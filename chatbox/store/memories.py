@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +49,7 @@ class MemoryRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def list(self, user_id: str) -> list[Memory]:
+    async def list(self, user_id: str) -> builtins.list[Memory]:
         rows = await self.db.fetchall(
             "SELECT * FROM memories WHERE user_id = ? ORDER BY updated_at DESC, seq DESC",
             (user_id,),
@@ -81,7 +83,7 @@ class MemoryRepo:
         return memory
 
     async def add_many(
-        self, user_id: str, texts: list[str], vectors: np.ndarray, source: str = "extracted"
+        self, user_id: str, texts: Sequence[str], vectors: np.ndarray, source: str = "extracted"
     ) -> int:
         """Insert facts as they are (no merging), in one transaction; for imports and bulk
         loads. Returns how many were stored."""
@@ -92,7 +94,8 @@ class MemoryRepo:
                 "SELECT max(coalesce(max(seq), 0), coalesce((SELECT seq FROM sqlite_sequence"
                 " WHERE name = 'memories'), 0)) FROM memories"
             ) as cur:
-                first = int((await cur.fetchone())[0]) + 1
+                row = await cur.fetchone()
+                first = int(row[0] if row else 0) + 1
             seqs = range(first, first + len(texts))
             await tx.executemany(
                 "INSERT INTO memories (seq, id, user_id, text, source, created_at, updated_at)"
@@ -127,7 +130,7 @@ class MemoryRepo:
             )
         return await self.get(user_id, memory_id)
 
-    async def delete(self, user_id: str, memory_ids: list[str]) -> list[str]:
+    async def delete(self, user_id: str, memory_ids: builtins.list[str]) -> builtins.list[str]:
         """Delete these facts (and their vectors); returns the ids that were this user's."""
         deleted = []
         async with self.db.transaction() as tx:
@@ -145,7 +148,7 @@ class MemoryRepo:
 
     async def nearest(
         self, user_id: str, vector: np.ndarray, k: int
-    ) -> list[tuple[Memory, float]]:
+    ) -> builtins.list[tuple[Memory, float]]:
         """This user's k facts nearest to vector, with their L2 distances (unit vectors)."""
         if k <= 0:
             return []
