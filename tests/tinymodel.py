@@ -85,8 +85,8 @@ def make_tiny_gguf(
     *,
     n_layer: int = 2,
     n_embd: int = 64,
-    n_head: int = 4,
-    n_head_kv: int = 2,
+    n_head: int = 2,  # head dim 32: quantized KV (q8_0, q4_0) needs a multiple of 32
+    n_head_kv: int = 1,
     n_ff: int = 128,
     n_ctx_train: int = 4096,
     seed: int = 1234,

@@ -204,9 +204,10 @@ class Context:
         params.kv_unified = True  # one pool of cells shared by all sequences (seq_cp is free)
         params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
         params.no_perf = True
+        quantized_kv = p.kv_type not in ("f16", "f32")  # llama.cpp needs flash attention then
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if p.flash_attn
+            if p.flash_attn or quantized_kv
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         kv = KV_TYPES.get(p.kv_type)
@@ -216,7 +217,7 @@ class Context:
         params.type_v = kv
         ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not ptr:
-            raise LlamaError("llama.cpp could not create a context (out of memory?)")
+            raise LlamaError("llama.cpp could not create a context (see its log for why)")
         self.ptr = ptr
         self.model = model
         self.mem = llama_cpp.llama_get_memory(ptr)

@@ -295,3 +295,19 @@ async def test_one_failing_request_does_not_take_others_down(tiny_engine: LlamaE
     assert isinstance(good_events[-1], DoneEvent) and good_events[-1].finish_reason == "length"
     await wait_idle(tiny_engine)
     await assert_kv_consistent(tiny_engine)
+
+
+@pytest.mark.parametrize("kv_type,flash_attn", [("q8_0", False), ("f16", True)])
+async def test_kv_type_and_flash_attention(tiny_gguf: Path, kv_type: str, flash_attn: bool) -> None:
+    settings = replace(TINY_SETTINGS, kv_type=kv_type, flash_attn=flash_attn, n_ctx=1024)
+    engine = LlamaEngine(tiny_gguf, "tiny", settings)
+    await engine.start()
+    try:
+        first = chat("hello there")
+        r1 = await generate(engine, first, cache_key="k")
+        r2 = await generate(engine, (*first, *chat("x", r1.text, "again")[1:]), cache_key="k")
+        assert r1.done.finish_reason == r2.done.finish_reason == "length"
+        assert r2.done.usage.cached_tokens > 0
+        await assert_kv_consistent(engine)
+    finally:
+        await engine.stop()
