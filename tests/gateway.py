@@ -70,10 +70,10 @@ class Box:
         return chat
 
     def saturate(self, depth: dict[str, int] | int) -> None:
-        """Pretend the engines' queues hold `depth` waiting requests (per model or all)."""
+        """Pretend the engines hold `depth` requests, all waiting (per model or all)."""
         def stats(model: str) -> EngineStats:
             d = depth if isinstance(depth, int) else depth.get(model, 0)
-            return EngineStats(queue_depth=d, running=4, slots_total=4)
+            return EngineStats(queue_depth=d, running=0, slots_total=4)
         self.chat.gate.stats = stats
 
     def login(self, name: str) -> str:

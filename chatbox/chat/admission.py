@@ -167,8 +167,9 @@ class Admission:
             state.requests.level -= 1
         if state.tokens is not None:
             state.tokens.level -= estimate
-        # Fair share: a user's extra streams queue behind everyone else's first ones.
-        priority = state.streams
+        # Tiers first (paid before free), then fair share: a user's extra streams queue
+        # behind everyone else's first ones. Background work (>= 10) stays behind all.
+        priority = min(9, tier.priority + state.streams)
         state.streams += 1
         self._seq += 1
         ticket = Ticket(user, route, estimate, priority, self, self._seq)
@@ -207,12 +208,17 @@ class Admission:
                     wait, self.headers(user), "budget")
 
     async def _overload(self, user: User, tier: TierPolicy, route: Route) -> Route:
-        """Past the high-water mark: shed, then degrade, then queue — in that order."""
+        """Past the high-water mark: shed, then degrade, then queue — in that order.
+
+        The mark counts requests in the engine (running + waiting); by default it is the
+        slot count, so "shed" tiers get a slot at once or a 503; a lower mark keeps slots
+        free for the other tiers.
+        """
         stats = self.stats(route.model)
         if stats is None:
             return route
         hw = self.high_water_for(stats)
-        depth = stats.queue_depth
+        depth = load(stats)
         retry = self.policy.overload.retry_after_s
         if depth >= hw and tier.overload == "shed":
             await self.usage.record(user.id, route.model, requests=0, shed=1, arm=route.arm)
@@ -222,7 +228,7 @@ class Admission:
         if (depth >= degrade_at and tier.overload == "degrade" and fallback
                 and fallback != route.model and fallback in self.router.names()):
             small = self.stats(fallback)
-            if small is None or small.queue_depth < degrade_at:
+            if small is None or load(small) < degrade_at:
                 return route.degrade(fallback)
         return route
 
@@ -244,6 +250,11 @@ class Admission:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def load(stats: EngineStats) -> int:
+    """Requests in the engine: running in a slot or waiting for one."""
+    return stats.running + stats.queue_depth
 
 
 def _limits(state: UserState) -> tuple[int, int]:

@@ -29,6 +29,7 @@ class TierPolicy:
     models: tuple[str, ...] = ()  # models the tier may pick; empty: any
     fallback: str | None = None  # the smaller model to degrade to under overload
     overload: str = "queue"  # shed | degrade | queue
+    priority: int = 0  # in the engine's queue: lower goes first (0-9)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class RoutingPolicy:
 
 @dataclass(frozen=True)
 class OverloadPolicy:
-    high_water: int = 0  # queue depth at which "shed" tiers get 503; 0: the engine's slots
+    high_water: int = 0  # requests in an engine at which "shed" tiers get 503; 0: its slots
     degrade_factor: float = 2.0  # "degrade" tiers fall back past high_water x this
     retry_after_s: int = 5
 

@@ -1,0 +1,114 @@
+"""Admission and routing rules without HTTP: buckets, priorities, the overload order."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatbox.chat import Overloaded, RateLimited
+from chatbox.chat.admission import Admission, TokenBucket
+from chatbox.chat.policy import Policy, default_policy_path
+from chatbox.chat.routing import Router
+from chatbox.engine.types import EngineStats, Usage
+from chatbox.store import Store, User
+
+POLICY: dict[str, Any] = {
+    "tiers": {
+        "free": {"rpm": 3, "tpm": 100, "max_streams": 5, "model": "small", "overload": "shed",
+                 "priority": 2},
+        "paid": {"rpm": 100, "tpm": 10000, "max_streams": 5, "model": "large",
+                 "fallback": "small", "overload": "degrade"},
+    },
+    "overload": {"high_water": 4, "degrade_factor": 2.0},
+    "routing": {"small": "small", "large": "large", "auto_long_chars": 50},
+}
+FREE = User("u_free", "ann", "member", "free", False, 0.0)
+PAID = User("u_paid", "bob", "member", "paid", False, 0.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    s = await Store.open(tmp_path / "db.sqlite")
+    for user in (FREE, PAID):
+        created = await s.users.create(user.name, tier=user.tier)
+        object.__setattr__(user, "id", created.id)
+    yield s
+    await s.close()
+
+
+def gate(store: Store, stats: dict[str, EngineStats], clock: Clock) -> Admission:
+    policy = Policy.from_dict(POLICY)
+    router = Router(policy, lambda: ["small", "large"], lambda: "small", random.Random(1))
+    return Admission(policy, store.usage, router, stats.get, clock=clock)
+
+
+def test_bucket_refills_continuously() -> None:
+    b = TokenBucket(60, 0, 0.0)
+    assert b.wait_for(1) == pytest.approx(1.0)
+    b.refill(30.0)
+    assert b.level == 30 and b.wait_for(1) == 0
+    b.refill(1000.0)
+    assert b.level == 60 and b.reset_s() == 0
+
+
+def test_default_policy_file_parses() -> None:
+    policy = Policy.load(default_policy_path())
+    assert policy.tier("free").overload == "shed" and policy.tier("paid").overload == "degrade"
+    assert policy.tier("unknown-tier").name == "free"  # undefined tiers get free limits
+
+
+async def test_rpm_refills_and_tpm_is_charged_as_used(store: Store) -> None:
+    clock = Clock()
+    g = gate(store, {}, clock)
+    tickets = [await g.admit(FREE, None, "hi") for _ in range(3)]
+    with pytest.raises(RateLimited) as exc:
+        await g.admit(FREE, None, "hi")
+    assert exc.value.kind == "requests" and exc.value.retry_after == 20
+    clock.now += 20
+    for t in tickets:
+        await t.finish(Usage(prompt_tokens=40, completion_tokens=10))
+    with pytest.raises(RateLimited) as exc:  # 150 tokens used of 100 per minute
+        await g.admit(FREE, None, "hi")
+    assert exc.value.kind == "tokens"
+    assert exc.value.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+async def test_priorities_put_paid_first_and_extra_streams_behind(store: Store) -> None:
+    g = gate(store, {}, Clock())
+    free1, free2 = await g.admit(FREE, None, "a"), await g.admit(FREE, None, "b")
+    paid1, paid2 = await g.admit(PAID, None, "a"), await g.admit(PAID, None, "b")
+    assert (paid1.priority, paid2.priority, free1.priority, free2.priority) == (0, 1, 2, 3)
+
+
+async def test_overload_order_counts_running_and_waiting(store: Store) -> None:
+    stats = {"small": EngineStats(running=3, queue_depth=0, slots_total=8),
+             "large": EngineStats(running=3, queue_depth=0, slots_total=8)}
+    g = gate(store, stats, Clock())
+    assert (await g.admit(FREE, None, "x")).model == "small"  # 3 < high water 4
+    stats["small"] = EngineStats(running=4, queue_depth=0, slots_total=8)
+    with pytest.raises(Overloaded):
+        await g.admit(FREE, None, "x")
+    stats["large"] = EngineStats(running=8, queue_depth=0, slots_total=8)
+    ticket = await g.admit(PAID, None, "x")
+    assert ticket.model == "small" and ticket.route.degraded_from == "large"
+    stats["small"] = EngineStats(running=8, queue_depth=1, slots_total=8)
+    assert (await g.admit(PAID, None, "x")).model == "large"  # both full: queue
+
+
+def test_auto_routes_by_shape() -> None:
+    policy = Policy.from_dict(POLICY)
+    router = Router(policy, lambda: ["small", "large"], lambda: "small")
+    assert router.route(PAID, "auto", "hello").model == "small"
+    assert router.route(PAID, "auto", "x" * 60).model == "large"
+    assert router.route(PAID, "auto", "```\nprint(1)\n```").model == "large"
