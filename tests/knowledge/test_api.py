@@ -182,7 +182,7 @@ def test_search_words_and_meaning(two) -> None:  # type: ignore[no-untyped-def]
 
     words = client.get("/v1/search", params={"q": "sourdough", "mode": "words"},
                        headers=admin).json()["data"]
-    assert [h["conversation_id"] for h in words] == [conv["id"]]
+    assert {h["conversation_id"] for h in words} == {conv["id"]}  # Bob's chat is not found
     assert "<mark>sourdough</mark>" in words[0]["highlighted"].lower()
     assert words[0]["url"].startswith(f"/c/{conv['id']}")
     meaning = client.get("/v1/search", params={"q": "bread baking yeast", "mode": "meaning"},
