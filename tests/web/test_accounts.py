@@ -232,3 +232,14 @@ def test_first_start_creates_an_admin_once(tmp_path: Path, tiny_gguf: Path) -> N
         return names
 
     assert run(go()) == ["admin"]
+
+
+def test_guessing_api_keys_is_rate_limited_per_address(box: Box) -> None:
+    c = box.client
+    for i in range(20):
+        r = c.get("/v1/conversations", headers={"Authorization": f"Bearer cbx-guess{i}"})
+        assert r.status_code == 401
+    r = c.get("/v1/conversations", headers={"Authorization": "Bearer cbx-guess-more"})
+    assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+    # a valid key from that address is refused too until the window passes
+    assert c.get("/v1/conversations", headers=box.h("ann")).status_code == 429
