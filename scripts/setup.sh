@@ -6,10 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LLAMA_VERSION=0.3.36
-WHEELS="${CHATBOX_WHEEL_CACHE:-$HOME/.cache/chatbox/wheels}"
 # A native build (-march=native) segfaults in llama_decode on multi-token batches on these
 # machines; a portable AVX2 build works everywhere we run. GPU users can override CMAKE_ARGS.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
+# One cached wheel per build flavour, so a GPU build never reuses the CPU wheel.
+FLAVOUR=$(printf '%s' "$CMAKE_ARGS" | sha1sum | cut -c1-10)
+WHEELS="${CHATBOX_WHEEL_CACHE:-$HOME/.cache/chatbox/wheels}/$FLAVOUR"
 TEST=0
 [ "${1:-}" = "--test" ] && TEST=1
 
