@@ -6,8 +6,9 @@ import asyncio
 import calendar
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from chatbox.chat.errors import Overloaded, RateLimited
 from chatbox.chat.policy import Policy, TierPolicy
@@ -246,8 +247,8 @@ class Admission:
             cached=usage.cached_tokens if usage else 0,
             degraded=int(route.degraded_from is not None), arm=route.arm)
 
-    def spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -85,8 +85,8 @@ class Policy:
                          for c in routing.pop("canary", []))
         pins = {str(k): str(v) for k, v in routing.pop("pins", {}).items()}
         known = {f.name for f in fields(RoutingPolicy)}
-        extra = {k: tuple(v) if isinstance(v, list) else v
-                 for k, v in routing.items() if k in known}
+        extra: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                 for k, v in routing.items() if k in known}
         overload = {k: v for k, v in raw.get("overload", {}).items()
                     if k in {f.name for f in fields(OverloadPolicy)}}
         return cls(tiers, RoutingPolicy(pins=pins, canaries=canaries, **extra),
@@ -98,7 +98,7 @@ def _tier(name: str, body: dict[str, Any]) -> TierPolicy:
     unknown = set(body) - known
     if unknown:
         raise ValueError(f"tier {name!r}: unknown keys {sorted(unknown)}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
     tier = TierPolicy(name, **values)
     if tier.overload not in OVERLOAD_MODES:
         raise ValueError(f"tier {name!r}: overload must be one of {OVERLOAD_MODES}")
