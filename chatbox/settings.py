@@ -25,7 +25,7 @@ class EngineSettings:
     n_batch: int = 512  # tokens per llama_decode step (decode + prefill chunks)
     n_threads: int = 0  # 0: all cores
     n_gpu_layers: int = -1  # -1: all layers, where llama.cpp was built with GPU support
-    flash_attn: bool = False
+    flash_attn: bool = True  # on CPU too: masked cells of other sequences are skipped
     kv_type: str = "f16"  # f16, q8_0, q4_0
     park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
     n_cached_seqs: int = -1  # extra sequence ids that only hold cached prefixes; -1: n_parallel

@@ -38,6 +38,7 @@ from chatbox.engine.types import (
 log = logging.getLogger(__name__)
 
 MIN_PREFILL_CHUNK = 8
+REFRESH_EVERY = 8
 
 
 @dataclass(eq=False)
@@ -94,6 +95,7 @@ class Scheduler:
         self._prefill_budget = float(max(MIN_PREFILL_CHUNK, ctx.n_batch // 8))
         self._decode_time = 0.0  # EWMA of decode-only step time
         self._kv_starved = False
+        self._mixed = 0  # steps with decode rows (for the periodic decode-only refresh)
         self._thread: threading.Thread | None = None
 
     # -- other threads -------------------------------------------------------------------
@@ -199,7 +201,11 @@ class Scheduler:
                 rows.append((job, [job.pending], row))
         budget = batch.capacity - batch.n
         if rows:
-            budget = 0 if self._kv_starved else min(budget, int(self._prefill_budget))
+            self._mixed += 1
+            # every REFRESH-th step decodes only, so the decode-time baseline stays current
+            refresh = self._mixed % REFRESH_EVERY == 0
+            starved = self._kv_starved or refresh
+            budget = 0 if starved else min(budget, int(self._prefill_budget))
         prefilling = [j for j in self.active if j.pending is None]
         prefilling.sort(key=lambda j: len(j.prompt) - j.n_done)
         for job in prefilling:

