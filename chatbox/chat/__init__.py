@@ -10,8 +10,9 @@ from chatbox.chat.errors import (
     TooLong,
     UnknownModel,
 )
+from chatbox.chat.options import TurnOptions
 from chatbox.chat.runs import RunEvent, TurnRun
-from chatbox.chat.service import ChatService, TurnOptions
+from chatbox.chat.service import ChatService
 from chatbox.chat.views import ConversationView, TurnView
 
 __all__ = [

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from chatbox.chat.admission import Admission, Ticket, announce_queue, route_out
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Overloaded, TooLong, UnknownModel
-from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider
+from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.routing import AUTO, Router
@@ -25,7 +25,6 @@ from chatbox.engine.types import (
     EngineStats,
     Generation,
     GenerationRequest,
-    SamplingParams,
     TokenEvent,
 )
 from chatbox.settings import Settings
@@ -36,28 +35,6 @@ _STATUS: dict[str, TurnStatus] = {
     "stop": "complete", "length": "complete", "cancelled": "stopped", "error": "failed",
 }
 FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-finished answer
-
-
-@dataclass(frozen=True)
-class TurnOptions:
-    """Per-request choices; None means the conversation's or the model's default."""
-
-    model: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-    def sampling(self, default_max: int) -> SamplingParams:
-        base = SamplingParams()
-        return SamplingParams(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-            max_tokens=default_max if self.max_tokens is None else self.max_tokens,
-            seed=self.seed,
-            stop=self.stop,
-        )
 
 
 @dataclass
@@ -212,53 +189,7 @@ class ChatService:
             run.on_abandon()
         await self.store.conversations.delete(user.id, conv.id)
 
-    async def complete(
-        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None
-    ) -> tuple[str, Generation, int]:
-        """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
-
-        With a user, it is admitted first (quotas, routing, overload) and its usage recorded.
-        """
-        if not messages:
-            raise InvalidInput("messages must not be empty")
-        sampling = options.sampling(self.settings.max_tokens)
-        ticket: Ticket | None = None
-        if user is not None:
-            text = "\n".join(m.content for m in messages)
-            ticket = await self.gate.admit(user, options.model, text, sampling.max_tokens)
-            model = ticket.model
-        else:
-            model = self.resolve_model(options.model)
-        try:
-            engine = await self.models.engine(model)
-            tokens = engine.count_tokens(messages)
-            self._check_fits(engine, tokens)
-            priority = ticket.priority if ticket else 0
-            generation: Generation = engine.submit(
-                GenerationRequest(messages, sampling, priority=priority))
-        except ContextOverflowError as exc:
-            if ticket:
-                await ticket.finish(None)
-            raise TooLong(exc.prompt_tokens, exc.limit) from exc
-        except EngineBusyError as exc:
-            if ticket:
-                await ticket.finish(None)
-            raise Overloaded(str(exc), self.gate.policy.overload.retry_after_s) from exc
-        except BaseException:
-            if ticket:
-                await ticket.finish(None)
-            raise
-        if ticket is not None:
-            generation = MeteredGeneration(generation, ticket)
-        return model, generation, tokens
-
     # -- the turn itself -----------------------------------------------------------------
-
-    @staticmethod
-    def _check_fits(engine: Engine, tokens: int) -> None:
-        limit = engine.info.n_ctx_per_seq
-        if tokens >= limit:
-            raise TooLong(tokens, limit)
 
     async def _begin(
         self, user: User, conv: Conversation, parent_id: str | None, content: str | None,

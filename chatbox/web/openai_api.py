@@ -13,6 +13,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.response import Stream
 
 from chatbox.chat import InvalidInput, TurnOptions
+from chatbox.chat.completions import complete
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
 from chatbox.web.deps import ChatDep, UserDep
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
@@ -89,7 +90,7 @@ class OpenAIController(Controller):
         self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep,
         data: ChatCompletionIn,
     ) -> Any:
-        model, generation, _ = await chat.complete(data.to_messages(), data.options(), user)
+        model, generation, _ = await complete(chat, data.to_messages(), data.options(), user)
         headers = {**chat.gate.headers(user), "x-chatbox-model": model}
         route = getattr(getattr(generation, "ticket", None), "route", None)
         if route is not None:

@@ -1,0 +1,70 @@
+"""Stateless completions (the OpenAI-compatible API): admitted and metered, never stored."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatbox.chat.admission import Ticket
+from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
+from chatbox.chat.metered import MeteredGeneration
+from chatbox.chat.options import TurnOptions
+from chatbox.engine.types import (
+    ChatMessage,
+    ContextOverflowError,
+    Engine,
+    EngineBusyError,
+    Generation,
+    GenerationRequest,
+)
+from chatbox.store import User
+
+if TYPE_CHECKING:
+    from chatbox.chat.service import ChatService
+
+
+def check_fits(engine: Engine, tokens: int) -> None:
+    """A prompt must leave room for at least one answer token."""
+    limit = engine.info.n_ctx_per_seq
+    if tokens >= limit:
+        raise TooLong(tokens, limit)
+
+
+async def complete(
+chat: ChatService, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None
+) -> tuple[str, Generation, int]:
+    """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
+
+    With a user, it is admitted first (quotas, routing, overload) and its usage recorded.
+    """
+    if not messages:
+        raise InvalidInput("messages must not be empty")
+    sampling = options.sampling(chat.settings.max_tokens)
+    ticket: Ticket | None = None
+    if user is not None:
+        text = "\n".join(m.content for m in messages)
+        ticket = await chat.gate.admit(user, options.model, text, sampling.max_tokens)
+        model = ticket.model
+    else:
+        model = chat.resolve_model(options.model)
+    try:
+        engine = await chat.models.engine(model)
+        tokens = engine.count_tokens(messages)
+        check_fits(engine, tokens)
+        priority = ticket.priority if ticket else 0
+        generation: Generation = engine.submit(
+            GenerationRequest(messages, sampling, priority=priority))
+    except ContextOverflowError as exc:
+        if ticket:
+            await ticket.finish(None)
+        raise TooLong(exc.prompt_tokens, exc.limit) from exc
+    except EngineBusyError as exc:
+        if ticket:
+            await ticket.finish(None)
+        raise Overloaded(str(exc), chat.gate.policy.overload.retry_after_s) from exc
+    except BaseException:
+        if ticket:
+            await ticket.finish(None)
+        raise
+    if ticket is not None:
+        generation = MeteredGeneration(generation, ticket)
+    return model, generation, tokens
