@@ -287,7 +287,7 @@ def route_out(ticket: Ticket) -> dict[str, object]:
 
 async def announce_queue(run: TurnRun, ticket: Ticket, every_s: float = 0.5) -> None:
     """While the answer waits for a slot, publish its place in line whenever it changes."""
-    last = 0
+    last = next((e.data["position"] for e in reversed(run.events) if e.kind == "queued"), 0)
     while not ticket.started and not ticket.done:
         position = ticket.position()
         if position != last and position > 0:

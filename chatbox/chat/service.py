@@ -254,6 +254,9 @@ class ChatService:
         self._contexts[draft_id] = (conv.user_id, knowledge)
         run.publish("start", {"turn_id": draft_id, "user_turn_id": user_turn_id,
                               "parent_id": parent_id, "model": model, **route_out(ticket)})
+        position = ticket.position()
+        if position > 0:  # say so before the first token can race it; changes follow
+            run.publish("queued", {"position": position})
         task = asyncio.create_task(self._drive(run, generation, ticket))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
