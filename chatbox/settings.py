@@ -67,6 +67,7 @@ class Settings:
     memory_idle_s: float = 120.0  # a conversation quiet this long has its facts extracted
     max_upload_bytes: int = 20 * 1024 * 1024
     max_document_chars: int = 2_000_000
+    knowledge_index_bytes: int = 512 * 1024 * 1024  # in-RAM vectors (exact search); 0: off
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property

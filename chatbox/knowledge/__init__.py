@@ -23,6 +23,7 @@ from chatbox.knowledge.extraction import Extractor
 from chatbox.knowledge.memory import MemoryService
 from chatbox.knowledge.retrieval import Retriever
 from chatbox.knowledge.search import SearchHit, SearchService
+from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.settings import Settings
 from chatbox.store import Store
 
@@ -40,13 +41,15 @@ class Knowledge:
                  engine: Callable[[], Awaitable[Engine]]) -> None:
         self.store = store
         self.embedder = Embedder(settings.embedding_model, settings.embedding_device)
-        self.memory = MemoryService(store, self.embedder)
+        self.index = VectorIndex(store, settings.knowledge_index_bytes)
+        self.memory = MemoryService(store, self.embedder, self.index)
         self.documents = DocumentService(store, self.embedder, settings.max_upload_bytes,
                                          settings.max_document_chars)
-        self.search = SearchService(store, self.embedder)
+        self.search = SearchService(store, self.embedder, self.index)
         self.extractor = Extractor(store, self.memory, engine, settings.memory_idle_s)
         self.retriever = Retriever(store, self.embedder, self.memory, settings.memory_top_k,
-                                   settings.chunk_top_k, on_turn=self._turn_done)
+                                   settings.chunk_top_k, on_turn=self._turn_done,
+                                   index=self.index)
         self._tasks: set[asyncio.Task[object]] = set()
         self._indexing: set[str] = set()
 
@@ -92,3 +95,4 @@ class Knowledge:
             with contextlib.suppress(BaseException):
                 await task
         self.embedder.close()
+        self.index.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
+from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Memory, Store
 
 MAX_FACT_CHARS = 500
@@ -98,9 +99,23 @@ class Change:
 
 
 class MemoryService:
-    def __init__(self, store: Store, embedder: Embedder) -> None:
+    def __init__(self, store: Store, embedder: Embedder,
+                 index: VectorIndex | None = None) -> None:
         self.store = store
         self.embedder = embedder
+        self.vectors = index
+
+    async def nearest(
+        self, user_id: str, vector: np.ndarray, k: int
+    ) -> builtins.list[tuple[Memory, float]]:
+        """The user's k facts nearest to vector, with L2 distances: from the in-RAM index,
+        or sqlite-vec when the user's vectors are not held there."""
+        hits = (await self.vectors.nearest("memory_vec", user_id, vector, k)
+                if self.vectors else None)
+        if hits is None:
+            return await self.store.memories.nearest(user_id, vector, k)
+        rows = await self.store.memories.by_seqs(user_id, [seq for seq, _ in hits])
+        return [(rows[seq], d) for seq, d in hits if seq in rows]
 
     async def list(self, user_id: str) -> builtins.list[Memory]:
         return await self.store.memories.list(user_id)
@@ -124,7 +139,7 @@ class MemoryService:
         conversation_id: str | None,
     ) -> Change:
         repo = self.store.memories
-        for existing, distance in await repo.nearest(user_id, vector, 5):
+        for existing, distance in await self.nearest(user_id, vector, 5):
             sim = 1.0 - distance * distance / 2.0  # unit vectors: L2 → cosine
             duplicate = sim >= DUPLICATE_SIM and same_predicate(existing.text, text)
             if duplicate or (sim >= CONFLICT_SIM and conflicts(existing.text, text)):
@@ -152,7 +167,7 @@ class MemoryService:
     async def forget(self, user_id: str, description: str) -> builtins.list[str]:
         """Delete the facts closest to a "forget that …" description."""
         vector = await self.embedder.embed_one(description)
-        hits = await self.store.memories.nearest(user_id, vector, 3)
+        hits = await self.nearest(user_id, vector, 3)
         doomed = [m.id for m, d in hits if 1.0 - d * d / 2.0 >= 0.6]
         return await self.remove(user_id, doomed)
 
@@ -160,7 +175,7 @@ class MemoryService:
         self, user_id: str, query: np.ndarray, k: int
     ) -> builtins.list[tuple[Memory, float]]:
         """Up to k of the user's facts most similar to the query vector, with similarity."""
-        hits = await self.store.memories.nearest(user_id, query, k)
+        hits = await self.nearest(user_id, query, k)
         out = [(m, 1.0 - d * d / 2.0) for m, d in hits]
         return [(m, s) for m, s in out if s >= RELEVANT_SIM]
 

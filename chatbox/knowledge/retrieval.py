@@ -12,6 +12,7 @@ import numpy as np
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.memory import MemoryService, explicit_fact, forget_request
 from chatbox.knowledge.types import Citation, CountText, TurnContext
+from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Chunk, Store
 
 log = logging.getLogger("chatbox.knowledge")
@@ -51,6 +52,7 @@ class Retriever:
     def __init__(
         self, store: Store, embedder: Embedder, memory: MemoryService, memory_k: int,
         chunk_k: int, on_turn: Callable[[str, str], None] | None = None,
+        index: VectorIndex | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -58,6 +60,7 @@ class Retriever:
         self.memory_k = memory_k
         self.chunk_k = chunk_k
         self.on_turn = on_turn  # (user_id, conversation_id): schedule extraction, indexing
+        self.vectors = index
 
     async def for_turn(
         self, user_id: str, conversation_id: str, query: str, budget_tokens: int,
@@ -129,8 +132,7 @@ class Retriever:
     ) -> list[tuple[Chunk, float]]:
         """Top passages: vector hits and keyword hits fused by reciprocal rank."""
         k = self.chunk_k
-        by_vec = await self.store.documents.nearest_chunks(
-            user_id, conversation_id, vector, k * 2)
+        by_vec = await self.nearest_chunks(user_id, conversation_id, vector, k * 2)
         match = fts_any(query)
         by_kw = (await self.store.documents.keyword_chunks(user_id, conversation_id, match, k * 2)
                  if match else [])
@@ -148,6 +150,19 @@ class Retriever:
             scores[chunk.seq] = scores.get(chunk.seq, 0.0) + 1.0 / (RRF_K + rank)
         best = sorted(scores, key=lambda s: -scores[s])[:k]
         return [(chunks[s], sims.get(s, 0.0)) for s in best]
+
+    async def nearest_chunks(
+        self, user_id: str, conversation_id: str, vector: np.ndarray, k: int
+    ) -> list[tuple[Chunk, float]]:
+        """The k chunks in scope nearest to vector (L2), from the in-RAM index when it holds
+        the user's chunks, else sqlite-vec; both over-fetch 4x, then keep those in scope."""
+        hits = (await self.vectors.nearest("chunk_vec", user_id, vector, k * 4)
+                if self.vectors else None)
+        if hits is None:
+            return await self.store.documents.nearest_chunks(user_id, conversation_id, vector, k)
+        rows = await self.store.documents.chunks_in_scope(
+            user_id, conversation_id, [seq for seq, _ in hits])
+        return [(rows[seq], d) for seq, d in hits if seq in rows][:k]
 
     async def turn_finished(
         self, user_id: str, conversation_id: str, turn_id: str, context: TurnContext

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.retrieval import fts_all, fts_any
+from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Store, TurnHit
 from chatbox.store.search import HIT_END, HIT_START
 
@@ -42,9 +45,20 @@ def mark_words(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
 
 
 class SearchService:
-    def __init__(self, store: Store, embedder: Embedder) -> None:
+    def __init__(self, store: Store, embedder: Embedder,
+                 index: VectorIndex | None = None) -> None:
         self.store = store
         self.embedder = embedder
+        self.vectors = index
+
+    async def semantic(self, user_id: str, vector: np.ndarray, limit: int) -> list[TurnHit]:
+        """The user's indexed turns nearest in meaning (score: L2 distance), nearest first."""
+        hits = (await self.vectors.nearest("turn_vec", user_id, vector, limit * 2)
+                if self.vectors else None)
+        if hits is None:
+            return await self.store.search.semantic(user_id, vector, limit)
+        rows = await self.store.search.turns_by_seq(user_id, [seq for seq, _ in hits])
+        return [replace(rows[seq], score=d) for seq, d in hits if seq in rows][:limit]
 
     async def index(self, user_id: str, max_turns: int = 2048) -> int:
         """Embed the user's turns not yet in the vector index; returns how many were added."""
@@ -77,7 +91,7 @@ class SearchService:
         if mode in ("meaning", "both"):
             await self.index(user_id)
             vector = await self.embedder.embed_one(query)
-            for hit in await self.store.search.semantic(user_id, vector, limit):
+            for hit in await self.semantic(user_id, vector, limit):
                 sim = 1.0 - hit.score * hit.score / 2.0
                 if sim < SEMANTIC_MIN_SIM:
                     continue

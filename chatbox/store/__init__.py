@@ -16,10 +16,12 @@ from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
+from chatbox.store.vectors import VectorChange, VectorRepo
 
 __all__ = [
     "ApiKey", "Chunk", "ChunkIn", "Conversation", "Database", "Document", "Memory", "Session",
     "Store", "Turn", "TurnHit", "TurnStatus", "TurnUsage", "UsageRow", "User",
+    "VectorChange",
 ]
 
 
@@ -37,13 +39,14 @@ class Store:
     memories: MemoryRepo
     documents: DocumentRepo
     search: SearchRepo
+    vectors: VectorRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
         db = await Database.open(path)
         return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db), KeyRepo(db),
                    SessionRepo(db), UsageRepo(db), MemoryRepo(db), DocumentRepo(db),
-                   SearchRepo(db))
+                   SearchRepo(db), VectorRepo(db))
 
     async def close(self) -> None:
         await self.db.close()

@@ -13,6 +13,7 @@ import sqlean  # type: ignore[import-untyped]
 import sqlite_vec  # type: ignore[import-untyped]
 
 from chatbox.store.migrations import apply_migrations
+from chatbox.store.vectors import VectorFeed
 
 
 def _connect_sync(path: Path) -> Any:
@@ -36,6 +37,7 @@ class Database:
         self.conn = conn
         self.path = path
         self._write_lock = asyncio.Lock()
+        self.vector_changes = VectorFeed()  # committed vec0 writes, for in-RAM indexes
 
     @classmethod
     async def open(cls, path: Path) -> Database:
@@ -61,6 +63,17 @@ class Database:
                 await self.conn.execute("ROLLBACK")
                 raise
             await self.conn.execute("COMMIT")
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A consistent multi-statement read: holds the writer lock (no write interleaves on
+        this connection) inside a read transaction."""
+        async with self._write_lock:
+            await self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                await self.conn.execute("COMMIT")
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
         async with self.conn.execute(sql, tuple(params)) as cur:

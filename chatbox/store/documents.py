@@ -14,6 +14,7 @@ import numpy as np
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
 from chatbox.store.records import new_id
+from chatbox.store.vectors import VectorChange
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class DocumentRepo:
         assert len(chunks) == len(vectors)
         doc_id = new_id("d")
         chars = sum(len(c.text) for c in chunks)
+        seqs: builtins.list[int] = []
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO documents (id, user_id, conversation_id, name, mime, size_bytes,"
@@ -94,10 +96,13 @@ class DocumentRepo:
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (doc_id, user_id, chunk.ord, chunk.page, chunk.start_char, chunk.text),
                 )
+                seqs.append(int(cur.lastrowid or 0))
                 await tx.execute(
                     "INSERT INTO chunk_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
-                    (cur.lastrowid, user_id, vector_blob(vector)),
+                    (seqs[-1], user_id, vector_blob(vector)),
                 )
+        await self.db.vector_changes.publish(VectorChange(
+            "chunk_vec", user_id, seqs, np.asarray(vectors, dtype=np.float32)))
         doc = await self.get(user_id, doc_id)
         assert doc is not None
         return doc
@@ -121,10 +126,14 @@ class DocumentRepo:
     async def delete(self, user_id: str, doc_id: str) -> bool:
         """Delete a document; its chunks, vectors, FTS rows and citations go with it."""
         async with self.db.transaction() as tx:
+            async with tx.execute("SELECT seq FROM chunks WHERE document_id = ? AND user_id = ?",
+                                  (doc_id, user_id)) as found:
+                seqs = [int(r[0]) for r in await found.fetchall()]
             cur = await tx.execute("DELETE FROM chunks WHERE document_id = ? AND user_id = ?",
                                    (doc_id, user_id))
             cur = await tx.execute("DELETE FROM documents WHERE id = ? AND user_id = ?",
                                    (doc_id, user_id))
+        await self.db.vector_changes.publish(VectorChange("chunk_vec", user_id, deleted=seqs))
         return cur.rowcount > 0
 
     async def chunks(self, user_id: str, doc_id: str) -> builtins.list[Chunk]:
@@ -163,6 +172,20 @@ class DocumentRepo:
             (vector_blob(vector), k * 4, user_id, user_id, conversation_id, k),
         )
         return [(Chunk.from_row(r), float(r["distance"])) for r in rows]
+
+    async def chunks_in_scope(
+        self, user_id: str, conversation_id: str, seqs: Sequence[int]
+    ) -> dict[int, Chunk]:
+        """The chunks with these seqs that a turn in this conversation may draw on."""
+        out: dict[int, Chunk] = {}
+        for at in range(0, len(seqs), 500):
+            part = list(seqs[at:at + 500])
+            marks = ", ".join("?" for _ in part)
+            rows = await self.db.fetchall(
+                f"{_CHUNK} WHERE chunks.seq IN ({marks}) AND {_IN_SCOPE}",
+                (*part, user_id, conversation_id))
+            out.update((int(r["seq"]), Chunk.from_row(r)) for r in rows)
+        return out
 
     async def keyword_chunks(
         self, user_id: str, conversation_id: str, match: str, k: int

@@ -12,6 +12,7 @@ import numpy as np
 
 from chatbox.store.db import Database
 from chatbox.store.records import new_id
+from chatbox.store.vectors import VectorChange
 
 
 def vector_blob(vector: np.ndarray) -> bytes:
@@ -74,10 +75,12 @@ class MemoryRepo:
                 " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (memory_id, user_id, text, source, conversation_id, now, now),
             )
+            seq = int(cur.lastrowid or 0)
             await tx.execute(
                 "INSERT INTO memory_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
-                (cur.lastrowid, user_id, vector_blob(vector)),
+                (seq, user_id, vector_blob(vector)),
             )
+        await self._changed(user_id, [seq], np.asarray([vector]))
         memory = await self.get(user_id, memory_id)
         assert memory is not None
         return memory
@@ -107,6 +110,7 @@ class MemoryRepo:
                 "INSERT INTO memory_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
                 [(seq, user_id, vector_blob(v)) for seq, v in zip(seqs, vectors, strict=True)],
             )
+        await self._changed(user_id, list(seqs), np.asarray(vectors))
         return len(texts)
 
     async def replace(
@@ -128,11 +132,12 @@ class MemoryRepo:
                 "UPDATE memory_vec SET embedding = ? WHERE rowid = ?",
                 (vector_blob(vector), row["seq"]),
             )
+        await self._changed(user_id, [int(row["seq"])], np.asarray([vector]))
         return await self.get(user_id, memory_id)
 
     async def delete(self, user_id: str, memory_ids: builtins.list[str]) -> builtins.list[str]:
         """Delete these facts (and their vectors); returns the ids that were this user's."""
-        deleted = []
+        deleted, seqs = [], []
         async with self.db.transaction() as tx:
             for memory_id in memory_ids:
                 async with tx.execute(
@@ -144,7 +149,25 @@ class MemoryRepo:
                 await tx.execute("DELETE FROM memory_vec WHERE rowid = ?", (row["seq"],))
                 await tx.execute("DELETE FROM memories WHERE seq = ?", (row["seq"],))
                 deleted.append(memory_id)
+                seqs.append(int(row["seq"]))
+        await self.db.vector_changes.publish(VectorChange("memory_vec", user_id, deleted=seqs))
         return deleted
+
+    async def _changed(self, user_id: str, seqs: Sequence[int], vectors: np.ndarray) -> None:
+        await self.db.vector_changes.publish(
+            VectorChange("memory_vec", user_id, list(seqs), vectors.astype(np.float32)))
+
+    async def by_seqs(self, user_id: str, seqs: Sequence[int]) -> dict[int, Memory]:
+        """This user's facts with these seqs (others' and missing ones left out)."""
+        out: dict[int, Memory] = {}
+        for at in range(0, len(seqs), 500):
+            part = list(seqs[at:at + 500])
+            marks = ", ".join("?" for _ in part)
+            rows = await self.db.fetchall(
+                f"SELECT * FROM memories WHERE seq IN ({marks}) AND user_id = ?",
+                (*part, user_id))
+            out.update((int(r["seq"]), Memory.from_row(r)) for r in rows)
+        return out
 
     async def nearest(
         self, user_id: str, vector: np.ndarray, k: int

@@ -11,6 +11,7 @@ import numpy as np
 
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
+from chatbox.store.vectors import VectorChange
 
 HIT_START, HIT_END = "\x02", "\x03"  # snippet markers; the web layer turns them into <mark>
 
@@ -92,14 +93,33 @@ class SearchRepo:
             ) as cur:
                 row = await cur.fetchone()
             after = int(row["last_seq"]) if row else 0
-            for seq, vector in items:
-                if seq > after:
-                    await tx.execute(
-                        "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
-                        (seq, user_id, vector_blob(vector)),
-                    )
+            added = [(seq, vector) for seq, vector in items if seq > after]
+            for seq, vector in added:
+                await tx.execute(
+                    "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
+                    (seq, user_id, vector_blob(vector)),
+                )
             await tx.execute(
                 "INSERT INTO turn_vec_progress (user_id, last_seq) VALUES (?, ?)"
                 " ON CONFLICT (user_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
                 (user_id, upto_seq),
             )
+        if added:
+            await self.db.vector_changes.publish(VectorChange(
+                "turn_vec", user_id, [seq for seq, _ in added],
+                np.stack([np.asarray(v, dtype=np.float32) for _, v in added])))
+
+    async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
+        """The user's turns (in live conversations) with these seqs; score is left 0."""
+        out: dict[int, TurnHit] = {}
+        for at in range(0, len(seqs), 500):
+            part = list(seqs[at:at + 500])
+            marks = ", ".join("?" for _ in part)
+            rows = await self.db.fetchall(
+                "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
+                " turns.role, turns.created_at, 0.0 AS score,"
+                " substr(turns.content, 1, 240) AS snippet"
+                " FROM turns JOIN conversations ON conversations.id = turns.conversation_id"
+                f" WHERE turns.seq IN ({marks}) AND {_OWNED}", (*part, user_id))
+            out.update((int(r["seq"]), TurnHit.from_row(r)) for r in rows)
+        return out
