@@ -103,7 +103,13 @@ def serial_baseline(
     import llama_cpp
 
     llm = llama_cpp.Llama(
-        str(path), n_ctx=2048, n_batch=512, n_threads=threads, verbose=False, n_gpu_layers=0
+        str(path),
+        n_ctx=2048,
+        n_batch=512,
+        n_threads=threads,
+        verbose=False,
+        n_gpu_layers=0,
+        flash_attn=engine.settings.flash_attn,  # the same kernels as the engine
     )
     bias = {int(t): -1e9 for t in engine.model.eog_ids}
     t0 = time.perf_counter()
@@ -130,9 +136,15 @@ def ceiling(engine: LlamaEngine, n: int, max_tokens: int, threads: int) -> dict[
     model = engine.model
     prompts = [engine.prompt_tokens(messages(i)) for i in range(n)]
     total = sum(len(p) for p in prompts)
-    ctx = Context(
-        model, ContextParams(n_ctx=4096, n_seq_max=n, n_batch=max(512, total), n_threads=threads)
+    params = ContextParams(
+        n_ctx=4096,
+        n_seq_max=n,
+        n_batch=max(512, total),
+        n_threads=threads,
+        flash_attn=engine.settings.flash_attn,
+        kv_type=engine.settings.kv_type,
     )
+    ctx = Context(model, params)
     batch = Batch(max(512, total))
     samplers = [Sampler(SamplingParams(temperature=0.0), model.n_vocab) for _ in range(n)]
     try:
@@ -266,11 +278,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         n_ctx_per_seq=4096,
         n_batch=512,
         n_threads=args.threads,
+        flash_attn=not args.no_flash_attn,
     )
     engine = LlamaEngine(path, path.stem, settings)
     await engine.start()
     threads = args.threads or os.cpu_count() or 1
-    results: dict[str, object] = {"model": str(path), "quick": quick, "threads": threads}
+    results: dict[str, object] = {
+        "model": str(path),
+        "quick": quick,
+        "threads": threads,
+        "flash_attn": settings.flash_attn,
+    }
     try:
         await run_streams(engine, 2, 4, offset=50)  # warm-up
         table = []
@@ -321,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke test)")
     ap.add_argument("--model", default=None, help="GGUF path, or 'tiny' (default: SmolLM2)")
+    ap.add_argument("--no-flash-attn", action="store_true", help="disable flash attention")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "engine.json"))
     args = ap.parse_args(argv)

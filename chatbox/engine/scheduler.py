@@ -248,6 +248,15 @@ class Scheduler:
                 self._finish(job, "error", f"the model failed to decode (code {rc})")
             return
         self._tune(n_decode, len(rows) - n_decode, elapsed)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "step: %d decode, %d prefill tokens, %.1f ms, budget %.0f, decode EWMA %.1f ms",
+                n_decode,
+                self.batch.n - n_decode,
+                elapsed * 1000,
+                self._prefill_budget,
+                self._decode_time * 1000,
+            )
         for job, toks, idx in rows:
             assert job.slot is not None
             self.slots.append(job.slot, toks)
