@@ -70,6 +70,7 @@
     if (action === "open-nav") document.body.classList.add("nav-open");
     else if (action === "close-nav") document.body.classList.remove("nav-open");
     else if (action === "dismiss") el.closest(".alert")?.remove();
+    else if (action === "attach") $("#attach-input")?.click();
     else if (action === "copy") {
       const md = el.closest(".turn")?.querySelector(".md");
       if (md && navigator.clipboard) {
@@ -84,10 +85,14 @@
   // The message box empties once a send is accepted; an error keeps the text.
   document.addEventListener("htmx:afterRequest", (e) => {
     const form = e.detail.elt;
+    if (form && form.id === "attach-form") {
+      form.reset(); // the same file can be picked again
+      if (e.detail.successful) $("#alerts") && ($("#alerts").innerHTML = "");
+    }
     if (form && form.id === "composer" && e.detail.successful) {
       form.reset();
       const t = $("#composer-input");
-      if (t) { grow(t); t.focus(); }
+      if (t) { t.value = t.defaultValue = ""; grow(t); t.focus(); } // a kept draft is sent now
       $("#alerts") && ($("#alerts").innerHTML = "");
     }
   });
@@ -120,11 +125,57 @@
     if (t && (t.id === "turns" || t.id === "main")) toBottom();
     const edit = t && t.querySelector && t.querySelector(".edit-form textarea");
     if (edit) { edit.focus(); edit.setSelectionRange(edit.value.length, edit.value.length); }
+    const title = $(".chat-title"), active = $(".conv-item.active .conv-title");
+    if (title && active && title.textContent === "New chat" && active.textContent !== "New chat") {
+      title.textContent = active.textContent; // the first message named the chat
+      document.title = active.textContent + " · chatbox";
+    }
     if (t && t.id === "main") document.title = ($(".chat-title")?.textContent || "chatbox") + " · chatbox";
   });
 
+  // A search hit opens /c/…?turn=ID&q=words#turn-ID: show that turn, its words marked.
+  function markWords(root, query) {
+    const words = (query.match(/[\p{L}\p{N}_]{3,}/gu) || []).map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+    if (!words.length) return;
+    const re = new RegExp("(" + words.join("|") + ")[\\p{L}\\p{N}_]*", "giu");
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    while (walker.nextNode()) nodes.push(walker.currentNode);
+    for (const node of nodes) {
+      const text = node.nodeValue;
+      re.lastIndex = 0;
+      if (!re.test(text)) continue;
+      re.lastIndex = 0;
+      const frag = document.createDocumentFragment();
+      let last = 0;
+      for (const m of text.matchAll(re)) {
+        frag.append(text.slice(last, m.index));
+        const mark = document.createElement("mark");
+        mark.textContent = m[0];
+        frag.append(mark);
+        last = m.index + m[0].length;
+      }
+      frag.append(text.slice(last));
+      node.replaceWith(frag);
+    }
+  }
+  function showHit() {
+    const id = decodeURIComponent(location.hash.slice(1));
+    const turn = id.startsWith("turn-") ? document.getElementById(id) : null;
+    if (!turn) return false;
+    const q = new URLSearchParams(location.search).get("q");
+    const body = turn.querySelector(".md, .plain");
+    if (q && body && !body.querySelector("mark")) markWords(body, q);
+    document.querySelectorAll(".turn.hit").forEach((t) => t.classList.remove("hit"));
+    turn.classList.add("hit");
+    turn.scrollIntoView({ block: "center" });
+    return true;
+  }
+  window.addEventListener("hashchange", showHit);
+  window.addEventListener("load", () => requestAnimationFrame(showHit)); // after the jump to #
+
   document.addEventListener("DOMContentLoaded", () => {
-    toBottom();
+    if (!showHit()) toBottom();
     const t = $("#composer-input");
     if (t) grow(t);
   });

@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar.types import ControllerRouterHandler
 
 from chatbox.web.admin import AdminApiController, AdminPagesController
+from chatbox.web.attachments import AttachmentsController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
@@ -19,6 +20,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     HealthController,
     KnowledgeController,
     KnowledgePagesController,
+    AttachmentsController,
     PagesController,
     LoginController,
     AdminApiController,

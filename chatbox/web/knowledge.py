@@ -36,7 +36,8 @@ _REJECTED: list[tuple[type[RejectedFile], int]] = [
 ]
 
 
-def knowledge_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def knowledge_status(exc: Exception) -> tuple[int, str]:
+    """The HTTP status and error kind of a knowledge-layer error."""
     status, kind = 500, "server_error"
     if isinstance(exc, _Invalid):
         status, kind = exc.status, exc.kind
@@ -47,6 +48,11 @@ def knowledge_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Respon
         kind = exc.reason
     elif isinstance(exc, EmbeddingUnavailable):
         status, kind = 503, "embeddings_unavailable"
+    return status, kind
+
+
+def knowledge_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    status, kind = knowledge_status(exc)
     return Response(error_body(str(exc), kind), status_code=status, media_type=MediaType.JSON)
 
 
@@ -179,13 +185,13 @@ class KnowledgeController(Controller):
     async def upload(self, request: Request[Any, Any, Any], user: UserDep,
                      conversation_id: str | None = None) -> dict[str, Any]:
         """Upload a file (multipart field `file`) to the library, or to a conversation."""
-        return await _upload(request, user, conversation_id)
+        return await receive_upload(request, user, conversation_id)
 
     @post("/conversations/{conv_id:str}/documents", status_code=HTTP_201_CREATED,
           request_max_body_size=None)
     async def upload_to_conversation(self, request: Request[Any, Any, Any], user: UserDep,
                                      conv_id: str) -> dict[str, Any]:
-        return await _upload(request, user, conv_id)
+        return await receive_upload(request, user, conv_id)
 
     @get("/documents")
     async def list_documents(self, store: StoreDep, user: UserDep,
@@ -242,8 +248,9 @@ class KnowledgeController(Controller):
         } for h in hits]}
 
 
-async def _upload(request: Request[Any, Any, Any], user: User,
+async def receive_upload(request: Request[Any, Any, Any], user: User,
                   conversation_id: str | None) -> dict[str, Any]:
+    """Read the multipart field `file` (refusing an oversized body early) and ingest it."""
     knowledge = _knowledge(request)
     limit = knowledge.documents.max_bytes
     declared = int(request.headers.get("content-length") or 0)

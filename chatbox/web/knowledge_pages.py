@@ -97,7 +97,7 @@ class KnowledgePagesController(Controller):
         if await store.conversations.get(user.id, conv_id) is None:
             raise NotFound("conversation not found")
         cited = (await store.documents.citations(user.id, [turn_id]))[turn_id]
-        return html(request, "_sources.html", cited=cited, turn_id=turn_id)
+        return html(request, "_sources.html", sources=cited)
 
     @get("/ui/passages/{chunk_id:int}")
     async def passage(self, request: AnyRequest, store: StoreDep, user: UserDep,

@@ -26,6 +26,7 @@ from chatbox.web.ui import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
     chat_context,
+    conversation_context,
     html,
     render,
     sidebar,
@@ -79,7 +80,7 @@ class PagesController(Controller):
                     user: UserDep) -> Response[str]:
         """A new, empty chat."""
         return html(request, "chat.html", conv=None, view=None, turns=[], running=None,
-                    models=chat.models.names(), default_model=chat.models.default(),
+                    documents=[], models=chat.models.names(), default_model=chat.models.default(),
                     convs=await sidebar(store, user))
 
     @get("/c/{conv_id:str}")
@@ -88,7 +89,7 @@ class PagesController(Controller):
         """One conversation: its active branch, streaming on if an answer is running."""
         view = await chat.view(user, conv_id)
         return html(request, "chat.html", convs=await sidebar(store, user),
-                    **chat_context(chat, view))
+                    **await conversation_context(chat, user, view))
 
     # -- sending -----------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class PagesController(Controller):
             await store.conversations.delete(user.id, conv.id)  # no empty chats left behind
             raise
         view = await chat.view(user, conv.id)
-        body = render(request, "_chat.html", **chat_context(chat, view))
+        body = render(request, "_chat.html", **await conversation_context(chat, user, view))
         body += render(request, "_sidebar.html", convs=await sidebar(store, user),
                        conv=view.conversation, oob=True)
         return Response(body, media_type="text/html",
@@ -158,7 +159,7 @@ class PagesController(Controller):
     async def _turns(self, request: AnyRequest, chat: ChatService, user: User,
                      conv_id: str) -> Response[str]:
         view = await chat.view(user, conv_id)
-        context = chat_context(chat, view)
+        context = await conversation_context(chat, user, view)
         body = render(request, "_turns.html", **context)
         body += render(request, "_context.html", oob=True, **context)
         return Response(body, media_type="text/html")

@@ -79,6 +79,16 @@ def chat_context(chat: ChatService, view: ConversationView) -> dict[str, Any]:
     }
 
 
+async def conversation_context(chat: ChatService, user: User, view: ConversationView
+                               ) -> dict[str, Any]:
+    """chat_context plus what the answers cited and the conversation's attached documents."""
+    context = chat_context(chat, view)
+    answers = [tv.turn.id for tv in context["turns"] if tv.turn.role == "assistant"]
+    context["cited"] = await chat.store.documents.citations(user.id, answers)
+    context["documents"] = await chat.store.documents.list(user.id, view.conversation.id)
+    return context
+
+
 # -- errors ------------------------------------------------------------------------------
 
 def _friendly(exc: Exception) -> tuple[int, str, dict[str, str]]:
@@ -154,7 +164,8 @@ async def final_turn(chat: ChatService, user: User, conv_id: str, turn_id: str
 async def _final_frame(request: AnyRequest, chat: ChatService, user: User, conv_id: str,
                        turn_id: str, event_id: int | str) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
-    body = render(request, "_done.html", tv=tv, view=view, turn_id=turn_id,
+    cited = await chat.store.documents.citations(user.id, [turn_id]) if tv else {}
+    body = render(request, "_done.html", tv=tv, view=view, turn_id=turn_id, cited=cited,
                   conv=view.conversation if view else None,
                   convs=await chat.store.conversations.list(user.id) if view else [])
     return frame("done", body, event_id)
