@@ -218,7 +218,8 @@ def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-unt
                                  json={"content": "How long is the pump warranty?"}))
     turn_id = next(e for e in events if e.event == "done").json()["turn_id"]
     home = client.get(f"/c/{conv['id']}", headers=admin).text
-    assert 'id="search-q"' in home and f"/turns/{turn_id}/sources" in home
+    assert 'id="search-q"' in home and 'class="sources"' in home  # rendered with the turn
+    assert "manual.md" in home.split(f'id="turn-{turn_id}"')[1]
     sources = client.get(f"/ui/c/{conv['id']}/turns/{turn_id}/sources", headers=admin).text
     assert "manual.md" in sources
     chunk = next(e for e in events if e.event == "citations").json()["citations"][0]
