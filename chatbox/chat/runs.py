@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ class TurnRun:
         self._changed = asyncio.Event()
         return event
 
-    async def follow(self, after: int = 0) -> AsyncIterator[RunEvent]:
+    async def follow(self, after: int = 0) -> AsyncGenerator[RunEvent, None]:
         """Events with id > after, waiting for new ones until the terminal event."""
         self._attach()
         try:
