@@ -28,7 +28,7 @@ from chatbox.engine.types import (
     TokenEvent,
 )
 from chatbox.settings import Settings
-from chatbox.store import Conversation, Store, TurnStatus, TurnUsage, User
+from chatbox.store import Conversation, Routing, Store, TurnStatus, TurnUsage, User
 
 _ACTIVE = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
@@ -244,7 +244,9 @@ class ChatService:
                 user_turn = await self.store.turns.append_user(conv.id, parent_id, content)
                 parent_id = user_turn_id = user_turn.id
             assert parent_id is not None
-            draft_id = await self.store.turns.start_draft(conv.id, parent_id, model)
+            draft_id = await self.store.turns.start_draft(
+                conv.id, parent_id, model,
+                Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from))
         except BaseException:
             generation.cancel()
             raise

@@ -10,7 +10,7 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.memories import Memory, MemoryRepo
-from chatbox.store.records import Conversation, Turn, TurnStatus, TurnUsage, User
+from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
 from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.turns import TurnRepo
@@ -19,8 +19,22 @@ from chatbox.store.users import UserRepo
 from chatbox.store.vectors import VectorChange, VectorRepo
 
 __all__ = [
-    "ApiKey", "Chunk", "ChunkIn", "Conversation", "Database", "Document", "Memory", "Session",
-    "Store", "Turn", "TurnHit", "TurnStatus", "TurnUsage", "UsageRow", "User",
+    "ApiKey",
+    "Chunk",
+    "ChunkIn",
+    "Conversation",
+    "Database",
+    "Document",
+    "Memory",
+    "Routing",
+    "Session",
+    "Store",
+    "Turn",
+    "TurnHit",
+    "TurnStatus",
+    "TurnUsage",
+    "UsageRow",
+    "User",
     "VectorChange",
 ]
 

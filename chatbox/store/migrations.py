@@ -226,6 +226,16 @@ _KNOWLEDGE_TRIGGERS = (
 )
 
 
+
+@migration("0004_turn_routing")
+async def _turn_routing(conn: aiosqlite.Connection) -> None:
+    # How each answer's model was chosen, kept with it so canary arms can be compared and a
+    # degraded answer still says so after a reload.
+    for table in ("turns", "drafts"):
+        for column in ("route", "arm", "degraded_from"):
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+
+
 async def apply_migrations(conn: aiosqlite.Connection) -> list[str]:
     """Apply every migration not yet recorded; returns the names applied now."""
     await conn.execute(

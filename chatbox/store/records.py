@@ -63,13 +63,27 @@ class Turn:
     cached_tokens: int
     error: str | None
     created_at: float
+    route: str | None = None  # how the model was chosen (tier, pin, auto-small, canary, ...)
+    arm: str | None = None  # the experiment arm, for comparing a canary's answers
+    degraded_from: str | None = None  # the model it would have used had the box not been busy
 
     @classmethod
     def from_row(cls, row: Any) -> Turn:
+        keys = row.keys()
+        extra = [row[k] if k in keys else None for k in ("route", "arm", "degraded_from")]
         return cls(row["id"], row["seq"], row["conversation_id"], row["parent_id"], row["role"],
                    row["content"], row["status"], row["model"], row["prompt_tokens"],
                    row["completion_tokens"], row["cached_tokens"], row["error"],
-                   row["created_at"])
+                   row["created_at"], *extra)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How an answer's model was chosen."""
+
+    route: str | None = None
+    arm: str | None = None
+    degraded_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from chatbox.store.db import Database
-from chatbox.store.records import Turn, TurnStatus, TurnUsage, new_id
+from chatbox.store.records import Routing, Turn, TurnStatus, TurnUsage, new_id
 
 TITLE_CHARS = 60
 
@@ -96,14 +96,18 @@ class TurnRepo:
         assert turn is not None
         return turn
 
-    async def start_draft(self, conv_id: str, parent_id: str, model: str | None) -> str:
+    async def start_draft(
+        self, conv_id: str, parent_id: str, model: str | None, route: Routing | None = None
+    ) -> str:
         draft_id = new_id("t")
         now = time.time()
+        route = route or Routing()
         async with self.db.transaction() as tx:
             await tx.execute(
-                "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (draft_id, conv_id, parent_id, model, now, now),
+                "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at,"
+                " route, arm, degraded_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (draft_id, conv_id, parent_id, model, now, now, route.route, route.arm,
+                 route.degraded_from),
             )
         return draft_id
 
@@ -138,10 +142,12 @@ class TurnRepo:
     async def _insert_from_draft(tx, draft, status, content, usage, error, now) -> None:  # type: ignore[no-untyped-def]
         await tx.execute(
             "INSERT INTO turns (id, conversation_id, parent_id, role, content, status, model,"
+            " route, arm, degraded_from,"
             " prompt_tokens, completion_tokens, cached_tokens, error, created_at)"
-            " VALUES (?, ?, ?, 'assistant', ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, 'assistant', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (draft["id"], draft["conversation_id"], draft["parent_id"], content, status,
-             draft["model"], usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+             draft["model"], draft["route"], draft["arm"], draft["degraded_from"],
+             usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
              error, now),
         )
         await tx.execute("DELETE FROM drafts WHERE id = ?", (draft["id"],))

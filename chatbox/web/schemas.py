@@ -67,7 +67,8 @@ def turn_out(turn: Turn) -> dict[str, Any]:
     return {
         "id": turn.id, "parent_id": turn.parent_id, "role": turn.role, "content": turn.content,
         "status": turn.status, "model": turn.model, "created_at": turn.created_at,
-        "cursor": turn.seq, "error": turn.error,
+        "cursor": turn.seq, "error": turn.error, "route": turn.route, "arm": turn.arm,
+        "degraded_from": turn.degraded_from,
         "usage": {"prompt_tokens": turn.prompt_tokens,
                   "completion_tokens": turn.completion_tokens,
                   "cached_tokens": turn.cached_tokens},

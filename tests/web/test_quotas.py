@@ -110,7 +110,11 @@ def test_overload_then_degrades_paid_to_the_small_model(tmp_path: Path,
         assert start["model"] == done["model"] == "tiny"
         assert done["degraded_from"] == "big" and "busy" in done["notice"]
         turn = box.client.get(f"/v1/conversations/{conv}", headers=box.h("bob")).json()
-        assert turn["turns"][-1]["model"] == "tiny"
+        answer = turn["turns"][-1]
+        assert (answer["model"], answer["degraded_from"], answer["route"]) == (
+            "tiny", "big", "degraded")
+        page = box.client.get(f"/c/{conv}", headers=box.h("bob")).text
+        assert "instead of big" in page  # the stored answer still says so after a reload
         users = {u["user"]: u for u in usage(box)["users"]}
         assert users["bob"]["degraded"] == 2
         # Past that, when the small model is saturated too, paid requests queue.
@@ -151,6 +155,11 @@ def test_canary_sends_a_share_of_a_tier_and_tags_usage(tmp_path: Path,
         rows = usage(box)["data"]
         assert [(x["user"], x["arm"]) for x in rows if x["user"] == "bob"] == [("bob", "exp1")]
         assert [x["arm"] for x in rows if x["user"] == "ann"] == [""]
+        conv = box.new_conversation("bob")
+        box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
+                        headers=box.h("bob"))
+        answer = box.client.get(f"/v1/conversations/{conv}", headers=box.h("bob")).json()
+        assert (answer["turns"][-1]["arm"], answer["turns"][-1]["route"]) == ("exp1", "canary")
 
 
 def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path,
