@@ -28,4 +28,13 @@ class MeteredGeneration:
 
     def cancel(self) -> None:
         self.inner.cancel()
-        self.ticket.release()
+        if not self.ticket.done:
+            # The engine still reports what the cancelled request used: charge that.
+            self.ticket.admission.spawn(self._settle())
+
+    async def _settle(self) -> None:
+        usage = None
+        async for event in self.inner:  # what is left; a cancelled request ends with Done
+            if isinstance(event, DoneEvent):
+                usage = event.usage
+        await self.ticket.finish(usage)
