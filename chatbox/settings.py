@@ -30,7 +30,8 @@ class EngineSettings:
     park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
     n_cached_seqs: int = -1  # extra sequence ids that only hold cached prefixes; -1: n_parallel
     max_queue: int = 256  # waiting requests before submit() raises EngineBusyError
-    prefill_stall_ratio: float = 1.8  # a step with prefill may take this x a decode step; 0: off
+    prefill_stall_ratio: float = 1.6  # running streams' time per token may grow this much; 0: off
+    prefill_chunk: int = 64  # prompt tokens per chunk while other streams are decoding
 
 
 @dataclass(frozen=True)

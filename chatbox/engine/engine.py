@@ -140,6 +140,7 @@ class LlamaEngine:
             park_bytes=s.park_bytes,
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
+            prefill_chunk=s.prefill_chunk,
         )
         self._scheduler.start()
 

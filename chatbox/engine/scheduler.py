@@ -23,6 +23,7 @@ import numpy as np
 from chatbox.engine.detok import StopTextStream
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
 from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import Sampler
 from chatbox.engine.slots import Slot, SlotTable
 from chatbox.engine.types import (
@@ -36,9 +37,6 @@ from chatbox.engine.types import (
 )
 
 log = logging.getLogger(__name__)
-
-MIN_PREFILL_CHUNK = 8
-REFRESH_EVERY = 8
 
 
 @dataclass(eq=False)
@@ -78,7 +76,8 @@ class Scheduler:
         n_ctx_per_seq: int,
         park_bytes: int,
         metrics: EngineMetrics,
-        stall_ratio: float = 1.8,
+        stall_ratio: float = 1.6,
+        prefill_chunk: int = 64,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -86,16 +85,13 @@ class Scheduler:
         self.n_ctx_per_seq = n_ctx_per_seq
         self.slots = SlotTable(ctx, n_slots, park_bytes)
         self.metrics = metrics
-        self.stall_ratio = stall_ratio
         self.batch = Batch(ctx.n_batch)
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.waiting: list[Job] = []
         self.active: list[Job] = []
         self.stats = EngineStats(slots_total=n_parallel, kv_cells_total=ctx.n_ctx)
-        self._prefill_budget = float(max(MIN_PREFILL_CHUNK, ctx.n_batch // 8))
-        self._decode_time = 0.0  # EWMA of decode-only step time
+        self.pacer = PrefillPacer(ctx.n_batch, stall_ratio, chunk=prefill_chunk)
         self._kv_starved = False
-        self._mixed = 0  # steps with decode rows (for the periodic decode-only refresh)
         self._thread: threading.Thread | None = None
 
     # -- other threads -------------------------------------------------------------------
@@ -199,14 +195,9 @@ class Scheduler:
             if job.pending is not None and job.slot is not None:
                 row = batch.add(job.pending, len(job.slot.tokens), job.slot.seq, True)
                 rows.append((job, [job.pending], row))
-        budget = batch.capacity - batch.n
-        if rows:
-            self._mixed += 1
-            # every REFRESH-th step decodes only, so the decode-time baseline stays current
-            refresh = self._mixed % REFRESH_EVERY == 0
-            starved = self._kv_starved or refresh
-            budget = 0 if starved else min(budget, int(self._prefill_budget))
         prefilling = [j for j in self.active if j.pending is None]
+        waiting = sum(len(j.prompt) - j.n_done for j in prefilling)
+        budget = 0 if (rows and self._kv_starved) else self.pacer.allowance(len(rows), waiting)
         prefilling.sort(key=lambda j: len(j.prompt) - j.n_done)
         for job in prefilling:
             if budget <= 0 or job.slot is None:
@@ -247,15 +238,17 @@ class Scheduler:
             for job, _, _ in rows:
                 self._finish(job, "error", f"the model failed to decode (code {rc})")
             return
-        self._tune(n_decode, len(rows) - n_decode, elapsed)
+        self.pacer.observe(n_decode, self.batch.n - n_decode, elapsed)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "step: %d decode, %d prefill tokens, %.1f ms, budget %.0f, decode EWMA %.1f ms",
+                "step: %d decode, %d prefill tokens, %.1f ms; decode %.1f ms, token %.2f ms,"
+                " credit %.1f ms",
                 n_decode,
                 self.batch.n - n_decode,
                 elapsed * 1000,
-                self._prefill_budget,
-                self._decode_time * 1000,
+                self.pacer.decode_time * 1000,
+                self.pacer.token_cost * 1000,
+                self.pacer.credit * 1000,
             )
         for job, toks, idx in rows:
             assert job.slot is not None
@@ -273,23 +266,6 @@ class Scheduler:
     def _fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)
         self._finish(job, "error", f"internal engine error: {exc}")
-
-    def _tune(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
-        """Size prefill chunks so a step with them takes <= stall_ratio x a decode step."""
-        if n_decode == 0:
-            return
-        if n_prefill == 0:
-            a = 0.2 if self._decode_time else 1.0
-            self._decode_time = (1 - a) * self._decode_time + a * elapsed
-            return
-        if self.stall_ratio <= 0 or not self._decode_time:
-            return
-        extra = max(elapsed - self._decode_time, 1e-6)
-        wanted = (self.stall_ratio - 1.0) * self._decode_time
-        scale = min(max(wanted / extra, 0.5), 2.0)
-        self._prefill_budget = min(
-            max(self._prefill_budget * scale, MIN_PREFILL_CHUNK), self.batch.capacity
-        )
 
     def _sample(self, job: Job, idx: int) -> None:
         assert job.sampler is not None and job.stream is not None and job.slot is not None

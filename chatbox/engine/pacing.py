@@ -1,0 +1,64 @@
+"""Prefill pacing: how many prompt tokens may join a step without stalling running streams.
+
+A token bucket of *stall time*: every step with running streams earns
+`(stall_ratio - 1) x decode_step_time` of credit; a prefill chunk spends what it actually
+added to the step. Chunks go in only when the credit covers their estimated cost, so the
+mean time per output token stays within `stall_ratio` x a decode-only step, while chunks are
+big enough for batched prefill to stay efficient (`chunk` tokens, fewer where one would make
+streams stutter for long). Costs are learned online.
+"""
+
+from __future__ import annotations
+
+REFRESH_EVERY = 16  # a decode-only step at least this often keeps the baseline current
+MAX_STUTTER = 4.0  # a chunk should add at most this many decode steps' time to its step
+MIN_CHUNK = 16  # ...but never fewer tokens than this (efficiency)
+
+
+class PrefillPacer:
+    def __init__(self, capacity: int, stall_ratio: float, chunk: int = 64) -> None:
+        self.capacity = capacity  # tokens per step (n_batch)
+        self.stall_ratio = stall_ratio
+        self.chunk = max(1, min(chunk, capacity))
+        self.decode_time = 0.0  # EWMA seconds of a decode-only step
+        self.token_cost = 0.0  # EWMA seconds one prefill token adds to a step
+        self.credit = 0.0
+        self._steps = 0
+
+    def allowance(self, n_decode: int, n_waiting: int) -> int:
+        """Prefill tokens the next step may carry (n_waiting: prompt tokens not yet in KV)."""
+        if n_waiting <= 0:
+            self.credit = 0.0
+            return 0
+        if n_decode == 0 or self.stall_ratio <= 0:
+            return self.capacity - n_decode
+        self._steps += 1
+        if not self.decode_time or self._steps % REFRESH_EVERY == 0:
+            return 0  # measure (or re-measure) a pure decode step first
+        want = min(self._chunk_size(), n_waiting, self.capacity - n_decode)
+        cost = want * (self.token_cost or self.decode_time / max(n_decode, 1))
+        self.credit = min(self.credit + (self.stall_ratio - 1.0) * self.decode_time, cost * 1.5)
+        return want if self.credit >= cost else 0
+
+    def _chunk_size(self) -> int:
+        """The configured chunk, smaller where one would stall streams for > MAX_STUTTER steps."""
+        if not self.token_cost or not self.decode_time:
+            return self.chunk
+        fits = int(MAX_STUTTER * self.decode_time / self.token_cost)
+        return max(min(self.chunk, fits), min(MIN_CHUNK, self.chunk))
+
+    def observe(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
+        """Learn from a finished step (n_prefill: prompt tokens it carried)."""
+        if n_prefill == 0:
+            if n_decode:
+                a = 0.2 if self.decode_time else 1.0
+                self.decode_time += a * (elapsed - self.decode_time)
+            return
+        if n_decode == 0:
+            per_token = elapsed / n_prefill
+        else:
+            extra = max(elapsed - self.decode_time, 0.0)
+            self.credit -= extra
+            per_token = extra / n_prefill
+        a = 0.3 if self.token_cost else 1.0
+        self.token_cost += a * (per_token - self.token_cost)
