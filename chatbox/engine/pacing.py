@@ -25,18 +25,22 @@ class PrefillPacer:
         self.credit = 0.0
         self._steps = 0
 
-    def allowance(self, n_decode: int, n_waiting: int) -> int:
-        """Prefill tokens the next step may carry (n_waiting: prompt tokens not yet in KV)."""
-        if n_waiting <= 0:
+    def allowance(self, n_protected: int, n_waiting: int, room: int) -> int:
+        """Prefill tokens the next step may carry.
+
+        n_protected: established streams to shield; n_waiting: prompt tokens not yet in KV;
+        room: free rows in the batch.
+        """
+        if n_waiting <= 0 or room <= 0:
             self.credit = 0.0
             return 0
-        if n_decode == 0 or self.stall_ratio <= 0:
-            return self.capacity - n_decode
+        if n_protected == 0 or self.stall_ratio <= 0:
+            return room
         self._steps += 1
         if not self.decode_time or self._steps % REFRESH_EVERY == 0:
             return 0  # measure (or re-measure) a pure decode step first
-        want = min(self._chunk_size(), n_waiting, self.capacity - n_decode)
-        cost = want * (self.token_cost or self.decode_time / max(n_decode, 1))
+        want = min(self._chunk_size(), n_waiting, room)
+        cost = want * (self.token_cost or self.decode_time / n_protected)
         self.credit = min(self.credit + (self.stall_ratio - 1.0) * self.decode_time, cost * 1.5)
         return want if self.credit >= cost else 0
 

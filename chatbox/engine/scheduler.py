@@ -38,6 +38,8 @@ from chatbox.engine.types import (
 
 log = logging.getLogger(__name__)
 
+PROTECT_AFTER = 4  # a stream is shielded from prefill stalls once it has this many tokens
+
 
 @dataclass(eq=False)
 class Job:
@@ -197,7 +199,12 @@ class Scheduler:
                 rows.append((job, [job.pending], row))
         prefilling = [j for j in self.active if j.pending is None]
         waiting = sum(len(j.prompt) - j.n_done for j in prefilling)
-        budget = 0 if (rows and self._kv_starved) else self.pacer.allowance(len(rows), waiting)
+        # streams that just started (e.g. a burst arriving together) are not shielded yet
+        protected = sum(1 for job, _, _ in rows if job.n_generated >= PROTECT_AFTER)
+        room = batch.capacity - batch.n
+        budget = (
+            0 if (rows and self._kv_starved) else self.pacer.allowance(protected, waiting, room)
+        )
         prefilling.sort(key=lambda j: len(j.prompt) - j.n_done)
         for job in prefilling:
             if budget <= 0 or job.slot is None:

@@ -9,7 +9,7 @@ def simulate(pacer: PrefillPacer, steps: int, decode: float, per_token: float) -
     """Run a fake workload: 4 decoders, an endless prompt. Return (mean step, tokens)."""
     total, prefilled = 0.0, 0
     for _ in range(steps):
-        n = pacer.allowance(4, 10_000)
+        n = pacer.allowance(4, 10_000, 508)
         elapsed = decode + n * per_token
         pacer.observe(4, n, elapsed)
         total += elapsed
@@ -32,10 +32,10 @@ def test_cheap_prefill_goes_in_every_step() -> None:
 
 def test_no_decoders_means_full_batches_and_nothing_waiting_means_none() -> None:
     pacer = PrefillPacer(capacity=512, stall_ratio=1.8)
-    assert pacer.allowance(0, 3000) == 512
-    assert pacer.allowance(4, 0) == 0
+    assert pacer.allowance(0, 3000, 512) == 512
+    assert pacer.allowance(4, 0, 508) == 0
 
 
 def test_disabled_pacing() -> None:
     pacer = PrefillPacer(capacity=256, stall_ratio=0)
-    assert pacer.allowance(8, 3000) == 248
+    assert pacer.allowance(8, 3000, 248) == 248
