@@ -32,6 +32,7 @@ class EngineSettings:
     max_queue: int = 256  # waiting requests before submit() raises EngineBusyError
     prefill_stall_ratio: float = 1.6  # running streams' time per token may grow this much; 0: off
     prefill_chunk: int = 64  # prompt tokens per chunk while other streams are decoding
+    idle_kv_cells: int = -1  # idle cached prefixes kept live in KV (rest parked); -1: n_ctx/4
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,7 @@ class LlamaEngine:
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
             prefill_chunk=s.prefill_chunk,
+            max_idle_cells=s.idle_kv_cells if s.idle_kv_cells >= 0 else None,
         )
         self._scheduler.start()
 

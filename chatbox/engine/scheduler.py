@@ -80,6 +80,7 @@ class Scheduler:
         metrics: EngineMetrics,
         stall_ratio: float = 1.6,
         prefill_chunk: int = 64,
+        max_idle_cells: int | None = None,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -92,6 +93,7 @@ class Scheduler:
         self.waiting: list[Job] = []
         self.active: list[Job] = []
         self.stats = EngineStats(slots_total=n_parallel, kv_cells_total=ctx.n_ctx)
+        self.max_idle_cells = ctx.n_ctx // 4 if max_idle_cells is None else max_idle_cells
         self.pacer = PrefillPacer(ctx.n_batch, stall_ratio, chunk=prefill_chunk)
         self._kv_starved = False
         self._thread: threading.Thread | None = None
@@ -315,6 +317,7 @@ class Scheduler:
             job.sampler = None
         if job.slot is not None:
             self.slots.release(job.slot, keep=reason in ("stop", "length"))
+            self.slots.trim_idle(self.max_idle_cells)
         if job in self.active:
             self.active.remove(job)
         self._kv_starved = False

@@ -101,10 +101,12 @@ class SlotTable:
         for seg in slot.segments:
             seg[0] = abs(seg[0])
 
-    def cells_used(self) -> int:
-        """Distinct KV cells held by all sequences."""
+    def cells_used(self, busy_only: bool = False) -> int:
+        """Distinct KV cells held by all sequences (or by the busy ones)."""
         longest: dict[int, int] = {}
         for slot in self.slots:
+            if busy_only and not slot.busy:
+                continue
             for group, length in slot.segments:
                 g = abs(group)
                 if length > longest.get(g, 0):
@@ -194,6 +196,20 @@ class SlotTable:
         self.touch(slot)
         if not keep:
             self._clear(slot)
+
+    def trim_idle(self, max_idle_cells: int) -> int:
+        """Evict (park) LRU idle prefixes until idle-only cells <= max_idle_cells.
+
+        Every live cell costs attention time in every step of a unified cache, so idle
+        prefixes beyond the budget are cheaper in host RAM. Returns how many were evicted.
+        """
+        n = 0
+        while self.cells_used() - self.cells_used(busy_only=True) > max_idle_cells:
+            busy = [s for s in self.slots if s.busy]
+            if not self.evict_one(exclude=busy):
+                break
+            n += 1
+        return n
 
     def evict_one(self, exclude: Sequence[Slot] = ()) -> bool:
         """Free the least recently used idle cached prefix (parking it if allowed)."""

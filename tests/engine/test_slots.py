@@ -137,3 +137,14 @@ def test_random_ops_keep_ledger_exact() -> None:
         assert kv.used() == t.cells_used()
         for slot in t.slots:
             assert len(kv.seqs.get(slot.seq, [])) == len(slot.tokens)
+
+
+def test_trim_idle_parks_lru_prefixes_beyond_the_budget() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 6, park_bytes=1 << 20)
+    for i in range(4):
+        run(t, kv, [100 + i, *range(1000 * i, 1000 * i + 60)], f"c{i}")
+    assert t.cells_used() == 4 * 64
+    assert t.trim_idle(130) == 2  # c0 and c1 (least recently used) go to RAM
+    assert set(t.parked) == {"c0", "c1"} and t.cells_used() == 128
+    assert kv.used() == t.cells_used()
