@@ -6,16 +6,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from litestar import Controller, Response, get, post
-from litestar.enums import RequestEncodingType
-from litestar.params import Body
 
 from chatbox.chat import NotFound
 from chatbox.knowledge import Knowledge
 from chatbox.web.deps import StoreDep, UserDep
 from chatbox.web.knowledge import highlight
-from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
-
-FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+from chatbox.web.ui import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
 
 
 @dataclass

@@ -8,9 +8,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import Cookie
-from litestar.enums import RequestEncodingType
 from litestar.exceptions import TooManyRequestsException
-from litestar.params import Body
 
 from chatbox.store import Store
 from chatbox.web.auth import (
@@ -26,9 +24,7 @@ from chatbox.web.auth import (
     tokens_match,
 )
 from chatbox.web.deps import StoreDep
-from chatbox.web.ui import html
-
-FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
+from chatbox.web.ui import FORM, html
 
 
 @dataclass

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
-from litestar.enums import RequestEncodingType
-from litestar.params import Body
 from litestar.response import Stream
 
 from chatbox.chat import (
@@ -23,6 +21,7 @@ from chatbox.store import Store, User
 from chatbox.web.deps import ChatDep, StoreDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui import (
+    FORM,
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
     chat_context,
@@ -32,8 +31,6 @@ from chatbox.web.ui import (
     sidebar,
     ui_stream,
 )
-
-FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
 
 
 @dataclass

@@ -8,7 +8,9 @@ from typing import Any, cast
 
 from jinja2 import Environment
 from litestar import MediaType, Request, Response
+from litestar.enums import RequestEncodingType
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.params import Body
 from litestar.response import Stream
 
 from chatbox.chat import (
@@ -29,6 +31,9 @@ from chatbox.chat import (
 from chatbox.store import Store, User
 from chatbox.web.render import markdown, render_markdown
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
+
+# The body marker of every HTML form post.
+FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
 
 AnyRequest = Request[Any, Any, Any]
 
