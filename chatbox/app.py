@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from litestar import Litestar
-from litestar.config.response_cache import ResponseCacheConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -157,5 +156,4 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         lifespan=[lifespan],
         template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
-        response_cache_config=ResponseCacheConfig(),
     )

@@ -31,14 +31,26 @@ def fit_history(
     message is dropped too so the prompt starts with the user.
     """
     head = (ChatMessage("system", system_prompt),) if system_prompt else ()
-    start = 0
-    while True:
-        window = list(history[start:])
-        while len(window) > 1 and window[0].role == "assistant":
-            window.pop(0)
+    last = max(0, len(history) - 1)
+
+    def window(start: int) -> tuple[ChatMessage, ...]:
+        while start < last and history[start].role == "assistant":
             start += 1
-        messages = head + tuple(window)
+        return head + tuple(history[start:])
+
+    # Fewer messages never take more tokens, so binary-search the earliest start that fits:
+    # O(log n) renders of the prompt instead of one per dropped turn.
+    lo, hi = 0, last
+    best: tuple[tuple[ChatMessage, ...], int] | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        messages = window(mid)
         tokens = count(messages)
-        if tokens <= budget or start >= len(history) - 1:
-            return messages, tokens
-        start += 1
+        if tokens <= budget:
+            best, hi = (messages, tokens), mid - 1
+        else:
+            lo = mid + 1
+    if best is None:
+        messages = window(last)
+        return messages, count(messages)
+    return best

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,8 @@ import sqlite_vec  # type: ignore[import-untyped]
 
 from chatbox.store.migrations import apply_migrations
 from chatbox.store.vectors import VectorFeed
+
+IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 
 
 def _connect_sync(path: Path) -> Any:
@@ -82,6 +84,19 @@ class Database:
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         async with self.conn.execute(sql, tuple(params)) as cur:
             return list(await cur.fetchall())
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
+        limit; `params` follow the keys in every batch."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at:at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows
 
     async def integrity_ok(self) -> bool:
         row = await self.fetchone("PRAGMA integrity_check")

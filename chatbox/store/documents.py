@@ -177,15 +177,10 @@ class DocumentRepo:
         self, user_id: str, conversation_id: str, seqs: Sequence[int]
     ) -> dict[int, Chunk]:
         """The chunks with these seqs that a turn in this conversation may draw on."""
-        out: dict[int, Chunk] = {}
-        for at in range(0, len(seqs), 500):
-            part = list(seqs[at:at + 500])
-            marks = ", ".join("?" for _ in part)
-            rows = await self.db.fetchall(
-                f"{_CHUNK} WHERE chunks.seq IN ({marks}) AND {_IN_SCOPE}",
-                (*part, user_id, conversation_id))
-            out.update((int(r["seq"]), Chunk.from_row(r)) for r in rows)
-        return out
+        rows = await self.db.fetchall_in(
+            f"{_CHUNK} WHERE chunks.seq IN ({{marks}}) AND {_IN_SCOPE}", seqs,
+            (user_id, conversation_id))
+        return {int(r["seq"]): Chunk.from_row(r) for r in rows}
 
     async def keyword_chunks(
         self, user_id: str, conversation_id: str, match: str, k: int

@@ -159,17 +159,11 @@ class MemoryRepo:
 
     async def by_seqs(self, user_id: str, seqs: Sequence[int]) -> dict[int, Memory]:
         """This user's facts with these seqs (others' and missing ones left out)."""
-        out: dict[int, Memory] = {}
-        for at in range(0, len(seqs), 500):
-            part = list(seqs[at:at + 500])
-            marks = ", ".join("?" for _ in part)
-            # `+user_id`: without ANALYZE stats SQLite would walk the user's whole index
-            # instead of the handful of rowids (13 ms vs 0.03 ms at 100,000 facts).
-            rows = await self.db.fetchall(
-                f"SELECT * FROM memories WHERE seq IN ({marks}) AND +user_id = ?",
-                (*part, user_id))
-            out.update((int(r["seq"]), Memory.from_row(r)) for r in rows)
-        return out
+        # `+user_id`: without ANALYZE stats SQLite would walk the user's whole index
+        # instead of the handful of rowids (13 ms vs 0.03 ms at 100,000 facts).
+        rows = await self.db.fetchall_in(
+            "SELECT * FROM memories WHERE seq IN ({marks}) AND +user_id = ?", seqs, (user_id,))
+        return {int(r["seq"]): Memory.from_row(r) for r in rows}
 
     async def nearest(
         self, user_id: str, vector: np.ndarray, k: int

@@ -111,15 +111,10 @@ class SearchRepo:
 
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
         """The user's turns (in live conversations) with these seqs; score is left 0."""
-        out: dict[int, TurnHit] = {}
-        for at in range(0, len(seqs), 500):
-            part = list(seqs[at:at + 500])
-            marks = ", ".join("?" for _ in part)
-            rows = await self.db.fetchall(
-                "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
-                " turns.role, turns.created_at, 0.0 AS score,"
-                " substr(turns.content, 1, 240) AS snippet"
-                " FROM turns JOIN conversations ON conversations.id = turns.conversation_id"
-                f" WHERE turns.seq IN ({marks}) AND {_OWNED}", (*part, user_id))
-            out.update((int(r["seq"]), TurnHit.from_row(r)) for r in rows)
-        return out
+        rows = await self.db.fetchall_in(
+            "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
+            " turns.role, turns.created_at, 0.0 AS score,"
+            " substr(turns.content, 1, 240) AS snippet"
+            " FROM turns JOIN conversations ON conversations.id = turns.conversation_id"
+            f" WHERE turns.seq IN ({{marks}}) AND {_OWNED}", seqs, (user_id,))
+        return {int(r["seq"]): TurnHit.from_row(r) for r in rows}
