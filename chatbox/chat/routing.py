@@ -39,6 +39,22 @@ class Router:
         return len(text) >= rules.auto_long_chars or any(
             marker in text for marker in rules.auto_code_markers)
 
+    def expected(self, user: User, requested: str | None) -> str:
+        """The model a turn of this user will most likely get: what the picker shows.
+
+        No canary draw and no text to judge, so "auto" shows its small model.
+        """
+        available = self.names()
+        tier = self.policy.tier(user.tier)
+        pin = self.policy.routing.pins.get(user.name)
+        if requested == AUTO:
+            requested = self.policy.routing.small
+        for name in (pin, requested, tier.model):
+            if name and name in available and (name == pin or not tier.models
+                                               or name in tier.models):
+                return name
+        return self.default()
+
     def route(self, user: User, requested: str | None, text: str = "") -> Route:
         available = self.names()
         tier = self.policy.tier(user.tier)

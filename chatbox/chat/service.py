@@ -75,6 +75,10 @@ class ChatService:
             raise NotFound("conversation not found")
         return conv
 
+    def expected_model(self, user: User, requested: str | None) -> str:
+        """The model this user's next turn will most likely use (tier, pin, picked)."""
+        return self.gate.router.expected(user, requested)
+
     def resolve_model(self, requested: str | None) -> str:
         names = self.models.names()
         name = requested or self.models.default()
@@ -92,7 +96,7 @@ class ChatService:
         older = [t for t in path if before is None or t.seq < before]
         page = older[-limit:] if limit > 0 else []
         siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
-        model = conv.model if conv.model in self.models.names() else self.models.default()
+        model = self.expected_model(user, conv.model)
         engine = await self.models.engine(model)
         messages = turn_messages(path)
         if conv.system_prompt:

@@ -112,3 +112,15 @@ def test_auto_routes_by_shape() -> None:
     assert router.route(PAID, "auto", "hello").model == "small"
     assert router.route(PAID, "auto", "x" * 60).model == "large"
     assert router.route(PAID, "auto", "```\nprint(1)\n```").model == "large"
+
+
+def test_picker_shows_the_model_that_will_answer() -> None:
+    """With no pick, each tier sees its own default; a pick is shown when the tier may use it."""
+    policy = Policy.from_dict({**POLICY, "tiers": {
+        **POLICY["tiers"], "free": {**POLICY["tiers"]["free"], "models": ["small"]}}})
+    router = Router(policy, lambda: ["small", "large"], lambda: "small")
+    assert router.expected(PAID, None) == router.route(PAID, None).model == "large"
+    assert router.expected(FREE, None) == router.route(FREE, None).model == "small"
+    assert router.expected(PAID, "small") == "small"
+    assert router.expected(FREE, "large") == router.route(FREE, "large").model == "small"
+    assert router.expected(PAID, "auto") == "small"

@@ -135,6 +135,9 @@ def test_settings_rename_model_and_system_prompt(client: TestClient) -> None:
     bad = client.post(f"/ui/c/{conv_id}/settings", data={"model": "nope"}, headers=HX)
     assert bad.status_code == 404 and bad.headers["HX-Retarget"] == "#alerts"
     assert "not available" in bad.text
+    auto = client.post(f"/ui/c/{conv_id}/settings", headers=HX, data={"model": "auto"})
+    assert '<option value="auto" selected' in auto.text
+    assert '<option value="auto" selected' in client.get(f"/c/{conv_id}").text
 
 
 def test_delete_redirects_home(client: TestClient) -> None:
