@@ -77,7 +77,8 @@ class PagesController(Controller):
                     user: UserDep) -> Response[str]:
         """A new, empty chat."""
         return html(request, "chat.html", conv=None, view=None, turns=[], running=None,
-                    documents=[], models=chat.models.names(), default_model=chat.expected_model(user, None),
+                    documents=[], models=chat.models.names(),
+                    default_model=chat.expected_model(user, None),
                     convs=await sidebar(store, user))
 
     @get("/c/{conv_id:str}")
