@@ -89,11 +89,17 @@ class ChatService:
         return name
 
     async def view(
-        self, user: User, conv_id: str, before: int | None = None, limit: int = 50
+        self, user: User, conv_id: str, before: int | None = None, limit: int = 50,
+        show: str | None = None,
     ) -> ConversationView:
+        """The active branch, newest `limit` turns before `before`; `show` widens the page
+        until that turn is on it (a search hit deep in a long chat)."""
         conv = await self.conversation(user, conv_id)
         path = await self.store.turns.path(conv.id, conv.active_leaf_id)
         older = [t for t in path if before is None or t.seq < before]
+        ids = [t.id for t in older]
+        if show in ids:
+            limit = max(limit, len(ids) - ids.index(show))
         page = older[-limit:] if limit > 0 else []
         siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
         model = self.expected_model(user, conv.model)
@@ -176,6 +182,21 @@ class ChatService:
             raise Busy("this conversation is still generating an answer")
         leaf = await self.store.turns.deepest_leaf(conv.id, turn_id)
         await self.store.turns.set_active_leaf(conv.id, leaf)
+
+    async def open_at(self, user: User, conv_id: str, turn_id: str) -> bool:
+        """Make turn_id's branch the active one if it is not; False when it cannot be shown
+        (no such turn here, or an answer is still generating on the current branch)."""
+        conv = await self.conversation(user, conv_id)
+        if await self.store.turns.get(conv.id, turn_id) is None:
+            return False
+        path = await self.store.turns.path(conv.id, conv.active_leaf_id)
+        if any(t.id == turn_id for t in path):
+            return True
+        try:
+            await self.switch_branch(user, conv_id, turn_id)
+        except Busy:
+            return False
+        return True
 
     async def cancel(self, user: User, conv_id: str) -> bool:
         """Stop the running answer; False when nothing was running."""

@@ -83,9 +83,15 @@ class PagesController(Controller):
 
     @get("/c/{conv_id:str}")
     async def conversation(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
-                           user: UserDep, conv_id: str) -> Response[str]:
-        """One conversation: its active branch, streaming on if an answer is running."""
-        view = await chat.view(user, conv_id)
+                           user: UserDep, conv_id: str, turn: str | None = None,
+                           ) -> Response[str]:
+        """One conversation: its active branch, streaming on if an answer is running.
+
+        `?turn=ID` (a search hit) opens the branch holding that turn, far enough back to
+        show it.
+        """
+        shown = turn if turn and await chat.open_at(user, conv_id, turn) else None
+        view = await chat.view(user, conv_id, show=shown)
         return html(request, "chat.html", convs=await sidebar(store, user),
                     **await conversation_context(chat, user, view))
 

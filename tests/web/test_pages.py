@@ -183,3 +183,40 @@ async def test_bubble_stream_resumes_mid_answer_with_the_whole_text() -> None:
     second = list(parse_sse(iter((await anext(stream)).decode().split("\n"))))
     assert second[0].id == "4" and "Hello <strong>you</strong>" in second[0].data
     await stream.aclose()
+
+
+def search_href(client: TestClient, words: str) -> str:
+    body = client.get("/ui/search", params={"q": words}, headers=HX).text
+    match = re.search(r'href="(/c/[^"]+)"', body)
+    assert match, body
+    return match.group(1).replace("&amp;", "&")
+
+
+def test_a_search_hit_on_an_old_branch_opens_that_branch(client: TestClient) -> None:
+    conv_id, url = start_chat(client, "Tell me about aardvarks")
+    read_stream(client, url)
+    page = client.get(f"/c/{conv_id}").text
+    user_id = re.search(r'class="turn user" id="turn-([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    response = client.post(f"/ui/c/{conv_id}/turns/{user_id}/edit",
+                           data={"content": "Tell me about pangolins"}, headers=HX)
+    read_stream(client, stream_url(response.text))
+    bubble = '<div class="plain">Tell me about aardvarks</div>'
+    assert bubble not in client.get(f"/c/{conv_id}").text  # now on the second branch
+    path, anchor = search_href(client, "aardvarks").split("#")
+    page = client.get(path).text
+    assert f'id="{anchor}"' in page and bubble in page
+    assert '<span class="branch-pos">1/2</span>' in page and "about pangolins<" not in page
+
+
+def test_a_search_hit_deep_in_a_long_chat_is_on_the_page(client: TestClient) -> None:
+    conv_id, url = start_chat(client, "Remember the word quokka")
+    read_stream(client, url)
+    for i in range(25):  # 52 turns: the first falls off the newest-50 page
+        response = client.post(f"/ui/c/{conv_id}/send", data={"content": f"Message {i}"},
+                               headers=HX)
+        read_stream(client, stream_url(response.text))
+    bubble = '<div class="plain">Remember the word quokka</div>'
+    assert bubble not in client.get(f"/c/{conv_id}").text
+    path, anchor = search_href(client, "quokka").split("#")
+    page = client.get(path).text
+    assert f'id="{anchor}"' in page and bubble in page
