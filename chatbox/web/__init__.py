@@ -10,6 +10,7 @@ from chatbox.web.conversations import ConversationController
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
 from chatbox.web.knowledge_pages import KnowledgePagesController
+from chatbox.web.library import LibraryController
 from chatbox.web.login import LoginController
 from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
@@ -20,6 +21,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     HealthController,
     KnowledgeController,
     KnowledgePagesController,
+    LibraryController,
     AttachmentsController,
     PagesController,
     LoginController,

@@ -19,7 +19,7 @@ from chatbox.web.ui import (
 )
 
 
-def friendly_knowledge_error(exc: Exception) -> tuple[int, str]:
+def friendly_knowledge_error(exc: Exception, refused: str = "Not attached") -> tuple[int, str]:
     """Status and a sentence naming the problem (too large, empty, encrypted, not text…)."""
     status, _ = knowledge_status(exc)
     if isinstance(exc, NotFoundError):
@@ -28,13 +28,14 @@ def friendly_knowledge_error(exc: Exception) -> tuple[int, str]:
         return status, "Documents need the embedding model, which is not installed here."
     text = str(exc).strip().rstrip(".") or "the file could not be read"
     if isinstance(exc, RejectedFile):
-        text = f"Not attached: {text}"
+        text = f"{refused}: {text}"
     return status, text[:1].upper() + text[1:] + "."
 
 
-def knowledge_ui_error(request: AnyRequest, exc: Exception) -> Response[str]:
+def knowledge_ui_error(request: AnyRequest, exc: Exception,
+                       refused: str = "Not attached") -> Response[str]:
     """An inline alert for htmx requests (swapped into #alerts); an error page otherwise."""
-    status, message = friendly_knowledge_error(exc)
+    status, message = friendly_knowledge_error(exc, refused)
     if request.headers.get("HX-Request") == "true":
         headers = {"HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
         return html(request, "_alert.html", status, headers, message=message, status=status)

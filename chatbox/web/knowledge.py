@@ -249,8 +249,13 @@ class KnowledgeController(Controller):
 
 
 async def receive_upload(request: Request[Any, Any, Any], user: User,
-                  conversation_id: str | None) -> dict[str, Any]:
-    """Read the multipart field `file` (refusing an oversized body early) and ingest it."""
+                         conversation_id: str | None, *, library: bool = False
+                         ) -> dict[str, Any]:
+    """Read the multipart field `file` (refusing an oversized body early) and ingest it.
+
+    With no conversation id the form's `conversation_id` field may name one; `library=True`
+    ignores that field, so the file always goes to the user's library.
+    """
     knowledge = _knowledge(request)
     limit = knowledge.documents.max_bytes
     declared = int(request.headers.get("content-length") or 0)
@@ -261,7 +266,8 @@ async def receive_upload(request: Request[Any, Any, Any], user: User,
     if not isinstance(upload, UploadFile):
         raise _invalid("send the file as multipart/form-data in a field named 'file'")
     data = await upload.read()
-    conversation_id = conversation_id or (str(form.get("conversation_id") or "") or None)
+    if not library:
+        conversation_id = conversation_id or (str(form.get("conversation_id") or "") or None)
     doc = await knowledge.documents.ingest(user.id, conversation_id, upload.filename,
                                            upload.content_type, data)
     return document_out(doc)

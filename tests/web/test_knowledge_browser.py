@@ -125,3 +125,37 @@ def test_search_opens_the_conversation_at_the_turn(server: LiveServer, page: Any
     top = page.evaluate("() => document.querySelector('.turn.hit').getBoundingClientRect().top")
     assert 0 <= top < 800, f"the matching turn is not in view ({top}px)"
     page.screenshot(path="/tmp/chatbox-knowledge-hit.png")
+
+
+def test_library_upload_list_and_delete(server: LiveServer, page: Any,  # noqa: F811
+                                        tmp_path: Path) -> None:
+    note = tmp_path / "library-notes.md"
+    note.write_text(NOTE)
+    empty = tmp_path / "empty.md"
+    empty.write_text("")
+    page.goto(server.url + "/")
+    page.locator(".sidebar-foot a", has_text="Library").click()
+    page.wait_for_url("**/library")
+    page.on("dialog", lambda d: d.accept())
+
+    # A refused file says why, inline, and lists nothing.
+    page.set_input_files("#library-file", str(empty))
+    page.get_by_role("button", name="Upload").click()
+    alert = page.wait_for_selector("#alerts .alert").inner_text()
+    assert "empty.md is empty" in alert, alert
+    assert page.locator(".library-doc").count() == 0
+
+    page.set_input_files("#library-file", str(note))
+    page.get_by_role("button", name="Upload").click()
+    row = page.wait_for_selector(".library-doc:has-text('library-notes.md')")
+    assert "1 passage" in row.inner_text()
+    assert page.locator("#alerts .alert").count() == 0  # a success clears the old alert
+    assert page.locator("#library-file").input_value() == ""
+    page.screenshot(path="/tmp/chatbox-knowledge-library.png")
+    page.reload()
+    assert page.locator(".library-doc", has_text="library-notes.md").count() == 1
+
+    page.get_by_label("Delete library-notes.md").click()
+    page.wait_for_selector("#library-list:has-text('Your library is empty')")
+    page.reload()
+    assert page.locator(".library-doc").count() == 0

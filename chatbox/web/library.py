@@ -1,0 +1,88 @@
+"""The library page: documents kept for every conversation (upload, list, delete; htmx).
+
+A library document has no conversation; retrieval in each of the user's conversations draws
+on it. Uploads go through the same path as a conversation attachment (`receive_upload`), so
+the accepted types, the limits and the friendly errors are the same, and a refused file
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from litestar import Controller, Response, get, post
+
+from chatbox.knowledge import EmbeddingUnavailable, KnowledgeError, NotFoundError
+from chatbox.store import Document, User
+from chatbox.web.attachments import knowledge_ui_error
+from chatbox.web.deps import StoreDep, UserDep
+from chatbox.web.knowledge import receive_upload
+from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
+
+# The file types the composer's attach button offers (the ingestion decides, not this list).
+ACCEPT = (".txt,.text,.md,.markdown,.html,.htm,.pdf,"
+          "text/plain,text/markdown,text/html,application/pdf")
+
+
+def library_ui_error(request: AnyRequest, exc: Exception) -> Response[str]:
+    """The attachment path's alert, worded for the library."""
+    return knowledge_ui_error(request, exc, "Not added to your library")
+
+
+def size_label(n: int) -> str:
+    """Bytes as a person reads them: 812 bytes, 4.2 KB, 1.3 MB."""
+    if n < 1000:
+        return f"{n} byte{'s' if n != 1 else ''}"
+    if n < 1000 * 1000:
+        return f"{n / 1000:.1f} KB"
+    return f"{n / 1000 / 1000:.1f} MB"
+
+
+def document_row(d: Document) -> dict[str, Any]:
+    """What the library list shows of a document."""
+    stamp = time.localtime(d.created_at)
+    return {"id": d.id, "name": d.name, "size": size_label(d.size_bytes), "pages": d.pages,
+            "chunks": d.chunks, "chars": d.chars,
+            "uploaded": f"{stamp.tm_mday} {time.strftime('%b %Y, %H:%M', stamp)}",
+            "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp)}
+
+
+async def _rows(request: AnyRequest, user: User) -> list[dict[str, Any]]:
+    docs = await request.app.state.store.documents.list(user.id, library=True)
+    return [document_row(d) for d in docs]
+
+
+async def _library_list(request: AnyRequest, user: User, notice: str = "") -> Response[str]:
+    return html(request, "_library_list.html", documents=await _rows(request, user),
+                notice=notice)
+
+
+class LibraryController(Controller):
+    """`/library` and its htmx partials under `/ui/library/`."""
+
+    include_in_schema = False
+    exception_handlers = {**UI_EXCEPTION_HANDLERS, KnowledgeError: library_ui_error,  # type: ignore[dict-item]
+                          EmbeddingUnavailable: library_ui_error}
+
+    @get("/library")
+    async def library_page(self, request: AnyRequest, store: StoreDep,
+                           user: UserDep) -> Response[str]:
+        """Your library: documents every conversation can draw on."""
+        return html(request, "library.html", documents=await _rows(request, user), notice="",
+                    accept=ACCEPT, convs=await sidebar(store, user), conv=None)
+
+    @post("/ui/library/documents", status_code=200, request_max_body_size=None)
+    async def upload(self, request: AnyRequest, user: UserDep) -> Response[str]:
+        """Add a file (multipart field `file`) to the library; answer with the list."""
+        doc = await receive_upload(request, user, None, library=True)
+        return await _library_list(request, user, f"Added {doc['name']}.")
+
+    @post("/ui/library/documents/{doc_id:str}/delete", status_code=200)
+    async def remove(self, request: AnyRequest, user: UserDep, doc_id: str) -> Response[str]:
+        """Delete a library document (its passages and citations go too)."""
+        doc = await request.app.state.store.documents.get(user.id, doc_id)
+        if doc is None or doc.conversation_id is not None:
+            raise NotFoundError("document not found")
+        await request.app.state.knowledge.documents.delete(user.id, doc_id)
+        return await _library_list(request, user, f"Deleted {doc.name}.")
