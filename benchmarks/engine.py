@@ -3,7 +3,8 @@
     python benchmarks/engine.py [--quick] [--model PATH|tiny] [--json OUT]
 
 1. aggregate decode tokens/s at 1, 4, 8, 16 concurrent streams, beside (a) the serial
-   baseline (the same requests one after another through llama_cpp.Llama) and (b) the
+   baseline (the same requests one after another through llama_cpp.Llama, on the same file,
+   and on the file as shipped where `chatbox serve` loads a Q8_0 copy of it) and (b) the
    ceiling (a bare loop decoding the same sequences in one batch, no scheduling);
 2. TTFT p50/p99 for each (all requests arrive at t=0);
 3. second-turn TTFT on a conversation with a long history: warm (cached prefix) vs cold;
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -32,6 +34,7 @@ if str(ROOT) not in sys.path:
 
 from chatbox.engine.engine import LlamaEngine  # noqa: E402
 from chatbox.engine.llama import Batch, Context, ContextParams  # noqa: E402
+from chatbox.engine.requant import serving_path  # noqa: E402
 from chatbox.engine.sampling import Sampler  # noqa: E402
 from chatbox.engine.types import (  # noqa: E402
     ChatMessage,
@@ -39,7 +42,7 @@ from chatbox.engine.types import (  # noqa: E402
     GenerationRequest,
     SamplingParams,
 )
-from chatbox.settings import EngineSettings  # noqa: E402
+from chatbox.settings import EngineSettings, settings_from_env  # noqa: E402
 
 TOPICS = [
     "rivers", "volcanoes", "bread", "bicycles", "owls", "glaciers", "chess", "tea",
@@ -275,6 +278,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         path = make_tiny_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf")
     else:
         path = Path(args.model) if args.model else default_model()
+    shipped = path
+    # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see engine/requant.py).
+    path = serving_path(shipped, settings_from_env().cache_dir / "models",
+                        enabled=not args.no_requant)
     quick = args.quick
     streams = [1, 4, 8] if quick else [1, 4, 8, 16]
     max_tokens = 16 if quick else 64
@@ -294,6 +301,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     threads = args.threads or os.cpu_count() or 1
     results: dict[str, object] = {
         "model": str(path),
+        "shipped_model": str(shipped),
         "quick": quick,
         "threads": threads,
         "flash_attn": settings.flash_attn,
@@ -303,7 +311,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         await run_streams(engine, 2, 4, offset=50)  # warm-up
         table = []
         for n in streams:
-            runs: dict[str, list[dict[str, float]]] = {"engine": [], "serial": [], "ceiling": []}
+            runs: dict[str, list[dict[str, float]]] = {
+                "engine": [], "serial": [], "ceiling": [], "shipped": []}
             for _ in range(reps):  # interleaved; the best of each counts (noise only slows)
                 await engine.clear_cache()
                 runs["engine"].append(await run_streams(engine, n, max_tokens))
@@ -313,17 +322,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                 runs["ceiling"].append(
                     await asyncio.to_thread(ceiling, engine, n, max_tokens, threads)
                 )
-            eng, base, ceil = (max(runs[k], key=lambda r: r["tok_s"]) for k in runs)
-            row = {"streams": n, "engine": eng, "serial": base, "ceiling": ceil}
+                if shipped != path:  # llama-cpp-python's server on the file as shipped
+                    runs["shipped"].append(await asyncio.to_thread(
+                        serial_baseline, shipped, engine, n, max_tokens, threads))
+            eng, base, ceil = (max(runs[k], key=lambda r: r["tok_s"])
+                               for k in ("engine", "serial", "ceiling"))
+            row: dict[str, Any] = {"streams": n, "engine": eng, "serial": base, "ceiling": ceil}
             row["vs_serial"] = eng["tok_s"] / base["tok_s"]
             row["vs_ceiling"] = eng["tok_s"] / ceil["tok_s"]
+            if runs["shipped"]:
+                ship = max(runs["shipped"], key=lambda r: r["tok_s"])
+                row["serial_shipped"] = ship
+                row["vs_serial_shipped"] = eng["tok_s"] / ship["tok_s"]
             table.append(row)
             print(
                 f"{n:>3} streams | engine {eng['tok_s']:7.1f} tok/s | serial {base['tok_s']:7.1f}"
                 f" | ceiling {ceil['tok_s']:7.1f} | x serial {row['vs_serial']:.2f}"
                 f" | of ceiling {row['vs_ceiling']:.0%} | TTFT p50/p99 engine"
                 f" {eng['ttft_p50']:.2f}/{eng['ttft_p99']:.2f}s serial"
-                f" {base['ttft_p50']:.2f}/{base['ttft_p99']:.2f}s ceiling {ceil['ttft_p50']:.2f}s",
+                f" {base['ttft_p50']:.2f}/{base['ttft_p99']:.2f}s ceiling {ceil['ttft_p50']:.2f}s"
+                + (f" | serial on the shipped file {row['serial_shipped']['tok_s']:.1f}"
+                   f" (x {row['vs_serial_shipped']:.2f})" if "serial_shipped" in row else ""),
                 flush=True,
             )
         results["throughput"] = table
@@ -360,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=0, help="runs per row, best kept (0: auto)")
     ap.add_argument("--no-flash-attn", action="store_true", help="disable flash attention")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
+    ap.add_argument("--no-requant", action="store_true",
+                    help="load the file as shipped, not the Q8_0 copy `chatbox serve` uses")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "engine.json"))
     args = ap.parse_args(argv)
     results = asyncio.run(main_async(args))

@@ -124,7 +124,14 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         recovered = await store.turns.recover_drafts()
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
-        pool = EnginePool(models_registry.model_path, settings.engine, metrics_registry)
+        def resolve(name: str) -> Path:
+            from chatbox.engine.requant import serving_path  # loads llama.cpp: only when used
+
+            return serving_path(models_registry.model_path(name), settings.cache_dir / "models",
+                                enabled=settings.engine.cpu_requant,
+                                n_gpu_layers=settings.engine.n_gpu_layers)
+
+        pool = EnginePool(resolve, settings.engine, metrics_registry)
         models = LocalModels(models_registry, pool, settings)
         chat = ChatService(store, models, settings)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))

@@ -15,6 +15,11 @@ def _default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "chatbox"
 
 
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "chatbox"
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """How each loaded model's llama.cpp context is shaped."""
@@ -33,6 +38,7 @@ class EngineSettings:
     prefill_stall_ratio: float = 1.6  # running streams' time per token may grow this much; 0: off
     prefill_chunk: int = 64  # prompt tokens per chunk while other streams are decoding
     idle_kv_cells: int = -1  # idle cached prefixes kept live in KV (rest parked); -1: n_ctx/4
+    cpu_requant: bool = True  # on CPU, serve Q4_1/Q5_1 weights as a cached Q8_0 copy
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Settings:
 
     data_dir: Path = field(default_factory=_default_data_dir)
     models_dir: Path | None = None  # default: <data_dir>/models
+    cache_dir: Path = field(default_factory=_default_cache_dir)  # derived files, safe to delete
     manifest_path: Path | None = None  # built-in models; default: the repo's models/manifest.toml
     model: str | None = None  # default model name; None: the registry's default
     host: str = "127.0.0.1"
@@ -96,7 +103,7 @@ class Settings:
         eng = {k: v for k, v in overrides.items() if v is not None and k in engine_names}
         if "data_dir" in top:
             top["data_dir"] = Path(top["data_dir"]).expanduser()
-        for key in ("models_dir", "policy_path", "manifest_path"):
+        for key in ("models_dir", "policy_path", "manifest_path", "cache_dir"):
             if key in top:
                 top[key] = Path(top[key]).expanduser()
         return replace(self, engine=replace(self.engine, **eng), **top)

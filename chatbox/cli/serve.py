@@ -23,6 +23,9 @@ from chatbox.settings import Settings, settings_from_env
 @click.option("--flash-attn/--no-flash-attn", default=None, help="Use flash attention.")
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default=None,
               help="KV cache element type.")
+@click.option("--cpu-requant/--no-cpu-requant", default=None,
+              help="On CPU, serve Q4_1/Q5_1 models as a cached Q8_0 copy, which batches "
+                   "better (default on).")
 @click.option("--max-tokens", type=int, default=None, help="Default answer length budget.")
 @click.option("--admin-password", default=None,
               help="Seed the first admin's password on an empty database "

@@ -60,6 +60,19 @@ def supports_gpu_offload() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def quantize(src: Path, dst: Path, ftype: str, threads: int = 0) -> None:
+    """Write src re-quantized to `ftype` (e.g. "Q8_0") at dst; llama.cpp's own quantizer."""
+    _init_backend()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True  # the source is already quantized
+    params.nthread = threads
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(),
+                                        ctypes.byref(params))
+    if rc != 0:
+        raise LlamaError(f"quantizing {src.name} to {ftype} failed ({rc})")
+
+
 class LlamaError(RuntimeError):
     """llama.cpp refused to load or decode."""
 
