@@ -16,6 +16,7 @@ from chatbox.engine.modelfile import (
     read_model_file,
 )
 from chatbox.engine.registry import ModelEntry, ModelRegistry, RegistryError
+from chatbox.engine.requant import SLOW_BATCHING_ON_CPU, TARGET, copy_path
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -123,6 +124,11 @@ def info_cmd(ctx: click.Context, name: str) -> None:
             ("tensors", info.tensor_count),
             ("gguf version", info.gguf_version),
         ]
+        settings = ctx.find_object(Settings) or settings_from_env()
+        if info.quantization in SLOW_BATCHING_ON_CPU and settings.engine.cpu_requant:
+            copy = copy_path(entry.path, settings.cache_dir / "models")
+            fields.append(("cpu serving", f"a {TARGET} copy, {copy}"
+                           + ("" if copy.exists() else " (made on first load)")))
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         click.echo(f"{key.ljust(width)}  {value}")

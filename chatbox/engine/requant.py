@@ -18,7 +18,6 @@ import logging
 import os
 from pathlib import Path
 
-from chatbox.engine.llama import quantize, supports_gpu_offload
 from chatbox.engine.modelfile import InvalidModelFile, read_model_file
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,8 @@ def copy_path(source: Path, cache_dir: Path) -> Path:
 def serving_path(source: Path, cache_dir: Path, *, enabled: bool = True,
                  n_gpu_layers: int = 0) -> Path:
     """The file to load for `source`: a cached Q8_0 copy where that batches better on CPU."""
+    from chatbox.engine.llama import quantize, supports_gpu_offload  # loads llama.cpp
+
     if not enabled or (n_gpu_layers != 0 and supports_gpu_offload()):
         return source  # GPU kernels batch every type well
     try:

@@ -83,6 +83,7 @@ def test_info_builtin(data_dir: Path, smollm2_installed: bool) -> None:
     assert "context length  8192" in out
     assert "chat template   yes" in out
     assert "default         yes" in out
+    assert "cpu serving     a Q8_0 copy" in out  # Q4_1 batches poorly on CPU
 
 
 def test_add_default_remove_cycle(data_dir: Path, tiny: Path, smollm2_installed: bool) -> None:
