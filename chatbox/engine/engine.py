@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from chatbox.engine.chat_template import ChatTemplate, fallback_template
+from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.scheduler import Job, Scheduler
@@ -91,8 +92,11 @@ class LlamaEngine:
         bos = self.model.piece(self.model.bos, special=True).decode("utf-8", "replace")
         eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
         self._bos_text = bos if self.model.bos >= 0 else ""
-        source = self.model.chat_template() or fallback_template(self._is_single_token)
-        self.template = ChatTemplate(source, self._bos_text, eos)
+        source = self.model.chat_template()
+        if source is None:  # a base model: a plain transcript (see chat_template.py)
+            self.template = ChatTemplate(TRANSCRIPT, self._bos_text, eos, TRANSCRIPT_STOPS)
+        else:
+            self.template = ChatTemplate(source, self._bos_text, eos)
         train = self.model.n_ctx_train
         per_seq = min(settings.n_ctx_per_seq, settings.n_ctx)
         if train > 0:
@@ -107,9 +111,6 @@ class LlamaEngine:
         self.metrics = EngineMetrics(name, registry)
         self._ctx: Context | None = None
         self._scheduler: Scheduler | None = None
-
-    def _is_single_token(self, text: str) -> bool:
-        return len(self.model.tokenize(text, add_special=False, parse_special=True)) == 1
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -175,6 +176,10 @@ class LlamaEngine:
         if sched is None:
             raise EngineError("the model is not loaded")
         prompt = self.prompt_tokens(request.messages)
+        extra = [t for t in self.template.stops if t not in request.sampling.stop]
+        if extra:  # a transcript template: the answer ends where the next "User:" line starts
+            request = replace(request, sampling=replace(
+                request.sampling, stop=(*request.sampling.stop, *extra)))
         limit = self.info.n_ctx_per_seq
         room = min(max(request.sampling.max_tokens, 1), 16)
         if not prompt or len(prompt) + room > limit:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from chatbox.engine.chat_template import ChatTemplate
+from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.types import ChatMessage
 
 
@@ -24,3 +24,19 @@ def test_template_rejecting_system_role_gets_it_folded_into_first_user_turn() ->
 def test_bos_token_variable() -> None:
     t = ChatTemplate("{{ bos_token }}{{ messages[0]['content'] }}", bos_token="<s>")
     assert t.render((ChatMessage("user", "x"),)) == "<s>x"
+
+
+def test_base_model_transcript_continues_where_the_answer_was_cut() -> None:
+    """A base model gets a plain transcript: each rendered turn extends the previous prompt
+    plus the answer, so the next turn reuses the cached prefix."""
+    t = ChatTemplate(TRANSCRIPT, "<bos>", stops=TRANSCRIPT_STOPS)
+    first = (ChatMessage("system", "Be brief."), ChatMessage("user", "Capital of France?"))
+    prompt = t.render(first)
+    assert prompt.startswith("<bos>The following is a conversation") and "Be brief." in prompt
+    assert prompt.endswith("\n\nUser: Capital of France?\nAssistant:")
+    answer = " Paris.\n"  # as generated, cut at the "\nUser:" stop
+    second = t.render((*first, ChatMessage("assistant", answer.strip()),
+                       ChatMessage("user", "And Italy?")))
+    assert second.startswith(prompt + answer.rstrip("\n"))
+    assert second.endswith("Paris.\n\nUser: And Italy?\nAssistant:")
+    assert t.stops == ("\nUser:",) and "\nUser:" in second[len(prompt):]
