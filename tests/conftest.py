@@ -50,6 +50,17 @@ def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> S
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
+
+def on_smollm2(settings: Settings) -> Settings:
+    """The shipped policy with every tier on SmolLM2, the real-model tests' subject (Gemma 3,
+    the paid tier's default and a base model, is tested on its own)."""
+    from chatbox.chat.policy import default_policy_path
+
+    policy = settings.data_dir.parent / "policy-smollm2.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(default_policy_path().read_text().replace('"gemma3-270m"', '"smollm2"'))
+    return settings.with_overrides(policy_path=policy)
+
 ADMIN_NAME = "admin"
 ADMIN_PASSWORD = "admin-password-for-tests"  # test_settings seeds the first admin with it
 
@@ -87,7 +98,9 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def registry(data_dir: Path, tiny_gguf: Path) -> ModelRegistry:
-    reg = ModelRegistry(data_dir / "models")
+    # No built-in models: every tier routes to the tiny one (the default), so the app tests
+    # never load the real models behind the policy's tier defaults.
+    reg = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
     reg.add(tiny_gguf, name="tiny", make_default=True, copy=False)
     return reg
 

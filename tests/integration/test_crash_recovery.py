@@ -63,7 +63,8 @@ def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
     proc = start(data_dir, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        conv_id = httpx.post(f"{url}/v1/conversations", json={}, headers=auth).json()["id"]
+        conv_id = httpx.post(f"{url}/v1/conversations", json={"model": "smollm2"},
+                              headers=auth).json()["id"]
         seen = ""
         body = {"content": "Write a long poem about autumn leaves.", "max_tokens": 400}
         with httpx.stream("POST", f"{url}/v1/conversations/{conv_id}/turns", json=body,

@@ -17,7 +17,7 @@ from chatbox.engine.types import Generation, GenerationRequest
 from chatbox.knowledge import Knowledge
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.extraction import EXTRACTION_PRIORITY
-from tests.conftest import bearer, seed_user, test_settings
+from tests.conftest import bearer, on_smollm2, seed_user, test_settings
 from tests.sse import Event, parse_sse
 
 pytestmark = pytest.mark.model
@@ -29,6 +29,7 @@ def real(tmp_path_factory: pytest.TempPathFactory,
     data_dir: Path = tmp_path_factory.mktemp("knowledge-real") / "data"
     settings = test_settings(data_dir, model="smollm2", max_tokens=24, n_ctx_per_seq=2048,
                              n_ctx=8192, memory_idle_s=0.2)
+    settings = on_smollm2(settings)
     registry = ModelRegistry(settings.models_path)
     assert "smollm2" in [e.name for e in registry.list() if e.available]
     admin = bearer(seed_user(settings))

