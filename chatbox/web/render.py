@@ -1,7 +1,8 @@
 """Markdown → safe HTML for model output and user messages (both untrusted text).
 
-markdown-it-py ("commonmark" + tables + strikethrough, raw HTML off) renders; nh3 then
-sanitizes against an allow-list, so neither a model nor a user can inject markup or script.
+markdown-it-py ("commonmark" + tables + strikethrough, raw HTML off) renders, Pygments
+colours fenced code of a known language; nh3 then sanitizes against an allow-list, so neither
+a model nor a user can inject markup or script.
 """
 
 from __future__ import annotations
@@ -14,25 +15,34 @@ from typing import Any
 import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
 
 _TAGS = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "s", "del", "code",
     "pre", "blockquote", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "span",
 }
 _ATTRIBUTES = {
     "a": {"href", "title"},
     "code": {"class"},
+    "span": {"class"},
     "pre": {"data-lang"},
     "ol": {"start"},
     "th": {"style"},
     "td": {"style"},
 }
 _LANG = re.compile(r"^[A-Za-z0-9_+#.-]{1,32}$")
+_TOKEN_CLASS = re.compile(r"^tok-[A-Za-z0-9]{1,4}$")  # Pygments' short token class names
 _ALIGN = re.compile(r"^text-align:(left|right|center)$")
 
 
 def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
     """Keep only harmless values of the few attributes allowed."""
+    if attr == "class" and tag == "span":  # highlighted code: Pygments token classes only
+        return value if _TOKEN_CLASS.match(value) else None
     if attr == "class":  # code blocks: `language-xyz` only
         lang = value.removeprefix("language-")
         return value if value.startswith("language-") and _LANG.match(lang) else None
@@ -57,15 +67,27 @@ _CLEANER = nh3.Cleaner(
 )
 
 
+_FORMATTER = HtmlFormatter(nowrap=True, classprefix="tok-")
+
+
+def _highlighted(code: str, lang: str) -> str:
+    """Code as escaped HTML, with Pygments token spans when the language is known."""
+    try:
+        lexer = get_lexer_by_name(lang, stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return html.escape(code)
+    return str(highlight(code, lexer, _FORMATTER))
+
+
 def _fence(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
     """A fenced code block: `<pre data-lang=…><code class="language-…">`."""
     token = tokens[idx]
     lang = token.info.strip().split(maxsplit=1)[0] if token.info.strip() else ""
-    body = html.escape(token.content)
     if lang and _LANG.match(lang):
+        body = _highlighted(token.content, lang)
         attr = html.escape(lang, quote=True)
         return f'<pre data-lang="{attr}"><code class="language-{attr}">{body}</code></pre>\n'
-    return f"<pre><code>{body}</code></pre>\n"
+    return f"<pre><code>{html.escape(token.content)}</code></pre>\n"
 
 
 @lru_cache(maxsize=1)

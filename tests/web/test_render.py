@@ -11,6 +11,7 @@ from chatbox.web.render import markdown, render_markdown
 ALLOWED = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "s", "del", "code",
     "pre", "blockquote", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "span",
 }
 
 
@@ -31,6 +32,22 @@ def elements(fragment: str) -> list[tuple[str, dict[str, str | None]]]:
     return parser.found
 
 
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def text_of(fragment: str) -> str:
+    parser = _Text()
+    parser.feed(fragment)
+    parser.close()
+    return "".join(parser.parts).strip("\n") + "\n"
+
+
 def test_commonmark_basics() -> None:
     out = render_markdown("# Title\n\nSome **bold**, *em* and `code`.\n\n- a\n- b")
     assert "<h1>Title</h1>" in out
@@ -44,6 +61,18 @@ def test_fenced_code_keeps_language_and_escapes_content() -> None:
     assert '<pre data-lang="python"><code class="language-python">' in out
     assert "&lt;b&gt;hi&lt;/b&gt;" in out
     assert "<b>" not in out
+
+
+def test_code_of_a_known_language_is_highlighted() -> None:
+    out = render_markdown('```python\ndef f(x):\n    return "hi"  # done\n```')
+    assert '<span class="tok-k">def</span>' in out
+    assert '<span class="tok-nf">f</span>' in out
+    assert '<span class="tok-s2">&quot;hi&quot;</span>' in out or 'tok-s2">"hi"' in out
+    assert '<span class="tok-c1"># done</span>' in out
+    assert text_of(out) == 'def f(x):\n    return "hi"  # done\n'  # the code, whole
+    # An unknown language is plain, escaped text.
+    plain = render_markdown("```klingon\nqapla' <b>\n```")
+    assert "<span" not in plain and "&lt;b&gt;" in plain
 
 
 def test_fence_without_language_and_indented_code() -> None:
@@ -82,6 +111,8 @@ def test_safe_links_open_in_new_tab() -> None:
         "```x\" onmouseover=\"alert(1)\ncode\n```",
         '<p onclick="alert(1)">x</p>',
         "![x](https://tracker.example/pixel.png)",
+        "```html\n<script>alert(1)</script><img src=x onerror=alert(1)>\n```",
+        '```python\nx = "</code></pre><script>alert(1)</script>"\n```',
     ],
 )
 def test_untrusted_html_is_neutralised(text: str) -> None:
@@ -97,6 +128,8 @@ def test_untrusted_html_is_neutralised(text: str) -> None:
             if name == "style":
                 assert value in {"text-align:left", "text-align:right",
                                  "text-align:center"}, out
+            if tag == "span":
+                assert list(attrs) == ["class"] and (attrs["class"] or "").startswith("tok-")
 
 
 def test_raw_html_shows_as_text() -> None:
