@@ -35,7 +35,7 @@ TRANSCRIPT = (
     "{{ message['content'] | trim }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '\nAssistant:' }}{% endif %}"
 )
-TRANSCRIPT_STOPS = ("\nUser:",)
+TRANSCRIPT_STOPS = ("\n\nUser:", "\nUser:")  # the earliest match wins: no trailing newline
 
 def _raise(message: str) -> None:
     raise TemplateError(message)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 class StopTextStream:
     """Feed byte pieces; get back text safe to emit now."""
 
-    def __init__(self, stops: Sequence[str] = ()) -> None:
+    def __init__(self, stops: Sequence[str] = (), lstrip: bool = False) -> None:
+        self._lstrip = lstrip  # drop whitespace before the first visible character
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stops = tuple(s for s in stops if s)
         self._max_stop = max((len(s) for s in self._stops), default=0)
@@ -66,5 +67,7 @@ class StopTextStream:
         return 0
 
     def _emit(self, text: str) -> str:
+        if self._lstrip and not self.emitted:
+            text = text.lstrip()
         self.emitted += text
         return text

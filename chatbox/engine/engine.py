@@ -201,6 +201,7 @@ class LlamaEngine:
             sink=sink,
             capture_logits=capture_logits,
             ignore_eog=ignore_eog,
+            lstrip=bool(self.template.stops),
         )
         gen = EngineGeneration(self, job, events)
         sched.enqueue(job)

@@ -51,6 +51,7 @@ class Job:
     order: int = 0
     capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
     ignore_eog: bool = False  # benchmark hook: run to max_tokens even past end-of-turn
+    lstrip: bool = False  # transcript prompts: the answer's first token carries a space
     logits: list[np.ndarray] = field(default_factory=list)
     cancelled: bool = False
     done: bool = False
@@ -184,7 +185,7 @@ class Scheduler:
             try:
                 job.sampler = Sampler(job.request.sampling, self.model.n_vocab)
                 job.sampler.accept_prompt(job.prompt)
-                job.stream = StopTextStream(job.request.sampling.stop)
+                job.stream = StopTextStream(job.request.sampling.stop, job.lstrip)
             except Exception as exc:
                 self._fail(job, exc)
                 continue

@@ -55,3 +55,13 @@ def test_stop_inside_multibyte_text() -> None:
     data = "日本語".encode()
     out = feed_all(s, [data[i : i + 1] for i in range(len(data))])
     assert "".join(out) == "日"
+
+
+def test_transcript_answer_loses_its_leading_space_and_the_next_user_line() -> None:
+    s = StopTextStream(stops=("\n\nUser:", "\nUser:"), lstrip=True)
+    out = feed_all(s, [b" ", b" The", b" capital", b" is", b" Paris", b".\n", b"\n", b"User",
+                       b":", b" thanks"])
+    assert "".join(out) == "The capital is Paris." and s.stopped
+    assert out[0] == "The"  # nothing empty or blank streamed first
+    inner = StopTextStream(lstrip=True)
+    assert "".join(feed_all(inner, [b"a", b" b", b"  c"])) == "a b  c"  # only the start

@@ -93,6 +93,7 @@ async def test_gemma3_270m_sliding_window_prefix_reuse(tmp_path: Path) -> None:
         r = await generate(engine, msgs, replace(GREEDY, max_tokens=24), cache_key="g")
         # A base model on a transcript answers, then stops where it would write "User:".
         assert "Paris" in r.text and "User:" not in r.text, r.text
+        assert r.text == r.text.strip(), repr(r.text)  # no stray space or newline
         assert r.done.finish_reason == "stop"
         second = (*msgs, *chat("x", r.text, "And of Italy?")[1:])
         short = replace(GREEDY, max_tokens=2)
