@@ -53,7 +53,10 @@ def test_library_page_upload_lists_it_for_every_conversation(client: TestClient)
     assert 'hx-encoding="multipart/form-data"' in page.text and 'name="file"' in page.text
     assert 'href="/library" aria-current="page"' in page.text  # the sidebar link, active
     assert 'href="/memory"' in page.text and "Your library is empty" in page.text
-    assert 'href="/library"' in client.get("/memory").text
+    assert "<title>Library · chatbox</title>" in page.text and "Library</h1>" in page.text
+    memory = client.get("/memory").text
+    assert 'href="/library"' in memory and 'href="/memory" aria-current="page"' in memory
+    assert "<title>Memory · chatbox</title>" in memory
 
     response = upload(client, "notes.md", NOTE)
     assert response.status_code == 200, response.text
