@@ -10,9 +10,15 @@ streams stutter for long). Costs are learned online.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chatbox.engine.scheduler import Job
+
 REFRESH_EVERY = 16  # a decode-only step at least this often keeps the baseline current
 MAX_STUTTER = 4.0  # a chunk should add at most this many decode steps' time to its step
 MIN_CHUNK = 16  # ...but never fewer tokens than this (efficiency)
+PROTECT_AFTER = 4  # a stream is shielded from prefill stalls once it has this many tokens
 
 
 class PrefillPacer:
@@ -66,3 +72,24 @@ class PrefillPacer:
             per_token = extra / n_prefill
         a = 0.3 if self.token_cost else 1.0
         self.token_cost += a * (per_token - self.token_cost)
+
+
+def prefill_budget(pacer: PrefillPacer, decoding: list[Job], prefilling: list[Job],
+                   room: int) -> int:
+    """Prompt tokens the next step carries; `prefilling` sorted most urgent first.
+
+    Pacing shields established streams (a burst arriving together is not shielded yet) from
+    prompts of their own priority or lower. A prompt more urgent than every established
+    stream (a paid request while only free answers run) goes in whole instead of waiting
+    politely behind them; the less urgent prompts stay paced.
+    """
+    if not prefilling:
+        return pacer.allowance(0, 0, room)
+    urgent = prefilling[0].request.priority
+    established = [j for j in decoding if j.n_generated >= PROTECT_AFTER]
+    shielded = sum(1 for j in established if j.request.priority <= urgent)
+    if established and not shielded:
+        first = [j for j in prefilling if j.request.priority == urgent]
+        return min(room, sum(len(j.prompt) - j.n_done for j in first))
+    waiting = sum(len(j.prompt) - j.n_done for j in prefilling)
+    return pacer.allowance(shielded, waiting, room)

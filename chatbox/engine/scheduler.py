@@ -23,7 +23,7 @@ import numpy as np
 from chatbox.engine.detok import StopTextStream
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
 from chatbox.engine.metrics import EngineMetrics
-from chatbox.engine.pacing import PrefillPacer
+from chatbox.engine.pacing import PrefillPacer, prefill_budget
 from chatbox.engine.sampling import Sampler
 from chatbox.engine.slots import Slot, SlotTable
 from chatbox.engine.types import (
@@ -37,9 +37,6 @@ from chatbox.engine.types import (
 )
 
 log = logging.getLogger(__name__)
-
-PROTECT_AFTER = 4  # a stream is shielded from prefill stalls once it has this many tokens
-
 
 @dataclass(eq=False)
 class Job:
@@ -200,15 +197,11 @@ class Scheduler:
             if job.pending is not None and job.slot is not None:
                 row = batch.add(job.pending, len(job.slot.tokens), job.slot.seq, True)
                 rows.append((job, [job.pending], row))
-        prefilling = [j for j in self.active if j.pending is None]
-        waiting = sum(len(j.prompt) - j.n_done for j in prefilling)
-        # streams that just started (e.g. a burst arriving together) are not shielded yet
-        protected = sum(1 for job, _, _ in rows if job.n_generated >= PROTECT_AFTER)
+        prefilling = sorted((j for j in self.active if j.pending is None),
+                            key=lambda j: (j.request.priority, len(j.prompt) - j.n_done))
         room = batch.capacity - batch.n
-        budget = (
-            0 if (rows and self._kv_starved) else self.pacer.allowance(protected, waiting, room)
-        )
-        prefilling.sort(key=lambda j: len(j.prompt) - j.n_done)
+        budget = 0 if (rows and self._kv_starved) else prefill_budget(
+            self.pacer, [job for job, _, _ in rows], prefilling, room)
         for job in prefilling:
             if budget <= 0 or job.slot is None:
                 break
