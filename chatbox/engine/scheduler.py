@@ -38,6 +38,7 @@ from chatbox.engine.types import (
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(eq=False)
 class Job:
     """One request as the decode thread sees it."""
