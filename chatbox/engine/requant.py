@@ -26,12 +26,28 @@ SLOW_BATCHING_ON_CPU = frozenset({"Q4_1", "Q5_1"})
 TARGET = "Q8_0"
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _prefix(source: Path) -> str:
+    """The part of a copy's name that stays the same while the source file changes."""
+    return f"{source.stem}.{_digest(str(source.resolve()))}."
+
+
 def copy_path(source: Path, cache_dir: Path) -> Path:
     """Where the served copy of `source` lives (changes when the source file does)."""
     st = source.stat()
-    key = f"{source.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    return cache_dir / f"{source.stem}.{digest}.{TARGET}.gguf"
+    return cache_dir / f"{_prefix(source)}{_digest(f'{st.st_size}:{st.st_mtime_ns}')}.{TARGET}.gguf"
+
+
+def _drop_stale(source: Path, current: Path) -> None:
+    """Delete copies of earlier versions of `source` (a process still using one keeps its
+    mapping: unlinking does not pull the file from under it)."""
+    for old in current.parent.glob(f"{_prefix(source)}*.{TARGET}.gguf"):
+        if old != current:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def serving_path(source: Path, cache_dir: Path, *, enabled: bool = True,
@@ -56,6 +72,7 @@ def serving_path(source: Path, cache_dir: Path, *, enabled: bool = True,
         quantize(source, tmp, TARGET)
         read_model_file(tmp)
         os.replace(tmp, target)  # atomic: another process may be making the same copy
+        _drop_stale(source, target)
     except Exception as exc:  # a full disk or read-only cache must not stop serving
         log.warning("serving %s as is: could not write a %s copy (%s)", source.name, TARGET,
                     exc)

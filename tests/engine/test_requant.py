@@ -53,6 +53,12 @@ def test_a_changed_source_gets_a_new_copy(tiny_q4_1: Path, tmp_path: Path) -> No
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     second = serving_path(source, tmp_path / "cache")
     assert second != first and second.exists()
+    assert not first.exists()  # the stale copy does not pile up
+    other = tmp_path / "elsewhere" / "model.gguf"  # same name, another file: its own copy
+    other.parent.mkdir()
+    other.write_bytes(tiny_q4_1.read_bytes())
+    third = serving_path(other, tmp_path / "cache")
+    assert third != second and third.exists() and second.exists()
 
 
 def test_other_types_and_the_switch_leave_the_file_as_is(tiny_gguf: Path, tiny_q4_1: Path,
