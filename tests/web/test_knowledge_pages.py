@@ -7,7 +7,7 @@ import re
 
 from litestar.testing import TestClient
 
-from tests.web.test_pages import HX, read_stream, start_chat
+from tests.web.test_pages import HX, read_stream, send, start_chat
 
 NOTE = b"# Trip notes\n\nThe spare key to the cabin is hidden under the blue heron statue.\n"
 
@@ -92,11 +92,7 @@ def test_sources_render_with_the_answer_and_open_the_passage(client: TestClient)
     conv_id, url = start_chat(client, "hello")
     read_stream(client, url)
     assert attach(client, conv_id, "notes.md", NOTE).status_code == 200
-    response = client.post(f"/ui/c/{conv_id}/send", headers=HX,
-                           data={"content": "Where is the spare key to the cabin?"})
-    assert response.status_code == 200, response.text
-    final = read_stream(client, re.search(r'sse-connect="([^"]+)"', response.text)
-                        .group(1))[-1]  # type: ignore[union-attr]
+    final = send(client, conv_id, "Where is the spare key to the cabin?")[-1]
     assert final.event == "done"
     assert 'class="sources"' in final.data and "notes.md" in final.data
     assert "blue heron statue" in final.data  # the passage, shown on click (no request)

@@ -13,9 +13,8 @@ from chatbox.app import create_app
 from chatbox.engine.registry import ModelRegistry
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user
-from tests.web.test_pages import HX, read_stream, start_chat
-
-NOTE = b"# Trip notes\n\nThe spare key to the cabin is hidden under the blue heron statue.\n"
+from tests.web.test_knowledge_pages import NOTE
+from tests.web.test_pages import HX, read_stream, send, start_chat
 
 
 @pytest.fixture
@@ -72,11 +71,7 @@ def test_library_page_upload_lists_it_for_every_conversation(client: TestClient)
     conv_id, url = start_chat(client, "hello")
     read_stream(client, url)
     assert client.get("/v1/documents", params={"conversation_id": conv_id}).json()["data"] == []
-    response = client.post(f"/ui/c/{conv_id}/send", headers=HX,
-                           data={"content": "Where is the spare key to the cabin?"})
-    assert response.status_code == 200, response.text
-    final = read_stream(client, re.search(r'sse-connect="([^"]+)"', response.text)
-                        .group(1))[-1]  # type: ignore[union-attr]
+    final = send(client, conv_id, "Where is the spare key to the cabin?")[-1]
     assert final.event == "done"
     assert 'class="sources"' in final.data and "notes.md" in final.data
     assert "blue heron statue" in final.data

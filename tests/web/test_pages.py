@@ -35,6 +35,13 @@ def start_chat(client: TestClient, text: str = "Hello there") -> tuple[str, str]
     return conv_id, stream_url(response.text)
 
 
+def send(client: TestClient, conv_id: str, text: str) -> list[Event]:
+    """A message to an open chat through the UI form; the answer's stream events."""
+    response = client.post(f"/ui/c/{conv_id}/send", headers=HX, data={"content": text})
+    assert response.status_code == 200, response.text
+    return read_stream(client, stream_url(response.text))
+
+
 def test_index_is_a_new_chat_with_local_assets_only(client: TestClient) -> None:
     response = client.get("/")
     assert response.status_code == 200
@@ -212,9 +219,7 @@ def test_a_search_hit_deep_in_a_long_chat_is_on_the_page(client: TestClient) -> 
     conv_id, url = start_chat(client, "Remember the word quokka")
     read_stream(client, url)
     for i in range(25):  # 52 turns: the first falls off the newest-50 page
-        response = client.post(f"/ui/c/{conv_id}/send", data={"content": f"Message {i}"},
-                               headers=HX)
-        read_stream(client, stream_url(response.text))
+        send(client, conv_id, f"Message {i}")
     bubble = '<div class="plain">Remember the word quokka</div>'
     assert bubble not in client.get(f"/c/{conv_id}").text
     path, anchor = search_href(client, "quokka").split("#")
