@@ -6,6 +6,7 @@ Screenshots: /tmp/chatbox-ui.png (desktop) and /tmp/chatbox-ui-phone.png (390x84
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -76,10 +77,25 @@ def page(browser: Any, login: dict[str, Any]) -> Iterator[Any]:
     assert not errors, errors
 
 
-def answer_length(page: Any) -> int:
-    return int(page.evaluate(
+def answer_text(page: Any) -> str:
+    return str(page.evaluate(
         "() => { const m = document.querySelector('.turn.assistant:last-of-type .md');"
-        " return m ? m.innerText.length : 0 }"))
+        " return m ? m.innerText : '' }"))
+
+
+def words(text: str) -> list[str]:
+    """The words of rendered text, without Markdown marks or numbers.
+
+    Partial Markdown renders differently from the finished answer (a lone "-" or "1." is text
+    until the list item exists), so streamed and final text are compared by their words.
+    """
+    return re.findall(r"[^\W\d_]+", text)  # list numbers turn into <ol> markers
+
+
+def kept(seen: str, final: str) -> bool:
+    """Whether every complete word seen while streaming is in the final answer, in order."""
+    expected = words(seen)[:-1]  # the last word may still have been growing
+    return words(final)[:len(expected)] == expected
 
 
 def last_status(page: Any) -> str | None:
@@ -97,16 +113,18 @@ def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> No
     page.goto(server.url + "/")
     send(page, "Say hello and name three colors as a bulleted list.")
     page.wait_for_selector(".turn.assistant.streaming")
-    lengths: list[int] = []
+    snapshots: list[str] = []
     deadline = time.monotonic() + 60
     while last_status(page) == "streaming" and time.monotonic() < deadline:
-        lengths.append(answer_length(page))
+        snapshots.append(answer_text(page))
         time.sleep(0.03)
     page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
-    growing = sorted({n for n in lengths if n > 0})
-    assert len(growing) >= 2, f"the reply did not grow in steps: {lengths}"
+    growing = sorted({len(t) for t in snapshots if t})
+    assert len(growing) >= 2, f"the reply did not grow in steps: {snapshots}"
     assert last_status(page) == "complete"
-    assert answer_length(page) >= growing[-1]
+    final = answer_text(page)
+    assert final.strip()
+    assert all(kept(t, final) for t in snapshots), (snapshots, final)
     # The URL is now the conversation's; the sidebar lists it, titled by the first message.
     assert "/c/" in page.url
     assert page.locator(".conv-item.active").inner_text().startswith("Say hello")
@@ -128,14 +146,14 @@ def test_stop_keeps_partial_answer_marked_stopped(server: LiveServer, page: Any)
     assert "Still writing" in alert.inner_text()
     assert page.locator("#composer-input").input_value() == "another question"
 
-    seen = answer_length(page)
+    seen = answer_text(page)
     assert page.locator(".composer .stop").is_visible()
     started = time.monotonic()
     page.locator(".composer .stop").click()
     page.wait_for_selector("#turns > .turn.assistant[data-status=stopped]", timeout=5_000)
     elapsed = time.monotonic() - started
     assert elapsed < 1.5, f"stopping took {elapsed:.2f}s"
-    assert answer_length(page) >= seen  # the partial answer stays
+    assert kept(seen, answer_text(page)), "the partial answer did not stay"
     assert page.locator(".turn.assistant .badge").last.inner_text().lower() == "stopped"
     assert page.locator(".composer .send").is_visible()
     page.screenshot(path="/tmp/chatbox-ui.png")
@@ -147,7 +165,7 @@ def test_stop_keeps_partial_answer_marked_stopped(server: LiveServer, page: Any)
     assert page.locator(".conv-item.active").inner_text().startswith("Write a very long story")
     assert page.locator(".turn.user .plain").first.inner_text() == STORY
     stopped = page.locator("#turns > .turn.assistant[data-status=stopped]")
-    assert stopped.count() == 1 and len(stopped.locator(".md").inner_text()) >= seen - 5
+    assert stopped.count() == 1 and kept(seen, stopped.locator(".md").inner_text())
 
 
 def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any) -> None:
