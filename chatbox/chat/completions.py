@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from chatbox.chat.service import ChatService
 
 
+def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Generation:
+    """engine.submit, with the engine's refusals as the chat layer's errors."""
+    try:
+        return engine.submit(request)
+    except ContextOverflowError as exc:
+        raise TooLong(exc.prompt_tokens, exc.limit) from exc
+    except EngineBusyError as exc:
+        raise Overloaded(str(exc), retry_after_s) from exc
+
+
 def check_fits(engine: Engine, tokens: int) -> None:
     """A prompt must leave room for at least one answer token."""
     limit = engine.info.n_ctx_per_seq
@@ -30,7 +40,8 @@ def check_fits(engine: Engine, tokens: int) -> None:
 
 
 async def complete(
-chat: ChatService, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None
+    chat: ChatService, messages: tuple[ChatMessage, ...], options: TurnOptions,
+    user: User | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
@@ -51,18 +62,10 @@ chat: ChatService, messages: tuple[ChatMessage, ...], options: TurnOptions, user
         tokens = engine.count_tokens(messages)
         check_fits(engine, tokens)
         priority = ticket.priority if ticket else 0
-        generation: Generation = engine.submit(
-            GenerationRequest(messages, sampling, priority=priority))
-    except ContextOverflowError as exc:
-        if ticket:
-            await ticket.finish(None)
-        raise TooLong(exc.prompt_tokens, exc.limit) from exc
-    except EngineBusyError as exc:
-        if ticket:
-            await ticket.finish(None)
-        raise Overloaded(str(exc), chat.gate.policy.overload.retry_after_s) from exc
+        generation = submit(engine, GenerationRequest(messages, sampling, priority=priority),
+                            chat.gate.policy.overload.retry_after_s)
     except BaseException:
-        if ticket:
+        if ticket:  # nothing ran: give the admission back
             await ticket.finish(None)
         raise
     if ticket is not None:

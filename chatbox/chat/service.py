@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass, field
 
 from chatbox.chat.admission import Admission, Ticket, announce_queue, route_out
+from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, Overloaded, TooLong, UnknownModel
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
@@ -18,10 +19,8 @@ from chatbox.chat.runs import TurnRun
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import (
     ChatMessage,
-    ContextOverflowError,
     DoneEvent,
     Engine,
-    EngineBusyError,
     EngineStats,
     Generation,
     GenerationRequest,
@@ -257,12 +256,7 @@ class ChatService:
         messages, _ = fit_history(conv.system_prompt, history, budget, engine.count_tokens)
         request = GenerationRequest(messages, sampling, cache_key=conv.id,
                                     priority=ticket.priority)
-        try:
-            generation = engine.submit(request)
-        except ContextOverflowError as exc:
-            raise TooLong(exc.prompt_tokens, exc.limit) from exc
-        except EngineBusyError as exc:
-            raise Overloaded(str(exc), self.gate.policy.overload.retry_after_s) from exc
+        generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
         try:
             user_turn_id = None
             if content is not None:

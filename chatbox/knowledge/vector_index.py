@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from chatbox.store import Store, VectorChange
+from chatbox.store.vectors import DIM
 
 log = logging.getLogger("chatbox.knowledge")
 Key = tuple[str, str]  # (vec0 table, user id)
@@ -30,7 +31,7 @@ class Partition:
     def __init__(self, rowids: np.ndarray, vectors: np.ndarray) -> None:
         n = len(rowids)
         cap = max(16, n + n // 8)
-        self.dim = vectors.shape[1] if vectors.ndim == 2 else 384
+        self.dim = vectors.shape[1] if vectors.ndim == 2 else DIM
         self.ids = np.zeros(cap, dtype=np.int64)
         self.mat = np.zeros((cap, self.dim), dtype=np.float32)
         self.sq = np.zeros(cap, dtype=np.float32)  # squared norms
@@ -154,16 +155,20 @@ class VectorIndex:
         if self.budget <= 0 or key in self._too_big:
             return None
         lock = self._loading.setdefault(key, asyncio.Lock())
-        async with lock:
-            with self._lock:
-                part = self._parts.get(key)
-            if part is not None:
-                return part
-            return await self._load(key)
+        try:
+            async with lock:
+                with self._lock:
+                    part = self._parts.get(key)
+                if part is not None:
+                    return part
+                return await self._load(key)
+        finally:
+            if not lock.locked() and self._loading.get(key) is lock:
+                del self._loading[key]  # one lock per load in flight, not per user ever seen
 
     async def _load(self, key: Key) -> Partition | None:
         gen = self._gen.get(key, 0)
-        row_bytes = 384 * 4 + 12
+        row_bytes = DIM * 4 + 12  # float32 vector, int64 rowid, float32 norm
         max_rows = int(self.budget / row_bytes / 1.125) - 16
         loaded = await self.store.vectors.partition(key[0], key[1], max(0, max_rows))
         if loaded is None:

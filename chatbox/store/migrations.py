@@ -226,7 +226,6 @@ _KNOWLEDGE_TRIGGERS = (
 )
 
 
-
 @migration("0004_turn_routing")
 async def _turn_routing(conn: aiosqlite.Connection) -> None:
     # How each answer's model was chosen, kept with it so canary arms can be compared and a

@@ -69,12 +69,10 @@ class Turn:
 
     @classmethod
     def from_row(cls, row: Any) -> Turn:
-        keys = row.keys()
-        extra = [row[k] if k in keys else None for k in ("route", "arm", "degraded_from")]
         return cls(row["id"], row["seq"], row["conversation_id"], row["parent_id"], row["role"],
                    row["content"], row["status"], row["model"], row["prompt_tokens"],
                    row["completion_tokens"], row["cached_tokens"], row["error"],
-                   row["created_at"], *extra)
+                   row["created_at"], row["route"], row["arm"], row["degraded_from"])
 
 
 @dataclass(frozen=True)

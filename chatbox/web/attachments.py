@@ -6,7 +6,7 @@ from litestar import Controller, Response, post
 
 from chatbox.chat import ChatError, InvalidInput
 from chatbox.knowledge import EmbeddingUnavailable, KnowledgeError, NotFoundError, RejectedFile
-from chatbox.store import User
+from chatbox.store import Store, User
 from chatbox.web.deps import ChatDep, StoreDep, UserDep
 from chatbox.web.knowledge import knowledge_of, knowledge_status, receive_upload
 from chatbox.web.ui import (
@@ -42,11 +42,11 @@ def knowledge_ui_error(request: AnyRequest, exc: Exception,
     return html(request, "error.html", status, message=message, status=status)
 
 
-async def _chips(request: AnyRequest, user: User, conv_id: str) -> Response[str]:
-    conv = await request.app.state.store.conversations.get(user.id, conv_id)
+async def _chips(request: AnyRequest, store: Store, user: User, conv_id: str) -> Response[str]:
+    conv = await store.conversations.get(user.id, conv_id)
     if conv is None:
         raise NotFoundError("conversation not found")
-    docs = await request.app.state.store.documents.list(user.id, conv_id)
+    docs = await store.documents.list(user.id, conv_id)
     return html(request, "_attachments.html", conv=conv, documents=docs)
 
 
@@ -58,10 +58,11 @@ class AttachmentsController(Controller):
                           EmbeddingUnavailable: knowledge_ui_error}
 
     @post("/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None)
-    async def attach(self, request: AnyRequest, user: UserDep, conv_id: str) -> Response[str]:
+    async def attach(self, request: AnyRequest, store: StoreDep, user: UserDep,
+                     conv_id: str) -> Response[str]:
         """Attach a file (multipart field `file`) to this conversation; answer with the chips."""
         await receive_upload(request, user, conv_id)
-        return await _chips(request, user, conv_id)
+        return await _chips(request, store, user, conv_id)
 
     @post("/ui/new/documents", status_code=200, request_max_body_size=None)
     async def attach_new(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
@@ -92,11 +93,11 @@ class AttachmentsController(Controller):
         return Response(body, media_type="text/html", headers={"HX-Push-Url": f"/c/{conv.id}"})
 
     @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200)
-    async def detach(self, request: AnyRequest, user: UserDep, conv_id: str,
+    async def detach(self, request: AnyRequest, store: StoreDep, user: UserDep, conv_id: str,
                      doc_id: str) -> Response[str]:
         """Remove a document from the conversation (its passages and citations go too)."""
-        doc = await request.app.state.store.documents.get(user.id, doc_id)
+        doc = await store.documents.get(user.id, doc_id)
         if doc is None or doc.conversation_id != conv_id:
             raise NotFoundError("document not found")
         await knowledge_of(request).documents.delete(user.id, doc_id)
-        return await _chips(request, user, conv_id)
+        return await _chips(request, store, user, conv_id)

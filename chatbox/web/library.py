@@ -20,10 +20,6 @@ from chatbox.web.deps import StoreDep, UserDep
 from chatbox.web.knowledge import knowledge_of, receive_upload
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
 
-# The file types the composer's attach button offers (the ingestion decides, not this list).
-ACCEPT = (".txt,.text,.md,.markdown,.html,.htm,.pdf,"
-          "text/plain,text/markdown,text/html,application/pdf")
-
 
 def library_ui_error(request: AnyRequest, exc: Exception) -> Response[str]:
     """The attachment path's alert, worded for the library."""
@@ -70,7 +66,7 @@ class LibraryController(Controller):
                            user: UserDep) -> Response[str]:
         """Your library: documents every conversation can draw on."""
         return html(request, "library.html", documents=await _rows(store, user), notice="",
-                    accept=ACCEPT, convs=await sidebar(store, user), conv=None)
+                    convs=await sidebar(store, user), conv=None)
 
     @post("/ui/library/documents", status_code=200, request_max_body_size=None)
     async def upload(self, request: AnyRequest, store: StoreDep,

@@ -37,12 +37,17 @@ FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
 
 AnyRequest = Request[Any, Any, Any]
 
+# The file types the attach and upload buttons offer (the ingestion decides, not this list).
+UPLOAD_ACCEPT = (".txt,.text,.md,.markdown,.html,.htm,.pdf,"
+                 "text/plain,text/markdown,text/html,application/pdf")
+
 
 def env(request: AnyRequest) -> Environment:
     """The app's Jinja environment, with the UI's filters registered."""
     jinja: Environment = request.app.template_engine.engine  # type: ignore[union-attr]
     if "markdown" not in jinja.filters:
         jinja.filters["markdown"] = markdown
+        jinja.globals["upload_accept"] = UPLOAD_ACCEPT
         jinja.trim_blocks = jinja.lstrip_blocks = True  # leaner partials and SSE frames
     return jinja
 

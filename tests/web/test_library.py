@@ -50,6 +50,8 @@ def test_library_page_upload_lists_it_for_every_conversation(client: TestClient)
     assert page.status_code == 200, page.text
     assert 'hx-post="/ui/library/documents"' in page.text
     assert 'hx-encoding="multipart/form-data"' in page.text and 'name="file"' in page.text
+    assert 'accept=".txt,.text,.md,' in page.text  # the picker offers documents
+    assert 'accept=".txt,.text,.md,' in client.get("/").text  # as the composer's does
     assert 'href="/library" aria-current="page"' in page.text  # the sidebar link, active
     assert 'href="/memory"' in page.text and "Your library is empty" in page.text
     assert "<title>Library · chatbox</title>" in page.text and "Library</h1>" in page.text

@@ -224,6 +224,5 @@ def test_a_search_hit_deep_in_a_long_chat_is_on_the_page(client: TestClient) -> 
     assert bubble not in client.get(f"/c/{conv_id}").text
     path, anchor = search_href(client, "quokka").split("#")
     page = client.get(path).text
-    assert f'id="{anchor}"' in page and bubble in page, (
-        path, client.get("/ui/search", params={"q": "quokka"}, headers=HX).text[:1500],
-        re.findall(r'id="turn-[^"]+"', page)[:3], len(re.findall(r'id="turn-[^"]+"', page)))
+    shown = len(re.findall(r'id="turn-[^"]+"', page))
+    assert f'id="{anchor}"' in page and bubble in page, f"{path}: {shown} turns on the page"
