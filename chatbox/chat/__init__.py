@@ -3,6 +3,7 @@
 from chatbox.chat.errors import (
     Busy,
     ChatError,
+    GenerationFailed,
     InvalidInput,
     NotFound,
     Overloaded,
@@ -12,11 +13,33 @@ from chatbox.chat.errors import (
 )
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.runs import RunEvent, TurnRun
-from chatbox.chat.service import ChatService
+from chatbox.chat.service import ACTIVE_BRANCH, ChatService
 from chatbox.chat.views import ConversationView, TurnView
+from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
+from chatbox.store import Conversation, Turn
 
 __all__ = [
-    "Busy", "ChatError", "ChatService", "ConversationView", "InvalidInput", "NotFound",
-    "Overloaded", "RateLimited", "RunEvent", "TooLong", "TurnOptions", "TurnRun", "TurnView",
+    "ACTIVE_BRANCH",
+    "Busy",
+    "ChatError",
+    "ChatMessage",
+    "ChatService",
+    "Conversation",
+    "ConversationView",
+    "DoneEvent",
+    "Generation",
+    "GenerationFailed",
+    "InvalidInput",
+    "NotFound",
+    "Overloaded",
+    "RateLimited",
+    "RunEvent",
+    "TokenEvent",
+    "TooLong",
+    "Turn",
+    "TurnOptions",
+    "TurnRun",
+    "TurnView",
     "UnknownModel",
+    "Usage",
 ]

@@ -1,4 +1,5 @@
-"""Admission, before any engine work: budgets, token buckets, fair share, the overload order."""
+"""Admission before any engine work (the Gatekeeper): budgets, token buckets, fair share,
+the overload order."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class Ticket:
     route: Route
     estimate: int
     priority: int
-    admission: Admission
+    gatekeeper: Gatekeeper
     seq: int = 0
     done: bool = False
     started: bool = False  # its first token has come: it is no longer waiting
@@ -74,27 +75,22 @@ class Ticket:
     def mark_started(self) -> None:
         if not self.started:
             self.started = True
-            self.admission.unqueue(self)
+            self.gatekeeper.unqueue(self)
 
     def position(self) -> int:
         """1-based place in the engine's queue; 0 once it runs (or when unknown)."""
-        return 0 if self.started or self.done else self.admission.position(self)
+        return 0 if self.started or self.done else self.gatekeeper.position(self)
 
     async def finish(self, usage: Usage | None) -> None:
         if self.done:
             return
         self.done = True
-        self.admission.unqueue(self)
-        await self.admission.settle(self, usage)
-
-    def release(self) -> None:
-        """Finish without usage from a sync context (e.g. a cancelled generation)."""
-        if not self.done:
-            self.admission.spawn(self.finish(None))
+        self.gatekeeper.unqueue(self)
+        await self.gatekeeper.settle(self, usage)
 
 
 @dataclass
-class Admission:
+class Gatekeeper:
     """Decides, per request, whether it runs, on which model, or why not (429 / 503)."""
 
     policy: Policy
@@ -142,8 +138,7 @@ class Admission:
 
     # -- admission ----------------------------------------------------------------------
 
-    async def admit(self, user: User, requested: str | None, text: str,
-                    max_tokens: int = 0) -> Ticket:
+    async def admit(self, user: User, requested: str | None, text: str) -> Ticket:
         """Admit or refuse a request; raises RateLimited (429) or Overloaded (503)."""
         tier = self.policy.tier(user.tier)
         route = self.router.route(user, requested, text)  # UnknownModel before any charge

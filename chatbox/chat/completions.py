@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from chatbox.chat.admission import Ticket
+from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
 from chatbox.chat.metered import MeteredGeneration
+from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions
 from chatbox.engine.types import (
     ChatMessage,
@@ -17,9 +16,6 @@ from chatbox.engine.types import (
     GenerationRequest,
 )
 from chatbox.store import User
-
-if TYPE_CHECKING:
-    from chatbox.chat.service import ChatService
 
 
 def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Generation:
@@ -40,8 +36,8 @@ def check_fits(engine: Engine, tokens: int) -> None:
 
 
 async def complete(
-    chat: ChatService, messages: tuple[ChatMessage, ...], options: TurnOptions,
-    user: User | None = None,
+    models: ModelProvider, gate: Gatekeeper, max_tokens: int,
+    messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
@@ -49,21 +45,21 @@ async def complete(
     """
     if not messages:
         raise InvalidInput("messages must not be empty")
-    sampling = options.sampling(chat.settings.max_tokens)
+    sampling = options.sampling(max_tokens)
     ticket: Ticket | None = None
     if user is not None:
         text = "\n".join(m.content for m in messages)
-        ticket = await chat.gate.admit(user, options.model, text, sampling.max_tokens)
+        ticket = await gate.admit(user, options.model, text)
         model = ticket.model
     else:
-        model = chat.resolve_model(options.model)
+        model = resolve_model(models, options.model)
     try:
-        engine = await chat.models.engine(model)
+        engine = await models.engine(model)
         tokens = engine.count_tokens(messages)
         check_fits(engine, tokens)
         priority = ticket.priority if ticket else 0
         generation = submit(engine, GenerationRequest(messages, sampling, priority=priority),
-                            chat.gate.policy.overload.retry_after_s)
+                            gate.policy.overload.retry_after_s)
     except BaseException:
         if ticket:  # nothing ran: give the admission back
             await ticket.finish(None)

@@ -8,7 +8,18 @@ class ChatError(Exception):
 
 
 class InvalidInput(ChatError):
-    """The request is malformed or empty (422)."""
+    """The request is malformed or empty (422; 400 on the OpenAI-compatible API).
+
+    `param` names the offending request field where there is one.
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class GenerationFailed(ChatError):
+    """The model failed while answering: a server-side error (500), never the client's."""
 
 
 class NotFound(ChatError):

@@ -30,7 +30,7 @@ class MeteredGeneration:
         self.inner.cancel()
         if not self.ticket.done:
             # The engine still reports what the cancelled request used: charge that.
-            self.ticket.admission.spawn(self._settle())
+            self.ticket.gatekeeper.spawn(self._settle())
 
     async def _settle(self) -> None:
         usage = None

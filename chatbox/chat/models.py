@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from chatbox.engine.types import Engine
+from chatbox.chat.errors import UnknownModel
+from chatbox.engine.types import Engine, EngineStats
+
+AUTO = "auto"  # let routing pick the model by the request's shape
 
 
 class ModelProvider(Protocol):
@@ -17,3 +20,18 @@ class ModelProvider(Protocol):
     async def engine(self, name: str) -> Engine:
         """The loaded engine for a model (loading it on first use)."""
         ...
+
+    def stats(self, name: str) -> EngineStats | None:
+        """A loaded engine's load now (None while it is not loaded)."""
+        ...
+
+
+def resolve_model(models: ModelProvider, requested: str | None) -> str:
+    """The installed model a request names (default: the default model), or UnknownModel."""
+    names = models.names()
+    name = requested or models.default()
+    if name == AUTO:
+        return AUTO
+    if name not in names:
+        raise UnknownModel(name, names)
+    return name

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chatbox.chat.errors import UnknownModel
+from chatbox.chat.models import AUTO
 from chatbox.chat.policy import Policy, TierPolicy
 from chatbox.store import User
-
-AUTO = "auto"
 
 
 @dataclass(frozen=True)

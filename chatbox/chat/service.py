@@ -4,32 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from chatbox.chat.admission import Admission, Ticket, announce_queue, route_out
-from chatbox.chat.completions import submit
+from chatbox.chat.admission import Gatekeeper, Ticket, announce_queue, route_out
+from chatbox.chat.completions import complete, submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong, UnknownModel
-from chatbox.chat.models import ModelProvider
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions
-from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history, turn_messages
-from chatbox.chat.routing import AUTO, Router
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
     Engine,
-    EngineStats,
     Generation,
     GenerationRequest,
     TokenEvent,
 )
 from chatbox.settings import Settings
-from chatbox.store import Conversation, Routing, Store, TurnStatus, TurnUsage, User
+from chatbox.store import Conversation, Routing, Store, Turn, TurnStatus, TurnUsage, User
 
-_ACTIVE = "__active__"  # parent sentinel: continue the conversation's active branch
+ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
     "stop": "complete", "length": "complete", "cancelled": "stopped", "error": "failed",
 }
@@ -38,33 +36,68 @@ FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-fini
 
 @dataclass
 class ChatService:
+    """Conversations and their turns for the web layer; owns the turn-taking state."""
+
     store: Store
     models: ModelProvider
     settings: Settings
+    gate: Gatekeeper  # quotas, routing, overload
+    context: ContextProvider | None = None  # knowledge: memory facts, document passages
     _runs: dict[str, TurnRun] = field(default_factory=dict)  # by conversation id
     _reserved: set[str] = field(default_factory=set)
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
-    context: ContextProvider | None = None  # knowledge: memory facts, document passages
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
-    admission: Admission | None = None  # quotas, routing, overload; built from settings if None
 
-    def __post_init__(self) -> None:
-        if self.admission is None:
-            policy = Policy.load(self.settings.policy_path)
-            router = Router(policy, self.models.names, self.models.default)
-            self.admission = Admission(policy, self.store.usage, router, self._engine_stats,
-                                       self.settings.high_water)
+    # -- conversations -------------------------------------------------------------------
 
-    def _engine_stats(self, model: str) -> EngineStats | None:
-        stats = getattr(self.models, "stats", None)
-        return stats(model) if callable(stats) else None
+    async def conversations(self, user: User) -> list[Conversation]:
+        """The user's conversations, most recently active first."""
+        return await self.store.conversations.list(user.id)
 
-    @property
-    def gate(self) -> Admission:
-        assert self.admission is not None
-        return self.admission
+    async def create_conversation(
+        self, user: User, title: str | None = None, system_prompt: str | None = None,
+        model: str | None = None,
+    ) -> Conversation:
+        if model is not None:
+            self.resolve_model(model)
+        return await self.store.conversations.create(user.id, title, system_prompt, model)
+
+    async def start_conversation(
+        self, user: User, first: Callable[[Conversation], Awaitable[object]],
+        system_prompt: str | None = None, model: str | None = None,
+    ) -> Conversation:
+        """A new conversation whose first step (a message, an attachment) must succeed:
+        when `first` raises, the conversation is deleted again (no empty chats left)."""
+        conv = await self.create_conversation(user, None, system_prompt, model)
+        try:
+            await first(conv)
+        except BaseException:
+            await self.store.conversations.delete(user.id, conv.id)
+            raise
+        return conv
+
+    async def update_conversation(self, user: User, conv_id: str, **changes: str | None
+                                  ) -> Conversation:
+        """Rename, or change the system prompt or model (a None value clears it)."""
+        if changes.get("model") is not None:
+            changes["model"] = self.resolve_model(changes["model"])
+        conv = await self.store.conversations.update(user.id, conv_id, **changes)
+        if conv is None:
+            raise NotFound("conversation not found")
+        return conv
+
+    def limit_headers(self, user: User) -> dict[str, str]:
+        """The user's rate limits now, as x-ratelimit-* headers."""
+        return self.gate.headers(user)
+
+    async def complete(
+        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
+    ) -> tuple[str, Generation, int]:
+        """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
+        return await complete(self.models, self.gate, self.settings.max_tokens, messages,
+                              options, user)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -79,13 +112,8 @@ class ChatService:
         return self.gate.router.expected(user, requested)
 
     def resolve_model(self, requested: str | None) -> str:
-        names = self.models.names()
-        name = requested or self.models.default()
-        if name == AUTO:
-            return AUTO
-        if name not in names:
-            raise UnknownModel(name, names)
-        return name
+        """The installed model a request names (default: the default model)."""
+        return resolve_model(self.models, requested)
 
     async def view(
         self, user: User, conv_id: str, before: int | None = None, limit: int = 50,
@@ -117,6 +145,11 @@ class ChatService:
             next_cursor=page[0].seq if len(older) > len(page) else None,
         )
 
+    async def turn(self, user: User, conv_id: str, turn_id: str) -> Turn | None:
+        """One turn of the user's conversation (None when there is no such turn)."""
+        conv = await self.conversation(user, conv_id)
+        return await self.store.turns.get(conv.id, turn_id)
+
     def run_for(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
         """The conversation's running answer, or a just-finished one by turn id."""
         run = self._runs.get(conv_id)
@@ -132,7 +165,7 @@ class ChatService:
         user: User,
         conv_id: str,
         content: str,
-        parent_id: str | None = _ACTIVE,
+        parent_id: str | None = ACTIVE_BRANCH,
         options: TurnOptions | None = None,
     ) -> TurnRun:
         """Append a user turn (under parent_id, default the active leaf) and start the answer."""
@@ -141,7 +174,7 @@ class ChatService:
         if len(content) > self.settings.max_message_chars:
             raise TooLong(len(content), self.settings.max_message_chars)
         conv = await self.conversation(user, conv_id)
-        if parent_id == _ACTIVE:
+        if parent_id == ACTIVE_BRANCH:
             parent_id = conv.active_leaf_id
         elif parent_id is not None and await self.store.turns.get(conv.id, parent_id) is None:
             raise NotFound("parent turn not found")
@@ -224,8 +257,7 @@ class ChatService:
             raise Busy("this conversation is still generating an answer; stop it or wait")
         self._reserved.add(conv.id)
         try:
-            ticket = await self.gate.admit(user, options.model or conv.model, content or "",
-                                           options.max_tokens or self.settings.max_tokens)
+            ticket = await self.gate.admit(user, options.model or conv.model, content or "")
             try:
                 return await self._start(conv, parent_id, content, options, ticket)
             except BaseException:

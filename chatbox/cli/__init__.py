@@ -25,15 +25,10 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
     ctx.obj = base.with_overrides(data_dir=data_dir)
 
 
-def get_settings(ctx: click.Context) -> Settings:
-    """The Settings built by the group (subcommands call this)."""
-    obj = ctx.find_object(Settings)
-    return obj if obj is not None else settings_from_env()
-
-
 # -- subcommands -----------------------------------------------------------------------
 # Each subcommand module defines a click command/group; register it here with
-# main.add_command(...). Keep imports below the group definition.
+# main.add_command(...). Keep imports below the group definition, and keep these modules
+# light at import (`chatbox --help` loads them all): heavy modules load inside commands.
 from chatbox.cli.models import models  # noqa: E402
 
 main.add_command(models)

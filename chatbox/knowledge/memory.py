@@ -160,6 +160,10 @@ class MemoryService:
         vector = await self.embedder.embed_one(fact)
         return await self.store.memories.replace(user_id, memory_id, fact, vector, "explicit")
 
+    async def missing(self, user_id: str, memory_ids: Sequence[str]) -> builtins.list[str]:
+        """The ids among these that are not facts of this user."""
+        return [m for m in memory_ids if await self.store.memories.get(user_id, m) is None]
+
     async def remove(self, user_id: str, memory_ids: Sequence[str]) -> builtins.list[str]:
         """Delete facts (with their vectors); returns the ids that were found for this user."""
         return await self.store.memories.delete(user_id, list(memory_ids))

@@ -16,7 +16,8 @@ from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
-from chatbox.store.vectors import VectorChange, VectorRepo
+from chatbox.store.vector_feed import VectorChange
+from chatbox.store.vectors import VectorRepo
 
 __all__ = [
     "ApiKey",

@@ -13,7 +13,7 @@ import sqlean  # type: ignore[import-untyped]
 import sqlite_vec  # type: ignore[import-untyped]
 
 from chatbox.store.migrations import apply_migrations
-from chatbox.store.vectors import VectorFeed
+from chatbox.store.vector_feed import VectorFeed
 
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 

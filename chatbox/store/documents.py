@@ -14,7 +14,7 @@ import numpy as np
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
 from chatbox.store.records import new_id
-from chatbox.store.vectors import VectorChange
+from chatbox.store.vector_feed import VectorChange
 
 
 @dataclass(frozen=True)

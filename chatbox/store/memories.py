@@ -12,7 +12,7 @@ import numpy as np
 
 from chatbox.store.db import Database
 from chatbox.store.records import new_id
-from chatbox.store.vectors import VectorChange
+from chatbox.store.vector_feed import VectorChange
 
 
 def vector_blob(vector: np.ndarray) -> bytes:

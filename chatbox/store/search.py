@@ -11,7 +11,7 @@ import numpy as np
 
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
-from chatbox.store.vectors import VectorChange
+from chatbox.store.vector_feed import VectorChange
 
 HIT_START, HIT_END = "\x02", "\x03"  # snippet markers; the web layer turns them into <mark>
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -15,7 +16,12 @@ from chatbox.store.records import User, new_id
 LOCAL_USER = "local"
 ROLES = ("admin", "member")
 _HASHER = PasswordHasher()  # argon2id, memory-hard (64 MiB, 3 passes)
-_DUMMY_HASH = _HASHER.hash("not a real password")  # equal work for unknown names
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash to verify against for unknown names (equal work); made on first use."""
+    return _HASHER.hash("not a real password")
 
 
 def hash_password(password: str) -> str:
@@ -24,7 +30,7 @@ def hash_password(password: str) -> str:
 
 def _verify(stored: str | None, password: str) -> bool:
     try:
-        return _HASHER.verify(stored or _DUMMY_HASH, password) and stored is not None
+        return _HASHER.verify(stored or _dummy_hash(), password) and stored is not None
     except (VerificationError, InvalidHashError):
         return False
 

@@ -1,60 +1,21 @@
-"""Vector partitions: change notices for the vec0 tables, and one user's vectors read whole.
+"""Vector partitions: one user's vectors of a vec0 table, read whole.
 
-Every repository that writes `memory_vec`, `chunk_vec` or `turn_vec` publishes a
-`VectorChange` right after its transaction commits, so an in-RAM copy (the knowledge layer's
-index) can stay in step. `VectorRepo.partition` reads one (table, user) partition in one go.
+`VectorRepo.partition` reads one (table, user) partition in one go (the knowledge layer's
+in-RAM index loads it; `chatbox.store.vector_feed` keeps it in step after that).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from chatbox.store.db import Database
+from chatbox.store.db import Database
 
 VECTOR_TABLES = frozenset({"memory_vec", "chunk_vec", "turn_vec"})
 DIM = 384
 # sqlite-vec versions whose shadow-table layout `_partition_fast` understands.
 _FAST_VERSIONS = re.compile(r"^v0\.1\.\d+$")
-
-
-@dataclass(frozen=True)
-class VectorChange:
-    """Committed writes to one (table, user) partition: rows added or replaced, rows gone."""
-
-    table: str
-    user_id: str
-    rowids: Sequence[int] = ()  # added or replaced, one per row of `vectors`
-    vectors: np.ndarray | None = None
-    deleted: Sequence[int] = field(default_factory=tuple)
-
-
-Listener = Callable[[VectorChange], Awaitable[None]]
-
-
-class VectorFeed:
-    """Listeners told of every committed vector write. A listener's code before its first
-    `await` runs before the writer's task yields (the index relies on that)."""
-
-    def __init__(self) -> None:
-        self._listeners: list[Listener] = []
-
-    def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    def unsubscribe(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    async def publish(self, change: VectorChange) -> None:
-        if change.rowids or change.deleted:
-            for listener in list(self._listeners):
-                await listener(change)
 
 
 class VectorRepo:

@@ -7,11 +7,10 @@ from typing import Any
 from litestar import Controller, Response, get
 from litestar.exceptions import PermissionDeniedException
 
-from chatbox.chat.usage import usage_report
-from chatbox.store import User
-from chatbox.store.usage import day_of
+from chatbox.accounts import User
+from chatbox.accounts.usage import day_of
 from chatbox.web.auth import AnyRequest
-from chatbox.web.deps import StoreDep, UserDep
+from chatbox.web.deps import AccountsDep, UserDep
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, html
 
 
@@ -25,11 +24,11 @@ class AdminApiController(Controller):
     tags = ["admin"]
 
     @get("/usage")
-    async def usage(self, store: StoreDep, user: UserDep, since: str | None = None,
+    async def usage(self, accounts: AccountsDep, user: UserDep, since: str | None = None,
                     name: str | None = None) -> dict[str, Any]:
         """Usage per user, model, day and experiment arm (admins only)."""
         require_admin(user)
-        return await usage_report(store, since, name)
+        return await accounts.usage(since, name)
 
 
 class AdminPagesController(Controller):
@@ -37,9 +36,9 @@ class AdminPagesController(Controller):
     exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
 
     @get("/admin/usage")
-    async def usage_page(self, request: AnyRequest, store: StoreDep, user: UserDep,
+    async def usage_page(self, request: AnyRequest, accounts: AccountsDep, user: UserDep,
                          since: str | None = None) -> Response[str]:
         require_admin(user)
         since = since or day_of()[:8] + "01"
-        report = await usage_report(store, since, None)
+        report = await accounts.usage(since, None)
         return html(request, "admin_usage.html", report=report, since=since)

@@ -7,10 +7,6 @@ logins are rate limited per address (and logins per account) so guessing does no
 from __future__ import annotations
 
 import hmac
-import math
-import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -21,7 +17,8 @@ from litestar.exceptions import (
     TooManyRequestsException,
 )
 
-from chatbox.store import Store, User
+from chatbox.accounts import AccountsService, TooManyAttempts, User
+from chatbox.settings import Settings
 
 AnyRequest = Request[Any, Any, Any]
 SESSION_COOKIE = "chatbox_session"
@@ -39,58 +36,11 @@ class CsrfRefused(PermissionDeniedException):
     """A cookie-authenticated unsafe request without the session's CSRF token (403)."""
 
 
-@dataclass
-class Attempts:
-    """Failures per key (an account or an address) in a sliding window."""
-
-    limit: int
-    window_s: float
-    _fails: dict[str, deque[float]] = field(default_factory=dict)
-
-    def blocked_for(self, key: str, now: float | None = None) -> float:
-        """Seconds until `key` may try again (0: now)."""
-        now = time.monotonic() if now is None else now
-        fails = self._fails.get(key)
-        if not fails:
-            return 0.0
-        while fails and fails[0] <= now - self.window_s:
-            fails.popleft()
-        if not fails:
-            del self._fails[key]
-            return 0.0
-        return fails[0] + self.window_s - now if len(fails) >= self.limit else 0.0
-
-    def fail(self, key: str) -> None:
-        if len(self._fails) > 100_000:  # bounded memory under a spray of addresses
-            self._fails.clear()
-        self._fails.setdefault(key, deque(maxlen=self.limit)).append(time.monotonic())
-
-    def clear(self, key: str) -> None:
-        self._fails.pop(key, None)
-
-
-@dataclass
-class Guard:
-    """The app's failed-login and failed-key counters."""
-
-    accounts: Attempts
-    addresses: Attempts
-
-    def check(self, *keys: tuple[Attempts, str]) -> None:
-        wait = max((a.blocked_for(k) for a, k in keys), default=0.0)
-        if wait > 0:
-            seconds = max(1, math.ceil(wait))
-            raise TooManyRequestsException(
-                f"too many failed attempts; try again in {seconds} s",
-                headers={"Retry-After": str(seconds)})
-
-
 def client_address(request: AnyRequest) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def is_secure(request: AnyRequest) -> bool:
-    settings = request.app.state.settings
+def is_secure(request: AnyRequest, settings: Settings) -> bool:
     proto = request.headers.get("x-forwarded-proto", request.url.scheme)
     return bool(settings.cookie_secure) or proto == "https"
 
@@ -99,26 +49,35 @@ def tokens_match(given: str | None, expected: str) -> bool:
     return bool(given) and hmac.compare_digest(str(given), expected)
 
 
-async def authenticate(request: AnyRequest) -> User:
-    """The acting user, or LoginRequired / CsrfRefused / 429."""
-    state = request.app.state
-    store: Store = state.store
-    guard: Guard = state.auth_guard
+def too_many(exc: TooManyAttempts) -> TooManyRequestsException:
+    """A throttled attempt as 429 with Retry-After."""
+    return TooManyRequestsException(str(exc), headers={"Retry-After": str(exc.retry_after)})
+
+
+async def provide_user(request: AnyRequest, accounts: AccountsService) -> User:
+    """The acting user: a Bearer API key, or a session cookie (CSRF-checked when unsafe).
+
+    Raises LoginRequired, CsrfRefused, or 429 while an address is guessing keys.
+    """
+    throttle = accounts.throttle
     header = request.headers.get("authorization")
     if header:
         scheme, _, token = header.partition(" ")
         address = client_address(request)
-        guard.check((guard.addresses, address))
-        user = await store.keys.authenticate(token.strip()) if scheme.lower() == "bearer" else None
+        try:
+            throttle.check((throttle.addresses, address))
+        except TooManyAttempts as exc:
+            raise too_many(exc) from exc
+        user = await accounts.by_key(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
-            guard.addresses.fail(address)
+            throttle.addresses.fail(address)
             raise LoginRequired("invalid or revoked API key")
         request.state.auth_kind = "key"
         request.state.user_name = user.name
         request.state.user = user
         return user
     cookie = request.cookies.get(SESSION_COOKIE)
-    session = await store.sessions.get(cookie) if cookie else None
+    session = await accounts.session(cookie) if cookie else None
     if session is None:
         raise LoginRequired("log in, or send an API key as Authorization: Bearer")
     if request.method not in SAFE_METHODS and not tokens_match(

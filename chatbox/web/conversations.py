@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, delete, get, patch, post
 from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from chatbox.chat import ChatService, NotFound, TurnRun
-from chatbox.web.deps import ChatDep, StoreDep, UserDep
+from chatbox.accounts import User
+from chatbox.chat import ACTIVE_BRANCH, ChatService, NotFound, TurnRun
+from chatbox.settings import Settings
+from chatbox.web.deps import ChatDep, SettingsDep, UserDep
 from chatbox.web.schemas import (
     BranchIn,
     ConversationPatch,
@@ -23,14 +25,11 @@ from chatbox.web.schemas import (
 from chatbox.web.sse import LastEventId, last_event_id, sse_response
 
 
-def _stream(request: Request[Any, Any, Any], run: TurnRun, after: int = 0) -> Stream:
+def _stream(chat: ChatService, settings: Settings, user: User, run: TurnRun,
+            after: int = 0) -> Stream:
     """The answer as SSE; headers name the turn, the model, and the user's rate limits now."""
-    heartbeat = request.app.state.settings.heartbeat_s
-    chat: ChatService = request.app.state.chat
-    user = getattr(request.state, "user", None)
-    limits = chat.gate.headers(user) if user is not None else {}
-    return sse_response(run, after, heartbeat, headers={
-        "X-Turn-Id": run.turn_id, "X-Chatbox-Model": run.model, **limits})
+    return sse_response(run, after, settings.heartbeat_s, headers={
+        "X-Turn-Id": run.turn_id, "X-Chatbox-Model": run.model, **chat.limit_headers(user)})
 
 
 class ConversationController(Controller):
@@ -39,21 +38,17 @@ class ConversationController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create(
-        self, store: StoreDep, chat: ChatDep, user: UserDep, data: NewConversation | None = None
+        self, chat: ChatDep, user: UserDep, data: NewConversation | None = None
     ) -> dict[str, Any]:
         """Start a conversation; 201 with its id."""
         data = data or NewConversation()
-        if data.model is not None:
-            chat.resolve_model(data.model)
-        conv = await store.conversations.create(user.id, data.title, data.system_prompt,
-                                                data.model)
+        conv = await chat.create_conversation(user, data.title, data.system_prompt, data.model)
         return conversation_out(conv)
 
     @get("/")
-    async def list_conversations(self, store: StoreDep, user: UserDep) -> dict[str, Any]:
+    async def list_conversations(self, chat: ChatDep, user: UserDep) -> dict[str, Any]:
         """The user's conversations, most recently active first."""
-        convs = await store.conversations.list(user.id)
-        return {"data": [conversation_out(c) for c in convs]}
+        return {"data": [conversation_out(c) for c in await chat.conversations(user)]}
 
     @get("/{conv_id:str}")
     async def read(
@@ -69,16 +64,11 @@ class ConversationController(Controller):
 
     @patch("/{conv_id:str}")
     async def update(
-        self, store: StoreDep, chat: ChatDep, user: UserDep, conv_id: str, data: ConversationPatch
+        self, chat: ChatDep, user: UserDep, conv_id: str, data: ConversationPatch
     ) -> dict[str, Any]:
         """Rename, or change the system prompt or model."""
         changes = {k: v for k, v in vars(data).items() if v is not None}
-        if "model" in changes:
-            chat.resolve_model(changes["model"])
-        conv = await store.conversations.update(user.id, conv_id, **changes)
-        if conv is None:
-            raise NotFound("conversation not found")
-        return conversation_out(conv)
+        return conversation_out(await chat.update_conversation(user, conv_id, **changes))
 
     @delete("/{conv_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
@@ -86,36 +76,36 @@ class ConversationController(Controller):
 
     @post("/{conv_id:str}/turns", status_code=200)
     async def send(
-        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
+        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
         data: TurnIn,
     ) -> Stream:
         """Send a message; the answer streams as SSE (`token` … then `done` or `error`)."""
-        parent = data.parent_id if data.parent_id is not None else "__active__"
+        parent = data.parent_id if data.parent_id is not None else ACTIVE_BRANCH
         run = await chat.send(user, conv_id, data.content, parent, data.options())
-        return _stream(request, run)
+        return _stream(chat, settings, user, run)
 
     @post("/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
     async def edit(
-        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
+        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
         turn_id: str, data: TurnIn,
     ) -> Stream:
         """A new version of an earlier user message, as a new branch; streams its answer."""
         run = await chat.edit(user, conv_id, turn_id, data.content, data.options())
-        return _stream(request, run)
+        return _stream(chat, settings, user, run)
 
     @post("/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
     async def regenerate(
-        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
+        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
         turn_id: str, data: RegenerateIn | None = None,
     ) -> Stream:
         """Another answer beside this one (a new branch); streams it."""
         options = (data or RegenerateIn()).options()
         run = await chat.regenerate(user, conv_id, turn_id, options)
-        return _stream(request, run)
+        return _stream(chat, settings, user, run)
 
     @get("/{conv_id:str}/turns/{turn_id:str}/events")
     async def resume(
-        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep, conv_id: str,
+        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
         turn_id: str,
         last_id: LastEventId = None,
     ) -> Stream:
@@ -124,7 +114,7 @@ class ConversationController(Controller):
         run = chat.run_for(conv_id, turn_id)
         if run is None:
             raise NotFound("no running answer with that id; read the conversation instead")
-        return _stream(request, run, last_event_id(last_id))
+        return _stream(chat, settings, user, run, last_event_id(last_id))
 
     @post("/{conv_id:str}/branch", status_code=200)
     async def branch(self, chat: ChatDep, user: UserDep, conv_id: str,

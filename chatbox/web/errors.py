@@ -1,7 +1,16 @@
-"""Every error becomes a clear JSON body with the right status code."""
+"""The one error map: chat, knowledge and HTTP errors as responses with one JSON body shape.
+
+Every API error is `{"error": {"message", "type", ...}}` (OpenAI's shape, so its client
+raises the matching error class). The conversation API answers invalid input with 422; the
+OpenAI-compatible endpoints answer as OpenAI's API does, 400 `invalid_request_error` naming
+the parameter. A failure on the server's side is a 5xx on both. The HTML UI takes its
+statuses from `classify` too, and only words the message for a person (`chatbox.web.ui`).
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from litestar import MediaType, Request, Response
@@ -10,6 +19,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from chatbox.chat import (
     Busy,
     ChatError,
+    GenerationFailed,
     InvalidInput,
     NotFound,
     Overloaded,
@@ -17,8 +27,22 @@ from chatbox.chat import (
     TooLong,
     UnknownModel,
 )
+from chatbox.knowledge import (
+    EmbeddingUnavailable,
+    EmptyFile,
+    EncryptedFile,
+    FileTooLarge,
+    KnowledgeError,
+    NotFoundError,
+    RejectedFile,
+    UnsupportedFile,
+)
 
-_STATUS: list[tuple[type[ChatError], int, str]] = [
+log = logging.getLogger("chatbox.web")
+AnyRequest = Request[Any, Any, Any]
+
+# (error class, status, type) — the first match wins, so subclasses come first.
+_STATUS: list[tuple[type[Exception], int, str]] = [
     (InvalidInput, 422, "invalid_request_error"),
     (TooLong, 413, "context_length_exceeded"),
     (UnknownModel, 404, "model_not_found"),
@@ -26,44 +50,95 @@ _STATUS: list[tuple[type[ChatError], int, str]] = [
     (Busy, 409, "conversation_busy"),
     (Overloaded, 503, "overloaded"),
     (RateLimited, 429, "rate_limit_exceeded"),
+    (GenerationFailed, 500, "server_error"),
+    (NotFoundError, 404, "not_found"),
+    (FileTooLarge, 413, FileTooLarge.reason),
+    (UnsupportedFile, 415, UnsupportedFile.reason),
+    (EncryptedFile, 422, EncryptedFile.reason),
+    (EmptyFile, 422, EmptyFile.reason),
+    (RejectedFile, 422, RejectedFile.reason),
+    (EmbeddingUnavailable, 503, "embeddings_unavailable"),
 ]
 
 
+@dataclass
+class Problem:
+    """What an exception means over HTTP."""
+
+    status: int
+    kind: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def classify(exc: Exception) -> Problem:
+    """Status, error type, message, extra body fields and headers of an exception."""
+    if isinstance(exc, HTTPException):
+        message = str(exc.detail)
+        if isinstance(exc, ValidationException) and exc.extra:
+            message = f"{exc.detail}: {exc.extra}"
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
+    if not isinstance(exc, ChatError | KnowledgeError | EmbeddingUnavailable):
+        return Problem(500, "server_error", "internal server error")
+    status, kind = next(((code, name) for cls, code, name in _STATUS if isinstance(exc, cls)),
+                        (500, "server_error"))
+    problem = Problem(status, kind, str(exc))
+    if isinstance(exc, InvalidInput) and exc.param:
+        problem.extra["param"] = exc.param
+    if isinstance(exc, UnknownModel):
+        problem.extra["available"] = exc.available
+    if isinstance(exc, TooLong):
+        problem.extra["limit"] = exc.limit
+    if isinstance(exc, Overloaded):
+        problem.headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, RateLimited):
+        problem.headers.update(exc.headers)
+        problem.extra["code"] = exc.kind
+    return problem
+
+
 def error_body(message: str, kind: str, **extra: Any) -> dict[str, Any]:
-    # The OpenAI shape, so its client raises the matching error class.
     return {"error": {"message": message, "type": kind, **extra}}
 
 
-def chat_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    assert isinstance(exc, ChatError)
-    status, kind = 500, "server_error"
-    for cls, code, name in _STATUS:
-        if isinstance(exc, cls):
-            status, kind = code, name
-            break
-    extra: dict[str, Any] = {}
-    headers: dict[str, str] = {}
-    if isinstance(exc, UnknownModel):
-        extra["available"] = exc.available
-    if isinstance(exc, TooLong):
-        extra["limit"] = exc.limit
-    if isinstance(exc, Overloaded):
-        headers["Retry-After"] = str(exc.retry_after)
-    if isinstance(exc, RateLimited):
-        headers.update(exc.headers)
-        extra["code"] = exc.kind
-    return Response(error_body(str(exc), kind, **extra), status_code=status, headers=headers,
+def _respond(problem: Problem) -> Response[Any]:
+    return Response(error_body(problem.message, problem.kind, **problem.extra),
+                    status_code=problem.status, headers=problem.headers,
                     media_type=MediaType.JSON)
 
 
-def http_error_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    assert isinstance(exc, HTTPException)
-    message = exc.detail
-    if isinstance(exc, ValidationException) and exc.extra:
-        message = f"{exc.detail}: {exc.extra}"
-    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return Response(error_body(str(message), kind), status_code=exc.status_code,
-                    headers=exc.headers or {}, media_type=MediaType.JSON)
+def _logged(request: AnyRequest, exc: Exception, problem: Problem) -> Problem:
+    if problem.status >= 500 and not isinstance(exc, HTTPException | ChatError):
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return problem
 
 
-EXCEPTION_HANDLERS = {ChatError: chat_error_handler, HTTPException: http_error_handler}
+def api_error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
+    """The conversation and knowledge APIs: 422 for invalid input."""
+    return _respond(_logged(request, exc, classify(exc)))
+
+
+def openai_error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
+    """The OpenAI-compatible endpoints: invalid input is 400 `invalid_request_error`."""
+    problem = _logged(request, exc, classify(exc))
+    if problem.status == 422 or isinstance(exc, ValidationException):
+        problem.status, problem.kind = 400, "invalid_request_error"
+        if isinstance(exc, ValidationException) and "param" not in problem.extra:
+            problem.extra["param"] = _first_param(exc)
+    return _respond(problem)
+
+
+def _first_param(exc: ValidationException) -> str | None:
+    """The field a validation error names (Litestar puts `key` in each extra item)."""
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if isinstance(item, dict) and item.get("key"):
+            return str(item["key"])
+    return None
+
+
+_HANDLED = (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {cls: api_error_handler for cls in _HANDLED}
+OPENAI_EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    cls: openai_error_handler for cls in _HANDLED}

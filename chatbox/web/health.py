@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from chatbox.web.deps import StoreDep
+from chatbox.web.deps import MetricsDep, ServicesDep
 
 
 class HealthController(Controller):
@@ -20,13 +20,9 @@ class HealthController(Controller):
         return {"status": "ok"}
 
     @get("/readyz")
-    async def readyz(self, request: Request[Any, Any, Any], store: StoreDep) -> Response[Any]:
+    async def readyz(self, services: ServicesDep) -> Response[Any]:
         """The default model is loaded and the database takes writes."""
-        models = request.app.state.models
-        checks = {
-            "model_loaded": models.default_loaded(),
-            "database_writable": await store.db.writable(),
-        }
+        checks = await services.health()
         ready = all(checks.values())
         return Response(
             {"status": "ready" if ready else "not ready", **checks},
@@ -34,5 +30,5 @@ class HealthController(Controller):
         )
 
     @get("/metrics", media_type=CONTENT_TYPE_LATEST)
-    async def metrics(self, request: Request[Any, Any, Any]) -> bytes:
-        return generate_latest(request.app.state.metrics_registry)
+    async def metrics(self, metrics: MetricsDep) -> bytes:
+        return generate_latest(metrics)

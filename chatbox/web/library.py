@@ -13,17 +13,16 @@ from typing import Any
 
 from litestar import Controller, Response, get, post
 
-from chatbox.knowledge import EmbeddingUnavailable, KnowledgeError, NotFoundError
-from chatbox.store import Document, Store, User
-from chatbox.web.attachments import knowledge_ui_error
-from chatbox.web.deps import StoreDep, UserDep
-from chatbox.web.knowledge import knowledge_of, receive_upload
-from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
+from chatbox.accounts import User
+from chatbox.knowledge import Document, Knowledge, NotFoundError
+from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
+from chatbox.web.knowledge import receive_upload
+from chatbox.web.ui import UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar, ui_error
 
 
 def library_ui_error(request: AnyRequest, exc: Exception) -> Response[str]:
     """The attachment path's alert, worded for the library."""
-    return knowledge_ui_error(request, exc, "Not added to your library")
+    return ui_error(request, exc, "Not added to your library")
 
 
 def size_label(n: int) -> str:
@@ -44,13 +43,13 @@ def document_row(d: Document) -> dict[str, Any]:
             "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp)}
 
 
-async def _rows(store: Store, user: User) -> list[dict[str, Any]]:
-    return [document_row(d) for d in await store.documents.list(user.id, library=True)]
+async def _rows(knowledge: Knowledge, user: User) -> list[dict[str, Any]]:
+    return [document_row(d) for d in await knowledge.documents.list(user.id, library=True)]
 
 
-async def _library_list(request: AnyRequest, store: Store, user: User,
+async def _library_list(request: AnyRequest, knowledge: Knowledge, user: User,
                         notice: str = "") -> Response[str]:
-    return html(request, "_library_list.html", documents=await _rows(store, user),
+    return html(request, "_library_list.html", documents=await _rows(knowledge, user),
                 notice=notice)
 
 
@@ -58,29 +57,28 @@ class LibraryController(Controller):
     """`/library` and its htmx partials under `/ui/library/`."""
 
     include_in_schema = False
-    exception_handlers = {**UI_EXCEPTION_HANDLERS, KnowledgeError: library_ui_error,  # type: ignore[dict-item]
-                          EmbeddingUnavailable: library_ui_error}
+    exception_handlers = {cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS}
 
     @get("/library")
-    async def library_page(self, request: AnyRequest, store: StoreDep,
+    async def library_page(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
                            user: UserDep) -> Response[str]:
         """Your library: documents every conversation can draw on."""
-        return html(request, "library.html", documents=await _rows(store, user), notice="",
-                    convs=await sidebar(store, user), conv=None)
+        return html(request, "library.html", documents=await _rows(knowledge, user), notice="",
+                    convs=await sidebar(chat, user), conv=None)
 
     @post("/ui/library/documents", status_code=200, request_max_body_size=None)
-    async def upload(self, request: AnyRequest, store: StoreDep,
+    async def upload(self, request: AnyRequest, knowledge: KnowledgeDep,
                      user: UserDep) -> Response[str]:
         """Add a file (multipart field `file`) to the library; answer with the list."""
-        doc = await receive_upload(request, user, None, library=True)
-        return await _library_list(request, store, user, f"Added {doc['name']}.")
+        doc = await receive_upload(request, knowledge, user, None, library=True)
+        return await _library_list(request, knowledge, user, f"Added {doc.name}.")
 
     @post("/ui/library/documents/{doc_id:str}/delete", status_code=200)
-    async def remove(self, request: AnyRequest, store: StoreDep, user: UserDep,
+    async def remove(self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep,
                      doc_id: str) -> Response[str]:
         """Delete a library document (its passages and citations go too)."""
-        doc = await store.documents.get(user.id, doc_id)
-        if doc is None or doc.conversation_id is not None:
+        doc = await knowledge.documents.get(user.id, doc_id)
+        if doc.conversation_id is not None:
             raise NotFoundError("document not found")
-        await knowledge_of(request).documents.delete(user.id, doc_id)
-        return await _library_list(request, store, user, f"Deleted {doc.name}.")
+        await knowledge.documents.delete(user.id, doc_id)
+        return await _library_list(request, knowledge, user, f"Deleted {doc.name}.")

@@ -8,22 +8,21 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import Cookie
-from litestar.exceptions import TooManyRequestsException
 
-from chatbox.store import Store
+from chatbox.accounts import AccountsService, TooManyAttempts
+from chatbox.settings import Settings
 from chatbox.web.auth import (
     CSRF_FIELD,
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
     AnyRequest,
     CsrfRefused,
-    Guard,
     client_address,
     is_secure,
     safe_next,
     tokens_match,
 )
-from chatbox.web.deps import StoreDep
+from chatbox.web.deps import AccountsDep, SettingsDep
 from chatbox.web.ui import FORM, html
 
 
@@ -40,14 +39,15 @@ class LogoutForm:
     csrf_token: str = ""
 
 
-def _login_page(request: AnyRequest, status: int = 200, error: str | None = None,
+def _login_page(request: AnyRequest, settings: Settings, status: int = 200,
+                error: str | None = None,
                 name: str = "", next_path: str = "/",
                 headers: dict[str, str] | None = None) -> Response[str]:
     token = secrets.token_urlsafe(24)
     response = html(request, "login.html", status, headers, error=error, name=name,
                     next=safe_next(next_path), csrf_token=token, csrf_field=CSRF_FIELD)
     response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict",
-                        secure=is_secure(request), path="/login", max_age=3600)
+                        secure=is_secure(request, settings), path="/login", max_age=3600)
     return response
 
 
@@ -55,54 +55,56 @@ class LoginController(Controller):
     include_in_schema = False
 
     @get("/login")
-    async def login_page(self, request: AnyRequest, next: str = "/") -> Response[str]:
-        return _login_page(request, next_path=next)
+    async def login_page(self, request: AnyRequest, settings: SettingsDep,
+                         next: str = "/") -> Response[str]:
+        return _login_page(request, settings, next_path=next)
 
     @post("/login", status_code=303)
-    async def login(self, request: AnyRequest, store: StoreDep,
+    async def login(self, request: AnyRequest, accounts: AccountsDep, settings: SettingsDep,
                     data: Annotated[LoginForm, FORM]) -> Response[Any]:
         """Check the password; on success set the session cookie and go to `next`."""
         if not tokens_match(data.csrf_token, request.cookies.get(LOGIN_CSRF_COOKIE, "")):
-            return _login_page(request, 403, "The form expired; please try again.", data.name,
-                               data.next)
-        guard: Guard = request.app.state.auth_guard
+            return _login_page(request, settings, 403, "The form expired; please try again.",
+                               data.name, data.next)
+        throttle = accounts.throttle
         address = client_address(request)
         name = data.name.strip()
         try:
-            guard.check((guard.accounts, name.lower()), (guard.addresses, address))
-        except TooManyRequestsException as exc:
-            return _login_page(request, 429, f"Too many failed attempts: {exc.detail}.", name,
-                               data.next, dict(exc.headers or {}))
-        user = await store.users.check_password(name, data.password)
+            throttle.check((throttle.accounts, name.lower()), (throttle.addresses, address))
+        except TooManyAttempts as exc:
+            return _login_page(request, settings, 429, f"Too many failed attempts: {exc}.",
+                               name, data.next, {"Retry-After": str(exc.retry_after)})
+        user = await accounts.check_password(name, data.password)
         if user is None:
-            guard.accounts.fail(name.lower())
-            guard.addresses.fail(address)
-            return _login_page(request, 401, "Wrong name or password.", name, data.next)
-        guard.accounts.clear(name.lower())
-        ttl = request.app.state.settings.session_ttl_s
-        token, _ = await store.sessions.create(user.id, ttl)
+            throttle.accounts.fail(name.lower())
+            throttle.addresses.fail(address)
+            return _login_page(request, settings, 401, "Wrong name or password.", name,
+                               data.next)
+        throttle.accounts.clear(name.lower())
+        token = await accounts.start_session(user)
         return Response("", status_code=303, headers={"Location": safe_next(data.next)},
-                        cookies=[session_cookie(request, token, int(ttl))])
+                        cookies=[session_cookie(request, settings, token,
+                                                int(settings.session_ttl_s))])
 
     @post("/logout", status_code=303)
-    async def logout(self, request: AnyRequest, store: StoreDep,
+    async def logout(self, request: AnyRequest, accounts: AccountsDep, settings: SettingsDep,
                      data: Annotated[LogoutForm, FORM]) -> Response[Any]:
         """End this browser's session (the form carries the session's CSRF token)."""
-        await end_session(request, store, data.csrf_token)
+        await end_session(request, accounts, data.csrf_token)
         return Response("", status_code=303, headers={"Location": "/login"},
-                        cookies=[session_cookie(request, "", 0)])
+                        cookies=[session_cookie(request, settings, "", 0)])
 
 
-def session_cookie(request: AnyRequest, token: str, max_age: int) -> Cookie:
+def session_cookie(request: AnyRequest, settings: Settings, token: str, max_age: int) -> Cookie:
     return Cookie(key=SESSION_COOKIE, value=token, max_age=max_age, path="/", httponly=True,
-                  samesite="lax", secure=is_secure(request))
+                  samesite="lax", secure=is_secure(request, settings))
 
 
-async def end_session(request: AnyRequest, store: Store, csrf: str) -> None:
+async def end_session(request: AnyRequest, accounts: AccountsService, csrf: str) -> None:
     token = request.cookies.get(SESSION_COOKIE)
-    session = await store.sessions.get(token) if token else None
+    session = await accounts.session(token) if token else None
     if session is None:
         return
     if not tokens_match(csrf or request.headers.get("x-csrf-token"), session.csrf_token):
         raise CsrfRefused("missing or invalid CSRF token; reload the page")
-    await store.sessions.delete(str(token))
+    await accounts.end_session(str(token))

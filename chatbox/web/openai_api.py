@@ -9,13 +9,21 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
-from chatbox.chat import InvalidInput, TurnOptions
-from chatbox.chat.completions import complete
-from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
-from chatbox.web.deps import ChatDep, UserDep
+from chatbox.chat import (
+    ChatMessage,
+    DoneEvent,
+    Generation,
+    GenerationFailed,
+    InvalidInput,
+    TokenEvent,
+    TurnOptions,
+    Usage,
+)
+from chatbox.web.deps import ChatDep, SettingsDep, UserDep
+from chatbox.web.errors import OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 _ROLES = {"system", "user", "assistant", "developer"}
@@ -38,25 +46,40 @@ class ChatCompletionIn:
     def to_messages(self) -> tuple[ChatMessage, ...]:
         out = []
         for i, message in enumerate(self.messages):
+            if not isinstance(message, dict):
+                raise InvalidInput(f"messages[{i}] must be an object", f"messages[{i}]")
             role = message.get("role")
-            if role not in _ROLES:
-                raise InvalidInput(f"messages[{i}].role must be one of {sorted(_ROLES)}")
-            content = message.get("content")
-            if isinstance(content, list):  # content parts: keep the text ones
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            if not isinstance(content, str):
-                raise InvalidInput(f"messages[{i}].content must be a string")
-            out.append(ChatMessage("system" if role == "developer" else role, content))
+            if not isinstance(role, str) or role not in _ROLES:
+                raise InvalidInput(f"messages[{i}].role must be one of {sorted(_ROLES)}",
+                                   f"messages[{i}].role")
+            out.append(ChatMessage("system" if role == "developer" else role,
+                                   _text(message.get("content"), f"messages[{i}].content")))
         if not any(m.content.strip() for m in out if m.role == "user"):
-            raise InvalidInput("messages must contain a non-empty user message")
+            raise InvalidInput("messages must contain a non-empty user message", "messages")
         return tuple(out)
 
     def options(self) -> TurnOptions:
         if self.n != 1:
-            raise InvalidInput("only n=1 is supported")
+            raise InvalidInput("only n=1 is supported", "n")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         return TurnOptions(self.model, self.temperature, self.top_p,
                            self.max_completion_tokens or self.max_tokens, self.seed, stop)
+
+
+def _text(content: Any, param: str) -> str:
+    """A message's content: a string, or a list of text parts (joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type", "text") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise InvalidInput(f"{param}[{j}] must be a text part "
+                                   '({"type": "text", "text": "..."})', f"{param}[{j}]")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise InvalidInput(f"{param} must be a string or a list of text parts", param)
 
 
 def usage_out(usage: Usage) -> dict[str, Any]:
@@ -75,6 +98,7 @@ def _finish(done: DoneEvent | None) -> str:
 class OpenAIController(Controller):
     path = "/v1"
     tags = ["openai"]
+    exception_handlers = OPENAI_EXCEPTION_HANDLERS
 
     @get("/models")
     async def models(self, chat: ChatDep, user: UserDep) -> dict[str, Any]:
@@ -87,11 +111,10 @@ class OpenAIController(Controller):
 
     @post("/chat/completions", status_code=200)
     async def completions(
-        self, request: Request[Any, Any, Any], chat: ChatDep, user: UserDep,
-        data: ChatCompletionIn,
+        self, chat: ChatDep, settings: SettingsDep, user: UserDep, data: ChatCompletionIn,
     ) -> Any:
-        model, generation, _ = await complete(chat, data.to_messages(), data.options(), user)
-        headers = {**chat.gate.headers(user), "x-chatbox-model": model}
+        model, generation, _ = await chat.complete(data.to_messages(), data.options(), user)
+        headers = {**chat.limit_headers(user), "x-chatbox-model": model}
         route = getattr(getattr(generation, "ticket", None), "route", None)
         if route is not None:
             headers["x-chatbox-route"] = route.reason
@@ -104,8 +127,8 @@ class OpenAIController(Controller):
         if data.stream:
             include_usage = bool((data.stream_options or {}).get("include_usage"))
             body = _chunks(generation, ident, created, model, include_usage)
-            heartbeat = request.app.state.settings.heartbeat_s
-            return Stream(with_heartbeats(body, heartbeat), media_type="text/event-stream",
+            return Stream(with_heartbeats(body, settings.heartbeat_s),
+                          media_type="text/event-stream",
                           headers={**SSE_HEADERS, **headers})
         text, done = [], None
         try:
@@ -117,7 +140,7 @@ class OpenAIController(Controller):
         finally:
             generation.cancel()  # no-op once finished; frees the slot if the client left
         if done is None or done.finish_reason == "error":
-            raise InvalidInput(done.error if done and done.error else "generation failed")
+            raise GenerationFailed(done.error if done and done.error else "generation failed")
         return Response({
             "id": ident, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "finish_reason": _finish(done),

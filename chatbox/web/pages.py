@@ -8,8 +8,8 @@ from typing import Annotated, Any
 from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
+from chatbox.accounts import User
 from chatbox.chat import (
-    ChatError,
     ChatService,
     InvalidInput,
     NotFound,
@@ -17,8 +17,9 @@ from chatbox.chat import (
     TurnRun,
     TurnView,
 )
-from chatbox.store import Store, User
-from chatbox.web.deps import ChatDep, StoreDep, UserDep
+from chatbox.knowledge import Knowledge
+from chatbox.web import urls
+from chatbox.web.deps import ChatDep, KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui import (
     FORM,
@@ -73,16 +74,15 @@ class PagesController(Controller):
     # -- pages -------------------------------------------------------------------------
 
     @get("/")
-    async def index(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
-                    user: UserDep) -> Response[str]:
+    async def index(self, request: AnyRequest, chat: ChatDep, user: UserDep) -> Response[str]:
         """A new, empty chat."""
         return html(request, "chat.html", conv=None, view=None, turns=[], running=None,
                     documents=[], models=chat.models.names(),
                     default_model=chat.expected_model(user, None),
-                    convs=await sidebar(store, user))
+                    convs=await sidebar(chat, user))
 
     @get("/c/{conv_id:str}")
-    async def conversation(self, request: AnyRequest, chat: ChatDep, store: StoreDep,
+    async def conversation(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
                            user: UserDep, conv_id: str, turn: str | None = None,
                            ) -> Response[str]:
         """One conversation: its active branch, streaming on if an answer is running.
@@ -92,66 +92,61 @@ class PagesController(Controller):
         """
         shown = turn if turn and await chat.open_at(user, conv_id, turn) else None
         view = await chat.view(user, conv_id, show=shown)
-        return html(request, "chat.html", convs=await sidebar(store, user),
-                    **await conversation_context(chat, user, view))
+        return html(request, "chat.html", convs=await sidebar(chat, user),
+                    **await conversation_context(chat, knowledge, user, view))
 
     # -- sending -----------------------------------------------------------------------
 
     @post("/ui/new/send", status_code=200)
     async def send_new(
-        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
+        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep,
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Start a conversation with its first message; the page becomes that chat."""
         if not data.content.strip():
             raise InvalidInput("the message is empty")
-        model = _blank(data.model)
-        if model is not None:
-            chat.resolve_model(model)
-        conv = await store.conversations.create(user.id, None, _blank(data.system_prompt),
-                                                model)
-        try:
-            await chat.send(user, conv.id, data.content)
-        except ChatError:
-            await store.conversations.delete(user.id, conv.id)  # no empty chats left behind
-            raise
+        conv = await chat.start_conversation(
+            user, lambda c: chat.send(user, c.id, data.content),
+            _blank(data.system_prompt), _blank(data.model))
         view = await chat.view(user, conv.id)
-        body = render(request, "_chat.html", **await conversation_context(chat, user, view))
-        body += render(request, "_sidebar.html", convs=await sidebar(store, user),
+        body = render(request, "_chat.html",
+                      **await conversation_context(chat, knowledge, user, view))
+        body += render(request, "_sidebar.html", convs=await sidebar(chat, user),
                        conv=view.conversation, oob=True)
         return Response(body, media_type="text/html",
-                        headers={"HX-Push-Url": f"/c/{conv.id}"})
+                        headers={"HX-Push-Url": urls.conversation(conv.id)})
 
     @post("/ui/c/{conv_id:str}/send", status_code=200)
     async def send(
-        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
-        conv_id: str, data: Annotated[MessageForm, FORM],
+        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+        data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Append the user's bubble and a streaming answer bubble."""
         run = await chat.send(user, conv_id, data.content)
-        return await self._appended(request, chat, store, user, run)
+        return await self._appended(request, chat, user, run)
 
-    async def _appended(self, request: AnyRequest, chat: ChatService, store: Store,
-                        user: User, run: TurnRun) -> Response[str]:
+    async def _appended(self, request: AnyRequest, chat: ChatService, user: User,
+                        run: TurnRun) -> Response[str]:
         conv = await chat.conversation(user, run.conversation_id)
-        user_turn = (await store.turns.get(conv.id, run.user_turn_id)
+        user_turn = (await chat.turn(user, conv.id, run.user_turn_id)
                      if run.user_turn_id else None)
         body = ""
         if user_turn is not None:
             body += render(request, "_turn.html", conv=conv, tv=TurnView(user_turn,
                                                                         [user_turn.id]))
         body += render(request, "_streaming.html", conv=conv, run=run)
-        body += render(request, "_sidebar.html", convs=await sidebar(store, user), conv=conv,
+        body += render(request, "_sidebar.html", convs=await sidebar(chat, user), conv=conv,
                        oob=True)
         return Response(body, media_type="text/html")
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
     async def stream(
-        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str,
-        last_id: LastEventId = None,
+        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, settings: SettingsDep,
+        user: UserDep, conv_id: str, turn_id: str, last_id: LastEventId = None,
     ) -> Stream:
         """SSE for a streaming bubble: rendered HTML as it grows, then the final bubble."""
-        return await ui_stream(request, chat, user, conv_id, turn_id, last_event_id(last_id))
+        return await ui_stream(request, chat, knowledge, user, conv_id, turn_id,
+                               last_event_id(last_id), settings.heartbeat_s)
 
     @post("/ui/c/{conv_id:str}/stop", status_code=204)
     async def stop(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
@@ -160,20 +155,20 @@ class PagesController(Controller):
 
     # -- branches ----------------------------------------------------------------------
 
-    async def _turns(self, request: AnyRequest, chat: ChatService, user: User,
-                     conv_id: str) -> Response[str]:
+    async def _turns(self, request: AnyRequest, chat: ChatService, knowledge: Knowledge,
+                     user: User, conv_id: str) -> Response[str]:
         view = await chat.view(user, conv_id)
-        context = await conversation_context(chat, user, view)
+        context = await conversation_context(chat, knowledge, user, view)
         body = render(request, "_turns.html", **context)
         body += render(request, "_context.html", oob=True, **context)
         return Response(body, media_type="text/html")
 
     @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
-    async def regenerate(self, request: AnyRequest, chat: ChatDep, user: UserDep,
-                         conv_id: str, turn_id: str) -> Response[str]:
+    async def regenerate(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
+                         user: UserDep, conv_id: str, turn_id: str) -> Response[str]:
         """A new answer beside this one (the old stays as a sibling branch)."""
         await chat.regenerate(user, conv_id, turn_id, TurnOptions())
-        return await self._turns(request, chat, user, conv_id)
+        return await self._turns(request, chat, knowledge, user, conv_id)
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
     async def turn(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
@@ -192,24 +187,26 @@ class PagesController(Controller):
         return html(request, "_edit.html", conv=conv, tv=tv)
 
     @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
-    async def edit(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
-                   turn_id: str, data: Annotated[MessageForm, FORM]) -> Response[str]:
+    async def edit(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
+                   user: UserDep, conv_id: str, turn_id: str,
+                   data: Annotated[MessageForm, FORM]) -> Response[str]:
         """Send an edited version of a message as a new branch."""
         await chat.edit(user, conv_id, turn_id, data.content)
-        return await self._turns(request, chat, user, conv_id)
+        return await self._turns(request, chat, knowledge, user, conv_id)
 
     @post("/ui/c/{conv_id:str}/branch", status_code=200)
-    async def branch(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+    async def branch(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
+                     user: UserDep, conv_id: str,
                      data: Annotated[BranchForm, FORM]) -> Response[str]:
         """Show a sibling branch (‹ 1/2 ›)."""
         await chat.switch_branch(user, conv_id, data.turn_id)
-        return await self._turns(request, chat, user, conv_id)
+        return await self._turns(request, chat, knowledge, user, conv_id)
 
     # -- the conversation itself -------------------------------------------------------
 
     @post("/ui/c/{conv_id:str}/settings", status_code=200)
     async def settings(
-        self, request: AnyRequest, chat: ChatDep, store: StoreDep, user: UserDep,
+        self, request: AnyRequest, chat: ChatDep, user: UserDep,
         conv_id: str, data: Annotated[SettingsForm, FORM],
     ) -> Response[str]:
         """Rename, pick the model, or set the system prompt."""
@@ -220,12 +217,11 @@ class PagesController(Controller):
             changes["system_prompt"] = _blank(data.system_prompt)
         if data.model is not None:
             changes["model"] = chat.resolve_model(_blank(data.model))
-        if await store.conversations.update(user.id, conv_id, **changes) is None:
-            raise NotFound("conversation not found")
+        await chat.update_conversation(user, conv_id, **changes)
         view = await chat.view(user, conv_id)
         context = chat_context(chat, view)
         body = render(request, "_header.html", **context)
-        body += render(request, "_sidebar.html", convs=await sidebar(store, user),
+        body += render(request, "_sidebar.html", convs=await sidebar(chat, user),
                        oob=True, **context)
         return Response(body, media_type="text/html")
 
@@ -233,4 +229,4 @@ class PagesController(Controller):
     async def delete(self, chat: ChatDep, user: UserDep, conv_id: str) -> Response[str]:
         """Delete the conversation and go to a new chat."""
         await chat.delete(user, conv_id)
-        return Response("", headers={"HX-Redirect": "/"})
+        return Response("", headers={"HX-Redirect": urls.home()})

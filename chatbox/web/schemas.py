@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chatbox.chat import ConversationView, TurnOptions
-from chatbox.store import Conversation, Turn
+from chatbox.chat import Conversation, ConversationView, Turn, TurnOptions
 
 
 @dataclass

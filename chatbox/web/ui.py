@@ -13,10 +13,12 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import Body
 from litestar.response import Stream
 
+from chatbox.accounts import User
 from chatbox.chat import (
     Busy,
     ChatError,
     ChatService,
+    Conversation,
     ConversationView,
     InvalidInput,
     NotFound,
@@ -28,8 +30,15 @@ from chatbox.chat import (
     TurnView,
     UnknownModel,
 )
-from chatbox.store import Store, User
-from chatbox.web.render import markdown, render_markdown
+from chatbox.knowledge import (
+    EmbeddingUnavailable,
+    Knowledge,
+    KnowledgeError,
+    NotFoundError,
+    RejectedFile,
+)
+from chatbox.web.errors import classify
+from chatbox.web.render import render_markdown
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 
 # The body marker of every HTML form post.
@@ -37,19 +46,10 @@ FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
 
 AnyRequest = Request[Any, Any, Any]
 
-# The file types the attach and upload buttons offer (the ingestion decides, not this list).
-UPLOAD_ACCEPT = (".txt,.text,.md,.markdown,.html,.htm,.pdf,"
-                 "text/plain,text/markdown,text/html,application/pdf")
-
 
 def env(request: AnyRequest) -> Environment:
-    """The app's Jinja environment, with the UI's filters registered."""
-    jinja: Environment = request.app.template_engine.engine  # type: ignore[union-attr]
-    if "markdown" not in jinja.filters:
-        jinja.filters["markdown"] = markdown
-        jinja.globals["upload_accept"] = UPLOAD_ACCEPT
-        jinja.trim_blocks = jinja.lstrip_blocks = True  # leaner partials and SSE frames
-    return jinja
+    """The app's Jinja environment (configured once, by chatbox.web.templating)."""
+    return request.app.template_engine.engine  # type: ignore[union-attr,no-any-return]
 
 
 def render(request: AnyRequest, template: str, /, **context: Any) -> str:
@@ -89,65 +89,80 @@ def chat_context(chat: ChatService, view: ConversationView) -> dict[str, Any]:
     }
 
 
-async def conversation_context(chat: ChatService, user: User, view: ConversationView
-                               ) -> dict[str, Any]:
+async def conversation_context(chat: ChatService, knowledge: Knowledge, user: User,
+                               view: ConversationView) -> dict[str, Any]:
     """chat_context plus what the answers cited and the conversation's attached documents."""
     context = chat_context(chat, view)
     answers = [tv.turn.id for tv in context["turns"] if tv.turn.role == "assistant"]
-    context["cited"] = await chat.store.documents.citations(user.id, answers)
-    context["documents"] = await chat.store.documents.list(user.id, view.conversation.id)
+    context["cited"] = await knowledge.documents.citations(user.id, answers)
+    context["documents"] = await knowledge.documents.list(user.id, view.conversation.id)
     return context
 
 
 # -- errors ------------------------------------------------------------------------------
 
-def _friendly(exc: Exception) -> tuple[int, str, dict[str, str]]:
-    """Status, a message a person can act on, and headers."""
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def friendly_message(exc: Exception, refused: str = "Not attached") -> str:
+    """A sentence a person can act on (the status comes from the one error map)."""
     if isinstance(exc, Busy):
-        return 409, ("Still writing the previous answer. Stop it (Esc) or wait for it to "
-                     "finish, then send again."), {}
+        return ("Still writing the previous answer. Stop it (Esc) or wait for it to "
+                "finish, then send again.")
     if isinstance(exc, TooLong):
-        return 413, f"That message is too long for this model: {exc}.", {}
+        return f"That message is too long for this model: {exc}."
     if isinstance(exc, InvalidInput):
-        text = str(exc)
-        if "empty" in text:
-            text = "Type a message first."
-        return 422, text[:1].upper() + text[1:], {}
+        text = "Type a message first." if "empty" in str(exc) else str(exc)
+        return text[:1].upper() + text[1:]
     if isinstance(exc, RateLimited):
-        wait = exc.retry_after
         reason = {"budget": "You have used this period's token budget.",
                   "streams": "You already have the most answers running at once."}.get(
                       exc.kind, "You are sending messages faster than your plan allows.")
-        return 429, (f"{reason} Please try again in {wait} second{'s' if wait != 1 else ''}."
-                     ), dict(exc.headers)
+        return f"{reason} Please try again in {_plural(exc.retry_after, 'second')}."
     if isinstance(exc, Overloaded):
-        wait = exc.retry_after
-        return 503, (f"The server is busy right now. Please try again in {wait} "
-                     f"second{'s' if wait != 1 else ''}."), {"Retry-After": str(wait)}
+        return (f"The server is busy right now. Please try again in "
+                f"{_plural(exc.retry_after, 'second')}.")
     if isinstance(exc, UnknownModel):
-        return 404, f"That model is not available. Available: {', '.join(exc.available)}.", {}
+        return f"That model is not available. Available: {', '.join(exc.available)}."
     if isinstance(exc, NotFound):
-        return 404, "That conversation or message no longer exists.", {}
+        return "That conversation or message no longer exists."
+    if isinstance(exc, NotFoundError):
+        return "That conversation or document no longer exists."
+    if isinstance(exc, EmbeddingUnavailable):
+        return "Documents need the embedding model, which is not installed here."
+    if isinstance(exc, KnowledgeError):
+        text = str(exc).strip().rstrip(".") or "the file could not be read"
+        if isinstance(exc, RejectedFile):
+            text = f"{refused}: {text}"
+        return text[:1].upper() + text[1:] + "."
     if isinstance(exc, ChatError):
-        return 500, str(exc), {}
+        return str(exc)
+    if isinstance(exc, ValidationException):
+        return "That request was not understood; please reload the page."
     if isinstance(exc, HTTPException):
-        message = str(exc.detail)
-        if isinstance(exc, ValidationException):
-            message = "That request was not understood; please reload the page."
-        return exc.status_code, message, dict(exc.headers or {})
-    return 500, "Something went wrong on the server.", {}
+        return str(exc.detail)
+    return "Something went wrong on the server."
 
 
-def ui_error_handler(request: AnyRequest, exc: Exception) -> Response[str]:
+def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached"
+             ) -> Response[str]:
     """htmx requests get an inline alert (swapped into #alerts); pages get an error page."""
-    status, message, headers = _friendly(exc)
+    problem = classify(exc)
+    status, message, headers = problem.status, friendly_message(exc, refused), problem.headers
     if request.headers.get("HX-Request") == "true":
         headers = {**headers, "HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
         return html(request, "_alert.html", status, headers, message=message, status=status)
     return html(request, "error.html", status, headers, message=message, status=status)
 
 
-UI_EXCEPTION_HANDLERS = {ChatError: ui_error_handler, HTTPException: ui_error_handler}
+def ui_error_handler(request: AnyRequest, exc: Exception) -> Response[str]:
+    return ui_error(request, exc)
+
+
+UI_EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    cls: ui_error_handler
+    for cls in (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)}
 
 
 # -- the streaming bubble ----------------------------------------------------------------
@@ -167,22 +182,23 @@ async def final_turn(chat: ChatService, user: User, conv_id: str, turn_id: str
     for tv in view.turns:
         if tv.turn.id == turn_id:
             return tv, view
-    turn = await chat.store.turns.get(conv_id, turn_id)
+    turn = await chat.turn(user, conv_id, turn_id)
     return (TurnView(turn, [turn.id]) if turn else None), view
 
 
-async def _final_frame(request: AnyRequest, chat: ChatService, user: User, conv_id: str,
-                       turn_id: str, event_id: int | str) -> bytes:
+async def _final_frame(request: AnyRequest, chat: ChatService, knowledge: Knowledge,
+                       user: User, conv_id: str, turn_id: str, event_id: int | str) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
-    cited = await chat.store.documents.citations(user.id, [turn_id]) if tv else {}
+    cited = await knowledge.documents.citations(user.id, [turn_id]) if tv else {}
     body = render(request, "_done.html", tv=tv, view=view, turn_id=turn_id, cited=cited,
                   conv=view.conversation if view else None,
-                  convs=await chat.store.conversations.list(user.id) if view else [])
+                  convs=await chat.conversations(user) if view else [])
     return frame("done", body, event_id)
 
 
 async def ui_events(
-    request: AnyRequest, chat: ChatService, user: User, run: TurnRun, after: int
+    request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, run: TurnRun,
+    after: int,
 ) -> AsyncIterator[bytes]:
     """`html` events (the whole answer so far, rendered) then one `done` (the final bubble).
 
@@ -190,8 +206,8 @@ async def ui_events(
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
     if run.finished and after >= len(run.events):  # reconnected after the end: say it again
-        yield await _final_frame(request, chat, user, run.conversation_id, run.turn_id,
-                                 run.events[-1].id)
+        yield await _final_frame(request, chat, knowledge, user, run.conversation_id,
+                                 run.turn_id, run.events[-1].id)
         return
     text = _text_until(run, after)
     follow = cast(AsyncGenerator[RunEvent, None], run.follow(after))
@@ -207,8 +223,8 @@ async def ui_events(
                 yield frame("html", f'<p class="queue-note" role="status">The server is busy: '
                                     f'you are number {position} in line…</p>', event.id)
             elif event.terminal:
-                yield await _final_frame(request, chat, user, run.conversation_id,
-                                         run.turn_id, event.id)
+                yield await _final_frame(request, chat, knowledge, user,
+                                         run.conversation_id, run.turn_id, event.id)
 
 
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
@@ -216,8 +232,8 @@ async def _one(chunk: bytes) -> AsyncIterator[bytes]:
 
 
 async def ui_stream(
-    request: AnyRequest, chat: ChatService, user: User, conv_id: str, turn_id: str,
-    after: int,
+    request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, conv_id: str,
+    turn_id: str, after: int, heartbeat_s: float,
 ) -> Stream:
     """The SSE behind a streaming bubble; a finished or unknown answer gets its final form.
 
@@ -231,14 +247,13 @@ async def ui_stream(
         run = None
     if run is None:
         body: AsyncIterator[bytes] = _one(
-            await _final_frame(request, chat, user, conv_id, turn_id, "final")
+            await _final_frame(request, chat, knowledge, user, conv_id, turn_id, "final")
         )
     else:
-        body = ui_events(request, chat, user, run, after)
-    heartbeat = request.app.state.settings.heartbeat_s
-    return Stream(with_heartbeats(body, heartbeat), media_type="text/event-stream",
+        body = ui_events(request, chat, knowledge, user, run, after)
+    return Stream(with_heartbeats(body, heartbeat_s), media_type="text/event-stream",
                   headers=SSE_HEADERS)
 
 
-async def sidebar(store: Store, user: User) -> list[Any]:
-    return await store.conversations.list(user.id)
+async def sidebar(chat: ChatService, user: User) -> list[Conversation]:
+    return await chat.conversations(user)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chatbox.chat import Overloaded, RateLimited
-from chatbox.chat.admission import Admission, TokenBucket
+from chatbox.chat.admission import Gatekeeper, TokenBucket
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
 from chatbox.engine.types import EngineStats, Usage
@@ -47,10 +47,10 @@ async def store(tmp_path: Path) -> Any:
     await s.close()
 
 
-def gate(store: Store, stats: dict[str, EngineStats], clock: Clock) -> Admission:
+def gate(store: Store, stats: dict[str, EngineStats], clock: Clock) -> Gatekeeper:
     policy = Policy.from_dict(POLICY)
     router = Router(policy, lambda: ["small", "large"], lambda: "small", random.Random(1))
-    return Admission(policy, store.usage, router, stats.get, clock=clock)
+    return Gatekeeper(policy, store.usage, router, stats.get, clock=clock)
 
 
 def test_bucket_refills_continuously() -> None:

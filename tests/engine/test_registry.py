@@ -11,10 +11,10 @@ import pytest
 from chatbox.engine.manifest import Manifest, default_manifest_path
 from chatbox.engine.modelfile import InvalidModelFile
 from chatbox.engine.registry import (
+    ModelNotInstalled,
     ModelRegistry,
     ModelUnavailable,
     RegistryError,
-    UnknownModel,
 )
 from tests.tinymodel import make_tiny_gguf
 
@@ -45,7 +45,7 @@ def test_manifest_is_committed_and_parses() -> None:
 
 
 def test_builtin_default_is_smollm2(reg: ModelRegistry, smollm2_gguf: Path) -> None:
-    entries = {e.name: e for e in reg.list()}
+    entries = {e.name: e for e in reg.entries()}
     assert entries["smollm2"].available and entries["smollm2"].builtin
     assert entries["smollm2"].path == smollm2_gguf
     default = reg.resolve_default()
@@ -57,9 +57,9 @@ def test_builtin_default_is_smollm2(reg: ModelRegistry, smollm2_gguf: Path) -> N
 
 def test_no_models_anywhere(tmp_path: Path, empty_manifest: Path) -> None:
     reg = ModelRegistry(tmp_path / "models", empty_manifest)
-    assert reg.list() == []
+    assert reg.entries() == []
     assert reg.resolve_default() is None
-    with pytest.raises(UnknownModel, match="available: none"):
+    with pytest.raises(ModelNotInstalled, match="available: none"):
         reg.get("smollm2")
 
 
@@ -107,7 +107,7 @@ def test_add_names_defaults_and_duplicates(reg: ModelRegistry, tiny_gguf: Path) 
     reg.set_default("tiny-b")
     fresh = ModelRegistry(reg.models_dir, installer=_no_pip)  # persisted
     assert fresh.get("tiny-b").is_default
-    assert [e.name for e in fresh.list() if e.is_default] == ["tiny-b"]
+    assert [e.name for e in fresh.entries() if e.is_default] == ["tiny-b"]
 
 
 def test_remove(reg: ModelRegistry, tiny_gguf: Path, smollm2_gguf: Path) -> None:
@@ -122,12 +122,12 @@ def test_remove(reg: ModelRegistry, tiny_gguf: Path, smollm2_gguf: Path) -> None
     assert linked.name not in reg.names()
     with pytest.raises(RegistryError, match="built-in"):
         reg.remove("smollm2")
-    with pytest.raises(UnknownModel, match="smollm2"):
+    with pytest.raises(ModelNotInstalled, match="smollm2"):
         reg.remove("copied")
 
 
 def test_default_errors(reg: ModelRegistry, tiny_gguf: Path) -> None:
-    with pytest.raises(UnknownModel, match="no model named 'zzz'"):
+    with pytest.raises(ModelNotInstalled, match="no model named 'zzz'"):
         reg.set_default("zzz")
     entry = reg.add(tiny_gguf, name="gone")
     assert entry.path is not None
@@ -143,7 +143,7 @@ def test_corrupt_registry_file(reg: ModelRegistry) -> None:
     reg.models_dir.mkdir(parents=True)
     reg.registry_path.write_text("{not json")
     with pytest.raises(RegistryError, match="unreadable"):
-        reg.list()
+        reg.entries()
 
 
 def test_add_package_builtin_already_installed(reg: ModelRegistry, smollm2_gguf: Path) -> None:

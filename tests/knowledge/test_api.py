@@ -52,7 +52,10 @@ def test_embeddings_openai_shape(two) -> None:  # type: ignore[no-untyped-def]
     assert [d["index"] for d in many.json()["data"]] == [0, 1]
     bad = client.post("/v1/embeddings", json={"input": "x", "model": "nope"}, headers=admin)
     assert bad.status_code == 404
-    assert client.post("/v1/embeddings", json={"input": []}, headers=admin).status_code == 422
+    empty = client.post("/v1/embeddings", json={"input": []}, headers=admin)
+    assert empty.status_code == 400  # as OpenAI's API answers invalid input
+    assert empty.json()["error"] == {"message": empty.json()["error"]["message"],
+                                     "type": "invalid_request_error", "param": "input"}
 
 
 def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def]

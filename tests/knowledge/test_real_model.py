@@ -52,7 +52,7 @@ def _wait_for_facts(client: TestClient, headers: dict[str, str]) -> list[dict[st
 
 def test_extraction_after_idle_then_retrieval(real) -> None:  # type: ignore[no-untyped-def]
     client, admin, bob = real
-    knowledge: Knowledge = client.app.state.knowledge
+    knowledge: Knowledge = client.app.state.services.knowledge
     seen: list[GenerationRequest] = []
     engine_source = knowledge.extractor.engine
 

@@ -40,7 +40,7 @@ def test_unauthenticated_api_is_401_json_and_pages_redirect_to_login(box: Box) -
 def test_revoked_key_and_disabled_user_stop_working_at_once(box: Box) -> None:
     c = box.client
     assert c.get("/v1/conversations", headers=box.h("ann")).status_code == 200
-    store = c.app.state.store
+    store = c.app.state.services.store
 
     async def revoke() -> None:
         ann = await store.users.get_by_name("ann")
@@ -216,7 +216,7 @@ def test_admin_sees_usage_but_members_do_not(box: Box) -> None:
 
 
 def test_first_start_creates_an_admin_once(tmp_path: Path, tiny_gguf: Path) -> None:
-    from chatbox.app import ensure_admin
+    from chatbox.accounts import ensure_admin
     from chatbox.store import Store
     from tests.conftest import test_settings
 

@@ -52,12 +52,12 @@ def test_refused_files_name_the_problem_inline(client: TestClient) -> None:
 
 def test_too_large_and_encrypted_are_refused(client: TestClient) -> None:
     conv_id, _ = start_chat(client)
-    limit = client.app.state.knowledge.documents.max_bytes
-    client.app.state.knowledge.documents.max_bytes = 100
+    limit = client.app.state.services.knowledge.documents.max_bytes
+    client.app.state.services.knowledge.documents.max_bytes = 100
     try:
         response = attach(client, conv_id, "big.txt", b"word " * 100, "text/plain")
     finally:
-        client.app.state.knowledge.documents.max_bytes = limit
+        client.app.state.services.knowledge.documents.max_bytes = limit
     assert response.status_code == 413 and "limit" in response.text
     from io import BytesIO
 

@@ -111,12 +111,12 @@ def test_refused_files_say_why_and_store_nothing(client: TestClient) -> None:
     writer.write(buf)
     response = upload(client, "locked.pdf", buf.getvalue(), "application/pdf")
     assert response.status_code == 422 and "encrypted" in response.text
-    limit = client.app.state.knowledge.documents.max_bytes
-    client.app.state.knowledge.documents.max_bytes = 100
+    limit = client.app.state.services.knowledge.documents.max_bytes
+    client.app.state.services.knowledge.documents.max_bytes = 100
     try:
         response = upload(client, "big.txt", b"word " * 100, "text/plain")
     finally:
-        client.app.state.knowledge.documents.max_bytes = limit
+        client.app.state.services.knowledge.documents.max_bytes = limit
     assert response.status_code == 413 and "limit" in response.text
     assert client.get("/v1/documents").json()["data"] == []
     assert "Your library is empty" in client.get("/library").text

@@ -7,7 +7,8 @@ import re
 from litestar.testing import TestClient
 
 from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong, TurnRun
-from chatbox.web.ui import _friendly, ui_events
+from chatbox.web.errors import classify
+from chatbox.web.ui import friendly_message, ui_events
 from tests.sse import Event, parse_sse
 
 HX = {"HX-Request": "true"}
@@ -170,6 +171,11 @@ def test_errors_are_friendly_inline_alerts(client: TestClient) -> None:
     assert "no longer exists" in missing.text
 
 
+def _friendly(exc: Exception) -> tuple[int, str, dict[str, str]]:
+    problem = classify(exc)
+    return problem.status, friendly_message(exc), problem.headers
+
+
 def test_friendly_messages() -> None:
     status, message, headers = _friendly(Overloaded("queue full", retry_after=7))
     assert (status, headers) == (503, {"Retry-After": "7"}) and "7 seconds" in message
@@ -183,7 +189,7 @@ async def test_bubble_stream_resumes_mid_answer_with_the_whole_text() -> None:
     run.publish("start", {"turn_id": "t_2"})
     run.publish("token", {"text": "Hel"})
     run.publish("token", {"text": "lo"})
-    stream = ui_events(None, None, None, run, after=2)  # type: ignore[arg-type]
+    stream = ui_events(None, None, None, None, run, after=2)  # type: ignore[arg-type]
     first = list(parse_sse(iter((await anext(stream)).decode().split("\n"))))
     assert [(e.id, e.event, e.data) for e in first] == [("3", "html", "<p>Hello</p>\n")]
     run.publish("token", {"text": " **you**"})

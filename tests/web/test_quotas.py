@@ -165,11 +165,11 @@ def test_canary_sends_a_share_of_a_tier_and_tags_usage(tmp_path: Path,
 def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path,
                                                          tiny_gguf: Path) -> None:
     with gateway_box(tmp_path, tiny_gguf) as box:
-        settings = box.client.app.state.settings
+        settings = box.client.app.state.services.settings
     registry = ModelRegistry(settings.models_path)
     with LiveServer(settings, registry) as live:
         app = live.server.config.app
-        engine = app.state.models.pool._engines["tiny"]
+        engine = app.state.services.models.pool._engines["tiny"]
         gate = threading.Event()
         engine._scheduler.call(lambda: gate.wait(30))  # hold the decode thread
         keys = box.keys
@@ -216,7 +216,7 @@ async def test_the_streaming_bubble_shows_the_queue_position() -> None:
     run = TurnRun("c_1", "t_2", "t_1", "tiny", "t_1", grace_s=1.0)
     run.publish("start", {"turn_id": "t_2"})
     run.publish("queued", {"position": 3})
-    frames = ui_events(None, None, None, run, 0)  # type: ignore[arg-type]
+    frames = ui_events(None, None, None, None, run, 0)  # type: ignore[arg-type]
     first = await anext(frames)
     await frames.aclose()
     assert b"event: html" in first and b"you are number 3 in line" in first

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from chatbox.store import Store, UsageRow
+from chatbox.store.usage import day_of
+
+__all__ = ["day_of", "usage_report"]
 
 
 def row_out(row: UsageRow) -> dict[str, Any]:

@@ -1,0 +1,172 @@
+"""The one table of the UI's URLs: templates (as the global `urls`) and handlers build paths here.
+
+One function per route, named after its handler (so a move to Litestar's `url_for` stays
+mechanical). Path segments are percent-encoded; the ids the app makes pass through unchanged.
+Changing a route's path means changing its handler and its line here, and nothing else.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def _seg(value: object) -> str:
+    """One path segment, percent-encoded (a '/' in it cannot reach another route)."""
+    return quote(str(value), safe="")
+
+
+def _conv(conv_id: str) -> str:
+    return f"/ui/c/{_seg(conv_id)}"
+
+
+def _turn(conv_id: str, turn_id: str) -> str:
+    return f"{_conv(conv_id)}/turns/{_seg(turn_id)}"
+
+
+# -- pages -------------------------------------------------------------------------------
+
+def home() -> str:
+    """The start page: a new chat."""
+    return "/"
+
+
+def conversation(conv_id: str, *, turn: str | None = None, q: str | None = None) -> str:
+    """A conversation's page; with `turn`, scrolled to that turn (and `q` highlighted there)."""
+    url = f"/c/{_seg(conv_id)}"
+    if turn is None:
+        return url
+    query = f"?turn={quote(turn, safe='')}"
+    if q:
+        query += f"&q={quote(q, safe='/')}"  # as Jinja's `urlencode` filter quotes
+    return f"{url}{query}#turn-{quote(turn, safe='')}"
+
+
+def memory() -> str:
+    return "/memory"
+
+
+def library() -> str:
+    return "/library"
+
+
+def admin_usage() -> str:
+    return "/admin/usage"
+
+
+def login(next_path: str | None = None) -> str:
+    """The login page; `next_path` is where to go after (the start page when omitted)."""
+    page = "/login"
+    if not next_path or next_path in (home(), page):
+        return page
+    return f"{page}?next={quote(next_path)}"
+
+
+def logout() -> str:
+    return "/logout"
+
+
+def static(path: str) -> str:
+    """A file under static/ (e.g. "app.css", "vendor/htmx.min.js")."""
+    return f"/static/{quote(path.lstrip('/'))}"
+
+
+# -- a conversation's partials (htmx) ----------------------------------------------------
+
+def send_new() -> str:
+    """The first message of a new chat (creates the conversation)."""
+    return "/ui/new/send"
+
+
+def send(conv_id: str) -> str:
+    return f"{_conv(conv_id)}/send"
+
+
+def stop(conv_id: str) -> str:
+    return f"{_conv(conv_id)}/stop"
+
+
+def stream(conv_id: str, turn_id: str) -> str:
+    """The SSE behind a streaming answer."""
+    return f"{_turn(conv_id, turn_id)}/stream"
+
+
+def turn(conv_id: str, turn_id: str) -> str:
+    return _turn(conv_id, turn_id)
+
+
+def edit(conv_id: str, turn_id: str) -> str:
+    """GET: the edit form; POST: send the edited message as a new version."""
+    return f"{_turn(conv_id, turn_id)}/edit"
+
+
+def regenerate(conv_id: str, turn_id: str) -> str:
+    return f"{_turn(conv_id, turn_id)}/regenerate"
+
+
+def sources(conv_id: str, turn_id: str) -> str:
+    """The passages an answer cited."""
+    return f"{_turn(conv_id, turn_id)}/sources"
+
+
+def branch(conv_id: str) -> str:
+    return f"{_conv(conv_id)}/branch"
+
+
+def settings(conv_id: str) -> str:
+    """Title, system prompt and model of a conversation."""
+    return f"{_conv(conv_id)}/settings"
+
+
+def delete(conv_id: str) -> str:
+    return f"{_conv(conv_id)}/delete"
+
+
+def attach_new() -> str:
+    """A document attached before the first message (creates the conversation)."""
+    return "/ui/new/documents"
+
+
+def attach(conv_id: str) -> str:
+    return f"{_conv(conv_id)}/documents"
+
+
+def detach(conv_id: str, doc_id: str) -> str:
+    return f"{_conv(conv_id)}/documents/{_seg(doc_id)}/delete"
+
+
+def search() -> str:
+    """The sidebar's search of the user's conversations."""
+    return "/ui/search"
+
+
+def passage(chunk_id: int) -> str:
+    return f"/ui/passages/{_seg(chunk_id)}"
+
+
+# -- memory and library partials ---------------------------------------------------------
+
+def add_fact() -> str:
+    return "/ui/memory/add"
+
+
+def edit_fact(fact_id: str) -> str:
+    return f"/ui/memory/{_seg(fact_id)}/edit"
+
+
+def delete_fact(fact_id: str) -> str:
+    return f"/ui/memory/{_seg(fact_id)}/delete"
+
+
+def memory_switch() -> str:
+    """Memory on or off for the user."""
+    return "/ui/memory/enabled"
+
+
+def upload() -> str:
+    """A document added to the user's library."""
+    return "/ui/library/documents"
+
+
+def remove(doc_id: str) -> str:
+    """A document deleted from the user's library."""
+    return f"/ui/library/documents/{_seg(doc_id)}/delete"
