@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
 from chatbox.chat.metered import MeteredGeneration
@@ -55,10 +57,12 @@ async def complete(
         model = resolve_model(models, options.model)
     try:
         engine = await models.engine(model)
-        tokens = engine.count_tokens(messages)
+        # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
+        tokens = await asyncio.to_thread(engine.count_tokens, messages)
         check_fits(engine, tokens)
         priority = ticket.priority if ticket else 0
-        generation = submit(engine, GenerationRequest(messages, sampling, priority=priority),
+        generation = submit(engine, GenerationRequest(messages, sampling, priority=priority,
+                                             cache_scope=user.id if user else None),
                             gate.policy.overload.retry_after_s)
     except BaseException:
         if ticket:  # nothing ran: give the admission back

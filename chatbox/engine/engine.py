@@ -16,6 +16,7 @@ from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTempl
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.scheduler import Job, Scheduler
+from chatbox.engine.slots import common_prefix
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,
@@ -92,6 +93,7 @@ class LlamaEngine:
         bos = self.model.piece(self.model.bos, special=True).decode("utf-8", "replace")
         eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
         self._bos_text = bos if self.model.bos >= 0 else ""
+        self._public: dict[tuple[ChatMessage, ...], list[int]] = {}  # public_prefix probes
         source = self.model.chat_template()
         if source is None:  # a base model: a plain transcript (see chat_template.py)
             self.template = ChatTemplate(TRANSCRIPT, self._bos_text, eos, TRANSCRIPT_STOPS)
@@ -168,6 +170,23 @@ class LlamaEngine:
     def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
         return len(self.prompt_tokens(messages))
 
+    def public_prefix(self, shared: tuple[ChatMessage, ...], prompt: list[int]) -> int:
+        """Prompt tokens that do not depend on what a user typed: the template around the
+        configured messages `shared`, up to where the first typed message would start.
+
+        Rendering the shared messages followed by two different probe messages and taking
+        their common prefix finds that point for any chat template.
+        """
+        probe = self._public.get(shared)
+        if probe is None:
+            a = self.prompt_tokens((*shared, ChatMessage("user", "A")))
+            b = self.prompt_tokens((*shared, ChatMessage("user", "B")))
+            probe = a[:common_prefix(a, b)]
+            if len(self._public) > 256:
+                self._public.clear()
+            self._public[shared] = probe
+        return common_prefix(probe, prompt)
+
     def submit(
         self, request: GenerationRequest, *, capture_logits: int = 0, ignore_eog: bool = False
     ) -> EngineGeneration:
@@ -199,6 +218,7 @@ class LlamaEngine:
             request=request,
             prompt=prompt,
             sink=sink,
+            public=self.public_prefix(request.messages[:request.shared_messages], prompt),
             capture_logits=capture_logits,
             ignore_eog=ignore_eog,
             lstrip=bool(self.template.stops),

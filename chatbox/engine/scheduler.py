@@ -46,6 +46,7 @@ class Job:
     request: GenerationRequest
     prompt: list[int]
     sink: Callable[[EngineEvent], None]  # thread-safe delivery to the asyncio side
+    public: int = 0  # leading prompt tokens other scopes may share (GenerationRequest)
     order: int = 0
     capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
     ignore_eog: bool = False  # benchmark hook: run to max_tokens even past end-of-turn
@@ -174,7 +175,8 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.active) < self.n_parallel:
             job = self.waiting[0]
-            adm = self.slots.acquire(job.prompt, job.request.cache_key)
+            adm = self.slots.acquire(job.prompt, job.request.cache_key,
+                                     job.request.cache_scope, job.public)
             if adm is None:
                 return
             heapq.heappop(self.waiting)

@@ -42,6 +42,8 @@ class Slot:
     seq: int
     tokens: list[int] = field(default_factory=list)  # exactly what is in KV, positions 0..n-1
     cache_key: str | None = None
+    scope: str | None = None  # whose private text the KV holds (see GenerationRequest)
+    public: int = 0  # leading tokens that anyone may reuse (template, configured prompts)
     busy: bool = False
     last_used: int = 0
     segments: list[list[int]] = field(default_factory=list)  # [[group, length], ...]
@@ -63,6 +65,17 @@ class Parked:
     cache_key: str
     tokens: list[int]
     data: bytes
+    scope: str | None = None
+    public: int = 0
+
+
+def reusable(n: int, held_scope: str | None, held_public: int, scope: str | None,
+             public: int) -> int:
+    """How much of a common prefix of n tokens may be reused across these scopes: all of it
+    within one scope, only the public part (of both) across scopes or without one."""
+    if scope is not None and held_scope == scope:
+        return n
+    return min(n, public, held_public)
 
 
 @dataclass(frozen=True)
@@ -120,13 +133,20 @@ class SlotTable:
         return sum(1 for s in self.slots if not s.busy and s.tokens)
 
     # -- assignment --------------------------------------------------------------------
-    def acquire(self, prompt: Sequence[int], cache_key: str | None) -> SlotAssignment | None:
-        """Pick an idle slot for the prompt, reusing the longest cached prefix available."""
+    def acquire(self, prompt: Sequence[int], cache_key: str | None, scope: str | None = None,
+                public: int = 0) -> SlotAssignment | None:
+        """Pick an idle slot for the prompt, reusing the longest cached prefix it may see.
+
+        Another scope's KV is reused only up to the public prefix (see `reusable`), so what
+        a request reuses (its cached_tokens, its time to first token) never depends on
+        another user's private text.
+        """
         idle = [s for s in self.slots if not s.busy]
         if not idle:
             return None
         limit = len(prompt) - 1  # the last prompt token is always decoded (we need logits)
-        own = next((s for s in idle if cache_key and s.cache_key == cache_key), None)
+        own = next((s for s in idle
+                    if cache_key and s.cache_key == cache_key and s.scope == scope), None)
         if own is not None:
             target = own
         else:
@@ -134,22 +154,24 @@ class SlotTable:
             target = empty[0] if empty else min(idle, key=lambda s: s.last_used)
         best, best_n = None, 0
         for s in self.slots:
-            n = min(common_prefix(s.tokens, prompt), limit)
+            n = reusable(min(common_prefix(s.tokens, prompt), limit), s.scope, s.public, scope,
+                         public)
             if n > best_n or (n == best_n and n > 0 and s is target):
                 best, best_n = s, n
         if target is not best and target.tokens and target is not own:
             self._park(target)  # reusing another conversation's idle slot: keep its KV in RAM
         parked = self.parked.get(cache_key) if cache_key else None
-        if parked is not None:
+        if parked is not None and parked.scope == scope:
             n_parked = min(common_prefix(parked.tokens, prompt), limit)
             if n_parked > best_n and self._restore(target, parked):
                 if not self._cut(target, n_parked):
                     n_parked = 0
-                return self._claim(target, prompt, cache_key, n_parked, "parked")
+                return self._claim(target, cache_key, scope, public, n_parked, "parked")
         if best is not None and best is target:
             if not self._cut(target, best_n):
                 best_n = 0
-            return self._claim(target, prompt, cache_key, best_n, "own" if best_n else "none")
+            source = "own" if best_n else "none"
+            return self._claim(target, cache_key, scope, public, best_n, source)
         self._clear(target)
         if best is not None and best_n > 0:
             self.kv.seq_cp(best.seq, target.seq, 0, best_n)
@@ -157,14 +179,15 @@ class SlotTable:
             target.tokens = list(best.tokens[:best_n])
             target.segments = [list(seg) for seg in best.segments]
             target.truncate(best_n)
-            return self._claim(target, prompt, cache_key, best_n, "copy")
-        return self._claim(target, prompt, cache_key, 0, "none")
+            return self._claim(target, cache_key, scope, public, best_n, "copy")
+        return self._claim(target, cache_key, scope, public, 0, "none")
 
-    def _claim(
-        self, slot: Slot, prompt: Sequence[int], key: str | None, reused: int, source: str
-    ) -> SlotAssignment:
+    def _claim(self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int,
+               source: str) -> SlotAssignment:
         slot.busy = True
         slot.cache_key = key
+        slot.scope = scope
+        slot.public = public
         self._seal(slot)
         self.touch(slot)
         if key is not None:
@@ -186,6 +209,8 @@ class SlotTable:
         slot.tokens = []
         slot.segments = []
         slot.cache_key = None
+        slot.scope = None
+        slot.public = 0
 
     # -- release / eviction ------------------------------------------------------------
     def release(self, slot: Slot, keep: bool) -> None:
@@ -229,7 +254,8 @@ class SlotTable:
         if not data or len(data) > self.park_bytes:
             return
         self._drop_parked(slot.cache_key)
-        self.parked[slot.cache_key] = Parked(slot.cache_key, list(slot.tokens), data)
+        self.parked[slot.cache_key] = Parked(slot.cache_key, list(slot.tokens), data,
+                                             slot.scope, slot.public)
         self.parked_size += len(data)
         while self.parked_size > self.park_bytes and self.parked:
             _, old = self.parked.popitem(last=False)
@@ -248,4 +274,5 @@ class SlotTable:
                 return False
         self._drop_parked(parked.cache_key)
         self.append(target, parked.tokens)
+        target.scope, target.public = parked.scope, parked.public
         return True

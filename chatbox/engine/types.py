@@ -50,12 +50,21 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion. cache_key (a conversation id) routes it to that conversation's KV."""
+    """One completion. cache_key (a conversation id) routes it to that conversation's KV.
+
+    The prefix cache is private: KV computed for one `cache_scope` (a user, or a workspace)
+    is reused by another scope only for the public part of the prompt, the chat template
+    around the first `shared_messages` messages, which the admin configured rather than a
+    user typed (a tier's or workspace's system prompt). A request with no scope shares
+    nothing but that public part.
+    """
 
     messages: tuple[ChatMessage, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     cache_key: str | None = None
     priority: int = 0  # lower runs first; background work uses > 0
+    cache_scope: str | None = None
+    shared_messages: int = 0
 
 
 @dataclass(frozen=True)

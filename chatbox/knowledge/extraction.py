@@ -175,7 +175,8 @@ class Extractor:
         messages = (ChatMessage("system", SYSTEM), *EXAMPLES,
                     ChatMessage("user", f"User said: {excerpt}"))
         request = GenerationRequest(messages, SamplingParams(temperature=0.0, max_tokens=120),
-                                    cache_key=None, priority=EXTRACTION_PRIORITY)
+                                    cache_key=None, priority=EXTRACTION_PRIORITY,
+                                    shared_messages=len(messages) - 1)  # ours, not typed
         out = []
         async for event in engine.submit(request):
             if isinstance(event, TokenEvent):

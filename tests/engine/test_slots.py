@@ -41,9 +41,11 @@ class FakeKv:
         return len({c for cells in self.seqs.values() for c in cells})
 
 
-def run(table: SlotTable, kv: FakeKv, prompt: list[int], key: str | None, gen: int = 3) -> int:
-    """Admit, 'prefill' and 'decode' a request, release it; return reused tokens."""
-    adm = table.acquire(prompt, key)
+def run(table: SlotTable, kv: FakeKv, prompt: list[int], key: str | None, gen: int = 3,
+        scope: str | None = "u", public: int = 0) -> int:
+    """Admit, 'prefill' and 'decode' a request (one user's, by default), release it; return
+    reused tokens."""
+    adm = table.acquire(prompt, key, scope, public)
     assert adm is not None
     slot = adm.slot
     new = prompt[adm.reused :] + [9000 + i for i in range(gen)]
@@ -98,7 +100,7 @@ def test_lru_eviction_and_parking_restore() -> None:
     assert t.evict_one()  # evicts "a", the least recently used
     assert "a" in t.parked and t.cached_prefixes == 1
     assert kv.used() == t.cells_used()
-    adm = t.acquire([*pa, 5, 6], "a")
+    adm = t.acquire([*pa, 5, 6], "a", "u")
     assert adm is not None and adm.source == "parked" and adm.reused == len(pa)
     assert "a" not in t.parked
 
@@ -108,7 +110,7 @@ def test_last_prompt_token_is_never_reused() -> None:
     t = SlotTable(kv, 2)
     p = list(range(50))
     run(t, kv, p, "a", gen=0)
-    adm = t.acquire(p, "a")
+    adm = t.acquire(p, "a", "u")
     assert adm is not None and adm.reused == 49
 
 
@@ -126,7 +128,7 @@ def test_random_ops_keep_ledger_exact() -> None:
             prompt = base[: rnd.randrange(1, len(base) + 1)] + [
                 rnd.randrange(50) for _ in range(rnd.randrange(1, 20))
             ]
-            adm = t.acquire(prompt, rnd.choice(["a", "b", "c", None]))
+            adm = t.acquire(prompt, rnd.choice(["a", "b", "c", None]), "u")
             if adm is None:
                 continue
             assert adm.slot.tokens == prompt[: adm.reused]
@@ -148,3 +150,41 @@ def test_trim_idle_parks_lru_prefixes_beyond_the_budget() -> None:
     assert t.trim_idle(130) == 2  # c0 and c1 (least recently used) go to RAM
     assert set(t.parked) == {"c0", "c1"} and t.cells_used() == 128
     assert kv.used() == t.cells_used()
+
+
+def test_another_users_private_prefix_is_never_reused() -> None:
+    """The locker-code oracle: what a request reuses must not depend on another user's text."""
+    kv = FakeKv()
+    t = SlotTable(kv, 4)
+    template = list(range(10))  # the chat template's public part
+    secret = [*template, 4, 7, 2, 1]
+    run(t, kv, secret, "admin-conv", scope="admin", public=len(template))
+    reused = {g: run(t, kv, [*template, 4, g, 99], f"probe-{g}", scope=f"member-{g}",
+                     public=len(template)) for g in range(10)}
+    assert set(reused.values()) == {len(template)}  # the template only, whatever g is
+    assert kv.used() == t.cells_used()
+
+
+def test_one_user_reuses_their_own_text_across_conversations() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 4)
+    run(t, kv, list(range(50)), "c1", scope="alice", public=5)
+    assert run(t, kv, [*range(40), 777], "c2", scope="alice", public=5) == 40
+    assert run(t, kv, [*range(40), 777], "c3", scope="bob", public=5) == 5
+
+
+def test_no_scope_shares_only_the_public_prefix() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 4)
+    run(t, kv, list(range(50)), None, scope=None, public=8)
+    assert run(t, kv, list(range(50)), None, scope=None, public=8) == 8
+
+
+def test_parked_prefix_is_restored_only_for_its_scope() -> None:
+    kv = FakeKv()
+    t = SlotTable(kv, 1, park_bytes=1 << 20)
+    long = list(range(MIN_PARK_TOKENS + 10))
+    run(t, kv, long, "conv", scope="alice")
+    run(t, kv, list(range(1000, 1000 + MIN_PARK_TOKENS + 10)), "other", scope="alice")
+    assert "conv" in t.parked
+    assert run(t, kv, [*long, 5], "conv", scope="mallory") == 0
