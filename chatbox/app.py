@@ -29,6 +29,7 @@ from chatbox.settings import Settings
 from chatbox.web import ROUTE_HANDLERS
 from chatbox.web.auth import LoginRequired, login_required_handler, provide_user
 from chatbox.web.errors import EXCEPTION_HANDLERS
+from chatbox.web.security import security_headers
 from chatbox.web.templating import configure_templates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +99,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         },
         exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
         lifespan=[lifespan],
+        before_send=[security_headers],
         template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine,
                                        engine_callback=configure_templates),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),

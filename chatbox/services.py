@@ -116,7 +116,7 @@ class Services:
         policy = Policy.load(settings.policy_path)
         gate = Gatekeeper(policy, store.usage, Router(policy, models.names, models.default),
                           models.stats, settings.high_water)
-        chat = ChatService(store, models, settings, gate, knowledge.retriever)
+        chat = ChatService(store, models, settings, gate, context=knowledge.retriever)
         return cls(settings, store, models, accounts, knowledge, chat, metrics)
 
     async def stop(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "CHATBOX_"
+PRIVATE_DIR_MODE = 0o700  # the data directory and what holds users' data
 
 
 def _default_data_dir() -> Path:
@@ -57,6 +60,11 @@ class Settings:
     disconnect_grace_s: float = 3.0  # a disconnected stream may be resumed this long
     draft_flush_s: float = 0.5  # how often a streaming answer is saved for crash recovery
     max_message_chars: int = 200_000
+    # -- caps on the work one request can ask for (a clear 4xx names the limit) --------------
+    max_title_chars: int = 500  # a conversation's title
+    max_system_prompt_chars: int = 20_000  # a conversation's system prompt
+    max_stop_strings: int = 4  # stop sequences per request (as OpenAI's API)
+    max_stop_chars: int = 64  # characters in each stop sequence
     # -- accounts, quotas, routing, overload (the gateway) ----------------------------------
     admin_password: str | None = field(default=None, repr=False)  # seeds the first admin
     admin_name: str = "admin"
@@ -67,6 +75,11 @@ class Settings:
     login_max_failures: int = 5  # failed logins per account per window before a lockout
     login_max_failures_per_address: int = 20
     login_window_s: float = 900.0
+    login_slowdown_s: float = 1.0  # delay of each login to an account past its failure limit
+    # The reverse proxies (CIDRs) whose X-Forwarded-For / X-Forwarded-Proto are believed;
+    # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
+    trusted_proxies: tuple[str, ...] = ()
+    metrics_token: str | None = field(default=None, repr=False)  # Bearer for GET /metrics
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"
@@ -76,8 +89,19 @@ class Settings:
     memory_idle_s: float = 120.0  # a conversation quiet this long has its facts extracted
     max_upload_bytes: int = 20 * 1024 * 1024
     max_document_chars: int = 2_000_000
+    max_pdf_pages: int = 2_000  # pages of one PDF
+    max_documents_per_user: int = 1_000  # documents one user keeps (library + attachments)
+    max_document_bytes_per_user: int = 1024 * 1024 * 1024  # uploaded bytes one user keeps
+    max_embedding_input_chars: int = 20_000  # each /v1/embeddings input
+    max_embedding_total_chars: int = 1_000_000  # all of one /v1/embeddings request's inputs
+    max_memory_add: int = 50  # facts one memory PATCH may add
+    max_fact_chars: int = 500  # characters in one fact added by hand
     knowledge_index_bytes: int = 512 * 1024 * 1024  # in-RAM vectors (exact search); 0: off
     engine: EngineSettings = field(default_factory=EngineSettings)
+
+    def __post_init__(self) -> None:
+        for cidr in self.trusted_proxies:  # fail at start, not on the first request
+            ipaddress.ip_network(cidr, strict=False)
 
     @property
     def db_path(self) -> Path:
@@ -92,9 +116,22 @@ class Settings:
         return self.data_dir / "files"
 
     def ensure_dirs(self) -> None:
-        """Create the data directory tree on first run."""
+        """Create the data directory tree on first run, for this user's eyes only (0700).
+
+        Directories in the data directory are tightened to 0700 even if they existed before;
+        a models directory given elsewhere (models_dir) is only made 0700 if created here.
+        """
         for path in (self.data_dir, self.models_path, self.files_dir):
-            path.mkdir(parents=True, exist_ok=True)
+            path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        inside = [self.data_dir, self.files_dir, *([self.models_path] if self.models_dir is None
+                                                   else [])]
+        for path in inside:
+            if path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+                try:
+                    path.chmod(PRIVATE_DIR_MODE)
+                except PermissionError:  # owned by another user (a mounted volume): say so
+                    logging.getLogger(__name__).warning(
+                        "%s is not ours to make private (0700); other users may read it", path)
 
     def with_overrides(self, **overrides: Any) -> Settings:
         """A copy with non-None overrides; engine fields may be given by name too."""
@@ -106,11 +143,17 @@ class Settings:
         for key in ("models_dir", "policy_path", "manifest_path", "cache_dir"):
             if key in top:
                 top[key] = Path(top[key]).expanduser()
+        if isinstance(top.get("trusted_proxies"), str):
+            top["trusted_proxies"] = _coerce(top["trusted_proxies"], "tuple")
+        elif "trusted_proxies" in top:
+            top["trusted_proxies"] = tuple(top["trusted_proxies"])
         return replace(self, engine=replace(self.engine, **eng), **top)
 
 
 def _coerce(raw: str, kind: Any) -> Any:
     text = str(kind)
+    if text.startswith("tuple"):  # comma-separated
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
     if "bool" in text:
         return raw.strip().lower() in {"1", "true", "yes", "on"}
     if "int" in text:

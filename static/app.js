@@ -89,6 +89,15 @@
       form.reset(); // the same file can be picked again
       if (e.detail.successful) $("#alerts") && ($("#alerts").innerHTML = "");
     }
+    if (form && form.id === "library-upload") {
+      form.reset();
+      if (e.detail.successful) $("#alerts") && ($("#alerts").innerHTML = "");
+    }
+    if (form && form.classList.contains("memory-add") && e.detail.successful) form.reset();
+    // A page opened on another branch (?turn=) sends there once; then that branch is active.
+    if (e.detail.successful && /\/(send|branch|edit|regenerate)$/.test(e.detail.pathInfo?.requestPath || "")) {
+      document.querySelector('#composer input[name="parent_id"]')?.remove();
+    }
     if (form && form.id === "composer" && e.detail.successful) {
       form.reset();
       const t = $("#composer-input");
@@ -97,6 +106,10 @@
     }
   });
   document.addEventListener("htmx:beforeRequest", () => { stick = true; });
+  // The sidebar's search runs as you type; Enter does not submit its form.
+  document.addEventListener("submit", (e) => {
+    if (e.target instanceof HTMLFormElement && e.target.matches(".sidebar-search")) e.preventDefault();
+  });
 
   // Error responses that are not our HTML (e.g. a proxy's page or JSON) become a plain alert.
   document.addEventListener("htmx:beforeSwap", (e) => {

@@ -1,10 +1,11 @@
 """Accounts: users, roles, sessions, API keys, and the counters that slow down guessing."""
 
+from chatbox.accounts.audit import Actor, AuditLog, UserAdmin, cli_actor
 from chatbox.accounts.service import AccountsService, ensure_admin
 from chatbox.accounts.throttle import Attempts, LoginThrottle, TooManyAttempts
 from chatbox.store import Session, User
 
 __all__ = [
-    "AccountsService", "Attempts", "LoginThrottle", "Session", "TooManyAttempts", "User",
-    "ensure_admin",
+    "AccountsService", "Actor", "Attempts", "AuditLog", "LoginThrottle", "Session",
+    "TooManyAttempts", "User", "UserAdmin", "cli_actor", "ensure_admin",
 ]

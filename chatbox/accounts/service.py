@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
+from chatbox.accounts.audit import SYSTEM, Actor, AuditLog, UserAdmin
 from chatbox.accounts.throttle import Attempts, LoginThrottle
 from chatbox.accounts.usage import usage_report
 from chatbox.settings import Settings
-from chatbox.store import Session, Store, User
+from chatbox.store import AuditEntry, Session, Store, User
+
+ADMIN_PASSWORD_FILE = "admin-password.txt"  # in the data directory, mode 0600
 
 
 class AccountsService:
@@ -18,9 +23,12 @@ class AccountsService:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
+        self.audit = AuditLog(store)
         self.throttle = LoginThrottle(
             Attempts(settings.login_max_failures, settings.login_window_s),
-            Attempts(settings.login_max_failures_per_address, settings.login_window_s))
+            Attempts(settings.login_max_failures_per_address, settings.login_window_s),
+            Attempts(settings.login_max_failures, settings.login_window_s),
+            settings.login_slowdown_s)
 
     async def user(self, user_id: str) -> User | None:
         return await self.store.users.get(user_id)
@@ -51,11 +59,39 @@ class AccountsService:
     async def ensure_admin(self) -> None:
         await ensure_admin(self.store, self.settings)
 
+    # -- the audit log of admin actions ----------------------------------------------------
+
+    async def record(self, actor: Actor | User | str, action: str, target: User | None = None,
+                     **detail: Any) -> AuditEntry:
+        """Append to the audit log: `actor` did `action` on `target` (detail: no content)."""
+        return await self.audit.record(actor, action, target, **detail)
+
+    async def audit_log(self, limit: int = 50, *, target: User | None = None,
+                        action: str | None = None) -> list[AuditEntry]:
+        """The newest audit entries first."""
+        return await self.audit.entries(limit, target=target, action=action)
+
+    def admin(self, actor: Actor | User | str) -> UserAdmin:
+        """Account changes made by `actor`, each recorded in the audit log."""
+        return UserAdmin(self.store, actor)
+
+
+def write_private_file(path: Path, text: str) -> None:
+    """Write `text` to a file only this user can read (0600), even if it existed before."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
 
 async def ensure_admin(store: Store, settings: Settings) -> None:
     """First start with no accounts: create the admin (taking over the local user's data).
 
-    The password comes from settings.admin_password, or is generated and printed once.
+    The password comes from settings.admin_password, or is generated: shown once on the
+    terminal when stderr is one, otherwise (a service, a container, a pipe) written to
+    `<data_dir>/admin-password.txt` (0600) and only that file's path is logged.
     """
     if await store.users.count() > 0:
         return
@@ -69,11 +105,21 @@ async def ensure_admin(store: Store, settings: Settings) -> None:
     else:
         await store.users.create(settings.admin_name, role="admin", tier="paid",
                                  password=password)
+    admin = await store.users.get_by_name(settings.admin_name)
+    await AuditLog(store).record(SYSTEM, "user.add", admin, role="admin", tier="paid",
+                                 first_start=True, generated=not settings.admin_password)
+    login = f"http://{settings.host}:{settings.port}/login"
+    change = f"change it with `chatbox users reset-password {settings.admin_name}`"
     if settings.admin_password:
         print(f"chatbox: created the admin account {settings.admin_name!r} with the given "
               "password", file=sys.stderr, flush=True)
-    else:
+    elif sys.stderr.isatty():
         print(f"chatbox: created the admin account {settings.admin_name!r}; log in at "
-              f"http://{settings.host}:{settings.port}/login with password: {password}\n"
-              "  (shown once; change it with `chatbox users reset-password "
-              f"{settings.admin_name}`)", file=sys.stderr, flush=True)
+              f"{login} with password: {password}\n  (shown once; {change})",
+              file=sys.stderr, flush=True)
+    else:  # not a terminal: the stream may be a log kept by others; never put it there
+        path = settings.data_dir / ADMIN_PASSWORD_FILE
+        write_private_file(path, password + "\n")
+        print(f"chatbox: created the admin account {settings.admin_name!r}; its generated "
+              f"password is in {path} (mode 0600); log in at {login}, then delete the file "
+              f"({change})", file=sys.stderr, flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -48,10 +49,30 @@ class Attempts:
 
 @dataclass
 class LoginThrottle:
-    """The failed-login and failed-key counters of one running app."""
+    """The failed-login and failed-key counters of one running app.
+
+    Failures slow the attacker without denying the owner:
+    - `pairs` (an account from one address) refuse that address for that account only, so
+      guessing from one place stops while the owner, elsewhere, still logs in;
+    - `accounts` (an account from anywhere) never refuse: past the limit each login to the
+      account waits `slowdown_s` first, a right password included (`slow_down`);
+    - `addresses` refuse an address spraying many accounts, or invalid API keys (a valid key
+      is checked before this counter and never refused for it).
+    """
 
     accounts: Attempts
     addresses: Attempts
+    pairs: Attempts = field(default_factory=lambda: Attempts(5, 900.0))
+    slowdown_s: float = 1.0
+
+    @staticmethod
+    def pair(account: str, address: str) -> str:
+        return f"{account}\x00{address}"
+
+    async def slow_down(self, account: str) -> None:
+        """Wait a while before checking a password of an account under attack."""
+        if self.slowdown_s > 0 and self.accounts.blocked_for(account) > 0:
+            await asyncio.sleep(self.slowdown_s)
 
     def check(self, *keys: tuple[Attempts, str]) -> None:
         """Raise TooManyAttempts while any of these (counter, key) pairs is blocked."""

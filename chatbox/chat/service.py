@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from chatbox.chat.admission import Gatekeeper, Ticket, announce_queue, route_out
-from chatbox.chat.completions import complete, submit
+from chatbox.chat.admission import Ticket, announce_queue, route_out
+from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
+from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
-from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
-from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
@@ -24,8 +22,7 @@ from chatbox.engine.types import (
     GenerationRequest,
     TokenEvent,
 )
-from chatbox.settings import Settings
-from chatbox.store import Conversation, Routing, Store, Turn, TurnStatus, TurnUsage, User
+from chatbox.store import Conversation, Routing, TurnStatus, TurnUsage, User
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
@@ -35,128 +32,13 @@ FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-fini
 
 
 @dataclass
-class ChatService:
+class ChatService(Conversations):
     """Conversations and their turns for the web layer; owns the turn-taking state."""
 
-    store: Store
-    models: ModelProvider
-    settings: Settings
-    gate: Gatekeeper  # quotas, routing, overload
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
-    _runs: dict[str, TurnRun] = field(default_factory=dict)  # by conversation id
-    _reserved: set[str] = field(default_factory=set)
-    _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
-
-    # -- conversations -------------------------------------------------------------------
-
-    async def conversations(self, user: User) -> list[Conversation]:
-        """The user's conversations, most recently active first."""
-        return await self.store.conversations.list(user.id)
-
-    async def create_conversation(
-        self, user: User, title: str | None = None, system_prompt: str | None = None,
-        model: str | None = None,
-    ) -> Conversation:
-        if model is not None:
-            self.resolve_model(model)
-        return await self.store.conversations.create(user.id, title, system_prompt, model)
-
-    async def start_conversation(
-        self, user: User, first: Callable[[Conversation], Awaitable[object]],
-        system_prompt: str | None = None, model: str | None = None,
-    ) -> Conversation:
-        """A new conversation whose first step (a message, an attachment) must succeed:
-        when `first` raises, the conversation is deleted again (no empty chats left)."""
-        conv = await self.create_conversation(user, None, system_prompt, model)
-        try:
-            await first(conv)
-        except BaseException:
-            await self.store.conversations.delete(user.id, conv.id)
-            raise
-        return conv
-
-    async def update_conversation(self, user: User, conv_id: str, **changes: str | None
-                                  ) -> Conversation:
-        """Rename, or change the system prompt or model (a None value clears it)."""
-        if changes.get("model") is not None:
-            changes["model"] = self.resolve_model(changes["model"])
-        conv = await self.store.conversations.update(user.id, conv_id, **changes)
-        if conv is None:
-            raise NotFound("conversation not found")
-        return conv
-
-    def limit_headers(self, user: User) -> dict[str, str]:
-        """The user's rate limits now, as x-ratelimit-* headers."""
-        return self.gate.headers(user)
-
-    async def complete(
-        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
-    ) -> tuple[str, Generation, int]:
-        """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
-        return await complete(self.models, self.gate, self.settings.max_tokens, messages,
-                              options, user)
-
-    # -- reading -------------------------------------------------------------------------
-
-    async def conversation(self, user: User, conv_id: str) -> Conversation:
-        conv = await self.store.conversations.get(user.id, conv_id)
-        if conv is None:
-            raise NotFound("conversation not found")
-        return conv
-
-    def expected_model(self, user: User, requested: str | None) -> str:
-        """The model this user's next turn will most likely use (tier, pin, picked)."""
-        return self.gate.router.expected(user, requested)
-
-    def resolve_model(self, requested: str | None) -> str:
-        """The installed model a request names (default: the default model)."""
-        return resolve_model(self.models, requested)
-
-    async def view(
-        self, user: User, conv_id: str, before: int | None = None, limit: int = 50,
-        show: str | None = None,
-    ) -> ConversationView:
-        """The active branch, newest `limit` turns before `before`; `show` widens the page
-        until that turn is on it (a search hit deep in a long chat)."""
-        conv = await self.conversation(user, conv_id)
-        path = await self.store.turns.path(conv.id, conv.active_leaf_id)
-        older = [t for t in path if before is None or t.seq < before]
-        ids = [t.id for t in older]
-        if show in ids:
-            limit = max(limit, len(ids) - ids.index(show))
-        page = older[-limit:] if limit > 0 else []
-        siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
-        model = self.expected_model(user, conv.model)
-        engine = await self.models.engine(model)
-        messages = turn_messages(path)
-        if conv.system_prompt:
-            messages.insert(0, ChatMessage("system", conv.system_prompt))
-        used = engine.count_tokens(tuple(messages)) if messages else 0
-        return ConversationView(
-            conversation=conv,
-            turns=[TurnView(t, siblings[t.parent_id]) for t in page],
-            running=self._runs.get(conv.id),
-            model=model,
-            context_used=used,
-            context_limit=engine.info.n_ctx_per_seq,
-            next_cursor=page[0].seq if len(older) > len(page) else None,
-        )
-
-    async def turn(self, user: User, conv_id: str, turn_id: str) -> Turn | None:
-        """One turn of the user's conversation (None when there is no such turn)."""
-        conv = await self.conversation(user, conv_id)
-        return await self.store.turns.get(conv.id, turn_id)
-
-    def run_for(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
-        """The conversation's running answer, or a just-finished one by turn id."""
-        run = self._runs.get(conv_id)
-        if turn_id is None or (run is not None and run.turn_id == turn_id):
-            return run
-        done = self._finished.get(turn_id)
-        return done if done is not None and done.conversation_id == conv_id else None
 
     # -- writing -------------------------------------------------------------------------
 
@@ -215,21 +97,6 @@ class ChatService:
         leaf = await self.store.turns.deepest_leaf(conv.id, turn_id)
         await self.store.turns.set_active_leaf(conv.id, leaf)
 
-    async def open_at(self, user: User, conv_id: str, turn_id: str) -> bool:
-        """Make turn_id's branch the active one if it is not; False when it cannot be shown
-        (no such turn here, or an answer is still generating on the current branch)."""
-        conv = await self.conversation(user, conv_id)
-        if await self.store.turns.get(conv.id, turn_id) is None:
-            return False
-        path = await self.store.turns.path(conv.id, conv.active_leaf_id)
-        if any(t.id == turn_id for t in path):
-            return True
-        try:
-            await self.switch_branch(user, conv_id, turn_id)
-        except Busy:
-            return False
-        return True
-
     async def cancel(self, user: User, conv_id: str) -> bool:
         """Stop the running answer; False when nothing was running."""
         conv = await self.conversation(user, conv_id)
@@ -252,6 +119,7 @@ class ChatService:
         self, user: User, conv: Conversation, parent_id: str | None, content: str | None,
         options: TurnOptions,
     ) -> TurnRun:
+        self.check_options(options)
         # Check-and-reserve happens before the first await: two sends can never both pass.
         if conv.id in self._runs or conv.id in self._reserved:
             raise Busy("this conversation is still generating an answer; stop it or wait")
@@ -279,14 +147,17 @@ class ChatService:
         limit = engine.info.n_ctx_per_seq
         # Leave room for an answer; the newest message itself must fit or nothing is stored.
         budget = max(limit // 2, limit - sampling.max_tokens)
-        newest = engine.count_tokens(tuple(history[-1:]))
+        # Tokenizing runs in a thread: a huge message must not stall every other user's
+        # request on the event loop before it is refused.
+        newest = await asyncio.to_thread(engine.count_tokens, tuple(history[-1:]))
         if newest > budget:
             raise TooLong(newest, budget)
         knowledge = await self._knowledge(conv, history, budget - newest, engine)
         if knowledge.text:
             history[-1] = ChatMessage("user", with_context(history[-1].content, knowledge))
-        messages, _ = fit_history(conv.system_prompt, history, budget, engine.count_tokens)
-        request = GenerationRequest(messages, sampling, cache_key=conv.id,
+        messages, _ = await asyncio.to_thread(fit_history, conv.system_prompt, history, budget,
+                                              engine.count_tokens)
+        request = GenerationRequest(messages, sampling, cache_key=conv.id, cache_scope=conv.user_id,
                                     priority=ticket.priority)
         generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
         try:

@@ -41,3 +41,4 @@ class ConversationView:
     context_used: int
     context_limit: int
     next_cursor: int | None  # pass as `before` for the older page
+    shown_leaf: str | None = None  # set when showing a branch other than the active one

@@ -40,3 +40,6 @@ from chatbox.cli.accounts import keys, usage, users  # noqa: E402
 main.add_command(users)
 main.add_command(keys)
 main.add_command(usage)
+from chatbox.cli.audit import audit  # noqa: E402
+
+main.add_command(audit)

@@ -13,6 +13,7 @@ import click
 from chatbox.settings import Settings, settings_from_env
 
 if TYPE_CHECKING:
+    from chatbox.accounts import UserAdmin
     from chatbox.store import Store, User
 
 T = TypeVar("T")
@@ -44,6 +45,13 @@ def with_store(ctx: click.Context, fn: Callable[[Store], Awaitable[T]]) -> T:
             await store.close()
 
     return asyncio.run(run())
+
+
+def _admin(store: Store) -> UserAdmin:
+    """Account changes as the CLI (no login: `cli:<OS user>`), recorded in the audit log."""
+    from chatbox.accounts import UserAdmin, cli_actor
+
+    return UserAdmin(store, cli_actor())
 
 
 async def _user(store: Store, name: str) -> User:
@@ -102,7 +110,7 @@ def users_add(ctx: click.Context, name: str, role: str, tier: str, password: str
     async def run(store: Store) -> None:
         if await store.users.get_by_name(name) is not None:
             raise click.ClickException(f"a user named {name!r} already exists")
-        await store.users.create(name, role=role, tier=tier, password=password)
+        await _admin(store).add_user(name, role=role, tier=tier, password=password)
 
     with_store(ctx, run)
     click.echo(f"Added {role} {name!r} on the {tier} tier", err=True)
@@ -124,10 +132,10 @@ def users_list(ctx: click.Context, as_json: bool) -> None:
     _table(rows)
 
 
-def _update(ctx: click.Context, name: str, change: Callable[[Store, User], Awaitable[Any]],
-            done: str) -> None:
+def _update(ctx: click.Context, name: str,
+            change: Callable[[UserAdmin, User], Awaitable[Any]], done: str) -> None:
     async def run(store: Store) -> None:
-        await change(store, await _user(store, name))
+        await change(_admin(store), await _user(store, name))
 
     with_store(ctx, run)
     click.echo(done)
@@ -141,7 +149,7 @@ def users_set_tier(ctx: click.Context, name: str, tier: str) -> None:
     """Move a user to a tier defined in the policy file (free, paid, …)."""
     if tier not in _tiers(ctx):
         raise click.ClickException(f"unknown tier {tier!r}; tiers: {', '.join(_tiers(ctx))}")
-    _update(ctx, name, lambda s, u: s.users.set_tier(u.id, tier), f"{name} is now on {tier}")
+    _update(ctx, name, lambda a, u: a.set_tier(u, tier), f"{name} is now on {tier}")
 
 
 @users.command("set-role")
@@ -149,7 +157,7 @@ def users_set_tier(ctx: click.Context, name: str, tier: str) -> None:
 @click.argument("role", type=click.Choice(ROLES))
 @click.pass_context
 def users_set_role(ctx: click.Context, name: str, role: str) -> None:
-    _update(ctx, name, lambda s, u: s.users.set_role(u.id, role), f"{name} is now {role}")
+    _update(ctx, name, lambda a, u: a.set_role(u, role), f"{name} is now {role}")
 
 
 @users.command("disable")
@@ -157,14 +165,14 @@ def users_set_role(ctx: click.Context, name: str, role: str) -> None:
 @click.pass_context
 def users_disable(ctx: click.Context, name: str) -> None:
     """Lock a user out at once: sessions end and API keys stop working."""
-    _update(ctx, name, lambda s, u: s.users.set_disabled(u.id, True), f"{name} is disabled")
+    _update(ctx, name, lambda a, u: a.set_disabled(u, True), f"{name} is disabled")
 
 
 @users.command("enable")
 @click.argument("name")
 @click.pass_context
 def users_enable(ctx: click.Context, name: str) -> None:
-    _update(ctx, name, lambda s, u: s.users.set_disabled(u.id, False), f"{name} is enabled")
+    _update(ctx, name, lambda a, u: a.set_disabled(u, False), f"{name} is enabled")
 
 
 @users.command("reset-password")
@@ -175,7 +183,7 @@ def users_reset_password(ctx: click.Context, name: str, password: str | None) ->
     """Set a new password; the user's browser sessions end."""
     new, generated = _new_password(password)
     assert new is not None
-    _update(ctx, name, lambda s, u: s.users.set_password(u.id, new),
+    _update(ctx, name, lambda a, u: a.reset_password(u, new, generated),
             f"New password set for {name}" + (f": {new}" if generated else ""))
 
 
@@ -195,7 +203,7 @@ def keys_create(ctx: click.Context, name: str, label: str | None) -> None:
 
     async def run(store: Store) -> str:
         user = await _user(store, name)
-        _, secret = await store.keys.create(user.id, label)
+        _, secret = await _admin(store).create_key(user, label)
         return secret
 
     click.echo(with_store(ctx, run))
@@ -220,7 +228,7 @@ def keys_list(ctx: click.Context, name: str | None) -> None:
 @click.pass_context
 def keys_revoke(ctx: click.Context, key_id: str) -> None:
     """Revoke a key by its id (or the prefix shown by `keys list`); it stops working at once."""
-    if not with_store(ctx, lambda store: store.keys.revoke(key_id.rstrip("…"))):
+    if not with_store(ctx, lambda store: _admin(store).revoke_key(key_id.rstrip("…"))):
         raise click.ClickException(f"no active key {key_id!r}")
     click.echo(f"Revoked {key_id}")
 

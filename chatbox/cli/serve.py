@@ -34,7 +34,7 @@ from chatbox.settings import Settings, settings_from_env
               help="Engine queue depth at which free requests are shed (0: slot count).")
 @click.option("--log-level", default="info", show_default=True)
 @click.pass_context
-def serve(ctx: click.Context, log_level: str, **flags: object) -> None:
+def serve(ctx: click.Context, /, log_level: str, **flags: object) -> None:
     """Serve the chat UI, the conversation API and the OpenAI-compatible API."""
     import uvicorn  # the server and the app load only for this command
 

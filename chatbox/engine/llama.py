@@ -22,8 +22,7 @@ _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERR
 _EXPECTED = (b"failed to find a memory slot", b"n_ctx_seq", b"full-size SWA cache")
 
 
-@llama_cpp.llama_log_callback  # type: ignore[misc]
-def _on_log(level: int, text: bytes | None, _user: object) -> None:
+def _log_to_python(level: int, text: bytes | None, _user: object) -> None:
     if not text or level == 5:  # 5: continuation of the previous line
         return
     lvl = logging.DEBUG if any(e in text for e in _EXPECTED) else _LEVELS.get(level, 10)
@@ -31,6 +30,7 @@ def _on_log(level: int, text: bytes | None, _user: object) -> None:
         log.log(lvl, "%s", text.decode("utf-8", errors="replace").rstrip())
 
 
+_on_log = llama_cpp.llama_log_callback(_log_to_python)  # module-level: llama.cpp keeps calling it
 llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))  # llama.cpp logs go to Python logging
 
 KV_TYPES = {
@@ -164,9 +164,10 @@ class ContextParams:
     n_ctx: int
     n_seq_max: int
     n_batch: int
-    n_threads: int
+    n_threads: int  # for one-token steps (a single stream decoding)
     flash_attn: bool = False
     kv_type: str = "f16"
+    n_threads_batch: int = 0  # for steps of several tokens; 0: n_threads
 
 
 class Batch:
@@ -212,7 +213,7 @@ class Context:
         params.n_ubatch = p.n_batch
         params.n_seq_max = p.n_seq_max
         params.n_threads = p.n_threads
-        params.n_threads_batch = p.n_threads
+        params.n_threads_batch = p.n_threads_batch or p.n_threads
         params.kv_unified = True  # one pool of cells shared by all sequences (seq_cp is free)
         params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
         params.no_perf = True

@@ -50,8 +50,10 @@ class Knowledge:
         self.embedder = Embedder(settings.embedding_model, settings.embedding_device)
         self.index = VectorIndex(store, settings.knowledge_index_bytes)
         self.memory = MemoryService(store, self.embedder, self.index)
-        self.documents = DocumentService(store, self.embedder, settings.max_upload_bytes,
-                                         settings.max_document_chars)
+        self.documents = DocumentService(
+            store, self.embedder, settings.max_upload_bytes, settings.max_document_chars,
+            max_pages=settings.max_pdf_pages, max_documents=settings.max_documents_per_user,
+            max_user_bytes=settings.max_document_bytes_per_user)
         self.search = SearchService(store, self.embedder, self.index)
         self.extractor = Extractor(store, self.memory, engine, settings.memory_idle_s)
         self.retriever = Retriever(store, self.embedder, self.memory, settings.memory_top_k,

@@ -107,7 +107,9 @@ def html_text(html: str) -> str:
     return "".join(parser.parts)
 
 
-def pdf_pages(data: bytes, name: str) -> tuple[list[tuple[int | None, str]], int]:
+def pdf_pages(data: bytes, name: str, max_pages: int | None = None
+              ) -> tuple[list[tuple[int | None, str]], int]:
+    """The text of each page; FileTooLarge, before any text is extracted, past max_pages."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
@@ -116,9 +118,12 @@ def pdf_pages(data: bytes, name: str) -> tuple[list[tuple[int | None, str]], int
         if reader.is_encrypted and not reader.decrypt(""):
             raise EncryptedFile(f"{name} is encrypted (password-protected); "
                                 "upload an unprotected copy")
+        count = len(reader.pages)
+        if max_pages is not None and count > max_pages:
+            raise FileTooLarge(f"{name} has {count:,} pages; the limit is {max_pages:,} pages")
         pages: list[tuple[int | None, str]] = [
             (i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
-    except EncryptedFile:
+    except (EncryptedFile, FileTooLarge):
         raise
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
         if "encrypt" in str(exc).lower() or "password" in str(exc).lower():
@@ -137,14 +142,15 @@ def normalize(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def extract(filename: str, content_type: str | None, data: bytes) -> Extracted:
+def extract(filename: str, content_type: str | None, data: bytes,
+            max_pages: int | None = None) -> Extracted:
     """Text of a file, page by page (one "page" for non-PDFs). Raises RejectedFile kinds."""
     name = filename or "the file"
     if not data.strip():
         raise EmptyFile(f"{name} is empty")
     mime = detect_type(filename, content_type, data)
     if mime == "application/pdf":
-        raw_pages, count = pdf_pages(data, name)
+        raw_pages, count = pdf_pages(data, name, max_pages)
         pages = [(n, normalize(t)) for n, t in raw_pages]
     else:
         text = decode_text(data, name)
@@ -198,11 +204,16 @@ def chunk_pages(pages: list[tuple[int | None, str]]) -> list[ChunkIn]:
 
 
 class DocumentService:
-    def __init__(self, store: Store, embedder: Embedder, max_bytes: int, max_chars: int) -> None:
+    def __init__(self, store: Store, embedder: Embedder, max_bytes: int, max_chars: int, *,
+                 max_pages: int | None = None, max_documents: int | None = None,
+                 max_user_bytes: int | None = None) -> None:
         self.store = store
         self.embedder = embedder
-        self.max_bytes = max_bytes
-        self.max_chars = max_chars
+        self.max_bytes = max_bytes  # one upload
+        self.max_chars = max_chars  # one document's text
+        self.max_pages = max_pages  # one PDF
+        self.max_documents = max_documents  # kept by one user
+        self.max_user_bytes = max_user_bytes  # uploaded bytes kept by one user
 
     async def ingest(
         self, user_id: str, conversation_id: str | None, filename: str,
@@ -216,7 +227,8 @@ class DocumentService:
         if conversation_id is not None and \
                 await self.store.conversations.get(user_id, conversation_id) is None:
             raise NotFoundError("conversation not found")
-        extracted = await asyncio.to_thread(extract, name, content_type, data)
+        await self._check_room(user_id, name, len(data))
+        extracted = await asyncio.to_thread(extract, name, content_type, data, self.max_pages)
         chars = sum(len(t) for _, t in extracted.pages)
         if chars > self.max_chars:
             raise FileTooLarge(f"{name} holds {chars:,} characters of text; the limit is "
@@ -226,6 +238,18 @@ class DocumentService:
         return await self.store.documents.create(
             user_id, conversation_id, name, extracted.mime, len(data), extracted.page_count,
             chunks, vectors)
+
+    async def _check_room(self, user_id: str, name: str, size: int) -> None:
+        """The user's documents, with this one, within the per-user count and bytes."""
+        if self.max_documents is None and self.max_user_bytes is None:
+            return
+        count, used = await self.store.documents.totals(user_id)
+        if self.max_documents is not None and count >= self.max_documents:
+            raise FileTooLarge(f"you have {count:,} documents; the limit is "
+                               f"{self.max_documents:,} documents (delete some to add {name})")
+        if self.max_user_bytes is not None and used + size > self.max_user_bytes:
+            raise FileTooLarge(f"your documents take {used:,} bytes and {name} is {size:,} "
+                               f"more; the limit is {self.max_user_bytes:,} bytes per user")
 
     async def get(self, user_id: str, doc_id: str) -> Document:
         doc = await self.store.documents.get(user_id, doc_id)

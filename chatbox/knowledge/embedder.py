@@ -108,7 +108,8 @@ class Embedder:
         return vectors
 
     async def embed_one(self, text: str) -> np.ndarray:
-        return (await self.embed([text]))[0]
+        vector: np.ndarray = (await self.embed([text]))[0]
+        return vector
 
     async def embed_with_usage(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
         """Vectors and the number of tokens the model read."""

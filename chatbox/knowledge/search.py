@@ -11,7 +11,8 @@ from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.retrieval import fts_all, fts_any
 from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Store, TurnHit
-from chatbox.store.search import HIT_END, HIT_START
+from chatbox.store.search import HIT_END as HIT_END  # re-exported for the web layer
+from chatbox.store.search import HIT_START as HIT_START
 
 INDEX_BATCH = 128
 SEMANTIC_MIN_SIM = 0.3

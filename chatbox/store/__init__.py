@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from chatbox.store.audit import AuditEntry, AuditRepo
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
@@ -21,6 +22,7 @@ from chatbox.store.vectors import VectorRepo
 
 __all__ = [
     "ApiKey",
+    "AuditEntry",
     "Chunk",
     "ChunkIn",
     "Conversation",
@@ -55,13 +57,14 @@ class Store:
     documents: DocumentRepo
     search: SearchRepo
     vectors: VectorRepo
+    audit: AuditRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
         db = await Database.open(path)
         return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db), KeyRepo(db),
                    SessionRepo(db), UsageRepo(db), MemoryRepo(db), DocumentRepo(db),
-                   SearchRepo(db), VectorRepo(db))
+                   SearchRepo(db), VectorRepo(db), AuditRepo(db))
 
     async def close(self) -> None:
         await self.db.close()

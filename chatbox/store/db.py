@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import sqlean  # type: ignore[import-untyped]
-import sqlite_vec  # type: ignore[import-untyped]
+import sqlean
+import sqlite_vec
 
 from chatbox.store.migrations import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
 
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
+PRIVATE_FILE_MODE = 0o600  # the database and its -wal/-shm: this user's eyes only
+
+
+def _make_private(path: Path) -> None:
+    """Create the database file 0600 if it is new, and make it and its -wal/-shm 0600.
+
+    SQLite gives the -wal and -shm files it creates the mode of the database file, so a
+    private database keeps them private; existing ones (from before) are tightened here."""
+    if not path.exists():
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE))  # empty: a new db
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if file.stat().st_mode & 0o777 != PRIVATE_FILE_MODE:
+                file.chmod(PRIVATE_FILE_MODE)
 
 
 def _connect_sync(path: Path) -> Any:
     """A sqlite3-compatible connection that can load extensions (stdlib's here cannot)."""
+    _make_private(path)
     conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.enable_load_extension(True)
     sqlite_vec.load(conn)
@@ -29,6 +46,7 @@ def _connect_sync(path: Path) -> Any:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
+    _make_private(path)  # the -wal/-shm that WAL mode just opened
     return conn
 
 
@@ -43,7 +61,7 @@ class Database:
 
     @classmethod
     async def open(cls, path: Path) -> Database:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         conn = aiosqlite.Connection(lambda: _connect_sync(path), 64)
         await conn
         db = cls(conn, path)

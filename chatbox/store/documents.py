@@ -111,6 +111,13 @@ class DocumentRepo:
         row = await self.db.fetchone(f"{_DOC} WHERE id = ? AND user_id = ?", (doc_id, user_id))
         return Document.from_row(row) if row else None
 
+    async def totals(self, user_id: str) -> tuple[int, int]:
+        """How many documents the user keeps, and their uploaded bytes in all."""
+        row = await self.db.fetchone(
+            "SELECT count(*), coalesce(sum(size_bytes), 0) FROM documents WHERE user_id = ?",
+            (user_id,))
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
     async def list(self, user_id: str, conversation_id: str | None = None,
                    library: bool = False) -> builtins.list[Document]:
         """The user's documents: all, one conversation's, or (library=True) the library's."""

@@ -235,6 +235,42 @@ async def _turn_routing(conn: aiosqlite.Connection) -> None:
             await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
 
 
+@migration("0005_audit_log")
+async def _audit_log(conn: aiosqlite.Connection) -> None:
+    # Admin actions: who (actor), what (action), on whom (target), when (at), and a JSON
+    # detail that never holds content or secrets. Names are copied in, not referenced, so a
+    # row outlives a renamed or deleted account. Append-only: triggers refuse UPDATE and DELETE.
+    await _script(
+        conn,
+        """
+        CREATE TABLE audit_log (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            actor_id TEXT,
+            actor_name TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target_id TEXT,
+            target_name TEXT,
+            detail TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_log_by_target ON audit_log (target_id, id);
+        CREATE INDEX audit_log_by_action ON audit_log (action, id)
+        """,
+    )
+    for trigger in _AUDIT_TRIGGERS:
+        await conn.execute(trigger)
+
+
+_AUDIT_TRIGGERS = (
+    """CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END""",
+    """CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END""",
+)
+
+
 async def apply_migrations(conn: aiosqlite.Connection) -> list[str]:
     """Apply every migration not yet recorded; returns the names applied now."""
     await conn.execute(

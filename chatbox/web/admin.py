@@ -33,7 +33,7 @@ class AdminApiController(Controller):
 
 class AdminPagesController(Controller):
     include_in_schema = False
-    exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = UI_EXCEPTION_HANDLERS
 
     @get("/admin/usage")
     async def usage_page(self, request: AnyRequest, accounts: AccountsDep, user: UserDep,

@@ -18,6 +18,7 @@ from chatbox.web.ui import (
     render,
     sidebar,
 )
+from chatbox.web.uploads import read_upload
 
 
 async def _chips(request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User,
@@ -48,12 +49,13 @@ class AttachmentsController(Controller):
         The composer's fields come along (hx-include), so the draft, the model and the
         system prompt survive; a refused file leaves no empty conversation behind.
         """
-        form = await request.form()
-        if not hasattr(form.get("file"), "filename"):
+        # Read (streamed, within the upload cap) before anything is created.
+        form = await read_upload(request, knowledge.documents.max_bytes)
+        if form.file is None:
             raise InvalidInput("choose a file to attach")
 
         async def attach(conv: Conversation) -> None:
-            await receive_upload(request, knowledge, user, conv.id)
+            await receive_upload(request, knowledge, user, conv.id, form=form)
 
         conv = await chat.start_conversation(
             user, attach, str(form.get("system_prompt") or "").strip() or None,

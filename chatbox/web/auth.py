@@ -7,8 +7,11 @@ logins are rate limited per address (and logins per account) so guessing does no
 from __future__ import annotations
 
 import hmac
+import ipaddress
+from functools import lru_cache
+from ipaddress import IPv4Network, IPv6Network
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import (
@@ -26,6 +29,7 @@ LOGIN_CSRF_COOKIE = "chatbox_login_csrf"
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+IPNetwork = IPv4Network | IPv6Network
 
 
 class LoginRequired(NotAuthorizedException):
@@ -36,13 +40,53 @@ class CsrfRefused(PermissionDeniedException):
     """A cookie-authenticated unsafe request without the session's CSRF token (403)."""
 
 
-def client_address(request: AnyRequest) -> str:
+@lru_cache(maxsize=8)
+def _networks(cidrs: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+
+def _trusted(host: str, settings: Settings) -> bool:
+    """Whether `host` (an address) is one of the configured reverse proxies."""
+    if not settings.trusted_proxies:
+        return False
+    try:
+        ip = ipaddress.ip_address(host.strip())
+    except ValueError:
+        return False
+    return any(ip in net for net in _networks(tuple(settings.trusted_proxies)))
+
+
+def _peer(request: AnyRequest) -> str:
     return request.client.host if request.client else "unknown"
 
 
+def client_address(request: AnyRequest, settings: Settings) -> str:
+    """The client's address: the peer, or from X-Forwarded-For when the peer is a trusted
+    proxy (the nearest hop that is not itself a trusted proxy; the header's left end is
+    whatever the client wrote, so it is read right to left)."""
+    address = _peer(request)
+    if not _trusted(address, settings):
+        return address
+    hops = [h.strip() for v in request.headers.getall("x-forwarded-for", [])
+            for h in v.split(",") if h.strip()]
+    for hop in reversed(hops):
+        try:
+            address = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break  # a forged or garbled entry: trust nothing to its left
+        if not _trusted(address, settings):
+            break
+    return address
+
+
 def is_secure(request: AnyRequest, settings: Settings) -> bool:
-    proto = request.headers.get("x-forwarded-proto", request.url.scheme)
-    return bool(settings.cookie_secure) or proto == "https"
+    """HTTPS to the client: TLS here, or X-Forwarded-Proto from a trusted proxy."""
+    if settings.cookie_secure or request.url.scheme == "https":
+        return True
+    if not _trusted(_peer(request), settings):
+        return False
+    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return proto == "https"
 
 
 def tokens_match(given: str | None, expected: str) -> bool:
@@ -54,22 +98,24 @@ def too_many(exc: TooManyAttempts) -> TooManyRequestsException:
     return TooManyRequestsException(str(exc), headers={"Retry-After": str(exc.retry_after)})
 
 
-async def provide_user(request: AnyRequest, accounts: AccountsService) -> User:
+async def provide_user(request: AnyRequest, accounts: AccountsService,
+                       settings: Settings) -> User:
     """The acting user: a Bearer API key, or a session cookie (CSRF-checked when unsafe).
 
-    Raises LoginRequired, CsrfRefused, or 429 while an address is guessing keys.
+    Raises LoginRequired, CsrfRefused, or 429 while an address is guessing keys. A valid
+    key is checked first and never refused for the failures of others at its address.
     """
     throttle = accounts.throttle
     header = request.headers.get("authorization")
     if header:
         scheme, _, token = header.partition(" ")
-        address = client_address(request)
-        try:
-            throttle.check((throttle.addresses, address))
-        except TooManyAttempts as exc:
-            raise too_many(exc) from exc
         user = await accounts.by_key(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
+            address = client_address(request, settings)
+            try:
+                throttle.check((throttle.addresses, address))
+            except TooManyAttempts as exc:
+                raise too_many(exc) from exc
             throttle.addresses.fail(address)
             raise LoginRequired("invalid or revoked API key")
         request.state.auth_kind = "key"
@@ -110,7 +156,23 @@ def _login_url(path: str) -> str:
 
 
 def safe_next(target: str | None) -> str:
-    """Only same-site paths: '/c/…' yes, '//evil' or 'https://…' no."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Only same-site paths: '/c/…' yes; '//evil', 'https://…', '/\\t/evil', '/\\\\evil' no.
+
+    Browsers drop tabs and newlines from URLs and read '\\' as '/', so only printable ASCII
+    without a backslash is accepted, and what is left must parse as a path (no scheme, no
+    host) with no empty, '.' or '..' segment, percent-encoded slashes included.
+    """
+    if not target or len(target) > 2048 or not target.startswith("/"):
+        return "/"
+    if any(not 0x21 <= ord(ch) <= 0x7E or ch == "\\" for ch in target):
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/"):
+        return "/"
+    # the path as written: urlsplit reads '///x' as an empty host and the path '/x'
+    decoded = unquote(target.split("#", 1)[0].split("?", 1)[0], errors="replace")
+    if any(ch.isspace() or not ch.isprintable() or ch == "\\" for ch in decoded):
+        return "/"
+    if "//" in decoded or any(s in (".", "..") for s in decoded.split("/")):
         return "/"
     return target

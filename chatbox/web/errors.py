@@ -15,6 +15,8 @@ from typing import Any
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import ResponseSpec
+from litestar.types import ExceptionHandlersMap
 
 from chatbox.chat import (
     Busy,
@@ -99,6 +101,31 @@ def classify(exc: Exception) -> Problem:
     return problem
 
 
+@dataclass
+class ErrorDetail:
+    message: str
+    type: str
+    param: str | None = None
+
+
+@dataclass
+class ErrorOut:
+    """The JSON body of every API error (for the OpenAPI schema)."""
+
+    error: ErrorDetail
+
+
+# Route handlers list these so the schema documents the error body they actually send.
+ERROR_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorOut, description=text)
+    for status, text in ((400, "Invalid request (names the `param`)"),
+                         (401, "Missing or invalid credentials"),
+                         (404, "Not found, or not yours"),
+                         (429, "Rate limited (Retry-After)"),
+                         (500, "Server error"), (503, "Overloaded (Retry-After)"))
+}
+
+
 def error_body(message: str, kind: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, **extra}}
 
@@ -139,6 +166,5 @@ def _first_param(exc: ValidationException) -> str | None:
 
 
 _HANDLED = (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {cls: api_error_handler for cls in _HANDLED}
-OPENAI_EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
-    cls: openai_error_handler for cls in _HANDLED}
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {cls: api_error_handler for cls in _HANDLED}
+OPENAI_EXCEPTION_HANDLERS: ExceptionHandlersMap = {cls: openai_error_handler for cls in _HANDLED}

@@ -1,14 +1,22 @@
-"""Liveness, readiness and Prometheus metrics."""
+"""Liveness, readiness and Prometheus metrics (for an admin, or a scraper with the token)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Response, get
+from litestar import Controller, MediaType, Response, get
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from chatbox.web.deps import MetricsDep, ServicesDep
+from chatbox.web.auth import AnyRequest, LoginRequired, provide_user, tokens_match
+from chatbox.web.deps import AccountsDep, MetricsDep, ServicesDep, SettingsDep
+
+
+def _refused(status: int, message: str) -> Response[Any]:
+    body = {"error": {"message": message, "type": "authentication_error" if status == 401
+                      else "permission_error"}}
+    headers = {"WWW-Authenticate": 'Bearer realm="chatbox"'} if status == 401 else {}
+    return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 
 class HealthController(Controller):
@@ -30,5 +38,17 @@ class HealthController(Controller):
         )
 
     @get("/metrics", media_type=CONTENT_TYPE_LATEST)
-    async def metrics(self, metrics: MetricsDep) -> bytes:
-        return generate_latest(metrics)
+    async def metrics(self, request: AnyRequest, metrics: MetricsDep, accounts: AccountsDep,
+                      settings: SettingsDep) -> Response[Any]:
+        """Prometheus text: for `Authorization: Bearer <metrics_token>`, or an admin's key or
+        session; 401 for anyone else, 403 for a member."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if not (settings.metrics_token and scheme.lower() == "bearer"
+                and tokens_match(token.strip(), settings.metrics_token)):
+            try:
+                user = await provide_user(request, accounts, settings)
+            except LoginRequired:
+                return _refused(401, "send the metrics token or an admin's API key as Bearer")
+            if user.role != "admin":
+                return _refused(403, "only admins can read the metrics")
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)

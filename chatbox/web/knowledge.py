@@ -9,17 +9,18 @@ from typing import Any
 
 import numpy as np
 from litestar import Controller, Request, delete, get, patch, post
-from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from chatbox.accounts import AccountsService, User
+from chatbox.accounts import User
 from chatbox.chat import InvalidInput, UnknownModel
-from chatbox.knowledge import Chunk, Document, FileTooLarge, Knowledge, Memory, NotFoundError
+from chatbox.knowledge import Chunk, Document, Knowledge, Memory, NotFoundError
 from chatbox.knowledge.search import HIT_END, HIT_START
+from chatbox.settings import Settings
 from chatbox.web import urls
-from chatbox.web.deps import AccountsDep, KnowledgeDep, UserDep
-from chatbox.web.errors import OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
+from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.uploads import NOT_MULTIPART, UploadForm, read_upload
 
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 MAX_EMBED_INPUTS = 2048
@@ -62,24 +63,21 @@ def highlight(snippet: str) -> str:
     return html.escape(snippet).replace(HIT_START, "<mark>").replace(HIT_END, "</mark>")
 
 
-async def _memory_owner(accounts: AccountsService, actor: User, user_id: str) -> User:
-    """`me`, or (for admins) any user; anyone else's id is simply not found."""
+def _memory_owner(actor: User, user_id: str) -> User:
+    """`me` or one's own id. Memory is content, and content is its owner's alone: any other
+    id is simply not found, for admins too (they see usage, not content)."""
     if user_id in ("me", actor.id):
         return actor
-    if actor.role != "admin":
-        raise NotFoundError("user not found")
-    owner = await accounts.user(user_id)
-    if owner is None:
-        raise NotFoundError("user not found")
-    return owner
+    raise NotFoundError("user not found")
 
 
 class KnowledgeController(Controller):
     path = "/v1"
     tags = ["knowledge"]
 
-    @post("/embeddings", status_code=200, exception_handlers=OPENAI_EXCEPTION_HANDLERS)
-    async def embeddings(self, knowledge: KnowledgeDep, user: UserDep,
+    @post("/embeddings", status_code=200, exception_handlers=OPENAI_EXCEPTION_HANDLERS,
+          responses=ERROR_RESPONSES)
+    async def embeddings(self, knowledge: KnowledgeDep, settings: SettingsDep, user: UserDep,
                          data: EmbeddingsIn) -> dict[str, Any]:
         """OpenAI-compatible embeddings (all-MiniLM-L6-v2, 384 dimensions, unit length)."""
         texts = [data.input] if isinstance(data.input, str) else list(data.input)
@@ -87,6 +85,7 @@ class KnowledgeController(Controller):
                                                                  for t in texts):
             raise InvalidInput(f"input must be a string or 1..{MAX_EMBED_INPUTS} strings",
                                "input")
+        _check_embedding_input(texts, settings)
         if data.model not in (None, EMBEDDING_MODEL, f"sentence-transformers/{EMBEDDING_MODEL}"):
             raise UnknownModel(str(data.model), [EMBEDDING_MODEL])
         if data.encoding_format not in ("float", "base64"):
@@ -103,20 +102,21 @@ class KnowledgeController(Controller):
     # -- memory --------------------------------------------------------------------------
 
     @get("/users/{user_id:str}/memory")
-    async def read_memory(self, knowledge: KnowledgeDep, accounts: AccountsDep,
-                          user: UserDep, user_id: str) -> dict[str, Any]:
-        """The facts remembered about a user (`me`; admins: any user id)."""
-        owner = await _memory_owner(accounts, user, user_id)
+    async def read_memory(self, knowledge: KnowledgeDep, user: UserDep,
+                          user_id: str) -> dict[str, Any]:
+        """The facts remembered about the caller (`me`, or one's own id; no one else's)."""
+        owner = _memory_owner(user, user_id)
         facts = await knowledge.memory.list(owner.id)
         return {"object": "list", "user_id": owner.id,
                 "enabled": await knowledge.memory.enabled(owner.id),
                 "data": [memory_out(m) for m in facts]}
 
     @patch("/users/{user_id:str}/memory")
-    async def change_memory(self, knowledge: KnowledgeDep, accounts: AccountsDep,
+    async def change_memory(self, knowledge: KnowledgeDep, settings: SettingsDep,
                             user: UserDep, user_id: str, data: MemoryPatch) -> dict[str, Any]:
         """Add facts, remove facts by id, or switch memory on or off."""
-        owner = await _memory_owner(accounts, user, user_id)
+        _check_facts(data.add, settings)
+        owner = _memory_owner(user, user_id)
         memory = knowledge.memory
         missing = await memory.missing(owner.id, data.remove)
         if missing:  # all or nothing: an unknown id changes nothing
@@ -134,9 +134,9 @@ class KnowledgeController(Controller):
                 "data": [memory_out(m) for m in await memory.list(owner.id)]}
 
     @delete("/users/{user_id:str}/memory/{fact_id:str}", status_code=HTTP_204_NO_CONTENT)
-    async def forget_fact(self, knowledge: KnowledgeDep, accounts: AccountsDep, user: UserDep,
-                          user_id: str, fact_id: str) -> None:
-        owner = await _memory_owner(accounts, user, user_id)
+    async def forget_fact(self, knowledge: KnowledgeDep, user: UserDep, user_id: str,
+                          fact_id: str) -> None:
+        owner = _memory_owner(user, user_id)
         if not await knowledge.memory.remove(owner.id, [fact_id]):
             raise NotFoundError("memory not found")
 
@@ -204,25 +204,47 @@ class KnowledgeController(Controller):
 
 
 async def receive_upload(request: Request[Any, Any, Any], knowledge: Knowledge, user: User,
-                         conversation_id: str | None, *, library: bool = False) -> Document:
-    """Read the multipart field `file` (refusing an oversized body early) and ingest it.
+                         conversation_id: str | None, *, library: bool = False,
+                         form: UploadForm | None = None) -> Document:
+    """Read the multipart field `file` (streamed, refused once past the cap) and ingest it.
 
     With no conversation id the form's `conversation_id` field may name one; `library=True`
-    ignores that field, so the file always goes to the user's library.
+    ignores that field, so the file always goes to the user's library. A route that had to
+    read the form first passes it as `form` (read with `read_upload`, so within the cap).
     """
-    limit = knowledge.documents.max_bytes
-    declared = int(request.headers.get("content-length") or 0)
-    if declared > limit + 64 * 1024:  # refuse before reading; the form adds a little
-        raise FileTooLarge(f"the upload is {declared:,} bytes; the limit is {limit:,} bytes")
-    form = await request.form()
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise InvalidInput("send the file as multipart/form-data in a field named 'file'", "file")
-    data = await upload.read()
+    if form is None:
+        form = await read_upload(request, knowledge.documents.max_bytes)
+    upload = form.file
+    if upload is None:
+        raise InvalidInput(NOT_MULTIPART, "file")
     if not library:
-        conversation_id = conversation_id or (str(form.get("conversation_id") or "") or None)
+        conversation_id = conversation_id or form.get("conversation_id") or None
     return await knowledge.documents.ingest(user.id, conversation_id, upload.filename,
-                                            upload.content_type, data)
+                                            upload.content_type, upload.data)
+
+
+def _check_embedding_input(texts: list[str], settings: Settings) -> None:
+    """Each input, and all of them together, within the settings' character limits."""
+    each, total = settings.max_embedding_input_chars, settings.max_embedding_total_chars
+    for i, text in enumerate(texts):
+        if len(text) > each:
+            raise InvalidInput(f"input[{i}] is {len(text):,} characters; the limit is "
+                               f"{each:,}", "input")
+    chars = sum(len(t) for t in texts)
+    if chars > total:
+        raise InvalidInput(f"input is {chars:,} characters in all; the limit is {total:,}",
+                           "input")
+
+
+def _check_facts(facts: list[str], settings: Settings) -> None:
+    """A memory PATCH adds at most so many facts, each at most so long."""
+    if len(facts) > settings.max_memory_add:
+        raise InvalidInput(f"add has {len(facts):,} facts; the limit is "
+                           f"{settings.max_memory_add:,}", "add")
+    for i, fact in enumerate(facts):
+        if isinstance(fact, str) and len(fact) > settings.max_fact_chars:
+            raise InvalidInput(f"add[{i}] is {len(fact):,} characters; the limit is "
+                               f"{settings.max_fact_chars:,}", "add")
 
 
 def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:

@@ -32,7 +32,7 @@ async def _memory_list(request: AnyRequest, knowledge: Knowledge, user_id: str,
 
 class KnowledgePagesController(Controller):
     include_in_schema = False
-    exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = UI_EXCEPTION_HANDLERS
 
     @get("/memory")
     async def memory_page(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
@@ -61,7 +61,8 @@ class KnowledgePagesController(Controller):
     @post("/ui/memory/{fact_id:str}/delete", status_code=200)
     async def delete_fact(self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep,
                           fact_id: str) -> Response[str]:
-        await knowledge.memory.remove(user.id, [fact_id])
+        if not await knowledge.memory.remove(user.id, [fact_id]):
+            raise NotFound("that memory no longer exists")
         return await _memory_list(request, knowledge, user.id)
 
     @post("/ui/memory/enabled", status_code=200)
@@ -81,11 +82,10 @@ class KnowledgePagesController(Controller):
             {"hit": h, "html": highlight(h.snippet)} for h in hits])
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/sources")
-    async def sources(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
+    async def sources(self, request: AnyRequest, knowledge: KnowledgeDep,
                       user: UserDep, conv_id: str, turn_id: str) -> Response[str]:
         """The passages an answer drew on (empty when none)."""
-        await chat.conversation(user, conv_id)
-        cited = (await knowledge.documents.citations(user.id, [turn_id]))[turn_id]
+        cited = await knowledge.documents.turn_citations(user.id, conv_id, turn_id)
         return html(request, "_sources.html", sources=cited)
 
     @get("/ui/passages/{chunk_id:int}")

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from litestar import Controller, Response, get, post
+from litestar.types import ExceptionHandlersMap
 
 from chatbox.accounts import User
 from chatbox.knowledge import Document, Knowledge, NotFoundError
@@ -57,7 +58,8 @@ class LibraryController(Controller):
     """`/library` and its htmx partials under `/ui/library/`."""
 
     include_in_schema = False
-    exception_handlers = {cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS}
+    exception_handlers: ExceptionHandlersMap = {
+        cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS}
 
     @get("/library")
     async def library_page(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,

@@ -67,20 +67,23 @@ class LoginController(Controller):
             return _login_page(request, settings, 403, "The form expired; please try again.",
                                data.name, data.next)
         throttle = accounts.throttle
-        address = client_address(request)
+        address = client_address(request, settings)
         name = data.name.strip()
-        try:
-            throttle.check((throttle.accounts, name.lower()), (throttle.addresses, address))
+        pair = throttle.pair(name.lower(), address)
+        try:  # refused: this address guessing this account, or spraying many
+            throttle.check((throttle.pairs, pair), (throttle.addresses, address))
         except TooManyAttempts as exc:
             return _login_page(request, settings, 429, f"Too many failed attempts: {exc}.",
                                name, data.next, {"Retry-After": str(exc.retry_after)})
+        await throttle.slow_down(name.lower())  # an account under attack: slowed, not locked
         user = await accounts.check_password(name, data.password)
         if user is None:
             throttle.accounts.fail(name.lower())
+            throttle.pairs.fail(pair)
             throttle.addresses.fail(address)
             return _login_page(request, settings, 401, "Wrong name or password.", name,
                                data.next)
-        throttle.accounts.clear(name.lower())
+        throttle.pairs.clear(pair)
         token = await accounts.start_session(user)
         return Response("", status_code=303, headers={"Location": safe_next(data.next)},
                         cookies=[session_cookie(request, settings, token,

@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from litestar import Controller, Response, get, post
 from litestar.response import Stream
@@ -23,10 +23,12 @@ from chatbox.chat import (
     Usage,
 )
 from chatbox.web.deps import ChatDep, SettingsDep, UserDep
-from chatbox.web.errors import OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
-_ROLES = {"system", "user", "assistant", "developer"}
+_ROLE_AS: dict[str, Literal["system", "user", "assistant"]] = {
+    "system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES = set(_ROLE_AS)
 
 
 @dataclass
@@ -52,7 +54,7 @@ class ChatCompletionIn:
             if not isinstance(role, str) or role not in _ROLES:
                 raise InvalidInput(f"messages[{i}].role must be one of {sorted(_ROLES)}",
                                    f"messages[{i}].role")
-            out.append(ChatMessage("system" if role == "developer" else role,
+            out.append(ChatMessage(_ROLE_AS[role],
                                    _text(message.get("content"), f"messages[{i}].content")))
         if not any(m.content.strip() for m in out if m.role == "user"):
             raise InvalidInput("messages must contain a non-empty user message", "messages")
@@ -109,7 +111,7 @@ class OpenAIController(Controller):
                      for n in [*chat.models.names(), "auto"]],
         }
 
-    @post("/chat/completions", status_code=200)
+    @post("/chat/completions", status_code=200, responses=ERROR_RESPONSES)
     async def completions(
         self, chat: ChatDep, settings: SettingsDep, user: UserDep, data: ChatCompletionIn,
     ) -> Any:

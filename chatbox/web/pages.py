@@ -10,6 +10,7 @@ from litestar.response import Stream
 
 from chatbox.accounts import User
 from chatbox.chat import (
+    ACTIVE_BRANCH,
     ChatService,
     InvalidInput,
     NotFound,
@@ -37,6 +38,7 @@ from chatbox.web.ui import (
 @dataclass
 class MessageForm:
     content: str = ""
+    parent_id: str = ""  # the branch shown, when it is not the active one (?turn=)
     model: str = ""
     system_prompt: str = ""
 
@@ -69,7 +71,7 @@ class PagesController(Controller):
     """HTML pages (`/`, `/c/{id}`) and htmx partials (`/ui/...`)."""
 
     include_in_schema = False
-    exception_handlers = UI_EXCEPTION_HANDLERS  # type: ignore[assignment]
+    exception_handlers = UI_EXCEPTION_HANDLERS
 
     # -- pages -------------------------------------------------------------------------
 
@@ -87,11 +89,11 @@ class PagesController(Controller):
                            ) -> Response[str]:
         """One conversation: its active branch, streaming on if an answer is running.
 
-        `?turn=ID` (a search hit) opens the branch holding that turn, far enough back to
-        show it.
+        `?turn=ID` (a search hit) shows the branch holding that turn, far enough back to
+        show it, without switching the active branch (a GET changes nothing); a message
+        sent from that page continues the branch shown.
         """
-        shown = turn if turn and await chat.open_at(user, conv_id, turn) else None
-        view = await chat.view(user, conv_id, show=shown)
+        view = await chat.view(user, conv_id, show=turn or None)
         return html(request, "chat.html", convs=await sidebar(chat, user),
                     **await conversation_context(chat, knowledge, user, view))
 
@@ -122,7 +124,7 @@ class PagesController(Controller):
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Append the user's bubble and a streaming answer bubble."""
-        run = await chat.send(user, conv_id, data.content)
+        run = await chat.send(user, conv_id, data.content, data.parent_id or ACTIVE_BRANCH)
         return await self._appended(request, chat, user, run)
 
     async def _appended(self, request: AnyRequest, chat: ChatService, user: User,

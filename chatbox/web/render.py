@@ -31,25 +31,26 @@ _ATTRIBUTES = {
     "span": {"class"},
     "pre": {"data-lang"},
     "ol": {"start"},
-    "th": {"style"},
-    "td": {"style"},
+    "th": {"class"},
+    "td": {"class"},
 }
 _LANG = re.compile(r"^[A-Za-z0-9_+#.-]{1,32}$")
 _TOKEN_CLASS = re.compile(r"^tok-[A-Za-z0-9]{1,4}$")  # Pygments' short token class names
 _ALIGN = re.compile(r"^text-align:(left|right|center)$")
+_ALIGN_CLASS = re.compile(r"^align-(left|right|center)$")
 
 
 def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
     """Keep only harmless values of the few attributes allowed."""
     if attr == "class" and tag == "span":  # highlighted code: Pygments token classes only
         return value if _TOKEN_CLASS.match(value) else None
+    if attr == "class" and tag in ("th", "td"):  # table alignment only
+        return value if _ALIGN_CLASS.match(value) else None
     if attr == "class":  # code blocks: `language-xyz` only
         lang = value.removeprefix("language-")
         return value if value.startswith("language-") and _LANG.match(lang) else None
     if attr == "data-lang":
         return value if _LANG.match(value) else None
-    if attr == "style":  # table alignment only
-        return value if _ALIGN.match(value.replace(" ", "")) else None
     if attr == "start":
         return value if value.isdigit() else None
     return value
@@ -90,12 +91,23 @@ def _fence(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
     return f"<pre><code>{html.escape(token.content)}</code></pre>\n"
 
 
+def _align_classes(state: Any) -> None:
+    """Table alignment as a class (`align-right`): a strict CSP refuses style attributes."""
+    for token in state.tokens:
+        if token.type in ("th_open", "td_open") and token.attrs.get("style") is not None:
+            style = str(token.attrs.pop("style"))
+            align = _ALIGN.match(style.replace(" ", ""))
+            if align:
+                token.attrSet("class", f"align-{align.group(1)}")
+
+
 @lru_cache(maxsize=1)
 def _parser() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
     md.enable(["table", "strikethrough"])
     md.disable("image")  # no remote images from an offline box; `![a](b)` stays a link
     md.add_render_rule("fence", _fence)
+    md.core.ruler.push("align_classes", _align_classes)
     return md
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
 from jinja2 import Environment
 from litestar import MediaType, Request, Response
@@ -12,6 +12,7 @@ from litestar.enums import RequestEncodingType
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import Body
 from litestar.response import Stream
+from litestar.types import ExceptionHandlersMap
 
 from chatbox.accounts import User
 from chatbox.chat import (
@@ -24,7 +25,6 @@ from chatbox.chat import (
     NotFound,
     Overloaded,
     RateLimited,
-    RunEvent,
     TooLong,
     TurnRun,
     TurnView,
@@ -160,7 +160,7 @@ def ui_error_handler(request: AnyRequest, exc: Exception) -> Response[str]:
     return ui_error(request, exc)
 
 
-UI_EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+UI_EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     cls: ui_error_handler
     for cls in (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)}
 
@@ -210,7 +210,7 @@ async def ui_events(
                                  run.turn_id, run.events[-1].id)
         return
     text = _text_until(run, after)
-    follow = cast(AsyncGenerator[RunEvent, None], run.follow(after))
+    follow = run.follow(after)
     async with contextlib.aclosing(follow) as events:
         async for event in events:
             if event.kind == "token":

@@ -51,11 +51,18 @@ def test_scripted_setup_seeds_the_admin_and_prints_only_a_key(data_dir: Path) ->
     check(data_dir, verify)
 
 
-def test_first_use_without_a_password_generates_and_prints_one(data_dir: Path) -> None:
+def test_first_use_without_a_password_generates_one_into_a_private_file(
+        data_dir: Path) -> None:
+    # CliRunner's stderr is no terminal: the password goes to a 0600 file, never the stream.
     result = cli(data_dir, "users", "list")
     assert result.exit_code == 0
-    assert "log in at" in result.stderr and "password:" in result.stderr
+    secret = data_dir / "admin-password.txt"
+    password = secret.read_text().strip()
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert "log in at" in result.stderr and str(secret) in result.stderr
+    assert password not in result.output
     assert "admin" in result.stdout
+    assert check(data_dir, lambda s: s.users.check_password("admin", password)) is not None
     assert "password" not in cli(data_dir, "users", "list").stderr  # only the first time
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from chatbox.engine import scheduler
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.types import (
     ContextOverflowError,
@@ -138,10 +139,41 @@ async def test_stop_string_across_token_boundaries(tiny_engine: LlamaEngine) -> 
     assert cut.text == full.text[: full.text.index(stop)]
 
 
-async def test_events_are_whole_utf8(tiny_engine: LlamaEngine) -> None:
-    r = await generate(tiny_engine, chat("😀 日本語 ünïcödé"), replace(GREEDY, max_tokens=64))
-    for chunk in r.chunks:
-        chunk.encode("utf-8")  # no lone surrogates / split characters
+async def test_events_are_whole_utf8(
+    tiny_engine: LlamaEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The random tiny model emits stray bytes (rightly shown as U+FFFD), so script its output:
+    # the scheduler samples as usual, then emits these tokens -- one per byte of each
+    # multi-byte character -- through the real detokenizer.
+    text = "😀 日本語 ünïcödé"
+    script = tiny_engine.model.tokenize(text, parse_special=False)
+    pieces = [tiny_engine.model.piece(t) for t in script]
+    assert b"".join(pieces).decode("utf-8") == text
+    split = [p for p in pieces if not _is_utf8(p)]
+    assert split, "every character fits in one token: the test would prove nothing"
+
+    class ScriptedSampler(scheduler.Sampler):
+        def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+            super().__init__(params, n_vocab)
+            self.script = iter(script)
+
+        def sample(self, ctx_ptr: object, index: int) -> int:
+            super().sample(ctx_ptr, index)
+            return next(self.script)
+
+    monkeypatch.setattr(scheduler, "Sampler", ScriptedSampler)
+    r = await generate(tiny_engine, chat("hi"), replace(GREEDY, max_tokens=len(script)))
+    assert r.done.finish_reason == "length"
+    assert not [c for c in r.chunks if "\ufffd" in c]  # no character was cut across events
+    assert r.text == text
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def test_seed_reproduces_sampled_text(tiny_engine: LlamaEngine) -> None:

@@ -75,13 +75,36 @@ def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def
     bob_id = r.json() and client.get("/v1/users/me/memory", headers=bob).json()["user_id"]
     admin_id = client.get("/v1/users/me/memory", headers=admin).json()["user_id"]
     assert client.get(f"/v1/users/{admin_id}/memory", headers=bob).status_code == 404
-    # An admin may read and edit anyone's memory.
-    seen = client.get(f"/v1/users/{bob_id}/memory", headers=admin).json()
-    assert len(seen["data"]) == 2
+    # Memory is content: an admin cannot read anyone else's either.
+    assert client.get(f"/v1/users/{bob_id}/memory", headers=admin).status_code == 404
+    assert len(client.get(f"/v1/users/{bob_id}/memory", headers=bob).json()["data"]) == 2
     r = client.patch("/v1/users/me/memory", headers=bob,
                      json={"remove": [facts["The user prefers metric units"]], "enabled": False})
     assert r.status_code == 200 and r.json()["enabled"] is False
     assert [f["text"] for f in r.json()["data"]] == ["I live in Berlin"]
+
+
+def test_memory_is_its_owner_alone_admins_included(two) -> None:  # type: ignore[no-untyped-def]
+    client, admin, bob = two
+    ann = bearer(seed_user(client.app.state.services.settings, "ann", role="member"))
+    r = client.patch("/v1/users/me/memory", headers=bob, json={"add": ["Bob keeps bees"]})
+    assert r.status_code == 200, r.text
+    bob_id, (fact,) = r.json()["user_id"], r.json()["data"]
+    own = client.get(f"/v1/users/{bob_id}/memory", headers=bob)  # one's own id works too
+    assert own.status_code == 200 and own.json()["data"] == [fact]
+    for who in (admin, ann):  # the admin and another member alike
+        got = client.get(f"/v1/users/{bob_id}/memory", headers=who)
+        assert got.status_code == 404 and "bees" not in got.text
+        changed = client.patch(f"/v1/users/{bob_id}/memory", headers=who,
+                               json={"add": ["planted"], "remove": [fact["id"]],
+                                     "enabled": False})
+        assert changed.status_code == 404 and "bees" not in changed.text
+        gone = client.delete(f"/v1/users/{bob_id}/memory/{fact['id']}", headers=who)
+        assert gone.status_code == 404
+        # An unknown user id answers the same: nothing tells who exists.
+        assert client.get("/v1/users/u_nobody/memory", headers=who).status_code == 404
+    after = client.get("/v1/users/me/memory", headers=bob).json()
+    assert after["data"] == [fact] and after["enabled"] is True
 
 
 def test_document_round_trip_with_citations(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -211,7 +234,7 @@ def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-unt
     r = client.post(f"/ui/memory/{fact_id}/edit", data={"text": "I prefer SI units"},
                     headers=bob)
     assert "I prefer SI units" in r.text
-    assert client.post(f"/ui/memory/{fact_id}/delete", headers=admin).status_code == 200
+    assert client.post(f"/ui/memory/{fact_id}/delete", headers=admin).status_code == 404
     assert client.get("/v1/users/me/memory", headers=bob).json()["data"]  # not admin's to delete
     r = client.post(f"/ui/memory/{fact_id}/delete", headers=bob)
     assert "Nothing remembered yet" in r.text

@@ -72,9 +72,27 @@ def page(browser: Any, login: dict[str, Any]) -> Iterator[Any]:
     pg.set_default_timeout(30_000)
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    violations = watch_csp(pg)
     yield pg
     context.close()
     assert not errors, errors
+    assert not violations, f"Content-Security-Policy violations: {violations}"
+
+
+CSP_WATCH = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolation(`${e.effectiveDirective} blocked ${e.blockedURI || "inline"}`
+                        + ` at ${e.sourceFile || location.pathname}:${e.lineNumber} ${e.sample}`);
+});
+"""
+
+
+def watch_csp(pg: Any) -> list[str]:
+    """Every CSP violation the page reports, across navigations."""
+    violations: list[str] = []
+    pg.expose_function("__cspViolation", lambda text: violations.append(str(text)))
+    pg.add_init_script(CSP_WATCH)
+    return violations
 
 
 def answer_text(page: Any) -> str:
@@ -189,6 +207,60 @@ def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any)
     page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
     assert page.locator(".turn.user .branch-pos").inner_text() == "2/2"
     assert page.locator(".turn.user .plain").inner_text() == "Name one vegetable."
+
+
+def test_the_ui_works_under_a_strict_csp(server: LiveServer, browser: Any,
+                                         login: dict[str, Any]) -> None:
+    """Send, stream, stop, edit, switch branches, search, memory and library: no violation."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, storage_state=login)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    violations = watch_csp(pg)
+    try:
+        response = pg.goto(server.url + "/")
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe" not in csp
+        # the watch works: a style attribute made by script is refused and reported
+        pg.evaluate("() => { const d = document.createElement('div');"
+                    " d.innerHTML = '<p style=\"color: red\">x</p>'; document.body.append(d); }")
+        deadline = time.monotonic() + 5
+        while not violations and time.monotonic() < deadline:
+            pg.wait_for_timeout(50)
+        assert violations and "style-src" in violations[0], violations
+        violations.clear()
+
+        send(pg, STORY)
+        pg.wait_for_selector(".turn.assistant.streaming")
+        pg.wait_for_function(
+            "() => { const m = document.querySelector('.turn.streaming .md');"
+            " return m && m.innerText.length > 20 }")
+        pg.locator(".composer .stop").click()
+        pg.wait_for_selector("#turns > .turn.assistant[data-status=stopped]", timeout=5_000)
+        pg.locator(".turn.user button[aria-label='Edit message']").click()
+        box = pg.wait_for_selector(".edit-form textarea")
+        box.fill("Name one vegetable.")
+        box.press("Enter")
+        pg.wait_for_selector(".turn.assistant.streaming")
+        pg.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+        pg.get_by_label("Previous version").first.click()
+        pg.wait_for_function(
+            "() => document.querySelector('.turn.user .branch-pos')?.innerText === '1/2'")
+        pg.fill("#search-q", "dragon")
+        pg.press("#search-q", "Enter")
+        pg.wait_for_selector("#search-results a")
+        pg.locator("#search-results a").first.click()
+        pg.wait_for_selector(".turn.hit")
+        for path in ("/memory", "/library"):
+            pg.goto(server.url + path)
+            pg.wait_for_load_state("networkidle")
+        pg.goto(server.url + "/memory")
+        pg.fill("#new-fact", "I like dragons")
+        pg.locator(".memory-add button[type=submit]").click()
+        pg.wait_for_function("() => document.querySelector('#new-fact').value === ''")
+        assert pg.locator(".fact input[value='I like dragons']").count() == 1
+    finally:
+        context.close()
+    assert not violations, f"Content-Security-Policy violations: {violations}"
 
 
 def assert_no_sideways_scroll(pg: Any, width: int) -> None:

@@ -219,6 +219,17 @@ def test_a_search_hit_on_an_old_branch_opens_that_branch(client: TestClient) -> 
     page = client.get(path).text
     assert f'id="{anchor}"' in page and bubble in page
     assert '<span class="branch-pos">1/2</span>' in page and "about pangolins<" not in page
+    # A GET changes nothing: the active branch is still the second one ...
+    assert bubble not in client.get(f"/c/{conv_id}").text
+    # ... until a message is sent from the page showing the first: it continues that one.
+    leaf = re.search(r'name="parent_id" value="([^"]+)"', page)
+    assert leaf, page
+    response = client.post(f"/ui/c/{conv_id}/send", headers=HX,
+                           data={"content": "More on aardvarks", "parent_id": leaf.group(1)})
+    assert response.status_code == 200, response.text
+    read_stream(client, stream_url(response.text))
+    now = client.get(f"/c/{conv_id}").text
+    assert bubble in now and "More on aardvarks" in now and 'name="parent_id"' not in now
 
 
 def test_a_search_hit_deep_in_a_long_chat_is_on_the_page(client: TestClient) -> None:

@@ -1,0 +1,170 @@
+"""Conversations as the web layer reads and edits them: list, create, rename, view a branch.
+
+`ChatService` (chatbox/chat/service.py) adds taking turns on top of this; the run state both
+need (which conversations are answering now) lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from chatbox.chat.admission import Gatekeeper
+from chatbox.chat.completions import complete
+from chatbox.chat.errors import InvalidInput, NotFound
+from chatbox.chat.models import ModelProvider, resolve_model
+from chatbox.chat.options import TurnOptions, check_stops
+from chatbox.chat.prompt import turn_messages
+from chatbox.chat.runs import TurnRun
+from chatbox.chat.views import ConversationView, TurnView
+from chatbox.engine.types import ChatMessage, Generation
+from chatbox.settings import Settings
+from chatbox.store import Conversation, Store, Turn, User
+
+
+@dataclass
+class Conversations:
+    """The user's conversations: reading and editing them, never taking a turn."""
+
+    store: Store
+    models: ModelProvider
+    settings: Settings
+    gate: Gatekeeper  # quotas, routing, overload
+    _runs: dict[str, TurnRun] = field(default_factory=dict)  # answering now, by conversation
+    _reserved: set[str] = field(default_factory=set)  # about to answer
+    _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
+
+    # -- conversations -------------------------------------------------------------------
+
+    async def conversations(self, user: User) -> list[Conversation]:
+        """The user's conversations, most recently active first."""
+        return await self.store.conversations.list(user.id)
+
+    async def create_conversation(
+        self, user: User, title: str | None = None, system_prompt: str | None = None,
+        model: str | None = None,
+    ) -> Conversation:
+        self._check_fields(title=title, system_prompt=system_prompt)
+        if model is not None:
+            self.resolve_model(model)
+        return await self.store.conversations.create(user.id, title, system_prompt, model)
+
+    def _check_fields(self, **fields: str | None) -> None:
+        """A title or system prompt longer than the settings allow is refused (422)."""
+        limits = {"title": self.settings.max_title_chars,
+                  "system_prompt": self.settings.max_system_prompt_chars}
+        for name, value in fields.items():
+            limit = limits.get(name)
+            if limit is not None and value is not None and len(value) > limit:
+                raise InvalidInput(f"{name} is {len(value):,} characters; the limit is "
+                                   f"{limit:,}", name)
+
+    def check_options(self, options: TurnOptions) -> None:
+        """Per-request generation options within the settings' limits (stop sequences)."""
+        check_stops(options.stop, self.settings.max_stop_strings, self.settings.max_stop_chars)
+
+    async def start_conversation(
+        self, user: User, first: Callable[[Conversation], Awaitable[object]],
+        system_prompt: str | None = None, model: str | None = None,
+    ) -> Conversation:
+        """A new conversation whose first step (a message, an attachment) must succeed:
+        when `first` raises, the conversation is deleted again (no empty chats left)."""
+        conv = await self.create_conversation(user, None, system_prompt, model)
+        try:
+            await first(conv)
+        except BaseException:
+            await self.store.conversations.delete(user.id, conv.id)
+            raise
+        return conv
+
+    async def update_conversation(self, user: User, conv_id: str, **changes: str | None
+                                  ) -> Conversation:
+        """Rename, or change the system prompt or model (a None value clears it)."""
+        self._check_fields(**{k: v for k, v in changes.items() if k != "model"})
+        if changes.get("model") is not None:
+            changes["model"] = self.resolve_model(changes["model"])
+        conv = await self.store.conversations.update(user.id, conv_id, **changes)
+        if conv is None:
+            raise NotFound("conversation not found")
+        return conv
+
+    def limit_headers(self, user: User) -> dict[str, str]:
+        """The user's rate limits now, as x-ratelimit-* headers."""
+        return self.gate.headers(user)
+
+    async def complete(
+        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
+    ) -> tuple[str, Generation, int]:
+        """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
+        self.check_options(options)
+        return await complete(self.models, self.gate, self.settings.max_tokens, messages,
+                              options, user)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def conversation(self, user: User, conv_id: str) -> Conversation:
+        conv = await self.store.conversations.get(user.id, conv_id)
+        if conv is None:
+            raise NotFound("conversation not found")
+        return conv
+
+    def expected_model(self, user: User, requested: str | None) -> str:
+        """The model this user's next turn will most likely use (tier, pin, picked)."""
+        return self.gate.router.expected(user, requested)
+
+    def resolve_model(self, requested: str | None) -> str:
+        """The installed model a request names (default: the default model)."""
+        return resolve_model(self.models, requested)
+
+    async def view(
+        self, user: User, conv_id: str, before: int | None = None, limit: int = 50,
+        show: str | None = None,
+    ) -> ConversationView:
+        """The active branch, newest `limit` turns before `before`; `show` widens the page
+        until that turn is on it (a search hit deep in a long chat). A `show` on another
+        branch shows that branch (down to its newest leaf) for this view only: reading
+        never switches the active branch (nor while an answer is running)."""
+        conv = await self.conversation(user, conv_id)
+        path = await self.store.turns.path(conv.id, conv.active_leaf_id)
+        shown_leaf = None
+        if (show and all(t.id != show for t in path) and conv.id not in self._runs
+                and await self.store.turns.get(conv.id, show) is not None):
+            shown_leaf = await self.store.turns.deepest_leaf(conv.id, show)
+            path = await self.store.turns.path(conv.id, shown_leaf)
+        older = [t for t in path if before is None or t.seq < before]
+        ids = [t.id for t in older]
+        if show in ids:
+            limit = max(limit, len(ids) - ids.index(show))
+        page = older[-limit:] if limit > 0 else []
+        siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
+        model = self.expected_model(user, conv.model)
+        engine = await self.models.engine(model)
+        messages = turn_messages(path)
+        if conv.system_prompt:
+            messages.insert(0, ChatMessage("system", conv.system_prompt))
+        # Tokenizing a long conversation is CPU work: off the event loop.
+        used = await asyncio.to_thread(engine.count_tokens, tuple(messages)) if messages else 0
+        return ConversationView(
+            conversation=conv,
+            turns=[TurnView(t, siblings[t.parent_id]) for t in page],
+            running=self._runs.get(conv.id),
+            model=model,
+            context_used=used,
+            context_limit=engine.info.n_ctx_per_seq,
+            next_cursor=page[0].seq if len(older) > len(page) else None,
+            shown_leaf=shown_leaf,
+        )
+
+    async def turn(self, user: User, conv_id: str, turn_id: str) -> Turn | None:
+        """One turn of the user's conversation (None when there is no such turn)."""
+        conv = await self.conversation(user, conv_id)
+        return await self.store.turns.get(conv.id, turn_id)
+
+    def run_for(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
+        """The conversation's running answer, or a just-finished one by turn id."""
+        run = self._runs.get(conv_id)
+        if turn_id is None or (run is not None and run.turn_id == turn_id):
+            return run
+        done = self._finished.get(turn_id)
+        return done if done is not None and done.conversation_id == conv_id else None

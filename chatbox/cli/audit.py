@@ -1,0 +1,49 @@
+"""`chatbox audit list`: the append-only log of admin actions (who, what, on whom, when)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from chatbox.cli.accounts import _table, _user, with_store
+
+if TYPE_CHECKING:
+    from chatbox.store import Store
+
+
+@click.group()
+def audit() -> None:
+    """The audit log of admin actions (append-only; never holds content or secrets)."""
+
+
+@audit.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="The newest N entries.")
+@click.option("--user", "name", default=None, help="Only actions on this user.")
+@click.option("--action", default=None, help="Only this action, e.g. user.set_role.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def audit_list(ctx: click.Context, limit: int, name: str | None, action: str | None,
+               as_json: bool) -> None:
+    """The newest entries first."""
+    from chatbox.accounts import AuditLog
+    from chatbox.accounts.audit import entry_out
+
+    async def run(store: Store) -> list[dict[str, Any]]:
+        target = await _user(store, name) if name else None
+        found = await AuditLog(store).entries(limit, target=target, action=action)
+        return [entry_out(e) for e in found]
+
+    entries = with_store(ctx, run)
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    rows = [["ID", "WHEN (UTC)", "ACTOR", "ACTION", "TARGET", "DETAIL"]]
+    rows += [[str(e["id"]), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])),
+              e["actor"]["name"], e["action"], (e["target"] or {}).get("name") or "",
+              json.dumps(e["detail"], sort_keys=True) if e["detail"] else ""]
+             for e in entries]
+    _table(rows)

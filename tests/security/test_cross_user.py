@@ -1,0 +1,321 @@
+"""The cross-user matrix: every route that takes an id, called with another user's ids.
+
+Bob (a member) owns a conversation with turns, a document attached to it, a library
+document, a cited passage, a memory fact and an API key. Mallory (a member) and the admin
+then call every route of the app's route table that takes such an id — the API, the UI
+partials under /ui and the pages (/c, /memory, /library), which the OpenAPI schema leaves
+out — with bob's ids, and with bob's ids mixed into their own (their conversation, bob's
+turn). Each call must answer 404: not 403 (that says the id exists), not 200, not 500; and
+none may show bob's content or change bob's data. A route whose path takes an id this
+matrix does not know fails the test, so a new route cannot slip past it.
+
+The admin is no exception: chatbox's promise is "usage, not content", so bob's memory is
+as closed to the admin as his conversations (issue 9, item 7).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from tests.security.conftest import MANUAL, QUESTION, Cast, send_turn
+
+pytestmark = pytest.mark.timeout(300)
+
+# Path segments that never carry a user's ids.
+NOT_OWNED = ("/static/", "/schema")
+SECRET = re.compile(r"bobsecret|zephyr", re.IGNORECASE)
+SEARCH = "descale pump citric acid"  # finds bob's turns without naming a secret word
+# The streaming bubble's SSE answers an unknown or foreign answer with a 200 and its final
+# "no longer available" frame, so that the SSE client stops instead of retrying
+# (chatbox.web.ui.ui_stream); it must still show nothing of bob's.
+SSE_FINAL_FRAME = ("GET /ui/c/{conv_id:str}/turns/{turn_id:str}/stream",)
+
+
+@dataclass
+class World:
+    """One user's ids: what the matrix substitutes for each path parameter."""
+
+    headers: dict[str, str]
+    user_id: str = ""
+    conv_id: str = ""
+    user_turn: str = ""
+    answer: str = ""
+    conv_doc: str = ""
+    library_doc: str = ""
+    chunk_id: int | None = None
+    fact_id: str = ""
+    key_id: str = ""
+
+    def ids(self, param: str, *, victim: bool) -> list[Any]:
+        """The values of one path parameter: all of a victim's, or one's own."""
+        values: dict[str, list[Any]] = {
+            "conv_id": [self.conv_id],
+            "turn_id": [self.user_turn, self.answer] if victim else [self.answer],
+            "doc_id": [self.conv_doc, self.library_doc] if victim else [self.conv_doc],
+            "chunk_id": [self.chunk_id] if self.chunk_id is not None else [],
+            "fact_id": [self.fact_id],
+            "user_id": [self.user_id] if victim else ["me"],
+            "key_id": [self.key_id],
+        }
+        if param not in values:
+            raise KeyError(param)
+        return [v for v in values[param] if v not in (None, "")]
+
+
+def _key_id(client: TestClient, user_id: str) -> str:
+    store = client.app.state.services.store
+
+    async def newest() -> str:
+        keys = await store.keys.list(user_id)
+        return str(keys[-1].id)
+
+    return str(client.blocking_portal.call(newest))
+
+
+def build_world(client: TestClient, headers: dict[str, str], tag: str,
+                *, cited: bool) -> World:
+    """A conversation with a turn, an attached and a library document, a fact, a key id."""
+    w = World(headers)
+    r = client.post("/v1/conversations", headers=headers, json={"title": f"{tag} title"})
+    assert r.status_code == 201, r.text
+    w.conv_id = r.json()["id"]
+    body = MANUAL if cited else f"{tag} notes.\n\n" + "Plain filler words here. " * 40
+    r = client.post(f"/v1/conversations/{w.conv_id}/documents", headers=headers,
+                    files={"file": (f"{tag}-manual.txt", body.encode(), "text/plain")})
+    assert r.status_code == 201, r.text
+    w.conv_doc = r.json()["id"]
+    question = QUESTION if cited else f"What do my {tag} notes say?"
+    w.user_turn, w.answer, got = send_turn(client, headers, w.conv_id, question)
+    if cited:
+        cites = [e.json() for e in got if e.event == "citations"]
+        assert cites, "bob's answer cited no passage: the matrix needs a passage id"
+        w.chunk_id = int(cites[0]["citations"][0]["chunk_id"])
+    r = client.post("/v1/documents", headers=headers,
+                    files={"file": (f"{tag}-library.txt",
+                                    f"{tag} library text. ".encode() * 40, "text/plain")})
+    assert r.status_code == 201, r.text
+    w.library_doc = r.json()["id"]
+    r = client.patch("/v1/users/me/memory", headers=headers,
+                     json={"add": [f"The user's codename is {tag}"]})
+    assert r.status_code == 200, r.text
+    w.fact_id = r.json()["added"][0]["id"]
+    w.user_id = r.json()["user_id"]
+    w.key_id = _key_id(client, w.user_id)
+    return w
+
+
+def fingerprint(client: TestClient, bob: World) -> dict[str, Any]:
+    """What bob can see of his own data (to tell whether a foreign call changed it)."""
+    h = bob.headers
+    conv = client.get(f"/v1/conversations/{bob.conv_id}", headers=h)
+    memory = client.get("/v1/users/me/memory", headers=h).json()
+    cites = client.get(f"/v1/conversations/{bob.conv_id}/turns/{bob.answer}/citations",
+                       headers=h)
+    return {
+        "conversations": [c["id"] for c in client.get("/v1/conversations",
+                                                      headers=h).json()["data"]],
+        "conversation": conv.status_code == 200 and {
+            k: conv.json()[k] for k in ("title", "system_prompt", "model")},
+        "turns": conv.status_code == 200 and [(t["id"], t["content"])
+                                              for t in conv.json()["turns"]],
+        "documents": sorted(d["id"] for d in client.get("/v1/documents",
+                                                        headers=h).json()["data"]),
+        "memory": (memory["enabled"], sorted((f["id"], f["text"]) for f in memory["data"])),
+        "citations": cites.status_code == 200 and len(cites.json()["data"]),
+    }
+
+
+@dataclass
+class Call:
+    method: str
+    url: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    data: dict[str, str] | None = None
+    files: dict[str, Any] | None = None
+    route: str = ""
+    ok_statuses: tuple[int, ...] = (404,)
+    ok_empty_list: bool = False  # a list filtered by a foreign id may answer 200 and nothing
+
+    def describe(self) -> str:
+        query = "&".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.method} {self.url}{'?' + query if query else ''}"
+
+
+def _upload() -> dict[str, Any]:
+    return {"file": ("pwned.txt", b"mallory was here " * 30, "text/plain")}
+
+
+def body_for(method: str, path: str, victim: World) -> dict[str, Any]:
+    """A plausible body for the route, so that a refusal is about the id, not the body."""
+    if method not in ("POST", "PATCH", "PUT"):
+        return {}
+    ui = not path.startswith("/v1/")
+    if path.endswith("/documents"):
+        return {"files": _upload()}
+    if path.endswith("/turns") or path.endswith("/send"):
+        return {"data": {"content": "pwned"}} if ui else {"json": {"content": "pwned",
+                                                                   "max_tokens": 2}}
+    if path.endswith("/edit"):
+        if "/memory/" in path:
+            return {"data": {"text": "pwned"}}
+        return {"data": {"content": "pwned"}} if ui else {"json": {"content": "pwned",
+                                                                   "max_tokens": 2}}
+    if path.endswith("/regenerate"):
+        return {} if ui else {"json": {"max_tokens": 2}}
+    if path.endswith("/branch"):
+        return {"data": {"turn_id": victim.answer}} if ui else {
+            "json": {"turn_id": victim.answer}}
+    if path.endswith("/settings"):
+        return {"data": {"title": "pwned"}}
+    if path.endswith("/memory") and method == "PATCH":
+        return {"json": {"add": ["pwned"]}}
+    if method == "PATCH":
+        return {"json": {"title": "pwned", "system_prompt": "pwned"}}
+    return {}
+
+
+def route_table(client: TestClient) -> list[tuple[str, str, list[str]]]:
+    """(method, path template, path parameter names) of every handler of the app."""
+    out = []
+    for route in client.app.routes:
+        params = list(getattr(route, "path_parameters", None) or ())
+        for handler in route.route_handlers:
+            for method in sorted(getattr(handler, "http_methods", ())):
+                if method in ("OPTIONS", "HEAD"):
+                    continue
+                out.append((method, route.path, params))
+    return out
+
+
+def fill(path: str, values: dict[str, Any]) -> str:
+    return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: str(values[m.group(1)]), path)
+
+
+def matrix(client: TestClient, victim: World, actor: World) -> tuple[list[Call], list[str]]:
+    """Every call of the matrix for one actor, and the routes it does not know how to fill."""
+    calls: list[Call] = []
+    unknown: list[str] = []
+    for method, path, params in route_table(client):
+        if not params or path.startswith(NOT_OWNED):
+            continue
+        try:
+            choices = [[(v, True) for v in victim.ids(p, victim=True)]
+                       + [(v, False) for v in actor.ids(p, victim=False)] for p in params]
+        except KeyError as exc:
+            unknown.append(f"{method} {path} (takes {exc.args[0]})")
+            continue
+        for combo in itertools.product(*choices):
+            if not any(is_victim for _, is_victim in combo):
+                continue
+            values = {p: v for p, (v, _) in zip(params, combo, strict=True)}
+            route = f"{method} {path}"
+            ok = (200, 404) if route in SSE_FINAL_FRAME else (404,)
+            calls.append(Call(method, fill(path, values), route=route, ok_statuses=ok,
+                              **body_for(method, path, victim)))
+    # Ids carried outside the path.
+    v, a = victim, actor
+    calls += [
+        Call("GET", "/v1/documents", params={"conversation_id": v.conv_id},
+             route="GET /v1/documents?conversation_id", ok_empty_list=True),
+        Call("POST", "/v1/documents", params={"conversation_id": v.conv_id}, files=_upload(),
+             route="POST /v1/documents?conversation_id"),
+        Call("POST", "/v1/documents", data={"conversation_id": v.conv_id}, files=_upload(),
+             route="POST /v1/documents (form conversation_id)"),
+        Call("POST", f"/v1/conversations/{a.conv_id}/branch", json={"turn_id": v.answer},
+             route="POST /v1/conversations/{own}/branch {turn_id: foreign}"),
+        Call("POST", f"/v1/conversations/{a.conv_id}/branch", json={"turn_id": v.user_turn},
+             route="POST /v1/conversations/{own}/branch {turn_id: foreign}"),
+        Call("POST", f"/ui/c/{a.conv_id}/branch", data={"turn_id": v.answer},
+             route="POST /ui/c/{own}/branch turn_id=foreign"),
+        Call("PATCH", "/v1/users/me/memory", json={"remove": [v.fact_id]},
+             route="PATCH /v1/users/me/memory {remove: [foreign]}"),
+        Call("GET", f"/c/{a.conv_id}", params={"turn": v.answer},
+             route="GET /c/{own}?turn=foreign", ok_statuses=(200, 404)),
+    ]
+    return calls, unknown
+
+
+def attempt(client: TestClient, call: Call, headers: dict[str, str], bob: World,
+            before: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """Make one call; a reason it offends (or None), and bob's data after it."""
+    kwargs: dict[str, Any] = {"headers": headers, "params": call.params}
+    for name in ("json", "data", "files"):
+        if getattr(call, name) is not None:
+            kwargs[name] = getattr(call, name)
+    response = client.request(call.method, call.url, **kwargs)
+    after = fingerprint(client, bob)
+    problems = []
+    status = response.status_code
+    if status not in call.ok_statuses:
+        empty = (call.ok_empty_list and status == 200
+                 and response.headers.get("content-type", "").startswith("application/json")
+                 and response.json().get("data") == [])
+        if not empty:
+            problems.append(f"answered {status}")
+    leaked = SECRET.search(response.text)
+    if leaked:
+        problems.append(f"shows bob's content ({leaked.group(0)!r})")
+    if after != before:
+        changed = [k for k in after if after[k] != before[k]]
+        problems.append(f"changed bob's {', '.join(changed)}")
+    if not problems:
+        return None, after
+    snippet = " ".join(response.text.split())[:160]
+    return f"{call.describe()}  [{call.route}]: {'; '.join(problems)} — {snippet}", after
+
+
+def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
+    client = cast.client
+    bob = build_world(client, cast.bob, "bobsecret", cited=True)
+    actors = {
+        "mallory": build_world(client, cast.mallory, "mallory", cited=False),
+        "admin": build_world(client, cast.admin, "admin", cited=False),
+    }
+    # Bob's search hit URLs (/c/{id}?turn=…#turn-…) are ids too.
+    hits = client.get("/v1/search", params={"q": SEARCH}, headers=cast.bob).json()
+    hit_urls = sorted({h["url"].split("#")[0] for h in hits["data"]})
+    assert hit_urls, "bob's search found none of his own turns"
+
+    offences: list[str] = []
+    unknown_routes: set[str] = set()
+    covered: set[str] = set()
+    before = fingerprint(client, bob)
+    for name, actor in actors.items():
+        calls, unknown = matrix(client, bob, actor)
+        unknown_routes.update(unknown)
+        for url in hit_urls:
+            path, _, query = url.partition("?")
+            params = dict(p.split("=", 1) for p in query.split("&") if p)
+            calls.append(Call("GET", path, params=params, route="GET <bob's search hit URL>"))
+        for call in calls:
+            covered.add(call.route)
+            problem, before = attempt(client, call, actor.headers, bob, before)
+            if problem:
+                offences.append(f"{name}: {problem}")
+        # Searching never finds bob's words.
+        for url in ("/v1/search", "/ui/search"):
+            r = client.get(url, params={"q": SEARCH}, headers=actor.headers)
+            if r.status_code >= 500 or SECRET.search(r.text):
+                offences.append(f"{name}: GET {url}?q={SEARCH}: {r.status_code}, shows bob's "
+                                f"content: {bool(SECRET.search(r.text))}")
+
+    # The matrix reached every kind of id route named in the issue.
+    for must in ("/v1/conversations/{conv_id:str}/turns/{turn_id:str}/citations",
+                 "/v1/passages/{chunk_id:int}", "/ui/passages/{chunk_id:int}",
+                 "/ui/c/{conv_id:str}/turns/{turn_id:str}/sources",
+                 "/ui/library/documents/{doc_id:str}/delete",
+                 "/ui/c/{conv_id:str}/documents/{doc_id:str}/delete",
+                 "/v1/users/{user_id:str}/memory/{fact_id:str}", "/c/{conv_id:str}"):
+        assert any(must in route for route in covered), f"the matrix missed {must}"
+    assert not unknown_routes, (
+        "routes take ids the matrix cannot fill; teach World.ids their kind:\n  "
+        + "\n  ".join(sorted(unknown_routes)))
+    assert not offences, (f"{len(offences)} calls with bob's ids did not answer a clean 404:\n  "
+                          + "\n  ".join(offences))
