@@ -280,8 +280,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         path = Path(args.model) if args.model else default_model()
     shipped = path
     # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see engine/requant.py).
-    path = serving_path(shipped, settings_from_env().cache_dir / "models",
-                        enabled=not args.no_requant)
+    path = serving_path(
+        shipped, settings_from_env().cache_dir / "models", enabled=not args.no_requant
+    )
     quick = args.quick
     streams = [1, 4, 8] if quick else [1, 4, 8, 16]
     max_tokens = 16 if quick else 64
@@ -312,7 +313,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         table = []
         for n in streams:
             runs: dict[str, list[dict[str, float]]] = {
-                "engine": [], "serial": [], "ceiling": [], "shipped": []}
+                "engine": [],
+                "serial": [],
+                "ceiling": [],
+                "shipped": [],
+            }
             for _ in range(reps):  # interleaved; the best of each counts (noise only slows)
                 await engine.clear_cache()
                 runs["engine"].append(await run_streams(engine, n, max_tokens))
@@ -323,10 +328,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                     await asyncio.to_thread(ceiling, engine, n, max_tokens, threads)
                 )
                 if shipped != path:  # llama-cpp-python's server on the file as shipped
-                    runs["shipped"].append(await asyncio.to_thread(
-                        serial_baseline, shipped, engine, n, max_tokens, threads))
-            eng, base, ceil = (max(runs[k], key=lambda r: r["tok_s"])
-                               for k in ("engine", "serial", "ceiling"))
+                    runs["shipped"].append(
+                        await asyncio.to_thread(
+                            serial_baseline, shipped, engine, n, max_tokens, threads
+                        )
+                    )
+            eng, base, ceil = (
+                max(runs[k], key=lambda r: r["tok_s"]) for k in ("engine", "serial", "ceiling")
+            )
             row: dict[str, Any] = {"streams": n, "engine": eng, "serial": base, "ceiling": ceil}
             row["vs_serial"] = eng["tok_s"] / base["tok_s"]
             row["vs_ceiling"] = eng["tok_s"] / ceil["tok_s"]
@@ -341,8 +350,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                 f" | of ceiling {row['vs_ceiling']:.0%} | TTFT p50/p99 engine"
                 f" {eng['ttft_p50']:.2f}/{eng['ttft_p99']:.2f}s serial"
                 f" {base['ttft_p50']:.2f}/{base['ttft_p99']:.2f}s ceiling {ceil['ttft_p50']:.2f}s"
-                + (f" | serial on the shipped file {row['serial_shipped']['tok_s']:.1f}"
-                   f" (x {row['vs_serial_shipped']:.2f})" if "serial_shipped" in row else ""),
+                + (
+                    f" | serial on the shipped file {row['serial_shipped']['tok_s']:.1f}"
+                    f" (x {row['vs_serial_shipped']:.2f})"
+                    if "serial_shipped" in row
+                    else ""
+                ),
                 flush=True,
             )
         results["throughput"] = table
@@ -379,8 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=0, help="runs per row, best kept (0: auto)")
     ap.add_argument("--no-flash-attn", action="store_true", help="disable flash attention")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
-    ap.add_argument("--no-requant", action="store_true",
-                    help="load the file as shipped, not the Q8_0 copy `chatbox serve` uses")
+    ap.add_argument(
+        "--no-requant",
+        action="store_true",
+        help="load the file as shipped, not the Q8_0 copy `chatbox serve` uses",
+    )
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "engine.json"))
     args = ap.parse_args(argv)
     results = asyncio.run(main_async(args))

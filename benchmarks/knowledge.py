@@ -38,9 +38,11 @@ from chatbox.knowledge.vector_index import VectorIndex  # noqa: E402
 from chatbox.store import Store  # noqa: E402
 
 BATCH = 5000
-_WORD_LIST = ("pump valve seal warranty descale filter pressure motor rotor bearing housing gasket "
-              "inlet outlet flow meter sensor relay circuit breaker manual service interval torque "
-              "calibrate inspect replace clean lubricate")
+_WORD_LIST = (
+    "pump valve seal warranty descale filter pressure motor rotor bearing housing gasket "
+    "inlet outlet flow meter sensor relay circuit breaker manual service interval torque "
+    "calibrate inspect replace clean lubricate"
+)
 WORDS = _WORD_LIST.split()
 
 
@@ -48,7 +50,8 @@ def unit_vectors(n: int, rng: np.random.Generator, clusters: int = 256) -> np.nd
     """Vectors bunched around topic centres, as sentence embeddings are."""
     centres = rng.standard_normal((clusters, DIM)).astype(np.float32)
     x = centres[rng.integers(0, clusters, n)] + 0.6 * rng.standard_normal((n, DIM)).astype(
-        np.float32)
+        np.float32
+    )
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
@@ -65,7 +68,7 @@ async def load(store: Store, users: list[str], x: np.ndarray) -> tuple[float, li
     order: list[int] = []
     for user, idx in per_user.items():
         for b in range(0, len(idx), BATCH):
-            part = idx[b:b + BATCH]
+            part = idx[b : b + BATCH]
             await store.memories.add_many(user, [f"fact {i}" for i in part], x[part])
             order.extend(part)
     rate = len(x) / (time.perf_counter() - start)
@@ -82,12 +85,17 @@ def queries_for(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def summary(lat: list[float], hits: int, queries: int) -> dict[str, float]:
-    return {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "mean_ms": statistics.mean(lat),
-            "recall_at_10": hits / (10 * queries)}
+    return {
+        "p50_ms": pct(lat, 50),
+        "p99_ms": pct(lat, 99),
+        "mean_ms": statistics.mean(lat),
+        "recall_at_10": hits / (10 * queries),
+    }
 
 
-async def knn_bench(store: Store, users: list[str], x: np.ndarray, seq_of: list[int],
-                    qs: np.ndarray, budget: int) -> dict[str, object]:
+async def knn_bench(
+    store: Store, users: list[str], x: np.ndarray, seq_of: list[int], qs: np.ndarray, budget: int
+) -> dict[str, object]:
     """The same queries three ways: sqlite-vec KNN, the in-RAM index, a numpy scan."""
     owner = np.arange(len(x)) % len(users)
     mine = [np.flatnonzero(owner == u) for u in range(len(users))]
@@ -151,8 +159,10 @@ def make_pdf(pages: int, lines: int = 40) -> bytes:
             text.append(f"(Page {p + 1} line {line + 1}: {words}.) '")
         text.append("ET")
         stream = "\n".join(text).encode()
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
-                       f"{5 + 2 * p} 0 R /Resources << /Font << /F1 3 0 R >> >> >>".encode())
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
+            f"{5 + 2 * p} 0 R /Resources << /Font << /F1 3 0 R >> >> >>".encode()
+        )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
@@ -162,8 +172,9 @@ def make_pdf(pages: int, lines: int = 40) -> bytes:
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
-            ).encode()
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    ).encode()
     return bytes(out)
 
 
@@ -176,15 +187,25 @@ async def pdf_bench(store: Store, user: str, pages: int) -> dict[str, float]:
     doc = await service.ingest(user, None, "manual.pdf", "application/pdf", data)
     total = time.perf_counter() - start
     embedder.close()
-    return {"pages": doc.pages or 0, "bytes": len(data), "chunks": doc.chunks,
-            "chars": doc.chars, "seconds": total, "pages_per_s": (doc.pages or 0) / total}
+    return {
+        "pages": doc.pages or 0,
+        "bytes": len(data),
+        "chunks": doc.chunks,
+        "chars": doc.chars,
+        "seconds": total,
+        "pages_per_s": (doc.pages or 0) / total,
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     rng = np.random.default_rng(0)
     x = unit_vectors(args.vectors, rng)
-    results: dict[str, object] = {"vectors": args.vectors, "dim": DIM, "queries": args.queries,
-                                  "index_budget_bytes": args.index_bytes}
+    results: dict[str, object] = {
+        "vectors": args.vectors,
+        "dim": DIM,
+        "queries": args.queries,
+        "index_budget_bytes": args.index_bytes,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for label, n_users in (("one_user", 1), ("100_users", 100)):
             store = await Store.open(Path(tmp) / f"{label}.db")
@@ -199,8 +220,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
-PATHS = (("sqlite_vec", "sqlite-vec KNN + rows"), ("index", "in-RAM index"),
-         ("index_rows", "in-RAM index + rows"), ("numpy", "numpy scan (reference)"))
+PATHS = (
+    ("sqlite_vec", "sqlite-vec KNN + rows"),
+    ("index", "in-RAM index"),
+    ("index_rows", "in-RAM index + rows"),
+    ("numpy", "numpy scan (reference)"),
+)
 
 
 def print_table(r: dict[str, object]) -> None:
@@ -211,20 +236,28 @@ def print_table(r: dict[str, object]) -> None:
         assert isinstance(s, dict)
         for key, name in PATHS:
             p = s[key]
-            print(f"{label:<10} {name:<24} {p['p50_ms']:>7.2f} {p['p99_ms']:>7.2f} "
-                  f"{p['recall_at_10']:>9.3f}")
-    print(f"\n{'layout':<10} {'insert/s':>9} {'insert/s (index live)':>22} "
-          f"{'index load s':>12} {'index MiB':>9} {'numpy MiB':>9}")
+            print(
+                f"{label:<10} {name:<24} {p['p50_ms']:>7.2f} {p['p99_ms']:>7.2f} "
+                f"{p['recall_at_10']:>9.3f}"
+            )
+    print(
+        f"\n{'layout':<10} {'insert/s':>9} {'insert/s (index live)':>22} "
+        f"{'index load s':>12} {'index MiB':>9} {'numpy MiB':>9}"
+    )
     for label in ("one_user", "100_users"):
         s = r[label]
         assert isinstance(s, dict)
-        print(f"{label:<10} {s['insert_per_s']:>9,.0f} {s['insert_indexed_per_s']:>22,.0f} "
-              f"{s['index_load_s']:>12.2f} {s['index_bytes'] / 2**20:>9.1f} "
-              f"{s['numpy_bytes'] / 2**20:>9.1f}")
+        print(
+            f"{label:<10} {s['insert_per_s']:>9,.0f} {s['insert_indexed_per_s']:>22,.0f} "
+            f"{s['index_load_s']:>12.2f} {s['index_bytes'] / 2**20:>9.1f} "
+            f"{s['numpy_bytes'] / 2**20:>9.1f}"
+        )
     pdf = r.get("pdf")
     if isinstance(pdf, dict):
-        print(f"\nPDF ingest: {pdf['pages']} pages, {pdf['bytes']:,} bytes, {pdf['chunks']} "
-              f"chunks: {pdf['seconds']:.1f} s ({pdf['pages_per_s']:.1f} pages/s)")
+        print(
+            f"\nPDF ingest: {pdf['pages']} pages, {pdf['bytes']:,} bytes, {pdf['chunks']} "
+            f"chunks: {pdf['seconds']:.1f} s ({pdf['pages_per_s']:.1f} pages/s)"
+        )
     one = r["one_user"]
     assert isinstance(one, dict)
     for key, name in PATHS[:3]:
@@ -239,8 +272,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--pages", type=int, default=100)
     ap.add_argument("--index-bytes", type=int, default=512 * 1024 * 1024)
-    ap.add_argument("--quick", action="store_true",
-                    help="10,000 vectors, 100 queries, 10 pages (a smoke run)")
+    ap.add_argument(
+        "--quick", action="store_true", help="10,000 vectors, 100 queries, 10 pages (a smoke run)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.quick:

@@ -42,8 +42,20 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TOPICS = ["rivers", "bread", "owls", "chess", "tea", "kites", "bees", "maps", "comets",
-          "coral", "violins", "glaciers"]
+TOPICS = [
+    "rivers",
+    "bread",
+    "owls",
+    "chess",
+    "tea",
+    "kites",
+    "bees",
+    "maps",
+    "comets",
+    "coral",
+    "violins",
+    "glaciers",
+]
 BENCH_POLICY = """
 [tiers.free]
 rpm = 0
@@ -109,17 +121,26 @@ def pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-async def one(http: httpx.AsyncClient, url: str, key: str, tier: str, max_tokens: int,
-              rng: random.Random) -> Result:
+async def one(
+    http: httpx.AsyncClient, url: str, key: str, tier: str, max_tokens: int, rng: random.Random
+) -> Result:
     """One streamed chat completion; TTFT is the time to its first content token."""
     topic = rng.choice(TOPICS)
-    body = {"messages": [{"role": "user", "content": f"Write two sentences about {topic}."}],
-            "max_tokens": max_tokens, "stream": True, "temperature": 0.7}
+    body = {
+        "messages": [{"role": "user", "content": f"Write two sentences about {topic}."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.7,
+    }
     start = time.monotonic()
     result = Result(tier, 0)
     try:
-        async with http.stream("POST", f"{url}/v1/chat/completions", json=body,
-                               headers={"Authorization": f"Bearer {key}"}) as response:
+        async with http.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as response:
             result.status = response.status_code
             result.model = response.headers.get("x-chatbox-model")
             result.degraded = "x-chatbox-degraded-from" in response.headers
@@ -140,8 +161,9 @@ async def one(http: httpx.AsyncClient, url: str, key: str, tier: str, max_tokens
     return result
 
 
-async def open_loop(url: str, users: list[tuple[str, str]], rate: float, duration: float,
-                    max_tokens: int, seed: int) -> list[Result]:
+async def open_loop(
+    url: str, users: list[tuple[str, str]], rate: float, duration: float, max_tokens: int, seed: int
+) -> list[Result]:
     """Poisson arrivals at `rate`/s for `duration` s, each from a random user."""
     rng = random.Random(seed)
     tasks: list[asyncio.Task[Result]] = []
@@ -155,8 +177,9 @@ async def open_loop(url: str, users: list[tuple[str, str]], rate: float, duratio
         return list(await asyncio.gather(*tasks))
 
 
-async def closed_loop(url: str, key: str, concurrency: int, total: int,
-                      max_tokens: int) -> tuple[float, list[Result]]:
+async def closed_loop(
+    url: str, key: str, concurrency: int, total: int, max_tokens: int
+) -> tuple[float, list[Result]]:
     """`concurrency` back-to-back streams: requests/s and the results."""
     rng = random.Random(0)
     left = total
@@ -181,12 +204,14 @@ def summarise(results: list[Result]) -> dict[str, dict[str, Any]]:
         rs = [r for r in results if r.tier == tier]
         ttfts = [r.ttft for r in rs if r.status == 200 and r.ttft is not None]
         out[tier] = {
-            "sent": len(rs), "admitted": sum(r.status == 200 for r in rs),
+            "sent": len(rs),
+            "admitted": sum(r.status == 200 for r in rs),
             "shed_503": sum(r.status == 503 for r in rs),
             "limited_429": sum(r.status == 429 for r in rs),
             "degraded": sum(r.degraded for r in rs),
             "errors": sum(r.status not in (200, 429, 503) for r in rs),
-            "ttft_p50_ms": _ms(pct(ttfts, 50)), "ttft_p99_ms": _ms(pct(ttfts, 99)),
+            "ttft_p50_ms": _ms(pct(ttfts, 50)),
+            "ttft_p99_ms": _ms(pct(ttfts, 99)),
             "ttft_mean_ms": _ms(statistics.fmean(ttfts)) if ttfts else None,
         }
     return out
@@ -198,14 +223,23 @@ def _ms(value: float | None) -> float | None:
 
 def print_table(title: str, summary: dict[str, dict[str, Any]]) -> None:
     print(f"\n{title}")
-    cols = ["sent", "admitted", "shed_503", "limited_429", "degraded", "errors",
-            "ttft_p50_ms", "ttft_p99_ms"]
+    cols = [
+        "sent",
+        "admitted",
+        "shed_503",
+        "limited_429",
+        "degraded",
+        "errors",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+    ]
     print("  tier   " + "".join(c.rjust(13) for c in cols))
     for tier, row in summary.items():
         print(f"  {tier:<7}" + "".join(str(row[c]).rjust(13) for c in cols))
 
 
 # -- a server of our own -------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -244,10 +278,28 @@ def spawn(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen[by
     policy.write_text(BENCH_POLICY.format(model=args.model, high_water=args.high_water))
     port = free_port()
     env = {**os.environ, "CHATBOX_ADMIN_PASSWORD": "load-test-admin"}
-    cmd = [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "serve",
-           "--port", str(port), "--model", args.model, "--n-parallel", str(args.slots),
-           "--n-ctx", str(args.slots * 1024), "--n-ctx-per-seq", "1024",
-           "--policy", str(policy), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "chatbox",
+        "--data-dir",
+        str(data_dir),
+        "serve",
+        "--port",
+        str(port),
+        "--model",
+        args.model,
+        "--n-parallel",
+        str(args.slots),
+        "--n-ctx",
+        str(args.slots * 1024),
+        "--n-ctx-per-seq",
+        "1024",
+        "--policy",
+        str(policy),
+        "--log-level",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -264,20 +316,27 @@ def spawn(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen[by
     raise SystemExit("the server did not become ready")
 
 
-async def run_phases(args: argparse.Namespace, url: str, users: list[tuple[str, str]],
-                     pid: int | None) -> dict[str, Any]:
+async def run_phases(
+    args: argparse.Namespace, url: str, users: list[tuple[str, str]], pid: int | None
+) -> dict[str, Any]:
     memory = Memory(pid)
     stop = asyncio.Event()
     watcher = asyncio.create_task(memory.watch(stop))
     paid = [u for u in users if u[0] == "paid"]
-    results: dict[str, Any] = {"url": url, "users": {t: sum(u[0] == t for u in users)
-                                                     for t in ("free", "paid")}}
+    results: dict[str, Any] = {
+        "url": url,
+        "users": {t: sum(u[0] == t for u in users) for t in ("free", "paid")},
+    }
     try:
-        capacity = args.capacity or (await closed_loop(
-            url, paid[0][1], args.slots, args.slots * 3, args.max_tokens))[0]
+        capacity = (
+            args.capacity
+            or (await closed_loop(url, paid[0][1], args.slots, args.slots * 3, args.max_tokens))[0]
+        )
         results["capacity_rps"] = round(capacity, 2)
-        print(f"capacity: {capacity:.2f} requests/s ({args.slots} slots, "
-              f"{args.max_tokens} tokens each)")
+        print(
+            f"capacity: {capacity:.2f} requests/s ({args.slots} slots, "
+            f"{args.max_tokens} tokens each)"
+        )
         _, idle = await closed_loop(url, paid[0][1], 1, args.unloaded, args.max_tokens)
         results["idle"] = summarise(idle)
         print_table("idle: one paid request at a time", results["idle"])
@@ -285,22 +344,29 @@ async def run_phases(args: argparse.Namespace, url: str, users: list[tuple[str, 
         paid_rate = rate * len(paid) / len(users)
         unloaded = await open_loop(url, paid, paid_rate, args.duration, args.max_tokens, 1)
         results["unloaded"] = summarise(unloaded)
-        print_table(f"unloaded: the paid users' own traffic alone ({paid_rate:.2f}/s)",
-                    results["unloaded"])
+        print_table(
+            f"unloaded: the paid users' own traffic alone ({paid_rate:.2f}/s)", results["unloaded"]
+        )
         rss_before = memory.rss()
         loaded = await open_loop(url, users, rate, args.duration, args.max_tokens, 2)
         rss_after = memory.rss()
         results["overload"] = summarise(loaded)
         results["overload_rate_rps"] = round(rate, 2)
-        print_table(f"overload: all users at {rate:.2f}/s ({rate / capacity:.1f}x capacity)",
-                    results["overload"])
+        print_table(
+            f"overload: all users at {rate:.2f}/s ({rate / capacity:.1f}x capacity)",
+            results["overload"],
+        )
     finally:
         stop.set()
         await watcher
     rss = [v for _, v in memory.samples]
     if rss:
-        results["rss_mib"] = {"start": _mib(rss[0]), "before_overload": _mib(rss_before),
-                              "after_overload": _mib(rss_after), "max": _mib(max(rss))}
+        results["rss_mib"] = {
+            "start": _mib(rss[0]),
+            "before_overload": _mib(rss_before),
+            "after_overload": _mib(rss_after),
+            "max": _mib(max(rss)),
+        }
         print(f"\nserver RSS (MiB): {results['rss_mib']}")
     verdict(results)
     return results
@@ -317,8 +383,10 @@ def verdict(results: dict[str, Any]) -> None:
     checks = {}
     if base and paid.get("ttft_p99_ms"):
         checks["paid_p99_within_2x"] = paid["ttft_p99_ms"] <= 2 * base
-        print(f"paid TTFT p99: {paid['ttft_p99_ms']} ms loaded vs {base} ms unloaded "
-              f"({paid['ttft_p99_ms'] / base:.2f}x)")
+        print(
+            f"paid TTFT p99: {paid['ttft_p99_ms']} ms loaded vs {base} ms unloaded "
+            f"({paid['ttft_p99_ms'] / base:.2f}x)"
+        )
     checks["free_shed_with_503"] = free.get("shed_503", 0) > 0
     checks["no_errors"] = all(r.get("errors", 0) == 0 for r in results["overload"].values())
     rss = results.get("rss_mib")
@@ -330,8 +398,9 @@ def verdict(results: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--spawn", action="store_true", help="start a server of our own")
     ap.add_argument("--url", help="a running server")
     ap.add_argument("--key", action="append", default=[], help="TIER=API_KEY (repeatable)")
@@ -347,8 +416,12 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=8)
     # On a CPU every extra sequence in the batch slows each step for everyone, so free
     # requests only get in while the engine holds fewer than this many requests.
-    ap.add_argument("--high-water", type=int, default=2,
-                    help="spawned server's mark (requests in the engine at which free is shed)")
+    ap.add_argument(
+        "--high-water",
+        type=int,
+        default=2,
+        help="spawned server's mark (requests in the engine at which free is shed)",
+    )
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "load.json"))
     args = ap.parse_args()

@@ -100,7 +100,8 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
         lifespan=[lifespan],
         before_send=[security_headers],
-        template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine,
-                                       engine_callback=configure_templates),
+        template_config=TemplateConfig(
+            directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=configure_templates
+        ),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
     )

@@ -90,8 +90,12 @@ class Services:
     metrics: CollectorRegistry
 
     @classmethod
-    async def start(cls, settings: Settings, registry: ModelRegistry | None = None,
-                    metrics: CollectorRegistry | None = None) -> Services:
+    async def start(
+        cls,
+        settings: Settings,
+        registry: ModelRegistry | None = None,
+        metrics: CollectorRegistry | None = None,
+    ) -> Services:
         """Open the store, seed the admin, recover drafts, build the services."""
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
@@ -106,16 +110,24 @@ class Services:
         def resolve(name: str) -> Path:
             from chatbox.engine.requant import serving_path  # loads llama.cpp: only when used
 
-            return serving_path(registry.model_path(name), settings.cache_dir / "models",
-                                enabled=settings.engine.cpu_requant,
-                                n_gpu_layers=settings.engine.n_gpu_layers)
+            return serving_path(
+                registry.model_path(name),
+                settings.cache_dir / "models",
+                enabled=settings.engine.cpu_requant,
+                n_gpu_layers=settings.engine.n_gpu_layers,
+            )
 
         pool = EnginePool(resolve, settings.engine, metrics)
         models = LocalModels(registry, pool, settings)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
         policy = Policy.load(settings.policy_path)
-        gate = Gatekeeper(policy, store.usage, Router(policy, models.names, models.default),
-                          models.stats, settings.high_water)
+        gate = Gatekeeper(
+            policy,
+            store.usage,
+            Router(policy, models.names, models.default),
+            models.stats,
+            settings.high_water,
+        )
         chat = ChatService(store, models, settings, gate, context=knowledge.retriever)
         return cls(settings, store, models, accounts, knowledge, chat, metrics)
 
@@ -128,5 +140,7 @@ class Services:
 
     async def health(self) -> dict[str, bool]:
         """Readiness checks: the default model is loaded and the database takes writes."""
-        return {"model_loaded": self.models.default_loaded(),
-                "database_writable": await self.store.db.writable()}
+        return {
+            "model_loaded": self.models.default_loaded(),
+            "database_writable": await self.store.db.writable(),
+        }

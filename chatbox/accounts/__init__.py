@@ -6,6 +6,15 @@ from chatbox.accounts.throttle import Attempts, LoginThrottle, TooManyAttempts
 from chatbox.store import Session, User
 
 __all__ = [
-    "AccountsService", "Actor", "Attempts", "AuditLog", "LoginThrottle", "Session",
-    "TooManyAttempts", "User", "UserAdmin", "cli_actor", "ensure_admin",
+    "AccountsService",
+    "Actor",
+    "Attempts",
+    "AuditLog",
+    "LoginThrottle",
+    "Session",
+    "TooManyAttempts",
+    "User",
+    "UserAdmin",
+    "cli_actor",
+    "ensure_admin",
 ]

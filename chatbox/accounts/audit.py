@@ -14,8 +14,9 @@ from typing import Any
 from chatbox.store import ApiKey, AuditEntry, Store, User
 
 # Detail fields that would carry content or a secret; an entry names what changed, not it.
-FORBIDDEN_DETAIL = frozenset({"password", "secret", "token", "key", "text", "content",
-                              "facts", "memory", "prompt"})
+FORBIDDEN_DETAIL = frozenset(
+    {"password", "secret", "token", "key", "text", "content", "facts", "memory", "prompt"}
+)
 
 
 @dataclass(frozen=True)
@@ -52,33 +53,49 @@ class AuditLog:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def record(self, actor: Actor | User | str, action: str, target: User | None = None,
-                     **detail: Any) -> AuditEntry:
+    async def record(
+        self, actor: Actor | User | str, action: str, target: User | None = None, **detail: Any
+    ) -> AuditEntry:
         """Append one entry: `actor` did `action` on `target`, with a content-free detail."""
         bad = sorted(k for k in detail if k.lower() in FORBIDDEN_DETAIL)
         if bad:
             raise ValueError(f"audit detail must not hold content or secrets: {bad}")
         who = Actor.of(actor)
         return await self.store.audit.append(
-            actor_id=who.id, actor_name=who.name, action=action,
+            actor_id=who.id,
+            actor_name=who.name,
+            action=action,
             target_id=target.id if target else None,
-            target_name=target.name if target else None, detail=detail)
+            target_name=target.name if target else None,
+            detail=detail,
+        )
 
-    async def entries(self, limit: int = 50, *, target: User | None = None,
-                      action: str | None = None,
-                      before_id: int | None = None) -> list[AuditEntry]:
+    async def entries(
+        self,
+        limit: int = 50,
+        *,
+        target: User | None = None,
+        action: str | None = None,
+        before_id: int | None = None,
+    ) -> list[AuditEntry]:
         """The newest entries first."""
-        return await self.store.audit.list(limit, target_id=target.id if target else None,
-                                           action=action, before_id=before_id)
+        return await self.store.audit.list(
+            limit, target_id=target.id if target else None, action=action, before_id=before_id
+        )
 
 
 def entry_out(e: AuditEntry) -> dict[str, Any]:
     """An entry as JSON (for the CLI's --json and, later, the console)."""
-    return {"id": e.id, "at": e.at, "actor": {"id": e.actor_id, "name": e.actor_name},
-            "action": e.action,
-            "target": ({"id": e.target_id, "name": e.target_name}
-                       if e.target_id or e.target_name else None),
-            "detail": e.detail}
+    return {
+        "id": e.id,
+        "at": e.at,
+        "actor": {"id": e.actor_id, "name": e.actor_name},
+        "action": e.action,
+        "target": (
+            {"id": e.target_id, "name": e.target_name} if e.target_id or e.target_name else None
+        ),
+        "detail": e.detail,
+    }
 
 
 class UserAdmin:
@@ -89,11 +106,13 @@ class UserAdmin:
         self.actor = Actor.of(actor)
         self.audit = AuditLog(store)
 
-    async def add_user(self, name: str, role: str = "member", tier: str = "free",
-                       password: str | None = None) -> User:
+    async def add_user(
+        self, name: str, role: str = "member", tier: str = "free", password: str | None = None
+    ) -> User:
         user = await self.store.users.create(name, role=role, tier=tier, password=password)
-        await self.audit.record(self.actor, "user.add", user, role=role, tier=tier,
-                                with_password=password is not None)
+        await self.audit.record(
+            self.actor, "user.add", user, role=role, tier=tier, with_password=password is not None
+        )
         return user
 
     async def set_tier(self, user: User, tier: str) -> User | None:
@@ -111,8 +130,9 @@ class UserAdmin:
         await self.audit.record(self.actor, "user.disable" if disabled else "user.enable", user)
         return changed
 
-    async def reset_password(self, user: User, password: str,
-                             generated: bool = False) -> User | None:
+    async def reset_password(
+        self, user: User, password: str, generated: bool = False
+    ) -> User | None:
         changed = await self.store.users.set_password(user.id, password)
         await self.audit.record(self.actor, "user.reset_password", user, generated=generated)
         return changed
@@ -125,8 +145,14 @@ class UserAdmin:
 
     async def revoke_key(self, key_ref: str) -> ApiKey | None:
         """Revoke an active key by its id or its prefix; None when there is no such key."""
-        key = next((k for k in await self.store.keys.list()
-                    if k.revoked_at is None and key_ref in (k.id, k.prefix)), None)
+        key = next(
+            (
+                k
+                for k in await self.store.keys.list()
+                if k.revoked_at is None and key_ref in (k.id, k.prefix)
+            ),
+            None,
+        )
         if key is None or not await self.store.keys.revoke(key.id):
             return None
         owner = await self.store.users.get(key.user_id)

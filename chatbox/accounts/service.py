@@ -28,7 +28,8 @@ class AccountsService:
             Attempts(settings.login_max_failures, settings.login_window_s),
             Attempts(settings.login_max_failures_per_address, settings.login_window_s),
             Attempts(settings.login_max_failures, settings.login_window_s),
-            settings.login_slowdown_s)
+            settings.login_slowdown_s,
+        )
 
     async def user(self, user_id: str) -> User | None:
         return await self.store.users.get(user_id)
@@ -61,13 +62,15 @@ class AccountsService:
 
     # -- the audit log of admin actions ----------------------------------------------------
 
-    async def record(self, actor: Actor | User | str, action: str, target: User | None = None,
-                     **detail: Any) -> AuditEntry:
+    async def record(
+        self, actor: Actor | User | str, action: str, target: User | None = None, **detail: Any
+    ) -> AuditEntry:
         """Append to the audit log: `actor` did `action` on `target` (detail: no content)."""
         return await self.audit.record(actor, action, target, **detail)
 
-    async def audit_log(self, limit: int = 50, *, target: User | None = None,
-                        action: str | None = None) -> list[AuditEntry]:
+    async def audit_log(
+        self, limit: int = 50, *, target: User | None = None, action: str | None = None
+    ) -> list[AuditEntry]:
         """The newest audit entries first."""
         return await self.audit.entries(limit, target=target, action=action)
 
@@ -103,23 +106,39 @@ async def ensure_admin(store: Store, settings: Settings) -> None:
         await store.users.set_tier(local.id, "paid")
         await store.users.set_password(local.id, password)
     else:
-        await store.users.create(settings.admin_name, role="admin", tier="paid",
-                                 password=password)
+        await store.users.create(settings.admin_name, role="admin", tier="paid", password=password)
     admin = await store.users.get_by_name(settings.admin_name)
-    await AuditLog(store).record(SYSTEM, "user.add", admin, role="admin", tier="paid",
-                                 first_start=True, generated=not settings.admin_password)
+    await AuditLog(store).record(
+        SYSTEM,
+        "user.add",
+        admin,
+        role="admin",
+        tier="paid",
+        first_start=True,
+        generated=not settings.admin_password,
+    )
     login = f"http://{settings.host}:{settings.port}/login"
     change = f"change it with `chatbox users reset-password {settings.admin_name}`"
     if settings.admin_password:
-        print(f"chatbox: created the admin account {settings.admin_name!r} with the given "
-              "password", file=sys.stderr, flush=True)
+        print(
+            f"chatbox: created the admin account {settings.admin_name!r} with the given password",
+            file=sys.stderr,
+            flush=True,
+        )
     elif sys.stderr.isatty():
-        print(f"chatbox: created the admin account {settings.admin_name!r}; log in at "
-              f"{login} with password: {password}\n  (shown once; {change})",
-              file=sys.stderr, flush=True)
+        print(
+            f"chatbox: created the admin account {settings.admin_name!r}; log in at "
+            f"{login} with password: {password}\n  (shown once; {change})",
+            file=sys.stderr,
+            flush=True,
+        )
     else:  # not a terminal: the stream may be a log kept by others; never put it there
         path = settings.data_dir / ADMIN_PASSWORD_FILE
         write_private_file(path, password + "\n")
-        print(f"chatbox: created the admin account {settings.admin_name!r}; its generated "
-              f"password is in {path} (mode 0600); log in at {login}, then delete the file "
-              f"({change})", file=sys.stderr, flush=True)
+        print(
+            f"chatbox: created the admin account {settings.admin_name!r}; its generated "
+            f"password is in {path} (mode 0600); log in at {login}, then delete the file "
+            f"({change})",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -11,10 +11,19 @@ __all__ = ["day_of", "usage_report"]
 
 
 def row_out(row: UsageRow) -> dict[str, Any]:
-    return {"user": row.user, "model": row.model, "day": row.day, "arm": row.arm,
-            "requests": row.requests, "prompt_tokens": row.prompt_tokens,
-            "completion_tokens": row.completion_tokens, "cached_tokens": row.cached_tokens,
-            "total_tokens": row.total_tokens, "shed": row.shed, "degraded": row.degraded}
+    return {
+        "user": row.user,
+        "model": row.model,
+        "day": row.day,
+        "arm": row.arm,
+        "requests": row.requests,
+        "prompt_tokens": row.prompt_tokens,
+        "completion_tokens": row.completion_tokens,
+        "cached_tokens": row.cached_tokens,
+        "total_tokens": row.total_tokens,
+        "shed": row.shed,
+        "degraded": row.degraded,
+    }
 
 
 async def usage_report(store: Store, since: str | None, name: str | None) -> dict[str, Any]:
@@ -30,10 +39,19 @@ async def usage_report(store: Store, since: str | None, name: str | None) -> dic
     users = {u.name: u for u in await store.users.list()}
     for row in rows:
         u = users.get(row.user)
-        t = totals.setdefault(row.user, {
-            "user": row.user, "tier": u.tier if u else None, "role": u.role if u else None,
-            "disabled": u.disabled if u else None, "requests": 0, "total_tokens": 0,
-            "shed": 0, "degraded": 0})
+        t = totals.setdefault(
+            row.user,
+            {
+                "user": row.user,
+                "tier": u.tier if u else None,
+                "role": u.role if u else None,
+                "disabled": u.disabled if u else None,
+                "requests": 0,
+                "total_tokens": 0,
+                "shed": 0,
+                "degraded": 0,
+            },
+        )
         t["requests"] += row.requests
         t["total_tokens"] += row.total_tokens
         t["shed"] += row.shed

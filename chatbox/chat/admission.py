@@ -110,8 +110,10 @@ class Gatekeeper:
         state = self._users.get(user.id)
         now = self.clock()
         if state is None or _limits(state) != (tier.rpm, tier.tpm):
+
             def bucket(limit: int) -> TokenBucket | None:
                 return TokenBucket(limit, limit, now) if limit > 0 else None
+
             streams = state.streams if state else 0
             state = UserState(bucket(tier.rpm), bucket(tier.tpm), streams)
             self._users[user.id] = state
@@ -145,19 +147,27 @@ class Gatekeeper:
         await self._check_budget(user, tier)
         state = self._state(user, tier)
         estimate = max(1, len(text) // 4)
-        for kind, b, amount in (("requests", state.requests, 1.0),
-                                ("tokens", state.tokens, float(estimate))):
+        for kind, b, amount in (
+            ("requests", state.requests, 1.0),
+            ("tokens", state.tokens, float(estimate)),
+        ):
             wait = b.wait_for(amount) if b is not None else 0.0
             if wait > 0:
                 raise RateLimited(
                     f"rate limit reached: {tier.rpm if kind == 'requests' else tier.tpm} "
                     f"{kind} per minute on the {tier.name} tier; retry in {math.ceil(wait)} s",
-                    math.ceil(wait), self.headers(user), kind)
+                    math.ceil(wait),
+                    self.headers(user),
+                    kind,
+                )
         if state.streams >= tier.max_streams:
             raise RateLimited(
                 f"{state.streams} answers are already being written for you (the {tier.name} "
                 f"tier allows {tier.max_streams} at once); wait for one to finish",
-                2, self.headers(user), "streams")
+                2,
+                self.headers(user),
+                "streams",
+            )
         route = await self._overload(user, tier, route)
         if state.requests is not None:
             state.requests.level -= 1
@@ -192,8 +202,10 @@ class Gatekeeper:
 
     async def _check_budget(self, user: User, tier: TierPolicy) -> None:
         now = time.time()
-        for budget, since, period in ((tier.daily_tokens, day_of(now), "daily"),
-                                      (tier.monthly_tokens, day_of(now)[:8] + "01", "monthly")):
+        for budget, since, period in (
+            (tier.daily_tokens, day_of(now), "daily"),
+            (tier.monthly_tokens, day_of(now)[:8] + "01", "monthly"),
+        ):
             if budget <= 0:
                 continue
             used = await self.usage.tokens_since(user.id, since)
@@ -201,7 +213,10 @@ class Gatekeeper:
                 wait = _seconds_to_next(period, now)
                 raise RateLimited(
                     f"the {tier.name} tier's {period} budget of {budget} tokens is used up",
-                    wait, self.headers(user), "budget")
+                    wait,
+                    self.headers(user),
+                    "budget",
+                )
 
     async def _overload(self, user: User, tier: TierPolicy, route: Route) -> Route:
         """Past the high-water mark: shed, then degrade, then queue — in that order.
@@ -221,8 +236,13 @@ class Gatekeeper:
             raise Overloaded(f"the server is busy; please retry in {retry} s", retry)
         degrade_at = hw * self.policy.overload.degrade_factor
         fallback = tier.fallback
-        if (depth >= degrade_at and tier.overload == "degrade" and fallback
-                and fallback != route.model and fallback in self.router.names()):
+        if (
+            depth >= degrade_at
+            and tier.overload == "degrade"
+            and fallback
+            and fallback != route.model
+            and fallback in self.router.names()
+        ):
             small = self.stats(fallback)
             if small is None or load(small) < degrade_at:
                 return route.degrade(fallback)
@@ -237,10 +257,14 @@ class Gatekeeper:
                 state.tokens.level += ticket.estimate - used  # charge what was really used
         route = ticket.route
         await self.usage.record(
-            ticket.user.id, route.model, prompt=usage.prompt_tokens if usage else 0,
+            ticket.user.id,
+            route.model,
+            prompt=usage.prompt_tokens if usage else 0,
             completion=usage.completion_tokens if usage else 0,
             cached=usage.cached_tokens if usage else 0,
-            degraded=int(route.degraded_from is not None), arm=route.arm)
+            degraded=int(route.degraded_from is not None),
+            arm=route.arm,
+        )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -254,8 +278,10 @@ def load(stats: EngineStats) -> int:
 
 
 def _limits(state: UserState) -> tuple[int, int]:
-    return (int(state.requests.capacity) if state.requests else 0,
-            int(state.tokens.capacity) if state.tokens else 0)
+    return (
+        int(state.requests.capacity) if state.requests else 0,
+        int(state.tokens.capacity) if state.tokens else 0,
+    )
 
 
 def _seconds_to_next(period: str, now: float) -> int:
@@ -275,8 +301,9 @@ def route_out(ticket: Ticket) -> dict[str, object]:
         out["arm"] = route.arm
     if route.degraded_from:
         out["degraded_from"] = route.degraded_from
-        out["notice"] = (f"The server is busy, so {route.model} answered instead of "
-                         f"{route.degraded_from}.")
+        out["notice"] = (
+            f"The server is busy, so {route.model} answered instead of {route.degraded_from}."
+        )
     return out
 
 

@@ -38,8 +38,12 @@ def check_fits(engine: Engine, tokens: int) -> None:
 
 
 async def complete(
-    models: ModelProvider, gate: Gatekeeper, max_tokens: int,
-    messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
+    models: ModelProvider,
+    gate: Gatekeeper,
+    max_tokens: int,
+    messages: tuple[ChatMessage, ...],
+    options: TurnOptions,
+    user: User | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
@@ -61,9 +65,13 @@ async def complete(
         tokens = await asyncio.to_thread(engine.count_tokens, messages)
         check_fits(engine, tokens)
         priority = ticket.priority if ticket else 0
-        generation = submit(engine, GenerationRequest(messages, sampling, priority=priority,
-                                             cache_scope=user.id if user else None),
-                            gate.policy.overload.retry_after_s)
+        generation = submit(
+            engine,
+            GenerationRequest(
+                messages, sampling, priority=priority, cache_scope=user.id if user else None
+            ),
+            gate.policy.overload.retry_after_s,
+        )
     except BaseException:
         if ticket:  # nothing ran: give the admission back
             await ticket.finish(None)

@@ -14,7 +14,11 @@ __all__ = ["Citation", "ContextProvider", "CountText", "TurnContext", "with_cont
 
 class ContextProvider(Protocol):
     async def for_turn(
-        self, user_id: str, conversation_id: str, query: str, budget_tokens: int,
+        self,
+        user_id: str,
+        conversation_id: str,
+        query: str,
+        budget_tokens: int,
         count: CountText,
     ) -> TurnContext:
         """Relevant memory facts and passages for `query`, within budget_tokens."""

@@ -42,7 +42,10 @@ class Conversations:
         return await self.store.conversations.list(user.id)
 
     async def create_conversation(
-        self, user: User, title: str | None = None, system_prompt: str | None = None,
+        self,
+        user: User,
+        title: str | None = None,
+        system_prompt: str | None = None,
         model: str | None = None,
     ) -> Conversation:
         self._check_fields(title=title, system_prompt=system_prompt)
@@ -52,21 +55,27 @@ class Conversations:
 
     def _check_fields(self, **fields: str | None) -> None:
         """A title or system prompt longer than the settings allow is refused (422)."""
-        limits = {"title": self.settings.max_title_chars,
-                  "system_prompt": self.settings.max_system_prompt_chars}
+        limits = {
+            "title": self.settings.max_title_chars,
+            "system_prompt": self.settings.max_system_prompt_chars,
+        }
         for name, value in fields.items():
             limit = limits.get(name)
             if limit is not None and value is not None and len(value) > limit:
-                raise InvalidInput(f"{name} is {len(value):,} characters; the limit is "
-                                   f"{limit:,}", name)
+                raise InvalidInput(
+                    f"{name} is {len(value):,} characters; the limit is {limit:,}", name
+                )
 
     def check_options(self, options: TurnOptions) -> None:
         """Per-request generation options within the settings' limits (stop sequences)."""
         check_stops(options.stop, self.settings.max_stop_strings, self.settings.max_stop_chars)
 
     async def start_conversation(
-        self, user: User, first: Callable[[Conversation], Awaitable[object]],
-        system_prompt: str | None = None, model: str | None = None,
+        self,
+        user: User,
+        first: Callable[[Conversation], Awaitable[object]],
+        system_prompt: str | None = None,
+        model: str | None = None,
     ) -> Conversation:
         """A new conversation whose first step (a message, an attachment) must succeed:
         when `first` raises, the conversation is deleted again (no empty chats left)."""
@@ -78,8 +87,9 @@ class Conversations:
             raise
         return conv
 
-    async def update_conversation(self, user: User, conv_id: str, **changes: str | None
-                                  ) -> Conversation:
+    async def update_conversation(
+        self, user: User, conv_id: str, **changes: str | None
+    ) -> Conversation:
         """Rename, or change the system prompt or model (a None value clears it)."""
         self._check_fields(**{k: v for k, v in changes.items() if k != "model"})
         if changes.get("model") is not None:
@@ -94,12 +104,16 @@ class Conversations:
         return self.gate.headers(user)
 
     async def complete(
-        self, messages: tuple[ChatMessage, ...], options: TurnOptions, user: User | None = None,
+        self,
+        messages: tuple[ChatMessage, ...],
+        options: TurnOptions,
+        user: User | None = None,
     ) -> tuple[str, Generation, int]:
         """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
         self.check_options(options)
-        return await complete(self.models, self.gate, self.settings.max_tokens, messages,
-                              options, user)
+        return await complete(
+            self.models, self.gate, self.settings.max_tokens, messages, options, user
+        )
 
     # -- reading -------------------------------------------------------------------------
 
@@ -118,7 +132,11 @@ class Conversations:
         return resolve_model(self.models, requested)
 
     async def view(
-        self, user: User, conv_id: str, before: int | None = None, limit: int = 50,
+        self,
+        user: User,
+        conv_id: str,
+        before: int | None = None,
+        limit: int = 50,
         show: str | None = None,
     ) -> ConversationView:
         """The active branch, newest `limit` turns before `before`; `show` widens the page
@@ -128,8 +146,12 @@ class Conversations:
         conv = await self.conversation(user, conv_id)
         path = await self.store.turns.path(conv.id, conv.active_leaf_id)
         shown_leaf = None
-        if (show and all(t.id != show for t in path) and conv.id not in self._runs
-                and await self.store.turns.get(conv.id, show) is not None):
+        if (
+            show
+            and all(t.id != show for t in path)
+            and conv.id not in self._runs
+            and await self.store.turns.get(conv.id, show) is not None
+        ):
             shown_leaf = await self.store.turns.deepest_leaf(conv.id, show)
             path = await self.store.turns.path(conv.id, shown_leaf)
         older = [t for t in path if before is None or t.seq < before]

@@ -64,8 +64,13 @@ class RateLimited(ChatError):
     `headers` carries Retry-After and the x-ratelimit-* headers for requests and tokens.
     """
 
-    def __init__(self, message: str, retry_after: int, headers: dict[str, str] | None = None,
-                 kind: str = "requests") -> None:
+    def __init__(
+        self,
+        message: str,
+        retry_after: int,
+        headers: dict[str, str] | None = None,
+        kind: str = "requests",
+    ) -> None:
         super().__init__(message)
         self.retry_after = max(1, retry_after)
         self.kind = kind  # requests | tokens | budget | streams

@@ -34,11 +34,11 @@ def check_stops(stop: tuple[str, ...], max_count: int, max_chars: int) -> None:
     """Refuse more stop sequences, or longer ones, than the limits allow (each one is
     scanned for on every generated token, on the decode thread every stream shares)."""
     if len(stop) > max_count:
-        raise InvalidInput(f"stop has {len(stop):,} sequences; the limit is {max_count:,}",
-                           "stop")
+        raise InvalidInput(f"stop has {len(stop):,} sequences; the limit is {max_count:,}", "stop")
     for i, s in enumerate(stop):
         if not isinstance(s, str):
             raise InvalidInput(f"stop[{i}] must be a string", "stop")
         if len(s) > max_chars:
-            raise InvalidInput(f"stop[{i}] is {len(s):,} characters; the limit is "
-                               f"{max_chars:,}", "stop")
+            raise InvalidInput(
+                f"stop[{i}] is {len(s):,} characters; the limit is {max_chars:,}", "stop"
+            )

@@ -80,17 +80,28 @@ class Policy:
         if not tiers:
             tiers = {"free": TierPolicy("free", overload="shed"), "paid": TierPolicy("paid")}
         routing = dict(raw.get("routing", {}))
-        canaries = tuple(Canary(c["tier"], c["model"], float(c.get("percent", 0)),
-                                c.get("arm", f"canary-{c['model']}"))
-                         for c in routing.pop("canary", []))
+        canaries = tuple(
+            Canary(
+                c["tier"],
+                c["model"],
+                float(c.get("percent", 0)),
+                c.get("arm", f"canary-{c['model']}"),
+            )
+            for c in routing.pop("canary", [])
+        )
         pins = {str(k): str(v) for k, v in routing.pop("pins", {}).items()}
         known = {f.name for f in fields(RoutingPolicy)}
-        extra: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                                 for k, v in routing.items() if k in known}
-        overload = {k: v for k, v in raw.get("overload", {}).items()
-                    if k in {f.name for f in fields(OverloadPolicy)}}
-        return cls(tiers, RoutingPolicy(pins=pins, canaries=canaries, **extra),
-                   OverloadPolicy(**overload))
+        extra: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in routing.items() if k in known
+        }
+        overload = {
+            k: v
+            for k, v in raw.get("overload", {}).items()
+            if k in {f.name for f in fields(OverloadPolicy)}
+        }
+        return cls(
+            tiers, RoutingPolicy(pins=pins, canaries=canaries, **extra), OverloadPolicy(**overload)
+        )
 
 
 def _tier(name: str, body: dict[str, Any]) -> TierPolicy:

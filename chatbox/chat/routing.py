@@ -26,8 +26,13 @@ class Route:
 class Router:
     """Pure rules over the policy and the models available now; no I/O."""
 
-    def __init__(self, policy: Policy, names: Callable[[], list[str]],
-                 default: Callable[[], str], rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        names: Callable[[], list[str]],
+        default: Callable[[], str],
+        rng: random.Random | None = None,
+    ) -> None:
         self.policy = policy
         self.names = names
         self.default = default
@@ -36,7 +41,8 @@ class Router:
     def is_code_or_long(self, text: str) -> bool:
         rules = self.policy.routing
         return len(text) >= rules.auto_long_chars or any(
-            marker in text for marker in rules.auto_code_markers)
+            marker in text for marker in rules.auto_code_markers
+        )
 
     def expected(self, user: User, requested: str | None) -> str:
         """The model a turn of this user will most likely get: what the picker shows.
@@ -79,8 +85,11 @@ class Router:
                 return Route(requested, "picked")
         else:
             for canary in self.policy.routing.canaries:
-                if (canary.tier == tier.name and canary.model in available
-                        and self.rng.random() * 100 < canary.percent):
+                if (
+                    canary.tier == tier.name
+                    and canary.model in available
+                    and self.rng.random() * 100 < canary.percent
+                ):
                     return Route(canary.model, "canary", canary.arm)
         if usable(tier.model):
             return Route(str(tier.model), "tier")

@@ -26,7 +26,10 @@ from chatbox.store import Conversation, Routing, TurnStatus, TurnUsage, User
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
-    "stop": "complete", "length": "complete", "cancelled": "stopped", "error": "failed",
+    "stop": "complete",
+    "length": "complete",
+    "cancelled": "stopped",
+    "error": "failed",
 }
 FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-finished answer
 
@@ -63,7 +66,11 @@ class ChatService(Conversations):
         return await self._begin(user, conv, parent_id, content, options or TurnOptions())
 
     async def edit(
-        self, user: User, conv_id: str, turn_id: str, content: str,
+        self,
+        user: User,
+        conv_id: str,
+        turn_id: str,
+        content: str,
         options: TurnOptions | None = None,
     ) -> TurnRun:
         """A new version of an earlier user message: a sibling branch of it."""
@@ -74,7 +81,10 @@ class ChatService(Conversations):
         return await self.send(user, conv_id, content, turn.parent_id, options)
 
     async def regenerate(
-        self, user: User, conv_id: str, turn_id: str | None = None,
+        self,
+        user: User,
+        conv_id: str,
+        turn_id: str | None = None,
         options: TurnOptions | None = None,
     ) -> TurnRun:
         """A new answer beside an earlier one (default: the active branch's last answer)."""
@@ -116,7 +126,11 @@ class ChatService(Conversations):
     # -- the turn itself -----------------------------------------------------------------
 
     async def _begin(
-        self, user: User, conv: Conversation, parent_id: str | None, content: str | None,
+        self,
+        user: User,
+        conv: Conversation,
+        parent_id: str | None,
+        content: str | None,
         options: TurnOptions,
     ) -> TurnRun:
         self.check_options(options)
@@ -135,8 +149,12 @@ class ChatService(Conversations):
             self._reserved.discard(conv.id)
 
     async def _start(
-        self, conv: Conversation, parent_id: str | None, content: str | None,
-        options: TurnOptions, ticket: Ticket,
+        self,
+        conv: Conversation,
+        parent_id: str | None,
+        content: str | None,
+        options: TurnOptions,
+        ticket: Ticket,
     ) -> TurnRun:
         model = ticket.model
         engine = await self.models.engine(model)
@@ -155,10 +173,16 @@ class ChatService(Conversations):
         knowledge = await self._knowledge(conv, history, budget - newest, engine)
         if knowledge.text:
             history[-1] = ChatMessage("user", with_context(history[-1].content, knowledge))
-        messages, _ = await asyncio.to_thread(fit_history, conv.system_prompt, history, budget,
-                                              engine.count_tokens)
-        request = GenerationRequest(messages, sampling, cache_key=conv.id, cache_scope=conv.user_id,
-                                    priority=ticket.priority)
+        messages, _ = await asyncio.to_thread(
+            fit_history, conv.system_prompt, history, budget, engine.count_tokens
+        )
+        request = GenerationRequest(
+            messages,
+            sampling,
+            cache_key=conv.id,
+            cache_scope=conv.user_id,
+            priority=ticket.priority,
+        )
         generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
         try:
             user_turn_id = None
@@ -167,17 +191,35 @@ class ChatService(Conversations):
                 parent_id = user_turn_id = user_turn.id
             assert parent_id is not None
             draft_id = await self.store.turns.start_draft(
-                conv.id, parent_id, model,
-                Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from))
+                conv.id,
+                parent_id,
+                model,
+                Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from),
+            )
         except BaseException:
             generation.cancel()
             raise
-        run = TurnRun(conv.id, draft_id, parent_id, model, user_turn_id,
-                      self.settings.disconnect_grace_s, on_abandon=generation.cancel)
+        run = TurnRun(
+            conv.id,
+            draft_id,
+            parent_id,
+            model,
+            user_turn_id,
+            self.settings.disconnect_grace_s,
+            on_abandon=generation.cancel,
+        )
         self._runs[conv.id] = run
         self._contexts[draft_id] = (conv.user_id, knowledge)
-        run.publish("start", {"turn_id": draft_id, "user_turn_id": user_turn_id,
-                              "parent_id": parent_id, "model": model, **route_out(ticket)})
+        run.publish(
+            "start",
+            {
+                "turn_id": draft_id,
+                "user_turn_id": user_turn_id,
+                "parent_id": parent_id,
+                "model": model,
+                **route_out(ticket),
+            },
+        )
         position = ticket.position()
         if position > 0:  # say so before the first token can race it; changes follow
             run.publish("queued", {"position": position})
@@ -213,14 +255,14 @@ class ChatService(Conversations):
         if done is not None:
             status = _STATUS[done.finish_reason]
             error = done.error
-            usage = TurnUsage(done.usage.prompt_tokens, done.usage.completion_tokens,
-                              done.usage.cached_tokens)
+            usage = TurnUsage(
+                done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.cached_tokens
+            )
         else:
             status, usage = ("interrupted" if self._closing else "failed"), TurnUsage()
         try:
             await ticket.finish(done.usage if done is not None else None)
-            turn = await self.store.turns.finish_draft(run.turn_id, status, run.text, usage,
-                                                       error)
+            turn = await self.store.turns.finish_draft(run.turn_id, status, run.text, usage, error)
         finally:
             self._runs.pop(run.conversation_id, None)
             self._finished[run.turn_id] = run
@@ -229,11 +271,16 @@ class ChatService(Conversations):
             )
         await self._after_turn(run, turn.id)
         payload = {
-            "turn_id": turn.id, "status": status, "model": run.model, **route_out(ticket),
+            "turn_id": turn.id,
+            "status": status,
+            "model": run.model,
+            **route_out(ticket),
             "finish_reason": done.finish_reason if done else "error",
-            "usage": {"prompt_tokens": usage.prompt_tokens,
-                      "completion_tokens": usage.completion_tokens,
-                      "cached_tokens": usage.cached_tokens},
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "cached_tokens": usage.cached_tokens,
+            },
         }
         if status == "failed":
             run.publish("error", {**payload, "message": error or "generation failed"})
@@ -251,8 +298,9 @@ class ChatService(Conversations):
         def count(text: str) -> int:
             return engine.count_tokens((ChatMessage("user", text),))
 
-        return await self.context.for_turn(conv.user_id, conv.id, history[-1].content, budget,
-                                           count)
+        return await self.context.for_turn(
+            conv.user_id, conv.id, history[-1].content, budget, count
+        )
 
     async def _after_turn(self, run: TurnRun, turn_id: str) -> None:
         """Publish the passages the answer drew on (before `done`); let knowledge follow up."""
@@ -260,9 +308,14 @@ class ChatService(Conversations):
         if self.context is None or not user_id:
             return
         if knowledge.citations or knowledge.memory_ids:
-            run.publish("citations", {"turn_id": turn_id,
-                                      "citations": [c.as_dict() for c in knowledge.citations],
-                                      "memories": list(knowledge.memory_ids)})
+            run.publish(
+                "citations",
+                {
+                    "turn_id": turn_id,
+                    "citations": [c.as_dict() for c in knowledge.citations],
+                    "memories": list(knowledge.memory_ids),
+                },
+            )
         await self.context.turn_finished(user_id, run.conversation_id, turn_id, knowledge)
 
     async def shutdown(self) -> None:
@@ -272,4 +325,3 @@ class ChatService(Conversations):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-

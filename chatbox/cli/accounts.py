@@ -78,14 +78,20 @@ def _new_password(password: str | None) -> tuple[str | None, bool]:
     if password:
         return password, False
     if sys.stdin.isatty():
-        entered = click.prompt("Password (empty: generate one)", default="", hide_input=True,
-                               confirmation_prompt=True, show_default=False)
+        entered = click.prompt(
+            "Password (empty: generate one)",
+            default="",
+            hide_input=True,
+            confirmation_prompt=True,
+            show_default=False,
+        )
         if entered:
             return entered, False
     return secrets.token_urlsafe(12), True
 
 
 # -- users ------------------------------------------------------------------------------
+
 
 @click.group()
 def users() -> None:
@@ -99,8 +105,9 @@ def users() -> None:
 @click.option("--password", default=None, help="Default: prompt, or generate and print one.")
 @click.option("--no-password", is_flag=True, help="API keys only; no browser login.")
 @click.pass_context
-def users_add(ctx: click.Context, name: str, role: str, tier: str, password: str | None,
-              no_password: bool) -> None:
+def users_add(
+    ctx: click.Context, name: str, role: str, tier: str, password: str | None, no_password: bool
+) -> None:
     if tier not in _tiers(ctx):
         raise click.ClickException(f"unknown tier {tier!r}; tiers: {', '.join(_tiers(ctx))}")
     generated = False
@@ -124,16 +131,24 @@ def users_add(ctx: click.Context, name: str, role: str, tier: str, password: str
 def users_list(ctx: click.Context, as_json: bool) -> None:
     found = with_store(ctx, lambda store: store.users.list())
     if as_json:
-        click.echo(json.dumps([{"name": u.name, "role": u.role, "tier": u.tier,
-                                "disabled": u.disabled} for u in found], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {"name": u.name, "role": u.role, "tier": u.tier, "disabled": u.disabled}
+                    for u in found
+                ],
+                indent=2,
+            )
+        )
         return
     rows = [["NAME", "ROLE", "TIER", "STATUS"]]
     rows += [[u.name, u.role, u.tier, "disabled" if u.disabled else "active"] for u in found]
     _table(rows)
 
 
-def _update(ctx: click.Context, name: str,
-            change: Callable[[UserAdmin, User], Awaitable[Any]], done: str) -> None:
+def _update(
+    ctx: click.Context, name: str, change: Callable[[UserAdmin, User], Awaitable[Any]], done: str
+) -> None:
     async def run(store: Store) -> None:
         await change(_admin(store), await _user(store, name))
 
@@ -183,11 +198,16 @@ def users_reset_password(ctx: click.Context, name: str, password: str | None) ->
     """Set a new password; the user's browser sessions end."""
     new, generated = _new_password(password)
     assert new is not None
-    _update(ctx, name, lambda a, u: a.reset_password(u, new, generated),
-            f"New password set for {name}" + (f": {new}" if generated else ""))
+    _update(
+        ctx,
+        name,
+        lambda a, u: a.reset_password(u, new, generated),
+        f"New password set for {name}" + (f": {new}" if generated else ""),
+    )
 
 
 # -- keys -------------------------------------------------------------------------------
+
 
 @click.group()
 def keys() -> None:
@@ -216,9 +236,16 @@ def keys_list(ctx: click.Context, name: str | None) -> None:
     async def run(store: Store) -> list[list[str]]:
         names = {u.id: u.name for u in await store.users.list()}
         user_id = (await _user(store, name)).id if name else None
-        return [[k.id, k.prefix + "…", names.get(k.user_id, "?"), k.name or "",
-                 "revoked" if k.revoked_at else "active"]
-                for k in await store.keys.list(user_id)]
+        return [
+            [
+                k.id,
+                k.prefix + "…",
+                names.get(k.user_id, "?"),
+                k.name or "",
+                "revoked" if k.revoked_at else "active",
+            ]
+            for k in await store.keys.list(user_id)
+        ]
 
     _table([["ID", "KEY", "USER", "NAME", "STATUS"], *with_store(ctx, run)])
 
@@ -235,6 +262,7 @@ def keys_revoke(ctx: click.Context, key_id: str) -> None:
 
 # -- usage ------------------------------------------------------------------------------
 
+
 @click.command()
 @click.option("--since", default=None, help="YYYY-MM-DD (default: the start of this month).")
 @click.option("--user", "name", default=None)
@@ -250,9 +278,19 @@ def usage(ctx: click.Context, since: str | None, name: str | None, as_json: bool
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    rows = [["DAY", "USER", "MODEL", "ARM", "REQUESTS", "PROMPT", "COMPLETION", "SHED",
-             "DEGRADED"]]
-    rows += [[r["day"], r["user"], r["model"], r["arm"], str(r["requests"]),
-              str(r["prompt_tokens"]), str(r["completion_tokens"]), str(r["shed"]),
-              str(r["degraded"])] for r in report["data"]]
+    rows = [["DAY", "USER", "MODEL", "ARM", "REQUESTS", "PROMPT", "COMPLETION", "SHED", "DEGRADED"]]
+    rows += [
+        [
+            r["day"],
+            r["user"],
+            r["model"],
+            r["arm"],
+            str(r["requests"]),
+            str(r["prompt_tokens"]),
+            str(r["completion_tokens"]),
+            str(r["shed"]),
+            str(r["degraded"]),
+        ]
+        for r in report["data"]
+    ]
     _table(rows)

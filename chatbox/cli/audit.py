@@ -20,14 +20,20 @@ def audit() -> None:
 
 
 @audit.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
-              help="The newest N entries.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="The newest N entries.",
+)
 @click.option("--user", "name", default=None, help="Only actions on this user.")
 @click.option("--action", default=None, help="Only this action, e.g. user.set_role.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def audit_list(ctx: click.Context, limit: int, name: str | None, action: str | None,
-               as_json: bool) -> None:
+def audit_list(
+    ctx: click.Context, limit: int, name: str | None, action: str | None, as_json: bool
+) -> None:
     """The newest entries first."""
     from chatbox.accounts import AuditLog
     from chatbox.accounts.audit import entry_out
@@ -42,8 +48,15 @@ def audit_list(ctx: click.Context, limit: int, name: str | None, action: str | N
         click.echo(json.dumps(entries, indent=2))
         return
     rows = [["ID", "WHEN (UTC)", "ACTOR", "ACTION", "TARGET", "DETAIL"]]
-    rows += [[str(e["id"]), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])),
-              e["actor"]["name"], e["action"], (e["target"] or {}).get("name") or "",
-              json.dumps(e["detail"], sort_keys=True) if e["detail"] else ""]
-             for e in entries]
+    rows += [
+        [
+            str(e["id"]),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])),
+            e["actor"]["name"],
+            e["action"],
+            (e["target"] or {}).get("name") or "",
+            json.dumps(e["detail"], sort_keys=True) if e["detail"] else "",
+        ]
+        for e in entries
+    ]
     _table(rows)

@@ -142,8 +142,12 @@ def info_cmd(ctx: click.Context, name: str) -> None:
         settings = ctx.find_object(Settings) or settings_from_env()
         if info.quantization in SLOW_BATCHING_ON_CPU and settings.engine.cpu_requant:
             copy = copy_path(entry.path, settings.cache_dir / "models")
-            fields.append(("cpu serving", f"a {TARGET} copy, {copy}"
-                           + ("" if copy.exists() else " (made on first load)")))
+            fields.append(
+                (
+                    "cpu serving",
+                    f"a {TARGET} copy, {copy}" + ("" if copy.exists() else " (made on first load)"),
+                )
+            )
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         click.echo(f"{key.ljust(width)}  {value}")

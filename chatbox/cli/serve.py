@@ -16,22 +16,45 @@ from chatbox.settings import Settings, settings_from_env
 @click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
 @click.option("--n-batch", type=int, default=None, help="Tokens per decode step.")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
-@click.option("--gpu-layers", "n_gpu_layers", type=int, default=None,
-              help="Layers offloaded to the GPU (-1: all, where built with GPU support).")
+@click.option(
+    "--gpu-layers",
+    "n_gpu_layers",
+    type=int,
+    default=None,
+    help="Layers offloaded to the GPU (-1: all, where built with GPU support).",
+)
 @click.option("--flash-attn/--no-flash-attn", default=None, help="Use flash attention.")
-@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default=None,
-              help="KV cache element type.")
-@click.option("--cpu-requant/--no-cpu-requant", default=None,
-              help="On CPU, serve Q4_1/Q5_1 models as a cached Q8_0 copy, which batches "
-                   "better (default on).")
+@click.option(
+    "--kv-type",
+    type=click.Choice(["f16", "q8_0", "q4_0"]),
+    default=None,
+    help="KV cache element type.",
+)
+@click.option(
+    "--cpu-requant/--no-cpu-requant",
+    default=None,
+    help="On CPU, serve Q4_1/Q5_1 models as a cached Q8_0 copy, which batches better (default on).",
+)
 @click.option("--max-tokens", type=int, default=None, help="Default answer length budget.")
-@click.option("--admin-password", default=None,
-              help="Seed the first admin's password on an empty database "
-                   "(env: CHATBOX_ADMIN_PASSWORD); without it one is generated and printed.")
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
-              help="Tiers, limits and routing (TOML; default models/policy.toml).")
-@click.option("--high-water", type=int, default=None,
-              help="Engine queue depth at which free requests are shed (0: slot count).")
+@click.option(
+    "--admin-password",
+    default=None,
+    help="Seed the first admin's password on an empty database "
+    "(env: CHATBOX_ADMIN_PASSWORD); without it one is generated and printed.",
+)
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tiers, limits and routing (TOML; default models/policy.toml).",
+)
+@click.option(
+    "--high-water",
+    type=int,
+    default=None,
+    help="Engine queue depth at which free requests are shed (0: slot count).",
+)
 @click.option("--log-level", default="info", show_default=True)
 @click.pass_context
 def serve(ctx: click.Context, /, log_level: str, **flags: object) -> None:
@@ -53,7 +76,9 @@ def serve(ctx: click.Context, /, log_level: str, **flags: object) -> None:
             raise click.ClickException(no_model_message())
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"chatbox: serving on http://{settings.host}:{settings.port} "
-               f"(data in {settings.data_dir})")
-    uvicorn.run(create_app(settings, registry), host=settings.host, port=settings.port,
-                log_level=log_level)
+    click.echo(
+        f"chatbox: serving on http://{settings.host}:{settings.port} (data in {settings.data_dir})"
+    )
+    uvicorn.run(
+        create_app(settings, registry), host=settings.host, port=settings.port, log_level=log_level
+    )

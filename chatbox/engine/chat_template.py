@@ -49,8 +49,13 @@ def _strftime_now(fmt: str) -> str:
 class ChatTemplate:
     """A compiled chat template; falls back to ChatML when the model has none."""
 
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "",
-                 stops: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        source: str | None,
+        bos_token: str = "",
+        eos_token: str = "",
+        stops: tuple[str, ...] = (),
+    ) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self.stops = stops  # text that ends an answer besides the model's end-of-turn tokens
         env.globals["raise_exception"] = _raise

@@ -196,7 +196,7 @@ class LlamaEngine:
         if probe is None:
             a = self.prompt_tokens((*shared, ChatMessage("user", "A")))
             b = self.prompt_tokens((*shared, ChatMessage("user", "B")))
-            probe = a[:common_prefix(a, b)]
+            probe = a[: common_prefix(a, b)]
             if len(self._public) > 256:
                 self._public.clear()
             self._public[shared] = probe
@@ -212,8 +212,9 @@ class LlamaEngine:
         prompt = self.prompt_tokens(request.messages)
         extra = [t for t in self.template.stops if t not in request.sampling.stop]
         if extra:  # a transcript template: the answer ends where the next "User:" line starts
-            request = replace(request, sampling=replace(
-                request.sampling, stop=(*request.sampling.stop, *extra)))
+            request = replace(
+                request, sampling=replace(request.sampling, stop=(*request.sampling.stop, *extra))
+            )
         limit = self.info.n_ctx_per_seq
         room = min(max(request.sampling.max_tokens, 1), 16)
         if not prompt or len(prompt) + room > limit:
@@ -233,7 +234,7 @@ class LlamaEngine:
             request=request,
             prompt=prompt,
             sink=sink,
-            public=self.public_prefix(request.messages[:request.shared_messages], prompt),
+            public=self.public_prefix(request.messages[: request.shared_messages], prompt),
             capture_logits=capture_logits,
             ignore_eog=ignore_eog,
             lstrip=bool(self.template.stops),

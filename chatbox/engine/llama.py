@@ -66,8 +66,7 @@ def quantize(src: Path, dst: Path, ftype: str, threads: int = 0) -> None:
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
     params.allow_requantize = True  # the source is already quantized
     params.nthread = threads
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(),
-                                        ctypes.byref(params))
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise LlamaError(f"quantizing {src.name} to {ftype} failed ({rc})")
 

@@ -90,8 +90,9 @@ class PrefillPacer:
         self.token_cost += a * (per_token - self.token_cost)
 
 
-def prefill_budget(pacer: PrefillPacer, decoding: Sequence[PacedJob],
-                   prefilling: Sequence[PacedJob], room: int) -> int:
+def prefill_budget(
+    pacer: PrefillPacer, decoding: Sequence[PacedJob], prefilling: Sequence[PacedJob], room: int
+) -> int:
     """Prompt tokens the next step carries; `prefilling` sorted most urgent first.
 
     Pacing shields established streams (a burst arriving together is not shielded yet) from

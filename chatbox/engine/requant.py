@@ -50,8 +50,9 @@ def _drop_stale(source: Path, current: Path) -> None:
                 old.unlink()
 
 
-def serving_path(source: Path, cache_dir: Path, *, enabled: bool = True,
-                 n_gpu_layers: int = 0) -> Path:
+def serving_path(
+    source: Path, cache_dir: Path, *, enabled: bool = True, n_gpu_layers: int = 0
+) -> Path:
     """The file to load for `source`: a cached Q8_0 copy where that batches better on CPU."""
     from chatbox.engine.llama import quantize, supports_gpu_offload  # loads llama.cpp
 
@@ -74,12 +75,12 @@ def serving_path(source: Path, cache_dir: Path, *, enabled: bool = True,
         os.replace(tmp, target)  # atomic: another process may be making the same copy
         _drop_stale(source, target)
     except Exception as exc:  # a full disk or read-only cache must not stop serving
-        log.warning("serving %s as is: could not write a %s copy (%s)", source.name, TARGET,
-                    exc)
+        log.warning("serving %s as is: could not write a %s copy (%s)", source.name, TARGET, exc)
         return source
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-    log.info("serving %s (%s) as a %s copy for CPU batching: %s", source.name, quant,
-             TARGET, target)
+    log.info(
+        "serving %s (%s) as a %s copy for CPU batching: %s", source.name, quant, TARGET, target
+    )
     return target

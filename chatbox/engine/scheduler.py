@@ -175,8 +175,9 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.active) < self.n_parallel:
             job = self.waiting[0]
-            adm = self.slots.acquire(job.prompt, job.request.cache_key,
-                                     job.request.cache_scope, job.public)
+            adm = self.slots.acquire(
+                job.prompt, job.request.cache_key, job.request.cache_scope, job.public
+            )
             if adm is None:
                 return
             heapq.heappop(self.waiting)
@@ -200,11 +201,16 @@ class Scheduler:
             if job.pending is not None and job.slot is not None:
                 row = batch.add(job.pending, len(job.slot.tokens), job.slot.seq, True)
                 rows.append((job, [job.pending], row))
-        prefilling = sorted((j for j in self.active if j.pending is None),
-                            key=lambda j: (j.request.priority, len(j.prompt) - j.n_done))
+        prefilling = sorted(
+            (j for j in self.active if j.pending is None),
+            key=lambda j: (j.request.priority, len(j.prompt) - j.n_done),
+        )
         room = batch.capacity - batch.n
-        budget = 0 if (rows and self._kv_starved) else prefill_budget(
-            self.pacer, [job for job, _, _ in rows], prefilling, room)
+        budget = (
+            0
+            if (rows and self._kv_starved)
+            else prefill_budget(self.pacer, [job for job, _, _ in rows], prefilling, room)
+        )
         for job in prefilling:
             if budget <= 0 or job.slot is None:
                 break

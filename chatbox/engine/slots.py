@@ -69,8 +69,9 @@ class Parked:
     public: int = 0
 
 
-def reusable(n: int, held_scope: str | None, held_public: int, scope: str | None,
-             public: int) -> int:
+def reusable(
+    n: int, held_scope: str | None, held_public: int, scope: str | None, public: int
+) -> int:
     """How much of a common prefix of n tokens may be reused across these scopes: all of it
     within one scope, only the public part (of both) across scopes or without one."""
     if scope is not None and held_scope == scope:
@@ -133,8 +134,13 @@ class SlotTable:
         return sum(1 for s in self.slots if not s.busy and s.tokens)
 
     # -- assignment --------------------------------------------------------------------
-    def acquire(self, prompt: Sequence[int], cache_key: str | None, scope: str | None = None,
-                public: int = 0) -> SlotAssignment | None:
+    def acquire(
+        self,
+        prompt: Sequence[int],
+        cache_key: str | None,
+        scope: str | None = None,
+        public: int = 0,
+    ) -> SlotAssignment | None:
         """Pick an idle slot for the prompt, reusing the longest cached prefix it may see.
 
         Another scope's KV is reused only up to the public prefix (see `reusable`), so what
@@ -145,8 +151,9 @@ class SlotTable:
         if not idle:
             return None
         limit = len(prompt) - 1  # the last prompt token is always decoded (we need logits)
-        own = next((s for s in idle
-                    if cache_key and s.cache_key == cache_key and s.scope == scope), None)
+        own = next(
+            (s for s in idle if cache_key and s.cache_key == cache_key and s.scope == scope), None
+        )
         if own is not None:
             target = own
         else:
@@ -154,8 +161,9 @@ class SlotTable:
             target = empty[0] if empty else min(idle, key=lambda s: s.last_used)
         best, best_n = None, 0
         for s in self.slots:
-            n = reusable(min(common_prefix(s.tokens, prompt), limit), s.scope, s.public, scope,
-                         public)
+            n = reusable(
+                min(common_prefix(s.tokens, prompt), limit), s.scope, s.public, scope, public
+            )
             if n > best_n or (n == best_n and n > 0 and s is target):
                 best, best_n = s, n
         if target is not best and target.tokens and target is not own:
@@ -182,8 +190,9 @@ class SlotTable:
             return self._claim(target, cache_key, scope, public, best_n, "copy")
         return self._claim(target, cache_key, scope, public, 0, "none")
 
-    def _claim(self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int,
-               source: str) -> SlotAssignment:
+    def _claim(
+        self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int, source: str
+    ) -> SlotAssignment:
         slot.busy = True
         slot.cache_key = key
         slot.scope = scope
@@ -254,8 +263,9 @@ class SlotTable:
         if not data or len(data) > self.park_bytes:
             return
         self._drop_parked(slot.cache_key)
-        self.parked[slot.cache_key] = Parked(slot.cache_key, list(slot.tokens), data,
-                                             slot.scope, slot.public)
+        self.parked[slot.cache_key] = Parked(
+            slot.cache_key, list(slot.tokens), data, slot.scope, slot.public
+        )
         self.parked_size += len(data)
         while self.parked_size > self.park_bytes and self.parked:
             _, old = self.parked.popitem(last=False)

@@ -44,21 +44,33 @@ __all__ = [
 class Knowledge:
     """Every knowledge feature of one app, sharing one embedder."""
 
-    def __init__(self, store: Store, settings: Settings,
-                 engine: Callable[[], Awaitable[Engine]]) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, engine: Callable[[], Awaitable[Engine]]
+    ) -> None:
         self.store = store
         self.embedder = Embedder(settings.embedding_model, settings.embedding_device)
         self.index = VectorIndex(store, settings.knowledge_index_bytes)
         self.memory = MemoryService(store, self.embedder, self.index)
         self.documents = DocumentService(
-            store, self.embedder, settings.max_upload_bytes, settings.max_document_chars,
-            max_pages=settings.max_pdf_pages, max_documents=settings.max_documents_per_user,
-            max_user_bytes=settings.max_document_bytes_per_user)
+            store,
+            self.embedder,
+            settings.max_upload_bytes,
+            settings.max_document_chars,
+            max_pages=settings.max_pdf_pages,
+            max_documents=settings.max_documents_per_user,
+            max_user_bytes=settings.max_document_bytes_per_user,
+        )
         self.search = SearchService(store, self.embedder, self.index)
         self.extractor = Extractor(store, self.memory, engine, settings.memory_idle_s)
-        self.retriever = Retriever(store, self.embedder, self.memory, settings.memory_top_k,
-                                   settings.chunk_top_k, on_turn=self._turn_done,
-                                   index=self.index)
+        self.retriever = Retriever(
+            store,
+            self.embedder,
+            self.memory,
+            settings.memory_top_k,
+            settings.chunk_top_k,
+            on_turn=self._turn_done,
+            index=self.index,
+        )
 
     def _turn_done(self, user_id: str, conversation_id: str) -> None:
         # Turn vectors for search are made when a search needs them (SearchService.index),

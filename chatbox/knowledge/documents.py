@@ -25,11 +25,21 @@ from chatbox.store import Chunk, ChunkIn, Document, Store
 CHUNK_CHARS = 900  # about 200 tokens: inside MiniLM's 256-token window
 MIN_CHUNK_CHARS = 300
 OVERLAP_CHARS = 150
-_BREAKS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"[.!?][\"')\]]?\s"),
-           re.compile(r"\s"))
-_TEXT_EXT = {".txt": "text/plain", ".text": "text/plain", ".md": "text/markdown",
-             ".markdown": "text/markdown", ".html": "text/html", ".htm": "text/html",
-             ".pdf": "application/pdf"}
+_BREAKS = (
+    re.compile(r"\n\s*\n"),
+    re.compile(r"\n"),
+    re.compile(r"[.!?][\"')\]]?\s"),
+    re.compile(r"\s"),
+)
+_TEXT_EXT = {
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".pdf": "application/pdf",
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,10 @@ def detect_type(filename: str, content_type: str | None, data: bytes) -> str:
         return "text/html"
     if declared.startswith("text/") or declared in ("", "application/octet-stream"):
         return "text/plain"
-    raise UnsupportedFile(f"{filename or 'the file'} is {declared}, which is not a document "
-                          "chatbox can read (plain text, Markdown, HTML or PDF)")
+    raise UnsupportedFile(
+        f"{filename or 'the file'} is {declared}, which is not a document "
+        "chatbox can read (plain text, Markdown, HTML or PDF)"
+    )
 
 
 def decode_text(data: bytes, name: str) -> str:
@@ -75,8 +87,29 @@ def decode_text(data: bytes, name: str) -> str:
 
 class _HTMLText(HTMLParser):
     _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
-              "article", "pre", "blockquote", "table", "ul", "ol", "title", "header", "footer"}
+    _BLOCK = {
+        "p",
+        "div",
+        "br",
+        "li",
+        "tr",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "section",
+        "article",
+        "pre",
+        "blockquote",
+        "table",
+        "ul",
+        "ol",
+        "title",
+        "header",
+        "footer",
+    }
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -107,8 +140,9 @@ def html_text(html: str) -> str:
     return "".join(parser.parts)
 
 
-def pdf_pages(data: bytes, name: str, max_pages: int | None = None
-              ) -> tuple[list[tuple[int | None, str]], int]:
+def pdf_pages(
+    data: bytes, name: str, max_pages: int | None = None
+) -> tuple[list[tuple[int | None, str]], int]:
     """The text of each page; FileTooLarge, before any text is extracted, past max_pages."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
@@ -116,13 +150,15 @@ def pdf_pages(data: bytes, name: str, max_pages: int | None = None
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
-            raise EncryptedFile(f"{name} is encrypted (password-protected); "
-                                "upload an unprotected copy")
+            raise EncryptedFile(
+                f"{name} is encrypted (password-protected); upload an unprotected copy"
+            )
         count = len(reader.pages)
         if max_pages is not None and count > max_pages:
             raise FileTooLarge(f"{name} has {count:,} pages; the limit is {max_pages:,} pages")
         pages: list[tuple[int | None, str]] = [
-            (i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)]
+            (i + 1, page.extract_text() or "") for i, page in enumerate(reader.pages)
+        ]
     except (EncryptedFile, FileTooLarge):
         raise
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
@@ -142,8 +178,9 @@ def normalize(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def extract(filename: str, content_type: str | None, data: bytes,
-            max_pages: int | None = None) -> Extracted:
+def extract(
+    filename: str, content_type: str | None, data: bytes, max_pages: int | None = None
+) -> Extracted:
     """Text of a file, page by page (one "page" for non-PDFs). Raises RejectedFile kinds."""
     name = filename or "the file"
     if not data.strip():
@@ -169,7 +206,7 @@ def _cut(text: str, start: int, size: int) -> int:
     end = min(len(text), start + size)
     if end == len(text):
         return end
-    window = text[start + MIN_CHUNK_CHARS:end]
+    window = text[start + MIN_CHUNK_CHARS : end]
     for pattern in _BREAKS:
         matches = list(pattern.finditer(window))
         if matches:
@@ -177,8 +214,9 @@ def _cut(text: str, start: int, size: int) -> int:
     return end
 
 
-def chunk_text(text: str, size: int = CHUNK_CHARS, overlap: int = OVERLAP_CHARS
-               ) -> list[tuple[int, str]]:
+def chunk_text(
+    text: str, size: int = CHUNK_CHARS, overlap: int = OVERLAP_CHARS
+) -> list[tuple[int, str]]:
     """(start offset, text) chunks of about `size` chars, each overlapping the one before."""
     chunks: list[tuple[int, str]] = []
     start = 0
@@ -204,9 +242,17 @@ def chunk_pages(pages: list[tuple[int | None, str]]) -> list[ChunkIn]:
 
 
 class DocumentService:
-    def __init__(self, store: Store, embedder: Embedder, max_bytes: int, max_chars: int, *,
-                 max_pages: int | None = None, max_documents: int | None = None,
-                 max_user_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        max_bytes: int,
+        max_chars: int,
+        *,
+        max_pages: int | None = None,
+        max_documents: int | None = None,
+        max_user_bytes: int | None = None,
+    ) -> None:
         self.store = store
         self.embedder = embedder
         self.max_bytes = max_bytes  # one upload
@@ -216,28 +262,43 @@ class DocumentService:
         self.max_user_bytes = max_user_bytes  # uploaded bytes kept by one user
 
     async def ingest(
-        self, user_id: str, conversation_id: str | None, filename: str,
-        content_type: str | None, data: bytes,
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        filename: str,
+        content_type: str | None,
+        data: bytes,
     ) -> Document:
         """Extract, chunk, embed and store a file; raises a RejectedFile kind, storing nothing."""
         name = PurePath(filename or "document").name[:200] or "document"
         if len(data) > self.max_bytes:
-            raise FileTooLarge(f"{name} is {len(data):,} bytes; the limit is "
-                               f"{self.max_bytes:,} bytes")
-        if conversation_id is not None and \
-                await self.store.conversations.get(user_id, conversation_id) is None:
+            raise FileTooLarge(
+                f"{name} is {len(data):,} bytes; the limit is {self.max_bytes:,} bytes"
+            )
+        if (
+            conversation_id is not None
+            and await self.store.conversations.get(user_id, conversation_id) is None
+        ):
             raise NotFoundError("conversation not found")
         await self._check_room(user_id, name, len(data))
         extracted = await asyncio.to_thread(extract, name, content_type, data, self.max_pages)
         chars = sum(len(t) for _, t in extracted.pages)
         if chars > self.max_chars:
-            raise FileTooLarge(f"{name} holds {chars:,} characters of text; the limit is "
-                               f"{self.max_chars:,}")
+            raise FileTooLarge(
+                f"{name} holds {chars:,} characters of text; the limit is {self.max_chars:,}"
+            )
         chunks = await asyncio.to_thread(chunk_pages, extracted.pages)
         vectors = await self.embedder.embed([c.text for c in chunks])
         return await self.store.documents.create(
-            user_id, conversation_id, name, extracted.mime, len(data), extracted.page_count,
-            chunks, vectors)
+            user_id,
+            conversation_id,
+            name,
+            extracted.mime,
+            len(data),
+            extracted.page_count,
+            chunks,
+            vectors,
+        )
 
     async def _check_room(self, user_id: str, name: str, size: int) -> None:
         """The user's documents, with this one, within the per-user count and bytes."""
@@ -245,11 +306,15 @@ class DocumentService:
             return
         count, used = await self.store.documents.totals(user_id)
         if self.max_documents is not None and count >= self.max_documents:
-            raise FileTooLarge(f"you have {count:,} documents; the limit is "
-                               f"{self.max_documents:,} documents (delete some to add {name})")
+            raise FileTooLarge(
+                f"you have {count:,} documents; the limit is "
+                f"{self.max_documents:,} documents (delete some to add {name})"
+            )
         if self.max_user_bytes is not None and used + size > self.max_user_bytes:
-            raise FileTooLarge(f"your documents take {used:,} bytes and {name} is {size:,} "
-                               f"more; the limit is {self.max_user_bytes:,} bytes per user")
+            raise FileTooLarge(
+                f"your documents take {used:,} bytes and {name} is {size:,} "
+                f"more; the limit is {self.max_user_bytes:,} bytes per user"
+            )
 
     async def get(self, user_id: str, doc_id: str) -> Document:
         doc = await self.store.documents.get(user_id, doc_id)
@@ -261,8 +326,9 @@ class DocumentService:
         if not await self.store.documents.delete(user_id, doc_id):
             raise NotFoundError("document not found")
 
-    async def list(self, user_id: str, conversation_id: str | None = None,
-                   library: bool = False) -> builtins.list[Document]:
+    async def list(
+        self, user_id: str, conversation_id: str | None = None, library: bool = False
+    ) -> builtins.list[Document]:
         """The user's documents: all, one conversation's, or (library=True) the library's."""
         return await self.store.documents.list(user_id, conversation_id, library)
 
@@ -279,15 +345,19 @@ class DocumentService:
             raise NotFoundError("passage not found")
         return chunk
 
-    async def citations(self, user_id: str, turn_ids: Sequence[str]
-                        ) -> dict[str, builtins.list[Chunk]]:
+    async def citations(
+        self, user_id: str, turn_ids: Sequence[str]
+    ) -> dict[str, builtins.list[Chunk]]:
         """For each answer, the passages it cited that still exist."""
         return await self.store.documents.citations(user_id, turn_ids)
 
-    async def turn_citations(self, user_id: str, conversation_id: str, turn_id: str
-                             ) -> builtins.list[Chunk]:
+    async def turn_citations(
+        self, user_id: str, conversation_id: str, turn_id: str
+    ) -> builtins.list[Chunk]:
         """The passages one answer of the user's conversation drew on, in order."""
-        if await self.store.conversations.get(user_id, conversation_id) is None or \
-                await self.store.turns.get(conversation_id, turn_id) is None:
+        if (
+            await self.store.conversations.get(user_id, conversation_id) is None
+            or await self.store.turns.get(conversation_id, turn_id) is None
+        ):
             raise NotFoundError("turn not found")
         return (await self.store.documents.citations(user_id, [turn_id]))[turn_id]

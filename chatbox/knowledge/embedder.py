@@ -95,8 +95,13 @@ class Embedder:
 
     def _encode_sync(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync()
-        vectors = model.encode(texts, batch_size=MAX_BATCH, convert_to_numpy=True,
-                               normalize_embeddings=True, show_progress_bar=False)
+        vectors = model.encode(
+            texts,
+            batch_size=MAX_BATCH,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
         limit = model.max_seq_length
         ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         counts = [min(len(x), limit) for x in ids]
@@ -118,13 +123,14 @@ class Embedder:
         loop = asyncio.get_running_loop()
         futures = []
         for start in range(0, len(texts), MAX_BATCH):
-            part = list(texts[start:start + MAX_BATCH])
+            part = list(texts[start : start + MAX_BATCH])
             future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
             item = _Pending(part, future)
             if len(texts) <= SMALL:
                 # A query (a chat turn, a search) goes before the slices of a big upload.
-                at = next((i for i, p in enumerate(self._queue) if len(p.texts) > SMALL),
-                          len(self._queue))
+                at = next(
+                    (i for i, p in enumerate(self._queue) if len(p.texts) > SMALL), len(self._queue)
+                )
                 self._queue.insert(at, item)
             else:
                 self._queue.append(item)
@@ -157,7 +163,9 @@ class Embedder:
             for item in batch:
                 n = len(item.texts)
                 if not item.future.done():
-                    item.future.set_result((vectors[start:start + n], sum(counts[start:start + n])))
+                    item.future.set_result(
+                        (vectors[start : start + n], sum(counts[start : start + n]))
+                    )
                 start += n
 
     def close(self) -> None:

@@ -23,12 +23,13 @@ GROUNDED = 0.75  # share of a fact's content words the user must have written
 
 SYSTEM = (
     "You write down lasting facts about the user: their preferences, job, projects, tools, "
-    "location, name. Write each fact on its own line starting with \"- The user\". "
-    "Only use what the user said. If there are none, write \"- none\"."
+    'location, name. Write each fact on its own line starting with "- The user". '
+    'Only use what the user said. If there are none, write "- none".'
 )
 EXAMPLES = (
-    ChatMessage("user", "User said: I'm a nurse and I always cycle to work. "
-                        "How do I fix a flat tyre?"),
+    ChatMessage(
+        "user", "User said: I'm a nurse and I always cycle to work. How do I fix a flat tyre?"
+    ),
     ChatMessage("assistant", "- The user is a nurse\n- The user cycles to work"),
     ChatMessage("user", "User said: What is 2+2?"),
     ChatMessage("assistant", "- none"),
@@ -41,7 +42,9 @@ really always never"""
 _STOP = frozenset(_STOP_WORDS.split())
 _FIRST_PERSON = re.compile(
     r"\b(?:I am|I'm|my name is|I work|I live|I prefer|I use|I like|I love|I hate|I have|"
-    r"I own|I study|I speak|my [a-z]+(?: [a-z]+)? is)\b[^.?!\n]*", re.IGNORECASE)
+    r"I own|I study|I speak|my [a-z]+(?: [a-z]+)? is)\b[^.?!\n]*",
+    re.IGNORECASE,
+)
 EngineSource = Callable[[], Awaitable[Engine]]
 
 
@@ -97,13 +100,15 @@ def stated_facts(user_text: str) -> list[str]:
     for sentence in re.split(r"(?<=[.?!])\s+|\n+", user_text):
         if sentence.rstrip().endswith("?"):
             continue
-        for clause in re.split(r",\s*(?:please|and|but|so)?\s*|\s+(?:and|but)\s+(?=I\b|my\b)",
-                               sentence, flags=re.IGNORECASE):
+        for clause in re.split(
+            r",\s*(?:please|and|but|so)?\s*|\s+(?:and|but)\s+(?=I\b|my\b)",
+            sentence,
+            flags=re.IGNORECASE,
+        ):
             m = _FIRST_PERSON.match(clause.strip())
             if m is None:
                 continue
-            fact = re.sub(r"(?<=.)\bmy\b", "their", clean_fact(m.group(0)),
-                          flags=re.IGNORECASE)
+            fact = re.sub(r"(?<=.)\bmy\b", "their", clean_fact(m.group(0)), flags=re.IGNORECASE)
             if len(_words(fact)) >= 2:
                 facts.append(_third_person(fact))
     return facts[:MAX_FACTS]
@@ -112,8 +117,9 @@ def stated_facts(user_text: str) -> list[str]:
 class Extractor:
     """Arms an idle timer per conversation; when it fires, reads new user turns for facts."""
 
-    def __init__(self, store: Store, memory: MemoryService, engine: EngineSource,
-                 idle_s: float) -> None:
+    def __init__(
+        self, store: Store, memory: MemoryService, engine: EngineSource, idle_s: float
+    ) -> None:
         self.store = store
         self.memory = memory
         self.engine = engine
@@ -128,7 +134,8 @@ class Extractor:
             timer.cancel()
         loop = asyncio.get_running_loop()
         self._timers[conversation_id] = loop.call_later(
-            self.idle_s, self._fire, user_id, conversation_id)
+            self.idle_s, self._fire, user_id, conversation_id
+        )
 
     def _fire(self, user_id: str, conversation_id: str) -> None:
         self._timers.pop(conversation_id, None)
@@ -171,12 +178,19 @@ class Extractor:
     async def _ask_model(self, user_text: str) -> str:
         engine = await self.engine()
         budget = engine.info.n_ctx_per_seq // 2
-        excerpt = user_text[-4 * budget:]  # recent words first; a rough char→token bound
-        messages = (ChatMessage("system", SYSTEM), *EXAMPLES,
-                    ChatMessage("user", f"User said: {excerpt}"))
-        request = GenerationRequest(messages, SamplingParams(temperature=0.0, max_tokens=120),
-                                    cache_key=None, priority=EXTRACTION_PRIORITY,
-                                    shared_messages=len(messages) - 1)  # ours, not typed
+        excerpt = user_text[-4 * budget :]  # recent words first; a rough char→token bound
+        messages = (
+            ChatMessage("system", SYSTEM),
+            *EXAMPLES,
+            ChatMessage("user", f"User said: {excerpt}"),
+        )
+        request = GenerationRequest(
+            messages,
+            SamplingParams(temperature=0.0, max_tokens=120),
+            cache_key=None,
+            priority=EXTRACTION_PRIORITY,
+            shared_messages=len(messages) - 1,
+        )  # ours, not typed
         out = []
         async for event in engine.submit(request):
             if isinstance(event, TokenEvent):

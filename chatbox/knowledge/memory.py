@@ -23,12 +23,29 @@ _REMEMBER = re.compile(
     r"^\s*(?:please\s+)?(?:remember|note|keep in mind)\s*(?:that|:)?\s+(?P<fact>.+)$",
     re.IGNORECASE | re.DOTALL,
 )
-_FORGET = re.compile(r"^\s*(?:please\s+)?forget\s+(?:that\s+)?(?P<fact>.+)$",
-                     re.IGNORECASE | re.DOTALL)
+_FORGET = re.compile(
+    r"^\s*(?:please\s+)?forget\s+(?:that\s+)?(?P<fact>.+)$", re.IGNORECASE | re.DOTALL
+)
 _SUBJECT = {"the", "user", "users", "user's", "i", "my", "me", "i'm", "im", "they", "their"}
 # Predicates that hold one value at a time: a new value replaces the old.
-_SINGLE_VALUED = {"prefer", "live", "work", "called", "named", "use", "favorite", "favourite",
-                  "name", "age", "based", "located", "job", "role", "timezone", "from"}
+_SINGLE_VALUED = {
+    "prefer",
+    "live",
+    "work",
+    "called",
+    "named",
+    "use",
+    "favorite",
+    "favourite",
+    "name",
+    "age",
+    "based",
+    "located",
+    "job",
+    "role",
+    "timezone",
+    "from",
+}
 
 
 def explicit_fact(message: str) -> str | None:
@@ -99,8 +116,7 @@ class Change:
 
 
 class MemoryService:
-    def __init__(self, store: Store, embedder: Embedder,
-                 index: VectorIndex | None = None) -> None:
+    def __init__(self, store: Store, embedder: Embedder, index: VectorIndex | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = index
@@ -110,8 +126,9 @@ class MemoryService:
     ) -> builtins.list[tuple[Memory, float]]:
         """The user's k facts nearest to vector, with L2 distances: from the in-RAM index,
         or sqlite-vec when the user's vectors are not held there."""
-        hits = (await self.vectors.nearest("memory_vec", user_id, vector, k)
-                if self.vectors else None)
+        hits = (
+            await self.vectors.nearest("memory_vec", user_id, vector, k) if self.vectors else None
+        )
         if hits is None:
             return await self.store.memories.nearest(user_id, vector, k)
         rows = await self.store.memories.by_seqs(user_id, [seq for seq, _ in hits])
@@ -121,7 +138,10 @@ class MemoryService:
         return await self.store.memories.list(user_id)
 
     async def add(
-        self, user_id: str, facts: Sequence[str], source: str = "explicit",
+        self,
+        user_id: str,
+        facts: Sequence[str],
+        source: str = "explicit",
         conversation_id: str | None = None,
     ) -> builtins.list[Change]:
         """Add facts; near-duplicates are merged and contradicted facts replaced."""
@@ -135,7 +155,11 @@ class MemoryService:
         return changes
 
     async def _add_one(
-        self, user_id: str, text: str, vector: np.ndarray, source: str,
+        self,
+        user_id: str,
+        text: str,
+        vector: np.ndarray,
+        source: str,
         conversation_id: str | None,
     ) -> Change:
         repo = self.store.memories

@@ -50,8 +50,13 @@ class Retriever:
     """The chat layer's ContextProvider: retrieval before a turn, follow-up after it."""
 
     def __init__(
-        self, store: Store, embedder: Embedder, memory: MemoryService, memory_k: int,
-        chunk_k: int, on_turn: Callable[[str, str], None] | None = None,
+        self,
+        store: Store,
+        embedder: Embedder,
+        memory: MemoryService,
+        memory_k: int,
+        chunk_k: int,
+        on_turn: Callable[[str, str], None] | None = None,
         index: VectorIndex | None = None,
     ) -> None:
         self.store = store
@@ -63,7 +68,11 @@ class Retriever:
         self.vectors = index
 
     async def for_turn(
-        self, user_id: str, conversation_id: str, query: str, budget_tokens: int,
+        self,
+        user_id: str,
+        conversation_id: str,
+        query: str,
+        budget_tokens: int,
         count: CountText,
     ) -> TurnContext:
         try:
@@ -73,7 +82,12 @@ class Retriever:
             return TurnContext()
 
     async def _for_turn(
-        self, user_id: str, conversation_id: str, query: str, budget: int, count: CountText,
+        self,
+        user_id: str,
+        conversation_id: str,
+        query: str,
+        budget: int,
+        count: CountText,
     ) -> TurnContext:
         use_memory = await self.memory.enabled(user_id)
         if use_memory:
@@ -100,8 +114,10 @@ class Retriever:
                 sections.clear()
         citations: list[Citation] = []
         if chunks:
-            head = ("Passages from the user's documents. Use them when they help, and cite "
-                    "them as [1], [2]:")
+            head = (
+                "Passages from the user's documents. Use them when they help, and cite "
+                "them as [1], [2]:"
+            )
             for chunk, score in chunks:
                 n = len(citations) + 1
                 where = f"{chunk.document_name}" + (f", page {chunk.page}" if chunk.page else "")
@@ -110,8 +126,17 @@ class Retriever:
                 if count("\n\n".join(trial)) > budget:
                     break
                 sections = trial
-                citations.append(Citation(n, chunk.seq, chunk.document_id, chunk.document_name,
-                                          chunk.page, score, _excerpt(chunk.text)))
+                citations.append(
+                    Citation(
+                        n,
+                        chunk.seq,
+                        chunk.document_id,
+                        chunk.document_name,
+                        chunk.page,
+                        score,
+                        _excerpt(chunk.text),
+                    )
+                )
         if not memory_ids and not citations:
             return TurnContext()
         text = "\n\n".join(sections) if citations else "\n".join(sections)
@@ -134,8 +159,11 @@ class Retriever:
         k = self.chunk_k
         by_vec = await self.nearest_chunks(user_id, conversation_id, vector, k * 2)
         match = fts_any(query)
-        by_kw = (await self.store.documents.keyword_chunks(user_id, conversation_id, match, k * 2)
-                 if match else [])
+        by_kw = (
+            await self.store.documents.keyword_chunks(user_id, conversation_id, match, k * 2)
+            if match
+            else []
+        )
         scores: dict[int, float] = {}
         chunks: dict[int, Chunk] = {}
         sims: dict[int, float] = {}
@@ -156,12 +184,16 @@ class Retriever:
     ) -> list[tuple[Chunk, float]]:
         """The k chunks in scope nearest to vector (L2), from the in-RAM index when it holds
         the user's chunks, else sqlite-vec; both over-fetch 4x, then keep those in scope."""
-        hits = (await self.vectors.nearest("chunk_vec", user_id, vector, k * 4)
-                if self.vectors else None)
+        hits = (
+            await self.vectors.nearest("chunk_vec", user_id, vector, k * 4)
+            if self.vectors
+            else None
+        )
         if hits is None:
             return await self.store.documents.nearest_chunks(user_id, conversation_id, vector, k)
         rows = await self.store.documents.chunks_in_scope(
-            user_id, conversation_id, [seq for seq, _ in hits])
+            user_id, conversation_id, [seq for seq, _ in hits]
+        )
         return [(rows[seq], d) for seq, d in hits if seq in rows][:k]
 
     async def turn_finished(
@@ -170,7 +202,8 @@ class Retriever:
         try:
             if context.citations:
                 await self.store.documents.cite(
-                    turn_id, [(c.chunk_id, c.score) for c in context.citations])
+                    turn_id, [(c.chunk_id, c.score) for c in context.citations]
+                )
             if self.on_turn is not None:
                 self.on_turn(user_id, conversation_id)
         except Exception:

@@ -40,22 +40,24 @@ def mark_words(text: str, query: str, chars: int = SNIPPET_CHARS) -> str:
     pattern = re.compile(r"\b(" + "|".join(words) + r")\w*", re.IGNORECASE)
     first = pattern.search(flat)
     start = max(0, (first.start() if first else 0) - chars // 3)
-    piece = flat[start:start + chars]
+    piece = flat[start : start + chars]
     piece = ("…" if start else "") + piece + ("…" if start + chars < len(flat) else "")
     return pattern.sub(lambda m: f"{HIT_START}{m.group(0)}{HIT_END}", piece)
 
 
 class SearchService:
-    def __init__(self, store: Store, embedder: Embedder,
-                 index: VectorIndex | None = None) -> None:
+    def __init__(self, store: Store, embedder: Embedder, index: VectorIndex | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = index
 
     async def semantic(self, user_id: str, vector: np.ndarray, limit: int) -> list[TurnHit]:
         """The user's indexed turns nearest in meaning (score: L2 distance), nearest first."""
-        hits = (await self.vectors.nearest("turn_vec", user_id, vector, limit * 2)
-                if self.vectors else None)
+        hits = (
+            await self.vectors.nearest("turn_vec", user_id, vector, limit * 2)
+            if self.vectors
+            else None
+        )
         if hits is None:
             return await self.store.search.semantic(user_id, vector, limit)
         rows = await self.store.search.turns_by_seq(user_id, [seq for seq, _ in hits])
@@ -74,8 +76,9 @@ class SearchService:
             done += len(pending)
         return done
 
-    async def search(self, user_id: str, query: str, mode: str = "both",
-                     limit: int = 20) -> list[SearchHit]:
+    async def search(
+        self, user_id: str, query: str, mode: str = "both", limit: int = 20
+    ) -> list[SearchHit]:
         """Hits in the user's live conversations, best first; mode: words, meaning or both."""
         query = query.strip()
         if not query:
@@ -98,14 +101,24 @@ class SearchService:
                     continue
                 prior = hits.get(hit.turn_id)
                 if prior is not None:
-                    hits[hit.turn_id] = SearchHit(**{**prior.__dict__, "match": "both",
-                                                     "score": prior.score + sim})
+                    hits[hit.turn_id] = SearchHit(
+                        **{**prior.__dict__, "match": "both", "score": prior.score + sim}
+                    )
                 else:
-                    hits[hit.turn_id] = self._hit(hit, mark_words(hit.snippet, query),
-                                                  "meaning", sim)
+                    hits[hit.turn_id] = self._hit(
+                        hit, mark_words(hit.snippet, query), "meaning", sim
+                    )
         return sorted(hits.values(), key=lambda h: -h.score)[:limit]
 
     @staticmethod
     def _hit(hit: TurnHit, snippet: str, match: str, score: float) -> SearchHit:
-        return SearchHit(hit.turn_id, hit.conversation_id, hit.title, hit.role, snippet, match,
-                         score, hit.created_at)
+        return SearchHit(
+            hit.turn_id,
+            hit.conversation_id,
+            hit.title,
+            hit.role,
+            snippet,
+            match,
+            score,
+            hit.created_at,
+        )

@@ -22,9 +22,15 @@ class Citation:
     text: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "chunk_id": self.chunk_id, "document_id": self.document_id,
-                "document_name": self.document_name, "page": self.page,
-                "score": round(self.score, 4), "text": self.text}
+        return {
+            "n": self.n,
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "document_name": self.document_name,
+            "page": self.page,
+            "score": round(self.score, 4),
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)

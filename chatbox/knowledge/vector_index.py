@@ -67,16 +67,21 @@ class Partition:
         """Rows added or replaced, rows deleted (idempotent: a notice may repeat a state)."""
         with self.lock:
             if len(change.deleted):
-                gone = np.flatnonzero(np.isin(self.ids[:self.n], np.asarray(change.deleted)))
+                gone = np.flatnonzero(np.isin(self.ids[: self.n], np.asarray(change.deleted)))
                 for at in sorted(gone.tolist(), reverse=True):  # swap in the last row
                     last = self.n - 1
                     if at != last:
                         self.ids[at], self.mat[at], self.sq[at] = (
-                            self.ids[last], self.mat[last], self.sq[last])
+                            self.ids[last],
+                            self.mat[last],
+                            self.sq[last],
+                        )
                     self.n = last
             if len(change.rowids) and change.vectors is not None:
-                self._upsert(np.asarray(change.rowids, dtype=np.int64),
-                             np.asarray(change.vectors, dtype=np.float32).reshape(-1, self.dim))
+                self._upsert(
+                    np.asarray(change.rowids, dtype=np.int64),
+                    np.asarray(change.vectors, dtype=np.float32).reshape(-1, self.dim),
+                )
 
     def _upsert(self, rowids: np.ndarray, vectors: np.ndarray) -> None:
         n = self.n
@@ -94,9 +99,9 @@ class Partition:
             mat[:n] = self.mat[:n]
             self.mat = mat
             self.sq = np.resize(self.sq, cap)
-        self.ids[n:n + m] = new_ids
-        self.mat[n:n + m] = new_vecs
-        self.sq[n:n + m] = np.einsum("ij,ij->i", new_vecs, new_vecs)
+        self.ids[n : n + m] = new_ids
+        self.mat[n : n + m] = new_vecs
+        self.sq[n : n + m] = np.einsum("ij,ij->i", new_vecs, new_vecs)
         self.n = n + m
 
 
@@ -137,8 +142,9 @@ class VectorIndex:
     def drop(self, table: str | None = None, user_id: str | None = None) -> None:
         """Forget loaded partitions (all, one table's, or one user's); they reload on use."""
         with self._lock:
-            for key in [k for k in self._parts if table in (None, k[0])
-                        and user_id in (None, k[1])]:
+            for key in [
+                k for k in self._parts if table in (None, k[0]) and user_id in (None, k[1])
+            ]:
                 del self._parts[key]
 
     def close(self) -> None:

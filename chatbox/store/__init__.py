@@ -62,9 +62,20 @@ class Store:
     @classmethod
     async def open(cls, path: Path) -> Store:
         db = await Database.open(path)
-        return cls(db, UserRepo(db), ConversationRepo(db), TurnRepo(db), KeyRepo(db),
-                   SessionRepo(db), UsageRepo(db), MemoryRepo(db), DocumentRepo(db),
-                   SearchRepo(db), VectorRepo(db), AuditRepo(db))
+        return cls(
+            db,
+            UserRepo(db),
+            ConversationRepo(db),
+            TurnRepo(db),
+            KeyRepo(db),
+            SessionRepo(db),
+            UsageRepo(db),
+            MemoryRepo(db),
+            DocumentRepo(db),
+            SearchRepo(db),
+            VectorRepo(db),
+            AuditRepo(db),
+        )
 
     async def close(self) -> None:
         await self.db.close()

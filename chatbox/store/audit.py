@@ -29,29 +29,51 @@ class AuditEntry:
 
     @classmethod
     def from_row(cls, row: Any) -> AuditEntry:
-        return cls(row["id"], row["at"], row["actor_id"], row["actor_name"], row["action"],
-                   row["target_id"], row["target_name"], json.loads(row["detail"] or "{}"))
+        return cls(
+            row["id"],
+            row["at"],
+            row["actor_id"],
+            row["actor_name"],
+            row["action"],
+            row["target_id"],
+            row["target_name"],
+            json.loads(row["detail"] or "{}"),
+        )
 
 
 class AuditRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def append(self, *, actor_id: str | None, actor_name: str, action: str,
-                     target_id: str | None = None, target_name: str | None = None,
-                     detail: dict[str, Any] | None = None) -> AuditEntry:
+    async def append(
+        self,
+        *,
+        actor_id: str | None,
+        actor_name: str,
+        action: str,
+        target_id: str | None = None,
+        target_name: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditEntry:
         body = json.dumps(detail or {}, sort_keys=True, separators=(",", ":"))
         async with self.db.transaction() as tx:
             cur = await tx.execute(
                 "INSERT INTO audit_log (at, actor_id, actor_name, action, target_id,"
                 " target_name, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), actor_id, actor_name, action, target_id, target_name, body))
+                (time.time(), actor_id, actor_name, action, target_id, target_name, body),
+            )
             entry_id = cur.lastrowid
         row = await self.db.fetchone("SELECT * FROM audit_log WHERE id = ?", (entry_id,))
         return AuditEntry.from_row(row)
 
-    async def list(self, limit: int = 50, *, target_id: str | None = None,
-                   action: str | None = None, before_id: int | None = None) -> list[AuditEntry]:
+    async def list(
+        self,
+        limit: int = 50,
+        *,
+        target_id: str | None = None,
+        action: str | None = None,
+        before_id: int | None = None,
+    ) -> list[AuditEntry]:
         """The newest entries first, optionally only those on one user or of one action."""
         where: list[str] = []
         params: list[str | int] = []

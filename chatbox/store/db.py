@@ -111,7 +111,7 @@ class Database:
         rows: list[Any] = []
         rest = tuple(params)
         for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at:at + IN_BATCH])
+            part = list(keys[at : at + IN_BATCH])
             marks = ", ".join("?" for _ in part)
             rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
         return rows

@@ -32,9 +32,18 @@ class Document:
 
     @classmethod
     def from_row(cls, row: Any) -> Document:
-        return cls(row["id"], row["user_id"], row["conversation_id"], row["name"], row["mime"],
-                   row["size_bytes"], row["pages"], row["chars"], row["n_chunks"],
-                   row["created_at"])
+        return cls(
+            row["id"],
+            row["user_id"],
+            row["conversation_id"],
+            row["name"],
+            row["mime"],
+            row["size_bytes"],
+            row["pages"],
+            row["chars"],
+            row["n_chunks"],
+            row["created_at"],
+        )
 
 
 @dataclass(frozen=True)
@@ -56,18 +65,23 @@ class Chunk:
 
     @classmethod
     def from_row(cls, row: Any) -> Chunk:
-        return cls(row["seq"], row["document_id"], row["name"], row["ord"], row["page"],
-                   row["text"])
+        return cls(
+            row["seq"], row["document_id"], row["name"], row["ord"], row["page"], row["text"]
+        )
 
 
-_DOC = ("SELECT documents.*, (SELECT count(*) FROM chunks WHERE document_id = documents.id)"
-        " AS n_chunks FROM documents")
-_CHUNK_COLS = ("SELECT chunks.seq, chunks.document_id, chunks.ord, chunks.page, chunks.text,"
-               " documents.name")
+_DOC = (
+    "SELECT documents.*, (SELECT count(*) FROM chunks WHERE document_id = documents.id)"
+    " AS n_chunks FROM documents"
+)
+_CHUNK_COLS = (
+    "SELECT chunks.seq, chunks.document_id, chunks.ord, chunks.page, chunks.text, documents.name"
+)
 _CHUNK = f"{_CHUNK_COLS} FROM chunks JOIN documents ON documents.id = chunks.document_id"
 # Chunks a turn in conversation ? may draw on: that conversation's and the library's.
-_IN_SCOPE = ("documents.user_id = ? AND (documents.conversation_id IS NULL"
-             " OR documents.conversation_id = ?)")
+_IN_SCOPE = (
+    "documents.user_id = ? AND (documents.conversation_id IS NULL OR documents.conversation_id = ?)"
+)
 
 
 class DocumentRepo:
@@ -75,8 +89,15 @@ class DocumentRepo:
         self.db = db
 
     async def create(
-        self, user_id: str, conversation_id: str | None, name: str, mime: str, size_bytes: int,
-        pages: int | None, chunks: Sequence[ChunkIn], vectors: np.ndarray,
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        name: str,
+        mime: str,
+        size_bytes: int,
+        pages: int | None,
+        chunks: Sequence[ChunkIn],
+        vectors: np.ndarray,
     ) -> Document:
         """Store a document with all its chunks and vectors, atomically."""
         assert len(chunks) == len(vectors)
@@ -87,8 +108,17 @@ class DocumentRepo:
             await tx.execute(
                 "INSERT INTO documents (id, user_id, conversation_id, name, mime, size_bytes,"
                 " pages, chars, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (doc_id, user_id, conversation_id, name, mime, size_bytes, pages, chars,
-                 time.time()),
+                (
+                    doc_id,
+                    user_id,
+                    conversation_id,
+                    name,
+                    mime,
+                    size_bytes,
+                    pages,
+                    chars,
+                    time.time(),
+                ),
             )
             for chunk, vector in zip(chunks, vectors, strict=True):
                 cur = await tx.execute(
@@ -101,8 +131,9 @@ class DocumentRepo:
                     "INSERT INTO chunk_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
                     (seqs[-1], user_id, vector_blob(vector)),
                 )
-        await self.db.vector_changes.publish(VectorChange(
-            "chunk_vec", user_id, seqs, np.asarray(vectors, dtype=np.float32)))
+        await self.db.vector_changes.publish(
+            VectorChange("chunk_vec", user_id, seqs, np.asarray(vectors, dtype=np.float32))
+        )
         doc = await self.get(user_id, doc_id)
         assert doc is not None
         return doc
@@ -115,11 +146,13 @@ class DocumentRepo:
         """How many documents the user keeps, and their uploaded bytes in all."""
         row = await self.db.fetchone(
             "SELECT count(*), coalesce(sum(size_bytes), 0) FROM documents WHERE user_id = ?",
-            (user_id,))
+            (user_id,),
+        )
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def list(self, user_id: str, conversation_id: str | None = None,
-                   library: bool = False) -> builtins.list[Document]:
+    async def list(
+        self, user_id: str, conversation_id: str | None = None, library: bool = False
+    ) -> builtins.list[Document]:
         """The user's documents: all, one conversation's, or (library=True) the library's."""
         sql, params = f"{_DOC} WHERE user_id = ?", [user_id]
         if library:
@@ -133,13 +166,16 @@ class DocumentRepo:
     async def delete(self, user_id: str, doc_id: str) -> bool:
         """Delete a document; its chunks, vectors, FTS rows and citations go with it."""
         async with self.db.transaction() as tx:
-            async with tx.execute("SELECT seq FROM chunks WHERE document_id = ? AND user_id = ?",
-                                  (doc_id, user_id)) as found:
+            async with tx.execute(
+                "SELECT seq FROM chunks WHERE document_id = ? AND user_id = ?", (doc_id, user_id)
+            ) as found:
                 seqs = [int(r[0]) for r in await found.fetchall()]
-            cur = await tx.execute("DELETE FROM chunks WHERE document_id = ? AND user_id = ?",
-                                   (doc_id, user_id))
-            cur = await tx.execute("DELETE FROM documents WHERE id = ? AND user_id = ?",
-                                   (doc_id, user_id))
+            cur = await tx.execute(
+                "DELETE FROM chunks WHERE document_id = ? AND user_id = ?", (doc_id, user_id)
+            )
+            cur = await tx.execute(
+                "DELETE FROM documents WHERE id = ? AND user_id = ?", (doc_id, user_id)
+            )
         await self.db.vector_changes.publish(VectorChange("chunk_vec", user_id, deleted=seqs))
         return cur.rowcount > 0
 
@@ -185,8 +221,10 @@ class DocumentRepo:
     ) -> dict[int, Chunk]:
         """The chunks with these seqs that a turn in this conversation may draw on."""
         rows = await self.db.fetchall_in(
-            f"{_CHUNK} WHERE chunks.seq IN ({{marks}}) AND {_IN_SCOPE}", seqs,
-            (user_id, conversation_id))
+            f"{_CHUNK} WHERE chunks.seq IN ({{marks}}) AND {_IN_SCOPE}",
+            seqs,
+            (user_id, conversation_id),
+        )
         return {int(r["seq"]): Chunk.from_row(r) for r in rows}
 
     async def keyword_chunks(
@@ -208,7 +246,8 @@ class DocumentRepo:
             for i, (chunk_seq, score) in enumerate(cited):
                 await tx.execute(
                     "INSERT OR IGNORE INTO turn_citations (turn_id, chunk_seq, ord, score)"
-                    " VALUES (?, ?, ?, ?)", (turn_id, chunk_seq, i, score),
+                    " VALUES (?, ?, ?, ?)",
+                    (turn_id, chunk_seq, i, score),
                 )
 
     async def citations(

@@ -30,8 +30,15 @@ class ApiKey:
 
     @classmethod
     def from_row(cls, row: Any) -> ApiKey:
-        return cls(row["id"], row["user_id"], row["name"], row["prefix"], row["created_at"],
-                   row["last_used_at"], row["revoked_at"])
+        return cls(
+            row["id"],
+            row["user_id"],
+            row["name"],
+            row["prefix"],
+            row["created_at"],
+            row["last_used_at"],
+            row["revoked_at"],
+        )
 
 
 class KeyRepo:
@@ -56,7 +63,8 @@ class KeyRepo:
             rows = await self.db.fetchall("SELECT * FROM api_keys ORDER BY created_at")
         else:
             rows = await self.db.fetchall(
-                "SELECT * FROM api_keys WHERE user_id = ? ORDER BY created_at", (user_id,))
+                "SELECT * FROM api_keys WHERE user_id = ? ORDER BY created_at", (user_id,)
+            )
         return [ApiKey.from_row(r) for r in rows]
 
     async def get(self, key_id: str) -> ApiKey | None:
@@ -68,7 +76,9 @@ class KeyRepo:
         async with self.db.transaction() as tx:
             cur = await tx.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE (id = ? OR prefix = ?)"
-                " AND revoked_at IS NULL", (time.time(), key_id, key_id))
+                " AND revoked_at IS NULL",
+                (time.time(), key_id, key_id),
+            )
             return bool(cur.rowcount)
 
     async def authenticate(self, secret: str) -> User | None:
@@ -76,5 +86,6 @@ class KeyRepo:
         row = await self.db.fetchone(
             "SELECT u.* FROM api_keys k JOIN users u ON u.id = k.user_id"
             " WHERE k.key_hash = ? AND k.revoked_at IS NULL AND u.disabled = 0",
-            (hash_token(secret),))
+            (hash_token(secret),),
+        )
         return User.from_row(row) if row else None

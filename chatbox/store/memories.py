@@ -33,8 +33,16 @@ class Memory:
 
     @classmethod
     def from_row(cls, row: Any) -> Memory:
-        return cls(row["id"], row["seq"], row["user_id"], row["text"], row["source"],
-                   row["conversation_id"], row["created_at"], row["updated_at"])
+        return cls(
+            row["id"],
+            row["seq"],
+            row["user_id"],
+            row["text"],
+            row["source"],
+            row["conversation_id"],
+            row["created_at"],
+            row["updated_at"],
+        )
 
 
 _KNN = """
@@ -64,7 +72,11 @@ class MemoryRepo:
         return Memory.from_row(row) if row else None
 
     async def add(
-        self, user_id: str, text: str, vector: np.ndarray, source: str = "explicit",
+        self,
+        user_id: str,
+        text: str,
+        vector: np.ndarray,
+        source: str = "explicit",
         conversation_id: str | None = None,
     ) -> Memory:
         memory_id = new_id("m")
@@ -103,8 +115,10 @@ class MemoryRepo:
             await tx.executemany(
                 "INSERT INTO memories (seq, id, user_id, text, source, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(seq, new_id("m"), user_id, text, source, now, now)
-                 for seq, text in zip(seqs, texts, strict=True)],
+                [
+                    (seq, new_id("m"), user_id, text, source, now, now)
+                    for seq, text in zip(seqs, texts, strict=True)
+                ],
             )
             await tx.executemany(
                 "INSERT INTO memory_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
@@ -155,14 +169,16 @@ class MemoryRepo:
 
     async def _changed(self, user_id: str, seqs: Sequence[int], vectors: np.ndarray) -> None:
         await self.db.vector_changes.publish(
-            VectorChange("memory_vec", user_id, list(seqs), vectors.astype(np.float32)))
+            VectorChange("memory_vec", user_id, list(seqs), vectors.astype(np.float32))
+        )
 
     async def by_seqs(self, user_id: str, seqs: Sequence[int]) -> dict[int, Memory]:
         """This user's facts with these seqs (others' and missing ones left out)."""
         # `+user_id`: without ANALYZE stats SQLite would walk the user's whole index
         # instead of the handful of rowids (13 ms vs 0.03 ms at 100,000 facts).
         rows = await self.db.fetchall_in(
-            "SELECT * FROM memories WHERE seq IN ({marks}) AND +user_id = ?", seqs, (user_id,))
+            "SELECT * FROM memories WHERE seq IN ({marks}) AND +user_id = ?", seqs, (user_id,)
+        )
         return {int(r["seq"]): Memory.from_row(r) for r in rows}
 
     async def nearest(
@@ -175,8 +191,7 @@ class MemoryRepo:
         return [(Memory.from_row(r), float(r["distance"])) for r in rows]
 
     async def count(self, user_id: str) -> int:
-        row = await self.db.fetchone("SELECT count(*) FROM memories WHERE user_id = ?",
-                                     (user_id,))
+        row = await self.db.fetchone("SELECT count(*) FROM memories WHERE user_id = ?", (user_id,))
         return int(row[0])
 
     # -- the per-user switch and extraction progress --------------------------------------
@@ -187,8 +202,9 @@ class MemoryRepo:
 
     async def set_enabled(self, user_id: str, enabled: bool) -> None:
         async with self.db.transaction() as tx:
-            await tx.execute("UPDATE users SET memory_enabled = ? WHERE id = ?",
-                             (int(enabled), user_id))
+            await tx.execute(
+                "UPDATE users SET memory_enabled = ? WHERE id = ?", (int(enabled), user_id)
+            )
 
     async def extracted_upto(self, conversation_id: str) -> int:
         """The last turn seq of this conversation already read for facts (0: none)."""

@@ -27,8 +27,14 @@ class User:
 
     @classmethod
     def from_row(cls, row: Any) -> User:
-        return cls(row["id"], row["name"], row["role"], row["tier"], bool(row["disabled"]),
-                   row["created_at"])
+        return cls(
+            row["id"],
+            row["name"],
+            row["role"],
+            row["tier"],
+            bool(row["disabled"]),
+            row["created_at"],
+        )
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,16 @@ class Conversation:
 
     @classmethod
     def from_row(cls, row: Any) -> Conversation:
-        return cls(row["id"], row["user_id"], row["title"], row["system_prompt"], row["model"],
-                   row["active_leaf_id"], row["created_at"], row["updated_at"])
+        return cls(
+            row["id"],
+            row["user_id"],
+            row["title"],
+            row["system_prompt"],
+            row["model"],
+            row["active_leaf_id"],
+            row["created_at"],
+            row["updated_at"],
+        )
 
 
 @dataclass(frozen=True)
@@ -69,10 +83,24 @@ class Turn:
 
     @classmethod
     def from_row(cls, row: Any) -> Turn:
-        return cls(row["id"], row["seq"], row["conversation_id"], row["parent_id"], row["role"],
-                   row["content"], row["status"], row["model"], row["prompt_tokens"],
-                   row["completion_tokens"], row["cached_tokens"], row["error"],
-                   row["created_at"], row["route"], row["arm"], row["degraded_from"])
+        return cls(
+            row["id"],
+            row["seq"],
+            row["conversation_id"],
+            row["parent_id"],
+            row["role"],
+            row["content"],
+            row["status"],
+            row["model"],
+            row["prompt_tokens"],
+            row["completion_tokens"],
+            row["cached_tokens"],
+            row["error"],
+            row["created_at"],
+            row["route"],
+            row["arm"],
+            row["degraded_from"],
+        )
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,16 @@ class TurnHit:
 
     @classmethod
     def from_row(cls, row: Any) -> TurnHit:
-        return cls(row["id"], row["seq"], row["conversation_id"], row["title"], row["role"],
-                   row["snippet"], float(row["score"]), row["created_at"])
+        return cls(
+            row["id"],
+            row["seq"],
+            row["conversation_id"],
+            row["title"],
+            row["role"],
+            row["snippet"],
+            float(row["score"]),
+            row["created_at"],
+        )
 
 
 _OWNED = "conversations.user_id = ? AND conversations.deleted_at IS NULL"
@@ -105,9 +113,14 @@ class SearchRepo:
                 (user_id, upto_seq),
             )
         if added:
-            await self.db.vector_changes.publish(VectorChange(
-                "turn_vec", user_id, [seq for seq, _ in added],
-                np.stack([np.asarray(v, dtype=np.float32) for _, v in added])))
+            await self.db.vector_changes.publish(
+                VectorChange(
+                    "turn_vec",
+                    user_id,
+                    [seq for seq, _ in added],
+                    np.stack([np.asarray(v, dtype=np.float32) for _, v in added]),
+                )
+            )
 
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
         """The user's turns (in live conversations) with these seqs; score is left 0."""
@@ -116,5 +129,8 @@ class SearchRepo:
             " turns.role, turns.created_at, 0.0 AS score,"
             " substr(turns.content, 1, 240) AS snippet"
             " FROM turns JOIN conversations ON conversations.id = turns.conversation_id"
-            f" WHERE turns.seq IN ({{marks}}) AND {_OWNED}", seqs, (user_id,))
+            f" WHERE turns.seq IN ({{marks}}) AND {_OWNED}",
+            seqs,
+            (user_id,),
+        )
         return {int(r["seq"]): TurnHit.from_row(r) for r in rows}

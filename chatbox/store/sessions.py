@@ -30,7 +30,9 @@ class SessionRepo:
             await tx.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
             await tx.execute(
                 "INSERT INTO sessions (token_hash, user_id, csrf_token, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?)", (hash_token(token), user_id, csrf, now, now + ttl_s))
+                " VALUES (?, ?, ?, ?, ?)",
+                (hash_token(token), user_id, csrf, now, now + ttl_s),
+            )
         return token, csrf
 
     async def get(self, token: str) -> Session | None:
@@ -39,7 +41,8 @@ class SessionRepo:
             "SELECT u.*, s.csrf_token AS csrf, s.expires_at AS expires FROM sessions s"
             " JOIN users u ON u.id = s.user_id"
             " WHERE s.token_hash = ? AND s.expires_at > ? AND u.disabled = 0",
-            (hash_token(token), time.time()))
+            (hash_token(token), time.time()),
+        )
         return Session(User.from_row(row), row["csrf"], row["expires"]) if row else None
 
     async def delete(self, token: str) -> None:

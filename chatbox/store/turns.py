@@ -106,8 +106,17 @@ class TurnRepo:
             await tx.execute(
                 "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at,"
                 " route, arm, degraded_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (draft_id, conv_id, parent_id, model, now, now, route.route, route.arm,
-                 route.degraded_from),
+                (
+                    draft_id,
+                    conv_id,
+                    parent_id,
+                    model,
+                    now,
+                    now,
+                    route.route,
+                    route.arm,
+                    route.degraded_from,
+                ),
             )
         return draft_id
 
@@ -145,10 +154,22 @@ class TurnRepo:
             " route, arm, degraded_from,"
             " prompt_tokens, completion_tokens, cached_tokens, error, created_at)"
             " VALUES (?, ?, ?, 'assistant', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (draft["id"], draft["conversation_id"], draft["parent_id"], content, status,
-             draft["model"], draft["route"], draft["arm"], draft["degraded_from"],
-             usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-             error, now),
+            (
+                draft["id"],
+                draft["conversation_id"],
+                draft["parent_id"],
+                content,
+                status,
+                draft["model"],
+                draft["route"],
+                draft["arm"],
+                draft["degraded_from"],
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cached_tokens,
+                error,
+                now,
+            ),
         )
         await tx.execute("DELETE FROM drafts WHERE id = ?", (draft["id"],))
         await tx.execute(
@@ -171,7 +192,12 @@ class TurnRepo:
                 drafts = list(await cur.fetchall())
             for draft in drafts:
                 await self._insert_from_draft(
-                    tx, draft, "interrupted", draft["content"], TurnUsage(),
-                    "the server stopped while this answer was being written", now,
+                    tx,
+                    draft,
+                    "interrupted",
+                    draft["content"],
+                    TurnUsage(),
+                    "the server stopped while this answer was being written",
+                    now,
                 )
         return len(drafts)

@@ -32,9 +32,18 @@ class UsageRow:
 
     @classmethod
     def from_row(cls, row: Any) -> UsageRow:
-        return cls(row["name"], row["model"], row["day"], row["arm"], row["requests"],
-                   row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"],
-                   row["shed"], row["degraded"])
+        return cls(
+            row["name"],
+            row["model"],
+            row["day"],
+            row["arm"],
+            row["requests"],
+            row["prompt_tokens"],
+            row["completion_tokens"],
+            row["cached_tokens"],
+            row["shed"],
+            row["degraded"],
+        )
 
 
 class UsageRepo:
@@ -42,8 +51,17 @@ class UsageRepo:
         self.db = db
 
     async def record(
-        self, user_id: str, model: str, *, prompt: int = 0, completion: int = 0, cached: int = 0,
-        requests: int = 1, shed: int = 0, degraded: int = 0, arm: str = "",
+        self,
+        user_id: str,
+        model: str,
+        *,
+        prompt: int = 0,
+        completion: int = 0,
+        cached: int = 0,
+        requests: int = 1,
+        shed: int = 0,
+        degraded: int = 0,
+        arm: str = "",
         ts: float | None = None,
     ) -> None:
         async with self.db.transaction() as tx:
@@ -57,21 +75,32 @@ class UsageRepo:
                 " completion_tokens = completion_tokens + excluded.completion_tokens,"
                 " cached_tokens = cached_tokens + excluded.cached_tokens,"
                 " shed = shed + excluded.shed, degraded = degraded + excluded.degraded",
-                (user_id, model, day_of(ts), arm, requests, prompt, completion, cached, shed,
-                 degraded))
+                (
+                    user_id,
+                    model,
+                    day_of(ts),
+                    arm,
+                    requests,
+                    prompt,
+                    completion,
+                    cached,
+                    shed,
+                    degraded,
+                ),
+            )
 
     async def tokens_since(self, user_id: str, day: str) -> int:
         """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on."""
         row = await self.db.fetchone(
             "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage"
-            " WHERE user_id = ? AND day >= ?", (user_id, day))
+            " WHERE user_id = ? AND day >= ?",
+            (user_id, day),
+        )
         return int(row[0])
 
-    async def report(self, since: str | None = None, user_id: str | None = None
-                     ) -> list[UsageRow]:
+    async def report(self, since: str | None = None, user_id: str | None = None) -> list[UsageRow]:
         """Usage rows (no content), newest day first."""
-        sql = ("SELECT u.name, g.* FROM usage g JOIN users u ON u.id = g.user_id"
-               " WHERE g.day >= ?")
+        sql = "SELECT u.name, g.* FROM usage g JOIN users u ON u.id = g.user_id WHERE g.day >= ?"
         params: list[Any] = [since or "0000-00-00"]
         if user_id is not None:
             sql += " AND g.user_id = ?"

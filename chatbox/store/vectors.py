@@ -39,8 +39,7 @@ class VectorRepo:
         """Rows in one user's partition (a full vec0 scan: for tests and tools)."""
         if table not in VECTOR_TABLES:
             raise ValueError(f"not a vector table: {table}")
-        row = await self.db.fetchone(f"SELECT count(*) FROM {table} WHERE user_id = ?",
-                                     (user_id,))
+        row = await self.db.fetchone(f"SELECT count(*) FROM {table} WHERE user_id = ?", (user_id,))
         return int(row[0])
 
     async def _fast_ok(self) -> bool:
@@ -57,12 +56,15 @@ class VectorRepo:
         # Reading them whole is ~100x faster than a vec0 scan (which visits every partition).
         chunks = await self.db.fetchall(
             f"SELECT chunk_id, validity, rowids FROM {table}_chunks WHERE partition00 = ?"
-            " ORDER BY chunk_id", (user_id,))
+            " ORDER BY chunk_id",
+            (user_id,),
+        )
         masks, ids = [], []
         for chunk in chunks:
             rowids = np.frombuffer(chunk["rowids"], dtype=np.int64)
-            bits = np.unpackbits(np.frombuffer(chunk["validity"], dtype=np.uint8),
-                                 bitorder="little")[: len(rowids)].astype(bool)
+            bits = np.unpackbits(
+                np.frombuffer(chunk["validity"], dtype=np.uint8), bitorder="little"
+            )[: len(rowids)].astype(bool)
             masks.append(bits)
             ids.append(rowids[bits])
         n = sum(len(i) for i in ids)
@@ -74,10 +76,10 @@ class VectorRepo:
             if not len(rowids):
                 continue
             row = await self.db.fetchone(
-                f"SELECT vectors FROM {table}_vector_chunks00 WHERE rowid = ?",
-                (chunk["chunk_id"],))
+                f"SELECT vectors FROM {table}_vector_chunks00 WHERE rowid = ?", (chunk["chunk_id"],)
+            )
             slots = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, DIM)
-            out[at:at + len(rowids)] = slots[: len(bits)][bits]
+            out[at : at + len(rowids)] = slots[: len(bits)][bits]
             at += len(rowids)
         all_ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
         return all_ids.astype(np.int64, copy=True), out

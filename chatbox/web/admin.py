@@ -24,8 +24,13 @@ class AdminApiController(Controller):
     tags = ["admin"]
 
     @get("/usage")
-    async def usage(self, accounts: AccountsDep, user: UserDep, since: str | None = None,
-                    name: str | None = None) -> dict[str, Any]:
+    async def usage(
+        self,
+        accounts: AccountsDep,
+        user: UserDep,
+        since: str | None = None,
+        name: str | None = None,
+    ) -> dict[str, Any]:
         """Usage per user, model, day and experiment arm (admins only)."""
         require_admin(user)
         return await accounts.usage(since, name)
@@ -36,8 +41,9 @@ class AdminPagesController(Controller):
     exception_handlers = UI_EXCEPTION_HANDLERS
 
     @get("/admin/usage")
-    async def usage_page(self, request: AnyRequest, accounts: AccountsDep, user: UserDep,
-                         since: str | None = None) -> Response[str]:
+    async def usage_page(
+        self, request: AnyRequest, accounts: AccountsDep, user: UserDep, since: str | None = None
+    ) -> Response[str]:
         require_admin(user)
         since = since or day_of()[:8] + "01"
         report = await accounts.usage(since, None)

@@ -21,8 +21,9 @@ from chatbox.web.ui import (
 from chatbox.web.uploads import read_upload
 
 
-async def _chips(request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User,
-                 conv_id: str) -> Response[str]:
+async def _chips(
+    request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, conv_id: str
+) -> Response[str]:
     conv = await chat.conversation(user, conv_id)
     docs = await knowledge.documents.attached(user.id, conv.id)
     return html(request, "_attachments.html", conv=conv, documents=docs)
@@ -35,15 +36,22 @@ class AttachmentsController(Controller):
     exception_handlers = UI_EXCEPTION_HANDLERS
 
     @post("/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None)
-    async def attach(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                     user: UserDep, conv_id: str) -> Response[str]:
+    async def attach(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+    ) -> Response[str]:
         """Attach a file (multipart field `file`) to this conversation; answer with the chips."""
         await receive_upload(request, knowledge, user, conv_id)
         return await _chips(request, chat, knowledge, user, conv_id)
 
     @post("/ui/new/documents", status_code=200, request_max_body_size=None)
-    async def attach_new(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                         user: UserDep) -> Response[str]:
+    async def attach_new(
+        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
+    ) -> Response[str]:
         """From the new-chat page: start the conversation with the file attached.
 
         The composer's fields come along (hx-include), so the draft, the model and the
@@ -58,19 +66,39 @@ class AttachmentsController(Controller):
             await receive_upload(request, knowledge, user, conv.id, form=form)
 
         conv = await chat.start_conversation(
-            user, attach, str(form.get("system_prompt") or "").strip() or None,
-            str(form.get("model") or "").strip() or None)
+            user,
+            attach,
+            str(form.get("system_prompt") or "").strip() or None,
+            str(form.get("model") or "").strip() or None,
+        )
         view = await chat.view(user, conv.id)
-        body = render(request, "_chat.html", draft=str(form.get("content") or ""),
-                      **await conversation_context(chat, knowledge, user, view))
-        body += render(request, "_sidebar.html", convs=await sidebar(chat, user),
-                       conv=view.conversation, oob=True)
-        return Response(body, media_type="text/html",
-                        headers={"HX-Push-Url": urls.conversation(conv.id)})
+        body = render(
+            request,
+            "_chat.html",
+            draft=str(form.get("content") or ""),
+            **await conversation_context(chat, knowledge, user, view),
+        )
+        body += render(
+            request,
+            "_sidebar.html",
+            convs=await sidebar(chat, user),
+            conv=view.conversation,
+            oob=True,
+        )
+        return Response(
+            body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv.id)}
+        )
 
     @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200)
-    async def detach(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                     user: UserDep, conv_id: str, doc_id: str) -> Response[str]:
+    async def detach(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+        doc_id: str,
+    ) -> Response[str]:
         """Remove a document from the conversation (its passages and citations go too)."""
         doc = await knowledge.documents.get(user.id, doc_id)
         if doc.conversation_id != conv_id:

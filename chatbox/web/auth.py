@@ -67,8 +67,12 @@ def client_address(request: AnyRequest, settings: Settings) -> str:
     address = _peer(request)
     if not _trusted(address, settings):
         return address
-    hops = [h.strip() for v in request.headers.getall("x-forwarded-for", [])
-            for h in v.split(",") if h.strip()]
+    hops = [
+        h.strip()
+        for v in request.headers.getall("x-forwarded-for", [])
+        for h in v.split(",")
+        if h.strip()
+    ]
     for hop in reversed(hops):
         try:
             address = str(ipaddress.ip_address(hop))
@@ -98,8 +102,7 @@ def too_many(exc: TooManyAttempts) -> TooManyRequestsException:
     return TooManyRequestsException(str(exc), headers={"Retry-After": str(exc.retry_after)})
 
 
-async def provide_user(request: AnyRequest, accounts: AccountsService,
-                       settings: Settings) -> User:
+async def provide_user(request: AnyRequest, accounts: AccountsService, settings: Settings) -> User:
     """The acting user: a Bearer API key, or a session cookie (CSRF-checked when unsafe).
 
     Raises LoginRequired, CsrfRefused, or 429 while an address is guessing keys. A valid
@@ -127,7 +130,8 @@ async def provide_user(request: AnyRequest, accounts: AccountsService,
     if session is None:
         raise LoginRequired("log in, or send an API key as Authorization: Bearer")
     if request.method not in SAFE_METHODS and not tokens_match(
-            request.headers.get(CSRF_HEADER), session.csrf_token):
+        request.headers.get(CSRF_HEADER), session.csrf_token
+    ):
         raise CsrfRefused("missing or invalid CSRF token; reload the page")
     request.state.auth_kind = "session"
     request.state.csrf_token = session.csrf_token
@@ -141,10 +145,15 @@ def login_required_handler(request: AnyRequest, exc: Exception) -> Response[Any]
     """API: 401 JSON with WWW-Authenticate; htmx: HX-Redirect; pages: 303 to /login."""
     path = request.url.path
     if path.startswith("/v1/") or request.headers.get("authorization"):
-        body = {"error": {"message": str(getattr(exc, "detail", exc)),
-                          "type": "authentication_error"}}
-        return Response(body, status_code=401, media_type=MediaType.JSON,
-                        headers={"WWW-Authenticate": 'Bearer realm="chatbox"'})
+        body = {
+            "error": {"message": str(getattr(exc, "detail", exc)), "type": "authentication_error"}
+        }
+        return Response(
+            body,
+            status_code=401,
+            media_type=MediaType.JSON,
+            headers={"WWW-Authenticate": 'Bearer realm="chatbox"'},
+        )
     if request.headers.get("HX-Request") == "true":  # back to the page it came from
         page = urlsplit(request.headers.get("HX-Current-URL", "")).path or "/"
         return Response("", status_code=401, headers={"HX-Redirect": _login_url(page)})

@@ -25,11 +25,20 @@ from chatbox.web.schemas import (
 from chatbox.web.sse import LastEventId, last_event_id, sse_response
 
 
-def _stream(chat: ChatService, settings: Settings, user: User, run: TurnRun,
-            after: int = 0) -> Stream:
+def _stream(
+    chat: ChatService, settings: Settings, user: User, run: TurnRun, after: int = 0
+) -> Stream:
     """The answer as SSE; headers name the turn, the model, and the user's rate limits now."""
-    return sse_response(run, after, settings.heartbeat_s, headers={
-        "X-Turn-Id": run.turn_id, "X-Chatbox-Model": run.model, **chat.limit_headers(user)})
+    return sse_response(
+        run,
+        after,
+        settings.heartbeat_s,
+        headers={
+            "X-Turn-Id": run.turn_id,
+            "X-Chatbox-Model": run.model,
+            **chat.limit_headers(user),
+        },
+    )
 
 
 class ConversationController(Controller):
@@ -76,7 +85,11 @@ class ConversationController(Controller):
 
     @post("/{conv_id:str}/turns", status_code=200)
     async def send(
-        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        conv_id: str,
         data: TurnIn,
     ) -> Stream:
         """Send a message; the answer streams as SSE (`token` … then `done` or `error`)."""
@@ -86,8 +99,13 @@ class ConversationController(Controller):
 
     @post("/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
     async def edit(
-        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
-        turn_id: str, data: TurnIn,
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+        data: TurnIn,
     ) -> Stream:
         """A new version of an earlier user message, as a new branch; streams its answer."""
         run = await chat.edit(user, conv_id, turn_id, data.content, data.options())
@@ -95,8 +113,13 @@ class ConversationController(Controller):
 
     @post("/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
     async def regenerate(
-        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
-        turn_id: str, data: RegenerateIn | None = None,
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+        data: RegenerateIn | None = None,
     ) -> Stream:
         """Another answer beside this one (a new branch); streams it."""
         options = (data or RegenerateIn()).options()
@@ -105,7 +128,11 @@ class ConversationController(Controller):
 
     @get("/{conv_id:str}/turns/{turn_id:str}/events")
     async def resume(
-        self, chat: ChatDep, settings: SettingsDep, user: UserDep, conv_id: str,
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        conv_id: str,
         turn_id: str,
         last_id: LastEventId = None,
     ) -> Stream:
@@ -117,8 +144,9 @@ class ConversationController(Controller):
         return _stream(chat, settings, user, run, last_event_id(last_id))
 
     @post("/{conv_id:str}/branch", status_code=200)
-    async def branch(self, chat: ChatDep, user: UserDep, conv_id: str,
-                     data: BranchIn) -> dict[str, Any]:
+    async def branch(
+        self, chat: ChatDep, user: UserDep, conv_id: str, data: BranchIn
+    ) -> dict[str, Any]:
         """Show another branch: the newest leaf under turn_id becomes the active one."""
         await chat.switch_branch(user, conv_id, data.turn_id)
         return view_out(await chat.view(user, conv_id))

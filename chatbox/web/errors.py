@@ -84,8 +84,9 @@ def classify(exc: Exception) -> Problem:
         return Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
     if not isinstance(exc, ChatError | KnowledgeError | EmbeddingUnavailable):
         return Problem(500, "server_error", "internal server error")
-    status, kind = next(((code, name) for cls, code, name in _STATUS if isinstance(exc, cls)),
-                        (500, "server_error"))
+    status, kind = next(
+        ((code, name) for cls, code, name in _STATUS if isinstance(exc, cls)), (500, "server_error")
+    )
     problem = Problem(status, kind, str(exc))
     if isinstance(exc, InvalidInput) and exc.param:
         problem.extra["param"] = exc.param
@@ -118,11 +119,14 @@ class ErrorOut:
 # Route handlers list these so the schema documents the error body they actually send.
 ERROR_RESPONSES = {
     status: ResponseSpec(data_container=ErrorOut, description=text)
-    for status, text in ((400, "Invalid request (names the `param`)"),
-                         (401, "Missing or invalid credentials"),
-                         (404, "Not found, or not yours"),
-                         (429, "Rate limited (Retry-After)"),
-                         (500, "Server error"), (503, "Overloaded (Retry-After)"))
+    for status, text in (
+        (400, "Invalid request (names the `param`)"),
+        (401, "Missing or invalid credentials"),
+        (404, "Not found, or not yours"),
+        (429, "Rate limited (Retry-After)"),
+        (500, "Server error"),
+        (503, "Overloaded (Retry-After)"),
+    )
 }
 
 
@@ -131,9 +135,12 @@ def error_body(message: str, kind: str, **extra: Any) -> dict[str, Any]:
 
 
 def _respond(problem: Problem) -> Response[Any]:
-    return Response(error_body(problem.message, problem.kind, **problem.extra),
-                    status_code=problem.status, headers=problem.headers,
-                    media_type=MediaType.JSON)
+    return Response(
+        error_body(problem.message, problem.kind, **problem.extra),
+        status_code=problem.status,
+        headers=problem.headers,
+        media_type=MediaType.JSON,
+    )
 
 
 def _logged(request: AnyRequest, exc: Exception, problem: Problem) -> Problem:

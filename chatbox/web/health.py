@@ -13,8 +13,12 @@ from chatbox.web.deps import AccountsDep, MetricsDep, ServicesDep, SettingsDep
 
 
 def _refused(status: int, message: str) -> Response[Any]:
-    body = {"error": {"message": message, "type": "authentication_error" if status == 401
-                      else "permission_error"}}
+    body = {
+        "error": {
+            "message": message,
+            "type": "authentication_error" if status == 401 else "permission_error",
+        }
+    }
     headers = {"WWW-Authenticate": 'Bearer realm="chatbox"'} if status == 401 else {}
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
@@ -38,13 +42,17 @@ class HealthController(Controller):
         )
 
     @get("/metrics", media_type=CONTENT_TYPE_LATEST)
-    async def metrics(self, request: AnyRequest, metrics: MetricsDep, accounts: AccountsDep,
-                      settings: SettingsDep) -> Response[Any]:
+    async def metrics(
+        self, request: AnyRequest, metrics: MetricsDep, accounts: AccountsDep, settings: SettingsDep
+    ) -> Response[Any]:
         """Prometheus text: for `Authorization: Bearer <metrics_token>`, or an admin's key or
         session; 401 for anyone else, 403 for a member."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if not (settings.metrics_token and scheme.lower() == "bearer"
-                and tokens_match(token.strip(), settings.metrics_token)):
+        if not (
+            settings.metrics_token
+            and scheme.lower() == "bearer"
+            and tokens_match(token.strip(), settings.metrics_token)
+        ):
             try:
                 user = await provide_user(request, accounts, settings)
             except LoginRequired:

@@ -38,20 +38,28 @@ def size_label(n: int) -> str:
 def document_row(d: Document) -> dict[str, Any]:
     """What the library list shows of a document."""
     stamp = time.localtime(d.created_at)
-    return {"id": d.id, "name": d.name, "size": size_label(d.size_bytes), "pages": d.pages,
-            "chunks": d.chunks, "chars": d.chars,
-            "uploaded": f"{stamp.tm_mday} {time.strftime('%b %Y, %H:%M', stamp)}",
-            "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp)}
+    return {
+        "id": d.id,
+        "name": d.name,
+        "size": size_label(d.size_bytes),
+        "pages": d.pages,
+        "chunks": d.chunks,
+        "chars": d.chars,
+        "uploaded": f"{stamp.tm_mday} {time.strftime('%b %Y, %H:%M', stamp)}",
+        "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp),
+    }
 
 
 async def _rows(knowledge: Knowledge, user: User) -> list[dict[str, Any]]:
     return [document_row(d) for d in await knowledge.documents.list(user.id, library=True)]
 
 
-async def _library_list(request: AnyRequest, knowledge: Knowledge, user: User,
-                        notice: str = "") -> Response[str]:
-    return html(request, "_library_list.html", documents=await _rows(knowledge, user),
-                notice=notice)
+async def _library_list(
+    request: AnyRequest, knowledge: Knowledge, user: User, notice: str = ""
+) -> Response[str]:
+    return html(
+        request, "_library_list.html", documents=await _rows(knowledge, user), notice=notice
+    )
 
 
 class LibraryController(Controller):
@@ -59,25 +67,35 @@ class LibraryController(Controller):
 
     include_in_schema = False
     exception_handlers: ExceptionHandlersMap = {
-        cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS}
+        cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS
+    }
 
     @get("/library")
-    async def library_page(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                           user: UserDep) -> Response[str]:
+    async def library_page(
+        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
+    ) -> Response[str]:
         """Your library: documents every conversation can draw on."""
-        return html(request, "library.html", documents=await _rows(knowledge, user), notice="",
-                    convs=await sidebar(chat, user), conv=None)
+        return html(
+            request,
+            "library.html",
+            documents=await _rows(knowledge, user),
+            notice="",
+            convs=await sidebar(chat, user),
+            conv=None,
+        )
 
     @post("/ui/library/documents", status_code=200, request_max_body_size=None)
-    async def upload(self, request: AnyRequest, knowledge: KnowledgeDep,
-                     user: UserDep) -> Response[str]:
+    async def upload(
+        self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep
+    ) -> Response[str]:
         """Add a file (multipart field `file`) to the library; answer with the list."""
         doc = await receive_upload(request, knowledge, user, None, library=True)
         return await _library_list(request, knowledge, user, f"Added {doc.name}.")
 
     @post("/ui/library/documents/{doc_id:str}/delete", status_code=200)
-    async def remove(self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep,
-                     doc_id: str) -> Response[str]:
+    async def remove(
+        self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, doc_id: str
+    ) -> Response[str]:
         """Delete a library document (its passages and citations go too)."""
         doc = await knowledge.documents.get(user.id, doc_id)
         if doc.conversation_id is not None:

@@ -78,15 +78,29 @@ class PagesController(Controller):
     @get("/")
     async def index(self, request: AnyRequest, chat: ChatDep, user: UserDep) -> Response[str]:
         """A new, empty chat."""
-        return html(request, "chat.html", conv=None, view=None, turns=[], running=None,
-                    documents=[], models=chat.models.names(),
-                    default_model=chat.expected_model(user, None),
-                    convs=await sidebar(chat, user))
+        return html(
+            request,
+            "chat.html",
+            conv=None,
+            view=None,
+            turns=[],
+            running=None,
+            documents=[],
+            models=chat.models.names(),
+            default_model=chat.expected_model(user, None),
+            convs=await sidebar(chat, user),
+        )
 
     @get("/c/{conv_id:str}")
-    async def conversation(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                           user: UserDep, conv_id: str, turn: str | None = None,
-                           ) -> Response[str]:
+    async def conversation(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+        turn: str | None = None,
+    ) -> Response[str]:
         """One conversation: its active branch, streaming on if an answer is running.
 
         `?turn=ID` (a search hit) shows the branch holding that turn, far enough back to
@@ -94,61 +108,98 @@ class PagesController(Controller):
         sent from that page continues the branch shown.
         """
         view = await chat.view(user, conv_id, show=turn or None)
-        return html(request, "chat.html", convs=await sidebar(chat, user),
-                    **await conversation_context(chat, knowledge, user, view))
+        return html(
+            request,
+            "chat.html",
+            convs=await sidebar(chat, user),
+            **await conversation_context(chat, knowledge, user, view),
+        )
 
     # -- sending -----------------------------------------------------------------------
 
     @post("/ui/new/send", status_code=200)
     async def send_new(
-        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep,
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Start a conversation with its first message; the page becomes that chat."""
         if not data.content.strip():
             raise InvalidInput("the message is empty")
         conv = await chat.start_conversation(
-            user, lambda c: chat.send(user, c.id, data.content),
-            _blank(data.system_prompt), _blank(data.model))
+            user,
+            lambda c: chat.send(user, c.id, data.content),
+            _blank(data.system_prompt),
+            _blank(data.model),
+        )
         view = await chat.view(user, conv.id)
-        body = render(request, "_chat.html",
-                      **await conversation_context(chat, knowledge, user, view))
-        body += render(request, "_sidebar.html", convs=await sidebar(chat, user),
-                       conv=view.conversation, oob=True)
-        return Response(body, media_type="text/html",
-                        headers={"HX-Push-Url": urls.conversation(conv.id)})
+        body = render(
+            request, "_chat.html", **await conversation_context(chat, knowledge, user, view)
+        )
+        body += render(
+            request,
+            "_sidebar.html",
+            convs=await sidebar(chat, user),
+            conv=view.conversation,
+            oob=True,
+        )
+        return Response(
+            body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv.id)}
+        )
 
     @post("/ui/c/{conv_id:str}/send", status_code=200)
     async def send(
-        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        user: UserDep,
+        conv_id: str,
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Append the user's bubble and a streaming answer bubble."""
         run = await chat.send(user, conv_id, data.content, data.parent_id or ACTIVE_BRANCH)
         return await self._appended(request, chat, user, run)
 
-    async def _appended(self, request: AnyRequest, chat: ChatService, user: User,
-                        run: TurnRun) -> Response[str]:
+    async def _appended(
+        self, request: AnyRequest, chat: ChatService, user: User, run: TurnRun
+    ) -> Response[str]:
         conv = await chat.conversation(user, run.conversation_id)
-        user_turn = (await chat.turn(user, conv.id, run.user_turn_id)
-                     if run.user_turn_id else None)
+        user_turn = await chat.turn(user, conv.id, run.user_turn_id) if run.user_turn_id else None
         body = ""
         if user_turn is not None:
-            body += render(request, "_turn.html", conv=conv, tv=TurnView(user_turn,
-                                                                        [user_turn.id]))
+            body += render(request, "_turn.html", conv=conv, tv=TurnView(user_turn, [user_turn.id]))
         body += render(request, "_streaming.html", conv=conv, run=run)
-        body += render(request, "_sidebar.html", convs=await sidebar(chat, user), conv=conv,
-                       oob=True)
+        body += render(
+            request, "_sidebar.html", convs=await sidebar(chat, user), conv=conv, oob=True
+        )
         return Response(body, media_type="text/html")
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
     async def stream(
-        self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, settings: SettingsDep,
-        user: UserDep, conv_id: str, turn_id: str, last_id: LastEventId = None,
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        settings: SettingsDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+        last_id: LastEventId = None,
     ) -> Stream:
         """SSE for a streaming bubble: rendered HTML as it grows, then the final bubble."""
-        return await ui_stream(request, chat, knowledge, user, conv_id, turn_id,
-                               last_event_id(last_id), settings.heartbeat_s)
+        return await ui_stream(
+            request,
+            chat,
+            knowledge,
+            user,
+            conv_id,
+            turn_id,
+            last_event_id(last_id),
+            settings.heartbeat_s,
+        )
 
     @post("/ui/c/{conv_id:str}/stop", status_code=204)
     async def stop(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
@@ -157,8 +208,9 @@ class PagesController(Controller):
 
     # -- branches ----------------------------------------------------------------------
 
-    async def _turns(self, request: AnyRequest, chat: ChatService, knowledge: Knowledge,
-                     user: User, conv_id: str) -> Response[str]:
+    async def _turns(
+        self, request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, conv_id: str
+    ) -> Response[str]:
         view = await chat.view(user, conv_id)
         context = await conversation_context(chat, knowledge, user, view)
         body = render(request, "_turns.html", **context)
@@ -166,40 +218,62 @@ class PagesController(Controller):
         return Response(body, media_type="text/html")
 
     @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
-    async def regenerate(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                         user: UserDep, conv_id: str, turn_id: str) -> Response[str]:
+    async def regenerate(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+    ) -> Response[str]:
         """A new answer beside this one (the old stays as a sibling branch)."""
         await chat.regenerate(user, conv_id, turn_id, TurnOptions())
         return await self._turns(request, chat, knowledge, user, conv_id)
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
-    async def turn(self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str,
-                   turn_id: str) -> Response[str]:
+    async def turn(
+        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
+    ) -> Response[str]:
         """One bubble (e.g. to cancel an edit)."""
         tv = await _turn_view(chat, user, conv_id, turn_id)
         conv = await chat.conversation(user, conv_id)
         return html(request, "_turn.html", conv=conv, tv=tv)
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit")
-    async def edit_form(self, request: AnyRequest, chat: ChatDep, user: UserDep,
-                        conv_id: str, turn_id: str) -> Response[str]:
+    async def edit_form(
+        self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
+    ) -> Response[str]:
         """The user bubble as an editable form."""
         tv = await _turn_view(chat, user, conv_id, turn_id)
         conv = await chat.conversation(user, conv_id)
         return html(request, "_edit.html", conv=conv, tv=tv)
 
     @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit", status_code=200)
-    async def edit(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                   user: UserDep, conv_id: str, turn_id: str,
-                   data: Annotated[MessageForm, FORM]) -> Response[str]:
+    async def edit(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+        data: Annotated[MessageForm, FORM],
+    ) -> Response[str]:
         """Send an edited version of a message as a new branch."""
         await chat.edit(user, conv_id, turn_id, data.content)
         return await self._turns(request, chat, knowledge, user, conv_id)
 
     @post("/ui/c/{conv_id:str}/branch", status_code=200)
-    async def branch(self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep,
-                     user: UserDep, conv_id: str,
-                     data: Annotated[BranchForm, FORM]) -> Response[str]:
+    async def branch(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        knowledge: KnowledgeDep,
+        user: UserDep,
+        conv_id: str,
+        data: Annotated[BranchForm, FORM],
+    ) -> Response[str]:
         """Show a sibling branch (‹ 1/2 ›)."""
         await chat.switch_branch(user, conv_id, data.turn_id)
         return await self._turns(request, chat, knowledge, user, conv_id)
@@ -208,8 +282,12 @@ class PagesController(Controller):
 
     @post("/ui/c/{conv_id:str}/settings", status_code=200)
     async def settings(
-        self, request: AnyRequest, chat: ChatDep, user: UserDep,
-        conv_id: str, data: Annotated[SettingsForm, FORM],
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        user: UserDep,
+        conv_id: str,
+        data: Annotated[SettingsForm, FORM],
     ) -> Response[str]:
         """Rename, pick the model, or set the system prompt."""
         changes: dict[str, Any] = {}
@@ -223,8 +301,9 @@ class PagesController(Controller):
         view = await chat.view(user, conv_id)
         context = chat_context(chat, view)
         body = render(request, "_header.html", **context)
-        body += render(request, "_sidebar.html", convs=await sidebar(chat, user),
-                       oob=True, **context)
+        body += render(
+            request, "_sidebar.html", convs=await sidebar(chat, user), oob=True, **context
+        )
         return Response(body, media_type="text/html")
 
     @post("/ui/c/{conv_id:str}/delete", status_code=200)

@@ -36,8 +36,14 @@ class TurnIn:
     stop: list[str] | None = None
 
     def options(self) -> TurnOptions:
-        return TurnOptions(self.model, self.temperature, self.top_p, self.max_tokens, self.seed,
-                           tuple(self.stop or ()))
+        return TurnOptions(
+            self.model,
+            self.temperature,
+            self.top_p,
+            self.max_tokens,
+            self.seed,
+            tuple(self.stop or ()),
+        )
 
 
 @dataclass
@@ -57,20 +63,34 @@ class BranchIn:
 
 def conversation_out(conv: Conversation) -> dict[str, Any]:
     return {
-        "id": conv.id, "title": conv.title, "system_prompt": conv.system_prompt,
-        "model": conv.model, "created_at": conv.created_at, "updated_at": conv.updated_at,
+        "id": conv.id,
+        "title": conv.title,
+        "system_prompt": conv.system_prompt,
+        "model": conv.model,
+        "created_at": conv.created_at,
+        "updated_at": conv.updated_at,
     }
 
 
 def turn_out(turn: Turn) -> dict[str, Any]:
     return {
-        "id": turn.id, "parent_id": turn.parent_id, "role": turn.role, "content": turn.content,
-        "status": turn.status, "model": turn.model, "created_at": turn.created_at,
-        "cursor": turn.seq, "error": turn.error, "route": turn.route, "arm": turn.arm,
+        "id": turn.id,
+        "parent_id": turn.parent_id,
+        "role": turn.role,
+        "content": turn.content,
+        "status": turn.status,
+        "model": turn.model,
+        "created_at": turn.created_at,
+        "cursor": turn.seq,
+        "error": turn.error,
+        "route": turn.route,
+        "arm": turn.arm,
         "degraded_from": turn.degraded_from,
-        "usage": {"prompt_tokens": turn.prompt_tokens,
-                  "completion_tokens": turn.completion_tokens,
-                  "cached_tokens": turn.cached_tokens},
+        "usage": {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.completion_tokens,
+            "cached_tokens": turn.cached_tokens,
+        },
     }
 
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from litestar.types import Message, Scope
 
-CSP = "; ".join((
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self' data:",  # the favicon is a data: URL
-    "connect-src 'self'",
-    "object-src 'none'",
-    "base-uri 'self'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-))
+CSP = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",  # the favicon is a data: URL
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    )
+)
 # The OpenAPI viewers (/schema/…) are third-party pages with inline scripts: framing is still
 # refused there, the rest of the policy is not applied.
 SCHEMA_CSP = "frame-ancestors 'none'"

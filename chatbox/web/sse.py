@@ -74,14 +74,15 @@ async def run_events(run: TurnRun, after: int, render: Renderer) -> AsyncIterato
 
 
 def sse_response(
-    run: TurnRun, after: int, heartbeat_s: float, render: Renderer = json_event,
+    run: TurnRun,
+    after: int,
+    heartbeat_s: float,
+    render: Renderer = json_event,
     headers: dict[str, Any] | None = None,
 ) -> Stream:
     """Stream a run's events (those after `after`) as SSE."""
     body = with_heartbeats(run_events(run, after, render), heartbeat_s)
-    return Stream(
-        body, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
-    )
+    return Stream(body, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
 
 
 LastEventId = Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)]

@@ -16,8 +16,9 @@ from chatbox.web import urls
 from chatbox.web.render import markdown
 
 # The file types the attach and upload buttons offer (the ingestion decides, not this list).
-UPLOAD_ACCEPT = (".txt,.text,.md,.markdown,.html,.htm,.pdf,"
-                 "text/plain,text/markdown,text/html,application/pdf")
+UPLOAD_ACCEPT = (
+    ".txt,.text,.md,.markdown,.html,.htm,.pdf,text/plain,text/markdown,text/html,application/pdf"
+)
 
 
 def configure_templates(engine: JinjaTemplateEngine) -> None:

@@ -59,12 +59,20 @@ def render(request: AnyRequest, template: str, /, **context: Any) -> str:
 
 
 def html(
-    request: AnyRequest, template: str, status_code: int = 200,
-    headers: dict[str, str] | None = None, /, **context: Any,
+    request: AnyRequest,
+    template: str,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    /,
+    **context: Any,
 ) -> Response[str]:
     """An HTML response of a template; context names may be anything (positional-only args)."""
-    return Response(render(request, template, **context), status_code=status_code,
-                    media_type=MediaType.HTML, headers=headers or {})
+    return Response(
+        render(request, template, **context),
+        status_code=status_code,
+        media_type=MediaType.HTML,
+        headers=headers or {},
+    )
 
 
 def visible_turns(view: ConversationView) -> list[TurnView]:
@@ -89,8 +97,9 @@ def chat_context(chat: ChatService, view: ConversationView) -> dict[str, Any]:
     }
 
 
-async def conversation_context(chat: ChatService, knowledge: Knowledge, user: User,
-                               view: ConversationView) -> dict[str, Any]:
+async def conversation_context(
+    chat: ChatService, knowledge: Knowledge, user: User, view: ConversationView
+) -> dict[str, Any]:
     """chat_context plus what the answers cited and the conversation's attached documents."""
     context = chat_context(chat, view)
     answers = [tv.turn.id for tv in context["turns"] if tv.turn.role == "assistant"]
@@ -101,6 +110,7 @@ async def conversation_context(chat: ChatService, knowledge: Knowledge, user: Us
 
 # -- errors ------------------------------------------------------------------------------
 
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
@@ -108,21 +118,26 @@ def _plural(n: int, word: str) -> str:
 def friendly_message(exc: Exception, refused: str = "Not attached") -> str:
     """A sentence a person can act on (the status comes from the one error map)."""
     if isinstance(exc, Busy):
-        return ("Still writing the previous answer. Stop it (Esc) or wait for it to "
-                "finish, then send again.")
+        return (
+            "Still writing the previous answer. Stop it (Esc) or wait for it to "
+            "finish, then send again."
+        )
     if isinstance(exc, TooLong):
         return f"That message is too long for this model: {exc}."
     if isinstance(exc, InvalidInput):
         text = "Type a message first." if "empty" in str(exc) else str(exc)
         return text[:1].upper() + text[1:]
     if isinstance(exc, RateLimited):
-        reason = {"budget": "You have used this period's token budget.",
-                  "streams": "You already have the most answers running at once."}.get(
-                      exc.kind, "You are sending messages faster than your plan allows.")
+        reason = {
+            "budget": "You have used this period's token budget.",
+            "streams": "You already have the most answers running at once.",
+        }.get(exc.kind, "You are sending messages faster than your plan allows.")
         return f"{reason} Please try again in {_plural(exc.retry_after, 'second')}."
     if isinstance(exc, Overloaded):
-        return (f"The server is busy right now. Please try again in "
-                f"{_plural(exc.retry_after, 'second')}.")
+        return (
+            f"The server is busy right now. Please try again in "
+            f"{_plural(exc.retry_after, 'second')}."
+        )
     if isinstance(exc, UnknownModel):
         return f"That model is not available. Available: {', '.join(exc.available)}."
     if isinstance(exc, NotFound):
@@ -145,8 +160,7 @@ def friendly_message(exc: Exception, refused: str = "Not attached") -> str:
     return "Something went wrong on the server."
 
 
-def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached"
-             ) -> Response[str]:
+def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached") -> Response[str]:
     """htmx requests get an inline alert (swapped into #alerts); pages get an error page."""
     problem = classify(exc)
     status, message, headers = problem.status, friendly_message(exc, refused), problem.headers
@@ -162,18 +176,21 @@ def ui_error_handler(request: AnyRequest, exc: Exception) -> Response[str]:
 
 UI_EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     cls: ui_error_handler
-    for cls in (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)}
+    for cls in (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)
+}
 
 
 # -- the streaming bubble ----------------------------------------------------------------
+
 
 def _text_until(run: TurnRun, event_id: int) -> str:
     """The answer's text as of event `event_id` (where a reconnecting client left off)."""
     return "".join(e.data["text"] for e in run.events[:event_id] if e.kind == "token")
 
 
-async def final_turn(chat: ChatService, user: User, conv_id: str, turn_id: str
-                     ) -> tuple[TurnView | None, ConversationView | None]:
+async def final_turn(
+    chat: ChatService, user: User, conv_id: str, turn_id: str
+) -> tuple[TurnView | None, ConversationView | None]:
     """The finished turn (with its siblings) and the conversation as it now stands."""
     try:
         view = await chat.view(user, conv_id)
@@ -186,18 +203,36 @@ async def final_turn(chat: ChatService, user: User, conv_id: str, turn_id: str
     return (TurnView(turn, [turn.id]) if turn else None), view
 
 
-async def _final_frame(request: AnyRequest, chat: ChatService, knowledge: Knowledge,
-                       user: User, conv_id: str, turn_id: str, event_id: int | str) -> bytes:
+async def _final_frame(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    conv_id: str,
+    turn_id: str,
+    event_id: int | str,
+) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
     cited = await knowledge.documents.citations(user.id, [turn_id]) if tv else {}
-    body = render(request, "_done.html", tv=tv, view=view, turn_id=turn_id, cited=cited,
-                  conv=view.conversation if view else None,
-                  convs=await chat.conversations(user) if view else [])
+    body = render(
+        request,
+        "_done.html",
+        tv=tv,
+        view=view,
+        turn_id=turn_id,
+        cited=cited,
+        conv=view.conversation if view else None,
+        convs=await chat.conversations(user) if view else [],
+    )
     return frame("done", body, event_id)
 
 
 async def ui_events(
-    request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, run: TurnRun,
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    run: TurnRun,
     after: int,
 ) -> AsyncIterator[bytes]:
     """`html` events (the whole answer so far, rendered) then one `done` (the final bubble).
@@ -206,8 +241,9 @@ async def ui_events(
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
     if run.finished and after >= len(run.events):  # reconnected after the end: say it again
-        yield await _final_frame(request, chat, knowledge, user, run.conversation_id,
-                                 run.turn_id, run.events[-1].id)
+        yield await _final_frame(
+            request, chat, knowledge, user, run.conversation_id, run.turn_id, run.events[-1].id
+        )
         return
     text = _text_until(run, after)
     follow = run.follow(after)
@@ -220,11 +256,16 @@ async def ui_events(
                 yield frame("html", render_markdown(text) or "", event.id)
             elif event.kind == "queued" and not text:  # the server is busy: show the line
                 position = int(event.data["position"])
-                yield frame("html", f'<p class="queue-note" role="status">The server is busy: '
-                                    f'you are number {position} in line…</p>', event.id)
+                yield frame(
+                    "html",
+                    f'<p class="queue-note" role="status">The server is busy: '
+                    f"you are number {position} in line…</p>",
+                    event.id,
+                )
             elif event.terminal:
-                yield await _final_frame(request, chat, knowledge, user,
-                                         run.conversation_id, run.turn_id, event.id)
+                yield await _final_frame(
+                    request, chat, knowledge, user, run.conversation_id, run.turn_id, event.id
+                )
 
 
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
@@ -232,8 +273,14 @@ async def _one(chunk: bytes) -> AsyncIterator[bytes]:
 
 
 async def ui_stream(
-    request: AnyRequest, chat: ChatService, knowledge: Knowledge, user: User, conv_id: str,
-    turn_id: str, after: int, heartbeat_s: float,
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    conv_id: str,
+    turn_id: str,
+    after: int,
+    heartbeat_s: float,
 ) -> Stream:
     """The SSE behind a streaming bubble; a finished or unknown answer gets its final form.
 
@@ -251,8 +298,9 @@ async def ui_stream(
         )
     else:
         body = ui_events(request, chat, knowledge, user, run, after)
-    return Stream(with_heartbeats(body, heartbeat_s), media_type="text/event-stream",
-                  headers=SSE_HEADERS)
+    return Stream(
+        with_heartbeats(body, heartbeat_s), media_type="text/event-stream", headers=SSE_HEADERS
+    )
 
 
 async def sidebar(chat: ChatService, user: User) -> list[Conversation]:

@@ -46,8 +46,9 @@ async def read_upload(request: Request[Any, Any, Any], max_file_bytes: int) -> U
     cap = max_file_bytes + FORM_ALLOWANCE
     declared = request.content_length
     if declared is not None and declared > cap:  # refuse before reading anything
-        raise FileTooLarge(f"the upload is {declared:,} bytes; the limit is "
-                           f"{max_file_bytes:,} bytes")
+        raise FileTooLarge(
+            f"the upload is {declared:,} bytes; the limit is {max_file_bytes:,} bytes"
+        )
     mime, options = request.content_type
     boundary = options.get("boundary")
     if mime != "multipart/form-data" or not boundary:
@@ -61,29 +62,33 @@ async def read_upload(request: Request[Any, Any, Any], max_file_bytes: int) -> U
             async for chunk in request.stream():
                 received += len(chunk)
                 if received > cap:
-                    raise FileTooLarge(f"the upload is over {cap:,} bytes; the limit is "
-                                       f"{max_file_bytes:,} bytes")
+                    raise FileTooLarge(
+                        f"the upload is over {cap:,} bytes; the limit is {max_file_bytes:,} bytes"
+                    )
                 for event in parser.parse(chunk) if chunk else ():
                     if isinstance(event, MultipartSegment):
                         segment, body = event, bytearray()
                     elif event:
                         body.extend(event)
-                        if segment is not None and segment.filename \
-                                and len(body) > max_file_bytes:
-                            raise FileTooLarge(f"{segment.filename} is over "
-                                               f"{max_file_bytes:,} bytes; the limit is "
-                                               f"{max_file_bytes:,} bytes")
+                        if segment is not None and segment.filename and len(body) > max_file_bytes:
+                            raise FileTooLarge(
+                                f"{segment.filename} is over "
+                                f"{max_file_bytes:,} bytes; the limit is "
+                                f"{max_file_bytes:,} bytes"
+                            )
                     elif segment is not None:  # the end of a part
                         _keep(form, segment, bytes(body))
                         segment, body = None, bytearray()
                 if parser.closed:  # past the final boundary: the rest is epilogue
                     break
     except ParserLimitReached as exc:
-        raise InvalidInput(f"the upload form has too many parts (the limit is {MAX_PARTS}) "
-                           "or an oversized part header", "file") from exc
+        raise InvalidInput(
+            f"the upload form has too many parts (the limit is {MAX_PARTS}) "
+            "or an oversized part header",
+            "file",
+        ) from exc
     except MultipartError as exc:
-        raise InvalidInput(f"the upload is not valid multipart/form-data ({exc})",
-                           "file") from exc
+        raise InvalidInput(f"the upload is not valid multipart/form-data ({exc})", "file") from exc
     return form
 
 

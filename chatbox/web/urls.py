@@ -25,6 +25,7 @@ def _turn(conv_id: str, turn_id: str) -> str:
 
 # -- pages -------------------------------------------------------------------------------
 
+
 def home() -> str:
     """The start page: a new chat."""
     return "/"
@@ -71,6 +72,7 @@ def static(path: str) -> str:
 
 
 # -- a conversation's partials (htmx) ----------------------------------------------------
+
 
 def send_new() -> str:
     """The first message of a new chat (creates the conversation)."""
@@ -144,6 +146,7 @@ def passage(chunk_id: int) -> str:
 
 
 # -- memory and library partials ---------------------------------------------------------
+
 
 def add_fact() -> str:
     return "/ui/memory/add"

@@ -17,10 +17,22 @@ from chatbox.store import Store, User
 
 POLICY: dict[str, Any] = {
     "tiers": {
-        "free": {"rpm": 3, "tpm": 100, "max_streams": 5, "model": "small", "overload": "shed",
-                 "priority": 2},
-        "paid": {"rpm": 100, "tpm": 10000, "max_streams": 5, "model": "large",
-                 "fallback": "small", "overload": "degrade"},
+        "free": {
+            "rpm": 3,
+            "tpm": 100,
+            "max_streams": 5,
+            "model": "small",
+            "overload": "shed",
+            "priority": 2,
+        },
+        "paid": {
+            "rpm": 100,
+            "tpm": 10000,
+            "max_streams": 5,
+            "model": "large",
+            "fallback": "small",
+            "overload": "degrade",
+        },
     },
     "overload": {"high_water": 4, "degrade_factor": 2.0},
     "routing": {"small": "small", "large": "large", "auto_long_chars": 50},
@@ -92,8 +104,10 @@ async def test_priorities_put_paid_first_and_extra_streams_behind(store: Store) 
 
 
 async def test_overload_order_counts_running_and_waiting(store: Store) -> None:
-    stats = {"small": EngineStats(running=3, queue_depth=0, slots_total=8),
-             "large": EngineStats(running=3, queue_depth=0, slots_total=8)}
+    stats = {
+        "small": EngineStats(running=3, queue_depth=0, slots_total=8),
+        "large": EngineStats(running=3, queue_depth=0, slots_total=8),
+    }
     g = gate(store, stats, Clock())
     assert (await g.admit(FREE, None, "x")).model == "small"  # 3 < high water 4
     stats["small"] = EngineStats(running=4, queue_depth=0, slots_total=8)
@@ -116,8 +130,12 @@ def test_auto_routes_by_shape() -> None:
 
 def test_picker_shows_the_model_that_will_answer() -> None:
     """With no pick, each tier sees its own default; a pick is shown when the tier may use it."""
-    policy = Policy.from_dict({**POLICY, "tiers": {
-        **POLICY["tiers"], "free": {**POLICY["tiers"]["free"], "models": ["small"]}}})
+    policy = Policy.from_dict(
+        {
+            **POLICY,
+            "tiers": {**POLICY["tiers"], "free": {**POLICY["tiers"]["free"], "models": ["small"]}},
+        }
+    )
     router = Router(policy, lambda: ["small", "large"], lambda: "small")
     assert router.expected(PAID, None) == router.route(PAID, None).model == "large"
     assert router.expected(FREE, None) == router.route(FREE, None).model == "small"

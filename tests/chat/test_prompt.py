@@ -11,17 +11,20 @@ def words(messages: tuple[ChatMessage, ...]) -> int:
 
 
 def test_everything_fits() -> None:
-    history = [ChatMessage("user", "a b"), ChatMessage("assistant", "c"),
-               ChatMessage("user", "d")]
+    history = [ChatMessage("user", "a b"), ChatMessage("assistant", "c"), ChatMessage("user", "d")]
     messages, tokens = fit_history("sys", history, 100, words)
     assert [m.content for m in messages] == ["sys", "a b", "c", "d"]
     assert tokens == words(messages)
 
 
 def test_oldest_turns_go_first_and_the_prompt_starts_with_the_user() -> None:
-    history = [ChatMessage("user", "one two three four"), ChatMessage("assistant", "five six"),
-               ChatMessage("user", "seven"), ChatMessage("assistant", "eight"),
-               ChatMessage("user", "nine")]
+    history = [
+        ChatMessage("user", "one two three four"),
+        ChatMessage("assistant", "five six"),
+        ChatMessage("user", "seven"),
+        ChatMessage("assistant", "eight"),
+        ChatMessage("user", "nine"),
+    ]
     messages, tokens = fit_history("sys", history, 8, words)
     assert messages[0] == ChatMessage("system", "sys")
     assert messages[1].role == "user"
@@ -46,8 +49,10 @@ def test_fit_matches_dropping_one_turn_at_a_time() -> None:
 
     rng = random.Random(7)
     for _ in range(300):
-        history = [ChatMessage(rng.choice(["user", "assistant"]), "w " * rng.randint(0, 6))
-                   for _ in range(rng.randint(0, 9))]
+        history = [
+            ChatMessage(rng.choice(["user", "assistant"]), "w " * rng.randint(0, 6))
+            for _ in range(rng.randint(0, 9))
+        ]
         budget = rng.randint(1, 40)
         messages, tokens = fit_history("s", history, budget, words)
         assert messages == reference(history, budget)

@@ -31,12 +31,14 @@ def check(data_dir: Path, coro_fn: object) -> object:
             return await coro_fn(store)  # type: ignore[operator]
         finally:
             await store.close()
+
     return asyncio.run(run())
 
 
 def test_scripted_setup_seeds_the_admin_and_prints_only_a_key(data_dir: Path) -> None:
-    result = cli(data_dir, "keys", "create", "--user", "admin",
-                 env={"CHATBOX_ADMIN_PASSWORD": "s3cret-pass"})
+    result = cli(
+        data_dir, "keys", "create", "--user", "admin", env={"CHATBOX_ADMIN_PASSWORD": "s3cret-pass"}
+    )
     assert result.exit_code == 0, result.output
     key = result.stdout.strip()
     assert key.startswith("cbx-") and "\n" not in key
@@ -51,8 +53,7 @@ def test_scripted_setup_seeds_the_admin_and_prints_only_a_key(data_dir: Path) ->
     check(data_dir, verify)
 
 
-def test_first_use_without_a_password_generates_one_into_a_private_file(
-        data_dir: Path) -> None:
+def test_first_use_without_a_password_generates_one_into_a_private_file(data_dir: Path) -> None:
     # CliRunner's stderr is no terminal: the password goes to a 0600 file, never the stream.
     result = cli(data_dir, "users", "list")
     assert result.exit_code == 0
@@ -82,8 +83,10 @@ def test_users_lifecycle(data_dir: Path) -> None:
     new_password = reset.output.strip().rsplit(": ", 1)[1]
 
     async def login(store: Store) -> tuple[bool, bool]:
-        return (await store.users.check_password("ann", "pw1") is not None,
-                await store.users.check_password("ann", new_password) is not None)
+        return (
+            await store.users.check_password("ann", "pw1") is not None,
+            await store.users.check_password("ann", new_password) is not None,
+        )
 
     assert check(data_dir, login) == (False, True)
     key = cli(data_dir, "keys", "create", "--user", "ann", "--name", "ci").stdout.strip()

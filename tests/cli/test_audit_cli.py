@@ -12,9 +12,13 @@ ENV = {"CHATBOX_ADMIN_PASSWORD": "adminpw-for-audit"}
 
 def test_cli_account_changes_are_audited(data_dir: Path) -> None:  # noqa: F811
     assert cli(data_dir, "users", "add", "ann", "--password", "pw-ann-1", env=ENV).exit_code == 0
-    for args in (("users", "set-tier", "ann", "paid"), ("users", "set-role", "ann", "admin"),
-                 ("users", "disable", "ann"), ("users", "enable", "ann"),
-                 ("users", "reset-password", "ann", "--password", "pw-ann-2")):
+    for args in (
+        ("users", "set-tier", "ann", "paid"),
+        ("users", "set-role", "ann", "admin"),
+        ("users", "disable", "ann"),
+        ("users", "enable", "ann"),
+        ("users", "reset-password", "ann", "--password", "pw-ann-2"),
+    ):
         assert cli(data_dir, *args).exit_code == 0, args
     key = cli(data_dir, "keys", "create", "--user", "ann", "--name", "ci").stdout.strip()
     key_id = cli(data_dir, "keys", "list", "--user", "ann").stdout.splitlines()[1].split()[0]
@@ -26,15 +30,20 @@ def test_cli_account_changes_are_audited(data_dir: Path) -> None:  # noqa: F811
     entries = json.loads(listed.stdout)
     assert [e["action"] for e in reversed(entries)] == [
         "user.add",  # the first admin, seeded by chatbox itself
-        "user.add", "user.set_tier", "user.set_role", "user.disable", "user.enable",
-        "user.reset_password", "key.create", "key.revoke"]
+        "user.add",
+        "user.set_tier",
+        "user.set_role",
+        "user.disable",
+        "user.enable",
+        "user.reset_password",
+        "key.create",
+        "key.revoke",
+    ]
     first, *ours = reversed(entries)
     assert first["actor"] == {"id": None, "name": "chatbox"}
     assert first["target"]["name"] == "admin" and first["detail"]["first_start"] is True
-    assert all(e["actor"]["name"].startswith("cli:") and e["actor"]["id"] is None
-               for e in ours)
-    assert all(e["target"]["name"] == "ann" and e["target"]["id"].startswith("u_")
-               for e in ours)
+    assert all(e["actor"]["name"].startswith("cli:") and e["actor"]["id"] is None for e in ours)
+    assert all(e["target"]["name"] == "ann" and e["target"]["id"].startswith("u_") for e in ours)
     by_action = {e["action"]: e for e in ours}
     assert by_action["user.set_role"]["detail"] == {"before": "member", "after": "admin"}
     assert by_action["key.revoke"]["detail"]["key_id"] == key_id

@@ -13,7 +13,8 @@ def test_serve_without_any_model_explains_how_to_add_one(tmp_path: Path) -> None
     manifest = tmp_path / "empty.toml"
     manifest.write_text("# no built-in models\n")
     result = CliRunner().invoke(
-        main, ["--data-dir", str(tmp_path / "data"), "serve"],
+        main,
+        ["--data-dir", str(tmp_path / "data"), "serve"],
         env={"CHATBOX_MANIFEST_PATH": str(manifest)},
     )
     assert result.exit_code != 0
@@ -30,6 +31,13 @@ def test_serve_with_an_unknown_model_lists_the_known_ones(tmp_path: Path) -> Non
 def test_serve_help_lists_engine_flags() -> None:
     result = CliRunner().invoke(main, ["serve", "--help"])
     assert result.exit_code == 0
-    for flag in ("--n-parallel", "--n-ctx", "--n-batch", "--threads", "--gpu-layers",
-                 "--flash-attn", "--kv-type"):
+    for flag in (
+        "--n-parallel",
+        "--n-ctx",
+        "--n-batch",
+        "--threads",
+        "--gpu-layers",
+        "--flash-attn",
+        "--kv-type",
+    ):
         assert flag in result.output

@@ -31,8 +31,15 @@ def loaded_by(*args: str, data_dir: Path | None = None) -> set[str]:
     env["CHATBOX_ADMIN_PASSWORD"] = "startup-test-pass"
     if data_dir is not None:
         args = ("--data-dir", str(data_dir), *args)
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -35,8 +35,7 @@ def test_base_model_transcript_continues_where_the_answer_was_cut() -> None:
     assert prompt.startswith("<bos>The following is a conversation") and "Be brief." in prompt
     assert prompt.endswith("\n\nUser: Capital of France?\nAssistant:")
     answer = "Paris."  # as streamed: leading space dropped, cut at the "\n\nUser:" stop
-    second = t.render((*first, ChatMessage("assistant", answer),
-                       ChatMessage("user", "And Italy?")))
+    second = t.render((*first, ChatMessage("assistant", answer), ChatMessage("user", "And Italy?")))
     assert second.startswith(prompt + " " + answer)
     assert second.endswith("Paris.\n\nUser: And Italy?\nAssistant:")
-    assert "\n\nUser:" in t.stops and "\n\nUser:" in second[len(prompt):]
+    assert "\n\nUser:" in t.stops and "\n\nUser:" in second[len(prompt) :]

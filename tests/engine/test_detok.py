@@ -59,8 +59,9 @@ def test_stop_inside_multibyte_text() -> None:
 
 def test_transcript_answer_loses_its_leading_space_and_the_next_user_line() -> None:
     s = StopTextStream(stops=("\n\nUser:", "\nUser:"), lstrip=True)
-    out = feed_all(s, [b" ", b" The", b" capital", b" is", b" Paris", b".\n", b"\n", b"User",
-                       b":", b" thanks"])
+    out = feed_all(
+        s, [b" ", b" The", b" capital", b" is", b" Paris", b".\n", b"\n", b"User", b":", b" thanks"]
+    )
     assert "".join(out) == "The capital is Paris." and s.stopped
     assert out[0] == "The"  # nothing empty or blank streamed first
     inner = StopTextStream(lstrip=True)

@@ -45,8 +45,7 @@ def test_disabled_pacing() -> None:
 
 def job(priority: int, prompt: int = 0, generated: int = 0) -> Job:
     request = GenerationRequest((ChatMessage("user", "x"),), SamplingParams(), priority=priority)
-    return Job(request=request, prompt=[1] * prompt, sink=lambda _: None,
-               n_generated=generated)
+    return Job(request=request, prompt=[1] * prompt, sink=lambda _: None, n_generated=generated)
 
 
 def trained_pacer() -> PrefillPacer:
@@ -74,8 +73,9 @@ def test_prompts_are_paced_behind_streams_as_urgent_as_they_are() -> None:
     # A free prompt behind free streams is paced the same way.
     free_streams = [job(2, generated=PROTECT_AFTER + 5)]
     pacer = trained_pacer()
-    assert max(prefill_budget(pacer, free_streams, [job(2, prompt=300)], 500)
-               for _ in range(20)) <= 64
+    assert (
+        max(prefill_budget(pacer, free_streams, [job(2, prompt=300)], 500) for _ in range(20)) <= 64
+    )
 
 
 def test_new_streams_are_not_shielded_yet() -> None:

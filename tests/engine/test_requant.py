@@ -16,8 +16,7 @@ from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import chat, generate, softmax
 
-SETTINGS = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=256,
-                          n_threads=2)
+SETTINGS = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +27,7 @@ def tiny_q4_1(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return path
 
 
-def test_a_q4_1_model_is_served_from_one_cached_q8_0_copy(tiny_q4_1: Path,
-                                                          tmp_path: Path) -> None:
+def test_a_q4_1_model_is_served_from_one_cached_q8_0_copy(tiny_q4_1: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     served = serving_path(tiny_q4_1, cache)
     assert served != tiny_q4_1 and served.parent == cache
@@ -56,8 +54,9 @@ def test_a_changed_source_gets_a_new_copy(tiny_q4_1: Path, tmp_path: Path) -> No
     assert third != second and third.exists() and second.exists()
 
 
-def test_other_types_and_the_switch_leave_the_file_as_is(tiny_gguf: Path, tiny_q4_1: Path,
-                                                         tmp_path: Path) -> None:
+def test_other_types_and_the_switch_leave_the_file_as_is(
+    tiny_gguf: Path, tiny_q4_1: Path, tmp_path: Path
+) -> None:
     assert serving_path(tiny_gguf, tmp_path) == tiny_gguf  # F32/F16: batches well already
     assert serving_path(tiny_q4_1, tmp_path, enabled=False) == tiny_q4_1
     assert not any(tmp_path.iterdir())
@@ -70,20 +69,27 @@ def test_an_unwritable_cache_serves_the_original(tiny_q4_1: Path, tmp_path: Path
 
 
 @pytest.mark.model
-async def test_the_default_models_copy_answers_like_the_original(smollm2_gguf: Path,
-                                                                 tmp_path: Path) -> None:
+async def test_the_default_models_copy_answers_like_the_original(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
     copy = serving_path(smollm2_gguf, tmp_path)
     assert copy != smollm2_gguf, "the default model is Q4_1: it should get a copy"
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
-    prompts = [chat(q) for q in ("What is the capital of France?", "Name three fruits.",
-                                 "Write a haiku about rain.", "Explain TCP in one sentence.")]
+    prompts = [
+        chat(q)
+        for q in (
+            "What is the capital of France?",
+            "Name three fruits.",
+            "Write a haiku about rain.",
+            "Explain TCP in one sentence.",
+        )
+    ]
     results = []
     for path in (smollm2_gguf, copy):
         engine = LlamaEngine(path, "smollm2", SETTINGS)
         await engine.start()
         try:
-            results.append([await generate(engine, p, greedy, capture_logits=1)
-                            for p in prompts])
+            results.append([await generate(engine, p, greedy, capture_logits=1) for p in prompts])
         finally:
             await engine.stop()
             engine.close()

@@ -41,8 +41,15 @@ class FakeKv:
         return len({c for cells in self.seqs.values() for c in cells})
 
 
-def run(table: SlotTable, kv: FakeKv, prompt: list[int], key: str | None, gen: int = 3,
-        scope: str | None = "u", public: int = 0) -> int:
+def run(
+    table: SlotTable,
+    kv: FakeKv,
+    prompt: list[int],
+    key: str | None,
+    gen: int = 3,
+    scope: str | None = "u",
+    public: int = 0,
+) -> int:
     """Admit, 'prefill' and 'decode' a request (one user's, by default), release it; return
     reused tokens."""
     adm = table.acquire(prompt, key, scope, public)
@@ -159,8 +166,12 @@ def test_another_users_private_prefix_is_never_reused() -> None:
     template = list(range(10))  # the chat template's public part
     secret = [*template, 4, 7, 2, 1]
     run(t, kv, secret, "admin-conv", scope="admin", public=len(template))
-    reused = {g: run(t, kv, [*template, 4, g, 99], f"probe-{g}", scope=f"member-{g}",
-                     public=len(template)) for g in range(10)}
+    reused = {
+        g: run(
+            t, kv, [*template, 4, g, 99], f"probe-{g}", scope=f"member-{g}", public=len(template)
+        )
+        for g in range(10)
+    }
     assert set(reused.values()) == {len(template)}  # the template only, whatever g is
     assert kv.used() == t.cells_used()
 

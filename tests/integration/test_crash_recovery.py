@@ -26,12 +26,27 @@ def free_port() -> int:
 
 
 def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "CHATBOX_DRAFT_FLUSH_S": "0.1", "CHATBOX_N_CTX": "4096",
-           "CHATBOX_N_PARALLEL": "2", "CHATBOX_N_CTX_PER_SEQ": "2048",
-           "CHATBOX_ADMIN_PASSWORD": "crash-test-password"}
+    env = {
+        **os.environ,
+        "CHATBOX_DRAFT_FLUSH_S": "0.1",
+        "CHATBOX_N_CTX": "4096",
+        "CHATBOX_N_PARALLEL": "2",
+        "CHATBOX_N_CTX_PER_SEQ": "2048",
+        "CHATBOX_ADMIN_PASSWORD": "crash-test-password",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "serve",
-         "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "chatbox",
+            "--data-dir",
+            str(data_dir),
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         env=env,
     )
     deadline = time.monotonic() + 120
@@ -50,9 +65,22 @@ def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 def api_key(data_dir: Path) -> dict[str, str]:
     """The scripted setup: seed the admin from the env, print a key on stdout."""
     out = subprocess.run(
-        [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "keys", "create",
-         "--user", "admin"], env={**os.environ, "CHATBOX_ADMIN_PASSWORD": "crash-test-password"},
-        check=True, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "chatbox",
+            "--data-dir",
+            str(data_dir),
+            "keys",
+            "create",
+            "--user",
+            "admin",
+        ],
+        env={**os.environ, "CHATBOX_ADMIN_PASSWORD": "crash-test-password"},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return {"Authorization": f"Bearer {out.stdout.strip()}"}
 
 
@@ -63,12 +91,14 @@ def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
     proc = start(data_dir, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        conv_id = httpx.post(f"{url}/v1/conversations", json={"model": "smollm2"},
-                              headers=auth).json()["id"]
+        conv_id = httpx.post(
+            f"{url}/v1/conversations", json={"model": "smollm2"}, headers=auth
+        ).json()["id"]
         seen = ""
         body = {"content": "Write a long poem about autumn leaves.", "max_tokens": 400}
-        with httpx.stream("POST", f"{url}/v1/conversations/{conv_id}/turns", json=body,
-                          timeout=60, headers=auth) as stream:
+        with httpx.stream(
+            "POST", f"{url}/v1/conversations/{conv_id}/turns", json=body, timeout=60, headers=auth
+        ) as stream:
             for event in parse_sse(stream.iter_lines()):
                 if event.event == "token":
                     seen += event.json()["text"]

@@ -22,9 +22,13 @@ def test_models_list(real_server: LiveServer) -> None:
 def test_completion_answers_a_question(real_server: LiveServer) -> None:
     reply = client_for(real_server).chat.completions.create(
         model="smollm2",
-        messages=[{"role": "system", "content": "You are a helpful assistant."},
-                  {"role": "user", "content": "What is the capital of Germany?"}],
-        temperature=0, max_tokens=30, seed=1,
+        messages=[
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of Germany?"},
+        ],
+        temperature=0,
+        max_tokens=30,
+        seed=1,
     )
     text = reply.choices[0].message.content or ""
     assert "Berlin" in text
@@ -35,12 +39,20 @@ def test_completion_answers_a_question(real_server: LiveServer) -> None:
 def test_streaming_matches_non_streaming(real_server: LiveServer) -> None:
     client = client_for(real_server)
     messages = [{"role": "user", "content": "Name three colours."}]
-    whole = client.chat.completions.create(model="smollm2", messages=messages,
-                                           temperature=0, max_tokens=20, seed=3)
-    chunks = list(client.chat.completions.create(
-        model="smollm2", messages=messages, temperature=0, max_tokens=20, seed=3, stream=True,
-        stream_options={"include_usage": True},
-    ))
+    whole = client.chat.completions.create(
+        model="smollm2", messages=messages, temperature=0, max_tokens=20, seed=3
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=messages,
+            temperature=0,
+            max_tokens=20,
+            seed=3,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2
     # Greedy either way; the second run reuses cached KV and llama.cpp is not bit-exact
@@ -52,13 +64,18 @@ def test_streaming_matches_non_streaming(real_server: LiveServer) -> None:
 def test_stop_strings_and_max_tokens(real_server: LiveServer) -> None:
     client = client_for(real_server)
     reply = client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Count from 1 to 20: 1, 2, 3,"}],
-        temperature=0, max_tokens=60, stop=["7"],
+        model="smollm2",
+        messages=[{"role": "user", "content": "Count from 1 to 20: 1, 2, 3,"}],
+        temperature=0,
+        max_tokens=60,
+        stop=["7"],
     )
     assert "7" not in (reply.choices[0].message.content or "")
     short = client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Tell me a long story."}],
-        temperature=0, max_tokens=5,
+        model="smollm2",
+        messages=[{"role": "user", "content": "Tell me a long story."}],
+        temperature=0,
+        max_tokens=5,
     )
     assert short.usage is not None and short.usage.completion_tokens == 5
     assert short.choices[0].finish_reason == "length"

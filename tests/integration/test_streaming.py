@@ -77,8 +77,10 @@ def test_reconnect_with_last_event_id_gets_the_rest(real_server: LiveServer) -> 
                 if len(first) == 4:
                     break
         turn_id = first[0].json()["turn_id"]
-        resumed = http.get(f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
-                           headers={"Last-Event-ID": first[-1].id or ""})
+        resumed = http.get(
+            f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
+            headers={"Last-Event-ID": first[-1].id or ""},
+        )
         assert resumed.status_code == 200
         rest = list(parse_sse(iter(resumed.text.split("\n"))))
         ids = [int(e.id or 0) for e in first + rest]
@@ -105,8 +107,10 @@ def test_second_turn_reuses_the_cached_prefix(real_server: LiveServer) -> None:
     with httpx.Client(base_url=real_server.url, timeout=60, headers=real_server.headers) as http:
         conv_id = conversation(http)
         for text in ("My name is Ada. Remember it.", "What is my name?"):
-            response = http.post(f"/v1/conversations/{conv_id}/turns",
-                                 json={"content": text, "temperature": 0, "max_tokens": 20})
+            response = http.post(
+                f"/v1/conversations/{conv_id}/turns",
+                json={"content": text, "temperature": 0, "max_tokens": 20},
+            )
             done = list(parse_sse(iter(response.text.split("\n"))))[-1].json()
         assert done["usage"]["cached_tokens"] > 0
         assert done["usage"]["cached_tokens"] < done["usage"]["prompt_tokens"]

@@ -25,8 +25,9 @@ MANUAL = (
 
 
 @pytest.fixture
-def two(settings: Settings, registry: ModelRegistry,
-        embedder: Embedder) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
+def two(
+    settings: Settings, registry: ModelRegistry, embedder: Embedder
+) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
     """The app with two users: the admin (client's default headers) and member bob."""
     # The tiny model's byte-level vocabulary spends a token per character or two: give the
     # retrieved passages the room a real tokenizer would leave them.
@@ -47,21 +48,30 @@ def test_embeddings_openai_shape(two) -> None:  # type: ignore[no-untyped-def]
     one = client.post("/v1/embeddings", json={"input": "hello world"}, headers=admin).json()
     assert one["object"] == "list" and len(one["data"][0]["embedding"]) == 384
     assert one["usage"]["prompt_tokens"] == one["usage"]["total_tokens"] > 0
-    many = client.post("/v1/embeddings", json={"input": ["a cat", "a dog"],
-                                                "model": "all-MiniLM-L6-v2"}, headers=admin)
+    many = client.post(
+        "/v1/embeddings",
+        json={"input": ["a cat", "a dog"], "model": "all-MiniLM-L6-v2"},
+        headers=admin,
+    )
     assert [d["index"] for d in many.json()["data"]] == [0, 1]
     bad = client.post("/v1/embeddings", json={"input": "x", "model": "nope"}, headers=admin)
     assert bad.status_code == 404
     empty = client.post("/v1/embeddings", json={"input": []}, headers=admin)
     assert empty.status_code == 400  # as OpenAI's API answers invalid input
-    assert empty.json()["error"] == {"message": empty.json()["error"]["message"],
-                                     "type": "invalid_request_error", "param": "input"}
+    assert empty.json()["error"] == {
+        "message": empty.json()["error"]["message"],
+        "type": "invalid_request_error",
+        "param": "input",
+    }
 
 
 def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def]
     client, admin, bob = two
-    r = client.patch("/v1/users/me/memory", headers=bob,
-                     json={"add": ["The user prefers metric units", "The user lives in Paris"]})
+    r = client.patch(
+        "/v1/users/me/memory",
+        headers=bob,
+        json={"add": ["The user prefers metric units", "The user lives in Paris"]},
+    )
     assert r.status_code == 200, r.text
     facts = {f["text"]: f["id"] for f in r.json()["data"]}
     assert set(facts) == {"The user prefers metric units", "The user lives in Paris"}
@@ -69,8 +79,11 @@ def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def
     assert r.json()["added"][0]["action"] == "replaced"
 
     # Another user's fact ids are not found, and nothing changes.
-    r = client.patch("/v1/users/me/memory", headers=admin,
-                     json={"remove": [facts["The user prefers metric units"]]})
+    r = client.patch(
+        "/v1/users/me/memory",
+        headers=admin,
+        json={"remove": [facts["The user prefers metric units"]]},
+    )
     assert r.status_code == 404
     bob_id = r.json() and client.get("/v1/users/me/memory", headers=bob).json()["user_id"]
     admin_id = client.get("/v1/users/me/memory", headers=admin).json()["user_id"]
@@ -78,8 +91,11 @@ def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def
     # Memory is content: an admin cannot read anyone else's either.
     assert client.get(f"/v1/users/{bob_id}/memory", headers=admin).status_code == 404
     assert len(client.get(f"/v1/users/{bob_id}/memory", headers=bob).json()["data"]) == 2
-    r = client.patch("/v1/users/me/memory", headers=bob,
-                     json={"remove": [facts["The user prefers metric units"]], "enabled": False})
+    r = client.patch(
+        "/v1/users/me/memory",
+        headers=bob,
+        json={"remove": [facts["The user prefers metric units"]], "enabled": False},
+    )
     assert r.status_code == 200 and r.json()["enabled"] is False
     assert [f["text"] for f in r.json()["data"]] == ["I live in Berlin"]
 
@@ -95,9 +111,11 @@ def test_memory_is_its_owner_alone_admins_included(two) -> None:  # type: ignore
     for who in (admin, ann):  # the admin and another member alike
         got = client.get(f"/v1/users/{bob_id}/memory", headers=who)
         assert got.status_code == 404 and "bees" not in got.text
-        changed = client.patch(f"/v1/users/{bob_id}/memory", headers=who,
-                               json={"add": ["planted"], "remove": [fact["id"]],
-                                     "enabled": False})
+        changed = client.patch(
+            f"/v1/users/{bob_id}/memory",
+            headers=who,
+            json={"add": ["planted"], "remove": [fact["id"]], "enabled": False},
+        )
         assert changed.status_code == 404 and "bees" not in changed.text
         gone = client.delete(f"/v1/users/{bob_id}/memory/{fact['id']}", headers=who)
         assert gone.status_code == 404
@@ -110,14 +128,22 @@ def test_memory_is_its_owner_alone_admins_included(two) -> None:  # type: ignore
 def test_document_round_trip_with_citations(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     client, admin, bob = two
     conv = client.post("/v1/conversations", json={}, headers=admin).json()
-    r = client.post(f"/v1/conversations/{conv['id']}/documents", headers=admin,
-                    files={"file": ("manual.txt", MANUAL.encode(), "text/plain")})
+    r = client.post(
+        f"/v1/conversations/{conv['id']}/documents",
+        headers=admin,
+        files={"file": ("manual.txt", MANUAL.encode(), "text/plain")},
+    )
     assert r.status_code == 201, r.text
     doc = r.json()
     assert doc["chunks"] >= 2 and doc["conversation_id"] == conv["id"]
 
-    events = _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
-                                 json={"content": "How often should I descale the pump?"}))
+    events = _events(
+        client.post(
+            f"/v1/conversations/{conv['id']}/turns",
+            headers=admin,
+            json={"content": "How often should I descale the pump?"},
+        )
+    )
     kinds = [e.event for e in events]
     assert "citations" in kinds, [(e.event, e.data[:200]) for e in events]
     assert kinds.index("citations") < kinds.index("done")
@@ -125,8 +151,9 @@ def test_document_round_trip_with_citations(two, tmp_path: Path) -> None:  # typ
     first = cited["citations"][0]
     assert first["document_id"] == doc["id"] and "90 days" in first["text"]
     turn_id = next(e for e in events if e.event == "done").json()["turn_id"]
-    stored = client.get(f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations",
-                        headers=admin).json()["data"]
+    stored = client.get(
+        f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations", headers=admin
+    ).json()["data"]
     assert stored[0]["chunk_id"] == first["chunk_id"]
     passage = client.get(f"/v1/passages/{first['chunk_id']}", headers=admin).json()
     assert "citric acid" in passage["text"]
@@ -135,19 +162,33 @@ def test_document_round_trip_with_citations(two, tmp_path: Path) -> None:  # typ
     assert client.get(f"/v1/documents/{doc['id']}", headers=bob).status_code == 404
     assert client.get(f"/v1/passages/{first['chunk_id']}", headers=bob).status_code == 404
     assert client.delete(f"/v1/documents/{doc['id']}", headers=bob).status_code == 404
-    assert client.post(f"/v1/conversations/{conv['id']}/documents", headers=bob,
-                       files={"file": ("x.txt", b"hello there", "text/plain")}
-                       ).status_code == 404
+    assert (
+        client.post(
+            f"/v1/conversations/{conv['id']}/documents",
+            headers=bob,
+            files={"file": ("x.txt", b"hello there", "text/plain")},
+        ).status_code
+        == 404
+    )
     mine = client.post("/v1/conversations", json={}, headers=bob).json()
-    events = _events(client.post(f"/v1/conversations/{mine['id']}/turns", headers=bob,
-                                 json={"content": "How often should I descale the pump?"}))
+    events = _events(
+        client.post(
+            f"/v1/conversations/{mine['id']}/turns",
+            headers=bob,
+            json={"content": "How often should I descale the pump?"},
+        )
+    )
     assert "citations" not in [e.event for e in events]
 
     # Deleting the document removes its chunks, vectors and citations.
     assert client.delete(f"/v1/documents/{doc['id']}", headers=admin).status_code == 204
     assert client.get(f"/v1/passages/{first['chunk_id']}", headers=admin).status_code == 404
-    assert client.get(f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations",
-                      headers=admin).json()["data"] == []
+    assert (
+        client.get(
+            f"/v1/conversations/{conv['id']}/turns/{turn_id}/citations", headers=admin
+        ).json()["data"]
+        == []
+    )
 
 
 def _encrypted_pdf() -> bytes:
@@ -161,18 +202,31 @@ def _encrypted_pdf() -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize(("name", "body", "mime", "status", "words"), [
-    ("empty.txt", b"", "text/plain", 422, "empty"),
-    ("blank.md", b"   \n\n  ", "text/markdown", 422, "empty"),
-    ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200), "image/png", 415,
-     "not a document"),
-    ("data.txt", b"\x00\x01\x02binary\x00" * 50, "text/plain", 415, "not text"),
-    ("locked.pdf", None, "application/pdf", 422, "encrypted"),
-    ("broken.pdf", b"%PDF-1.7\nthis is not really a pdf", "application/pdf", 415, "PDF"),
-    ("blank.pdf", "blank", "application/pdf", 422, "no text"),
-])
+@pytest.mark.parametrize(
+    ("name", "body", "mime", "status", "words"),
+    [
+        ("empty.txt", b"", "text/plain", 422, "empty"),
+        ("blank.md", b"   \n\n  ", "text/markdown", 422, "empty"),
+        (
+            "photo.png",
+            b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200),
+            "image/png",
+            415,
+            "not a document",
+        ),
+        ("data.txt", b"\x00\x01\x02binary\x00" * 50, "text/plain", 415, "not text"),
+        ("locked.pdf", None, "application/pdf", 422, "encrypted"),
+        ("broken.pdf", b"%PDF-1.7\nthis is not really a pdf", "application/pdf", 415, "PDF"),
+        ("blank.pdf", "blank", "application/pdf", 422, "no text"),
+    ],
+)
 def test_bad_files_are_refused_and_nothing_is_stored(
-    two, name: str, body: bytes | str | None, mime: str, status: int, words: str,
+    two,
+    name: str,
+    body: bytes | str | None,
+    mime: str,
+    status: int,
+    words: str,
 ) -> None:  # type: ignore[no-untyped-def]
     client, admin, _ = two
     if body is None:
@@ -194,8 +248,11 @@ def test_too_large(settings: Settings, registry: ModelRegistry, embedder: Embedd
     small = settings.with_overrides(max_upload_bytes=1000)
     admin = bearer(seed_user(small))
     with TestClient(create_app(small, registry), timeout=60) as client:
-        r = client.post("/v1/documents", headers=admin,
-                        files={"file": ("big.txt", b"word " * 1000, "text/plain")})
+        r = client.post(
+            "/v1/documents",
+            headers=admin,
+            files={"file": ("big.txt", b"word " * 1000, "text/plain")},
+        )
         assert r.status_code == 413, r.text
         assert "limit" in r.json()["error"]["message"]
         assert client.get("/v1/documents", headers=admin).json()["data"] == []
@@ -204,19 +261,31 @@ def test_too_large(settings: Settings, registry: ModelRegistry, embedder: Embedd
 def test_search_words_and_meaning(two) -> None:  # type: ignore[no-untyped-def]
     client, admin, bob = two
     conv = client.post("/v1/conversations", json={}, headers=admin).json()
-    _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
-                        json={"content": "My sourdough starter smells like acetone"}))
+    _events(
+        client.post(
+            f"/v1/conversations/{conv['id']}/turns",
+            headers=admin,
+            json={"content": "My sourdough starter smells like acetone"},
+        )
+    )
     other = client.post("/v1/conversations", json={}, headers=bob).json()
-    _events(client.post(f"/v1/conversations/{other['id']}/turns", headers=bob,
-                        json={"content": "Sourdough secrets of bob"}))
+    _events(
+        client.post(
+            f"/v1/conversations/{other['id']}/turns",
+            headers=bob,
+            json={"content": "Sourdough secrets of bob"},
+        )
+    )
 
-    words = client.get("/v1/search", params={"q": "sourdough", "mode": "words"},
-                       headers=admin).json()["data"]
+    words = client.get(
+        "/v1/search", params={"q": "sourdough", "mode": "words"}, headers=admin
+    ).json()["data"]
     assert {h["conversation_id"] for h in words} == {conv["id"]}  # Bob's chat is not found
     assert "<mark>sourdough</mark>" in words[0]["highlighted"].lower()
     assert words[0]["url"].startswith(f"/c/{conv['id']}")
-    meaning = client.get("/v1/search", params={"q": "bread baking yeast", "mode": "meaning"},
-                         headers=admin).json()["data"]
+    meaning = client.get(
+        "/v1/search", params={"q": "bread baking yeast", "mode": "meaning"}, headers=admin
+    ).json()["data"]
     assert meaning and meaning[0]["conversation_id"] == conv["id"]
     assert all(h["conversation_id"] != other["id"] for h in meaning)
     # A deleted conversation is no longer found.
@@ -231,8 +300,7 @@ def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-unt
     r = client.post("/ui/memory/add", data={"text": "I prefer metric units"}, headers=bob)
     assert "I prefer metric units" in r.text
     fact_id = client.get("/v1/users/me/memory", headers=bob).json()["data"][0]["id"]
-    r = client.post(f"/ui/memory/{fact_id}/edit", data={"text": "I prefer SI units"},
-                    headers=bob)
+    r = client.post(f"/ui/memory/{fact_id}/edit", data={"text": "I prefer SI units"}, headers=bob)
     assert "I prefer SI units" in r.text
     assert client.post(f"/ui/memory/{fact_id}/delete", headers=admin).status_code == 404
     assert client.get("/v1/users/me/memory", headers=bob).json()["data"]  # not admin's to delete
@@ -242,10 +310,18 @@ def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-unt
     assert client.get("/v1/users/me/memory", headers=bob).json()["enabled"] is False
 
     conv = client.post("/v1/conversations", json={}, headers=admin).json()
-    client.post(f"/v1/conversations/{conv['id']}/documents", headers=admin,
-                files={"file": ("manual.md", MANUAL.encode(), "text/markdown")})
-    events = _events(client.post(f"/v1/conversations/{conv['id']}/turns", headers=admin,
-                                 json={"content": "How long is the pump warranty?"}))
+    client.post(
+        f"/v1/conversations/{conv['id']}/documents",
+        headers=admin,
+        files={"file": ("manual.md", MANUAL.encode(), "text/markdown")},
+    )
+    events = _events(
+        client.post(
+            f"/v1/conversations/{conv['id']}/turns",
+            headers=admin,
+            json={"content": "How long is the pump warranty?"},
+        )
+    )
     turn_id = next(e for e in events if e.event == "done").json()["turn_id"]
     home = client.get(f"/c/{conv['id']}", headers=admin).text
     assert 'id="search-q"' in home and 'class="sources"' in home  # rendered with the turn
@@ -254,7 +330,6 @@ def test_memory_page_search_box_and_sources(two) -> None:  # type: ignore[no-unt
     assert "manual.md" in sources
     chunk = next(e for e in events if e.event == "citations").json()["citations"][0]
     assert "warranty" in client.get(f"/ui/passages/{chunk['chunk_id']}", headers=admin).text
-    assert client.get(f"/ui/c/{conv['id']}/turns/{turn_id}/sources",
-                      headers=bob).status_code == 404
+    assert client.get(f"/ui/c/{conv['id']}/turns/{turn_id}/sources", headers=bob).status_code == 404
     found = client.get("/ui/search", params={"q": "pump warranty"}, headers=admin).text
     assert f"/c/{conv['id']}?turn=" in found and "<mark>" in found

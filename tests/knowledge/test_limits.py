@@ -44,8 +44,14 @@ def test_documents_and_bytes_per_user(tmp_path: Path) -> None:
         try:
             alice = await store.users.create("alice", role="member", tier="free")
             bob = await store.users.create("bob", role="member", tier="free")
-            docs = DocumentService(store, _FakeEmbedder(), 10_000, 100_000,  # type: ignore[arg-type]
-                                   max_documents=2, max_user_bytes=1_500)
+            docs = DocumentService(
+                store,
+                _FakeEmbedder(),
+                10_000,
+                100_000,  # type: ignore[arg-type]
+                max_documents=2,
+                max_user_bytes=1_500,
+            )
             text = b"some words to keep " * 30  # 570 bytes
             await docs.ingest(alice.id, None, "a.txt", "text/plain", text)
             await docs.ingest(alice.id, None, "b.txt", "text/plain", text)
@@ -56,8 +62,11 @@ def test_documents_and_bytes_per_user(tmp_path: Path) -> None:
             with pytest.raises(FileTooLarge, match="limit is 2 documents"):
                 await docs.ingest(bob.id, None, "c.txt", "text/plain", text)
             docs.max_documents = 10
-            with pytest.raises(FileTooLarge, match=r"take 1,070 bytes and c\.txt is 570 more; "
-                                                   r"the limit is 1,500 bytes per user"):
+            with pytest.raises(
+                FileTooLarge,
+                match=r"take 1,070 bytes and c\.txt is 570 more; "
+                r"the limit is 1,500 bytes per user",
+            ):
                 await docs.ingest(bob.id, None, "c.txt", "text/plain", text)
             assert len(await docs.list(bob.id)) == 2
             # Deleting makes room again.

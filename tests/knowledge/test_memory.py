@@ -21,8 +21,9 @@ async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 async def test_embeddings_are_unit_and_meaningful(embedder: Embedder) -> None:
-    v = await embedder.embed(["I prefer metric units", "Use kilometres and kilograms",
-                              "My cat is called Tom"])
+    v = await embedder.embed(
+        ["I prefer metric units", "Use kilometres and kilograms", "My cat is called Tom"]
+    )
     assert v.shape == (3, 384)
     assert abs(float((v[0] ** 2).sum()) - 1.0) < 1e-4
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
@@ -32,9 +33,14 @@ async def test_add_merge_replace_and_retrieve(store: Store, embedder: Embedder) 
     ana = await store.users.create("ana")
     bob = await store.users.create("bob")
     memory = MemoryService(store, embedder)
-    changes = await memory.add(ana.id, ["The user prefers metric units",
-                                        "The user works on the billing service",
-                                        "The user lives in Paris"])
+    changes = await memory.add(
+        ana.id,
+        [
+            "The user prefers metric units",
+            "The user works on the billing service",
+            "The user lives in Paris",
+        ],
+    )
     assert [c.action for c in changes] == ["added"] * 3
     # A near-duplicate is merged; a contradiction replaces the old fact.
     again = await memory.add(ana.id, ["The user prefers metric units."])
@@ -42,8 +48,11 @@ async def test_add_merge_replace_and_retrieve(store: Store, embedder: Embedder) 
     moved = await memory.add(ana.id, ["The user lives in Berlin"])
     assert moved[0].action == "replaced" and moved[0].previous == "The user lives in Paris"
     texts = {m.text for m in await memory.list(ana.id)}
-    assert texts == {"The user prefers metric units", "The user works on the billing service",
-                     "The user lives in Berlin"}
+    assert texts == {
+        "The user prefers metric units",
+        "The user works on the billing service",
+        "The user lives in Berlin",
+    }
     await memory.add(bob.id, ["The user prefers imperial units"])
 
     query = await embedder.embed_one("How tall is a 2 metre door in the units I like?")
@@ -60,8 +69,9 @@ async def test_delete_removes_vector(store: Store, embedder: Embedder) -> None:
     memory = MemoryService(store, embedder)
     [change] = await memory.add(ana.id, ["The user has a dog named Rex"])
     assert await memory.remove(ana.id, [change.memory.id]) == [change.memory.id]
-    row = await store.db.fetchone("SELECT count(*) FROM memory_vec WHERE rowid = ?",
-                                  (change.memory.seq,))
+    row = await store.db.fetchone(
+        "SELECT count(*) FROM memory_vec WHERE rowid = ?", (change.memory.seq,)
+    )
     assert row[0] == 0
     assert await memory.relevant(ana.id, await embedder.embed_one("dog"), 5) == []
 
@@ -80,6 +90,7 @@ def test_extraction_parsing_keeps_only_grounded_facts() -> None:
     said = "My name is Dana and I live in Lisbon. Can you suggest a weekend plan?"
     assert stated_facts(said) == ["The user's name is Dana", "The user lives in Lisbon"]
     # A small model's invention ("sailor") is dropped; the grounded clause stays.
-    assert grounded_facts("- Dana is a sailor and I live in Lisbon", said) == \
-        ["The user lives in Lisbon"]
+    assert grounded_facts("- Dana is a sailor and I live in Lisbon", said) == [
+        "The user lives in Lisbon"
+    ]
     assert grounded_facts("- none", said) == []

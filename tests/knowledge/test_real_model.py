@@ -23,8 +23,9 @@ pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory,
-         embedder: Embedder) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
+def real(
+    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
     data_dir: Path = tmp_path_factory.mktemp("knowledge-real") / "data"
     settings, registry = on_smollm2(data_dir, max_tokens=24, memory_idle_s=0.2)
     admin = bearer(seed_user(settings))
@@ -34,8 +35,7 @@ def real(tmp_path_factory: pytest.TempPathFactory,
 
 
 def _turn(client: TestClient, headers: dict[str, str], conv_id: str, text: str) -> list[Event]:
-    r = client.post(f"/v1/conversations/{conv_id}/turns", json={"content": text},
-                    headers=headers)
+    r = client.post(f"/v1/conversations/{conv_id}/turns", json={"content": text}, headers=headers)
     assert r.status_code == 200, r.text
     return list(parse_sse(iter(r.text.split("\n"))))
 
@@ -70,15 +70,18 @@ def test_extraction_after_idle_then_retrieval(real) -> None:  # type: ignore[no-
 
     knowledge.extractor.engine = spying_engine
     conv = client.post("/v1/conversations", json={}, headers=admin).json()
-    _turn(client, admin, conv["id"],
-          "I prefer metric units. I work on the billing service. Suggest a name for a cat.")
+    _turn(
+        client,
+        admin,
+        conv["id"],
+        "I prefer metric units. I work on the billing service. Suggest a name for a cat.",
+    )
     facts = _wait_for_facts(client, admin)
     texts = " | ".join(f["text"].lower() for f in facts)
     assert "metric" in texts and "billing" in texts, texts
     assert all(f["source"] == "extracted" for f in facts)
     # The model was asked, at background priority, without touching any cached prefix.
-    assert seen and all(r.priority == EXTRACTION_PRIORITY > 0 and r.cache_key is None
-                        for r in seen)
+    assert seen and all(r.priority == EXTRACTION_PRIORITY > 0 and r.cache_key is None for r in seen)
 
     # A new conversation: the relevant fact is retrieved into the prompt.
     later = client.post("/v1/conversations", json={}, headers=admin).json()

@@ -152,8 +152,9 @@ async def test_tiny_budget_evicts_or_falls_back_and_stays_correct(
         none = VectorIndex(store, 10_000)
         tight = MemoryService(store, embedder, none)
         q = data[users[1]][3]
-        assert [m.seq for m, _ in await tight.nearest(users[1], q, 10)] == \
-            exact(data[users[1]], seqs[users[1]], q, 10)
+        assert [m.seq for m, _ in await tight.nearest(users[1], q, 10)] == exact(
+            data[users[1]], seqs[users[1]], q, 10
+        )
         assert await none.nearest("memory_vec", users[1], q, 10) is None
         none.close()
     finally:
@@ -164,16 +165,16 @@ async def test_chunks_and_turns_come_from_the_index_in_scope(
     store: Store, embedder: Embedder
 ) -> None:
     ana = (await store.users.create("ana")).id
-    here, there = (await store.conversations.create(ana)).id, \
-        (await store.conversations.create(ana)).id
+    here, there = (
+        (await store.conversations.create(ana)).id,
+        (await store.conversations.create(ana)).id,
+    )
     x = vectors(6, 20)
     chunks = [ChunkIn(i, 1, 0, f"passage {i}") for i in range(3)]
     await store.documents.create(ana, here, "a.txt", "text/plain", 1, None, chunks, x[:3])
-    other = await store.documents.create(ana, there, "b.txt", "text/plain", 1, None, chunks,
-                                         x[3:])
+    other = await store.documents.create(ana, there, "b.txt", "text/plain", 1, None, chunks, x[3:])
     index = VectorIndex(store, 1 << 30)
-    retriever = Retriever(store, embedder, MemoryService(store, embedder, index), 4, 4,
-                          index=index)
+    retriever = Retriever(store, embedder, MemoryService(store, embedder, index), 4, 4, index=index)
     try:
         got = await retriever.nearest_chunks(ana, here, x[4], 3)  # nearest is out of scope
         assert {c.document_name for c, _ in got} == {"a.txt"}

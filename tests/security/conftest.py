@@ -37,7 +37,7 @@ def roomy(settings: Settings) -> Settings:
 class Cast:
     client: TestClient
     admin: dict[str, str]
-    bob: dict[str, str]      # the victim: a paid member
+    bob: dict[str, str]  # the victim: a paid member
     mallory: dict[str, str]  # the attacker: a free member
     settings: Settings
 
@@ -57,11 +57,17 @@ def events(response: Any) -> list[Event]:
     return list(parse_sse(iter(response.text.split("\n"))))
 
 
-def send_turn(client: TestClient, headers: dict[str, str], conv_id: str,
-              content: str, **extra: Any) -> tuple[str, str, list[Event]]:
+def send_turn(
+    client: TestClient, headers: dict[str, str], conv_id: str, content: str, **extra: Any
+) -> tuple[str, str, list[Event]]:
     """Send a message and read the answer to its end: (user turn id, answer id, events)."""
-    got = events(client.post(f"/v1/conversations/{conv_id}/turns", headers=headers,
-                             json={"content": content, "max_tokens": 4, **extra}))
+    got = events(
+        client.post(
+            f"/v1/conversations/{conv_id}/turns",
+            headers=headers,
+            json={"content": content, "max_tokens": 4, **extra},
+        )
+    )
     assert got and got[-1].event == "done", [(e.event, e.data[:200]) for e in got]
     answer = got[-1].json()["turn_id"]
     view = client.get(f"/v1/conversations/{conv_id}", headers=headers).json()

@@ -78,16 +78,18 @@ def _key_id(client: TestClient, user_id: str) -> str:
     return str(client.blocking_portal.call(newest))
 
 
-def build_world(client: TestClient, headers: dict[str, str], tag: str,
-                *, cited: bool) -> World:
+def build_world(client: TestClient, headers: dict[str, str], tag: str, *, cited: bool) -> World:
     """A conversation with a turn, an attached and a library document, a fact, a key id."""
     w = World(headers)
     r = client.post("/v1/conversations", headers=headers, json={"title": f"{tag} title"})
     assert r.status_code == 201, r.text
     w.conv_id = r.json()["id"]
     body = MANUAL if cited else f"{tag} notes.\n\n" + "Plain filler words here. " * 40
-    r = client.post(f"/v1/conversations/{w.conv_id}/documents", headers=headers,
-                    files={"file": (f"{tag}-manual.txt", body.encode(), "text/plain")})
+    r = client.post(
+        f"/v1/conversations/{w.conv_id}/documents",
+        headers=headers,
+        files={"file": (f"{tag}-manual.txt", body.encode(), "text/plain")},
+    )
     assert r.status_code == 201, r.text
     w.conv_doc = r.json()["id"]
     question = QUESTION if cited else f"What do my {tag} notes say?"
@@ -96,13 +98,16 @@ def build_world(client: TestClient, headers: dict[str, str], tag: str,
         cites = [e.json() for e in got if e.event == "citations"]
         assert cites, "bob's answer cited no passage: the matrix needs a passage id"
         w.chunk_id = int(cites[0]["citations"][0]["chunk_id"])
-    r = client.post("/v1/documents", headers=headers,
-                    files={"file": (f"{tag}-library.txt",
-                                    f"{tag} library text. ".encode() * 40, "text/plain")})
+    r = client.post(
+        "/v1/documents",
+        headers=headers,
+        files={"file": (f"{tag}-library.txt", f"{tag} library text. ".encode() * 40, "text/plain")},
+    )
     assert r.status_code == 201, r.text
     w.library_doc = r.json()["id"]
-    r = client.patch("/v1/users/me/memory", headers=headers,
-                     json={"add": [f"The user's codename is {tag}"]})
+    r = client.patch(
+        "/v1/users/me/memory", headers=headers, json={"add": [f"The user's codename is {tag}"]}
+    )
     assert r.status_code == 200, r.text
     w.fact_id = r.json()["added"][0]["id"]
     w.user_id = r.json()["user_id"]
@@ -115,17 +120,16 @@ def fingerprint(client: TestClient, bob: World) -> dict[str, Any]:
     h = bob.headers
     conv = client.get(f"/v1/conversations/{bob.conv_id}", headers=h)
     memory = client.get("/v1/users/me/memory", headers=h).json()
-    cites = client.get(f"/v1/conversations/{bob.conv_id}/turns/{bob.answer}/citations",
-                       headers=h)
+    cites = client.get(f"/v1/conversations/{bob.conv_id}/turns/{bob.answer}/citations", headers=h)
     return {
-        "conversations": [c["id"] for c in client.get("/v1/conversations",
-                                                      headers=h).json()["data"]],
-        "conversation": conv.status_code == 200 and {
-            k: conv.json()[k] for k in ("title", "system_prompt", "model")},
-        "turns": conv.status_code == 200 and [(t["id"], t["content"])
-                                              for t in conv.json()["turns"]],
-        "documents": sorted(d["id"] for d in client.get("/v1/documents",
-                                                        headers=h).json()["data"]),
+        "conversations": [
+            c["id"] for c in client.get("/v1/conversations", headers=h).json()["data"]
+        ],
+        "conversation": conv.status_code == 200
+        and {k: conv.json()[k] for k in ("title", "system_prompt", "model")},
+        "turns": conv.status_code == 200
+        and [(t["id"], t["content"]) for t in conv.json()["turns"]],
+        "documents": sorted(d["id"] for d in client.get("/v1/documents", headers=h).json()["data"]),
         "memory": (memory["enabled"], sorted((f["id"], f["text"]) for f in memory["data"])),
         "citations": cites.status_code == 200 and len(cites.json()["data"]),
     }
@@ -160,18 +164,23 @@ def body_for(method: str, path: str, victim: World) -> dict[str, Any]:
     if path.endswith("/documents"):
         return {"files": _upload()}
     if path.endswith("/turns") or path.endswith("/send"):
-        return {"data": {"content": "pwned"}} if ui else {"json": {"content": "pwned",
-                                                                   "max_tokens": 2}}
+        return (
+            {"data": {"content": "pwned"}}
+            if ui
+            else {"json": {"content": "pwned", "max_tokens": 2}}
+        )
     if path.endswith("/edit"):
         if "/memory/" in path:
             return {"data": {"text": "pwned"}}
-        return {"data": {"content": "pwned"}} if ui else {"json": {"content": "pwned",
-                                                                   "max_tokens": 2}}
+        return (
+            {"data": {"content": "pwned"}}
+            if ui
+            else {"json": {"content": "pwned", "max_tokens": 2}}
+        )
     if path.endswith("/regenerate"):
         return {} if ui else {"json": {"max_tokens": 2}}
     if path.endswith("/branch"):
-        return {"data": {"turn_id": victim.answer}} if ui else {
-            "json": {"turn_id": victim.answer}}
+        return {"data": {"turn_id": victim.answer}} if ui else {"json": {"turn_id": victim.answer}}
     if path.endswith("/settings"):
         return {"data": {"title": "pwned"}}
     if path.endswith("/memory") and method == "PATCH":
@@ -206,8 +215,11 @@ def matrix(client: TestClient, victim: World, actor: World) -> tuple[list[Call],
         if not params or path.startswith(NOT_OWNED):
             continue
         try:
-            choices = [[(v, True) for v in victim.ids(p, victim=True)]
-                       + [(v, False) for v in actor.ids(p, victim=False)] for p in params]
+            choices = [
+                [(v, True) for v in victim.ids(p, victim=True)]
+                + [(v, False) for v in actor.ids(p, victim=False)]
+                for p in params
+            ]
         except KeyError as exc:
             unknown.append(f"{method} {path} (takes {exc.args[0]})")
             continue
@@ -217,33 +229,77 @@ def matrix(client: TestClient, victim: World, actor: World) -> tuple[list[Call],
             values = {p: v for p, (v, _) in zip(params, combo, strict=True)}
             route = f"{method} {path}"
             ok = (200, 404) if route in SSE_FINAL_FRAME else (404,)
-            calls.append(Call(method, fill(path, values), route=route, ok_statuses=ok,
-                              **body_for(method, path, victim)))
+            calls.append(
+                Call(
+                    method,
+                    fill(path, values),
+                    route=route,
+                    ok_statuses=ok,
+                    **body_for(method, path, victim),
+                )
+            )
     # Ids carried outside the path.
     v, a = victim, actor
     calls += [
-        Call("GET", "/v1/documents", params={"conversation_id": v.conv_id},
-             route="GET /v1/documents?conversation_id", ok_empty_list=True),
-        Call("POST", "/v1/documents", params={"conversation_id": v.conv_id}, files=_upload(),
-             route="POST /v1/documents?conversation_id"),
-        Call("POST", "/v1/documents", data={"conversation_id": v.conv_id}, files=_upload(),
-             route="POST /v1/documents (form conversation_id)"),
-        Call("POST", f"/v1/conversations/{a.conv_id}/branch", json={"turn_id": v.answer},
-             route="POST /v1/conversations/{own}/branch {turn_id: foreign}"),
-        Call("POST", f"/v1/conversations/{a.conv_id}/branch", json={"turn_id": v.user_turn},
-             route="POST /v1/conversations/{own}/branch {turn_id: foreign}"),
-        Call("POST", f"/ui/c/{a.conv_id}/branch", data={"turn_id": v.answer},
-             route="POST /ui/c/{own}/branch turn_id=foreign"),
-        Call("PATCH", "/v1/users/me/memory", json={"remove": [v.fact_id]},
-             route="PATCH /v1/users/me/memory {remove: [foreign]}"),
-        Call("GET", f"/c/{a.conv_id}", params={"turn": v.answer},
-             route="GET /c/{own}?turn=foreign", ok_statuses=(200, 404)),
+        Call(
+            "GET",
+            "/v1/documents",
+            params={"conversation_id": v.conv_id},
+            route="GET /v1/documents?conversation_id",
+            ok_empty_list=True,
+        ),
+        Call(
+            "POST",
+            "/v1/documents",
+            params={"conversation_id": v.conv_id},
+            files=_upload(),
+            route="POST /v1/documents?conversation_id",
+        ),
+        Call(
+            "POST",
+            "/v1/documents",
+            data={"conversation_id": v.conv_id},
+            files=_upload(),
+            route="POST /v1/documents (form conversation_id)",
+        ),
+        Call(
+            "POST",
+            f"/v1/conversations/{a.conv_id}/branch",
+            json={"turn_id": v.answer},
+            route="POST /v1/conversations/{own}/branch {turn_id: foreign}",
+        ),
+        Call(
+            "POST",
+            f"/v1/conversations/{a.conv_id}/branch",
+            json={"turn_id": v.user_turn},
+            route="POST /v1/conversations/{own}/branch {turn_id: foreign}",
+        ),
+        Call(
+            "POST",
+            f"/ui/c/{a.conv_id}/branch",
+            data={"turn_id": v.answer},
+            route="POST /ui/c/{own}/branch turn_id=foreign",
+        ),
+        Call(
+            "PATCH",
+            "/v1/users/me/memory",
+            json={"remove": [v.fact_id]},
+            route="PATCH /v1/users/me/memory {remove: [foreign]}",
+        ),
+        Call(
+            "GET",
+            f"/c/{a.conv_id}",
+            params={"turn": v.answer},
+            route="GET /c/{own}?turn=foreign",
+            ok_statuses=(200, 404),
+        ),
     ]
     return calls, unknown
 
 
-def attempt(client: TestClient, call: Call, headers: dict[str, str], bob: World,
-            before: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+def attempt(
+    client: TestClient, call: Call, headers: dict[str, str], bob: World, before: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
     """Make one call; a reason it offends (or None), and bob's data after it."""
     kwargs: dict[str, Any] = {"headers": headers, "params": call.params}
     for name in ("json", "data", "files"):
@@ -254,9 +310,12 @@ def attempt(client: TestClient, call: Call, headers: dict[str, str], bob: World,
     problems = []
     status = response.status_code
     if status not in call.ok_statuses:
-        empty = (call.ok_empty_list and status == 200
-                 and response.headers.get("content-type", "").startswith("application/json")
-                 and response.json().get("data") == [])
+        empty = (
+            call.ok_empty_list
+            and status == 200
+            and response.headers.get("content-type", "").startswith("application/json")
+            and response.json().get("data") == []
+        )
         if not empty:
             problems.append(f"answered {status}")
     leaked = SECRET.search(response.text)
@@ -303,19 +362,28 @@ def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
         for url in ("/v1/search", "/ui/search"):
             r = client.get(url, params={"q": SEARCH}, headers=actor.headers)
             if r.status_code >= 500 or SECRET.search(r.text):
-                offences.append(f"{name}: GET {url}?q={SEARCH}: {r.status_code}, shows bob's "
-                                f"content: {bool(SECRET.search(r.text))}")
+                offences.append(
+                    f"{name}: GET {url}?q={SEARCH}: {r.status_code}, shows bob's "
+                    f"content: {bool(SECRET.search(r.text))}"
+                )
 
     # The matrix reached every kind of id route named in the issue.
-    for must in ("/v1/conversations/{conv_id:str}/turns/{turn_id:str}/citations",
-                 "/v1/passages/{chunk_id:int}", "/ui/passages/{chunk_id:int}",
-                 "/ui/c/{conv_id:str}/turns/{turn_id:str}/sources",
-                 "/ui/library/documents/{doc_id:str}/delete",
-                 "/ui/c/{conv_id:str}/documents/{doc_id:str}/delete",
-                 "/v1/users/{user_id:str}/memory/{fact_id:str}", "/c/{conv_id:str}"):
+    for must in (
+        "/v1/conversations/{conv_id:str}/turns/{turn_id:str}/citations",
+        "/v1/passages/{chunk_id:int}",
+        "/ui/passages/{chunk_id:int}",
+        "/ui/c/{conv_id:str}/turns/{turn_id:str}/sources",
+        "/ui/library/documents/{doc_id:str}/delete",
+        "/ui/c/{conv_id:str}/documents/{doc_id:str}/delete",
+        "/v1/users/{user_id:str}/memory/{fact_id:str}",
+        "/c/{conv_id:str}",
+    ):
         assert any(must in route for route in covered), f"the matrix missed {must}"
     assert not unknown_routes, (
         "routes take ids the matrix cannot fill; teach World.ids their kind:\n  "
-        + "\n  ".join(sorted(unknown_routes)))
-    assert not offences, (f"{len(offences)} calls with bob's ids did not answer a clean 404:\n  "
-                          + "\n  ".join(offences))
+        + "\n  ".join(sorted(unknown_routes))
+    )
+    assert not offences, (
+        f"{len(offences)} calls with bob's ids did not answer a clean 404:\n  "
+        + "\n  ".join(offences)
+    )

@@ -37,8 +37,9 @@ def rss_mb() -> float:
 
 
 @pytest.fixture
-def server(settings: Settings, registry: ModelRegistry,
-           embedder: Any) -> Iterator[tuple[LiveServer, dict[str, str], dict[str, str]]]:
+def server(
+    settings: Settings, registry: ModelRegistry, embedder: Any
+) -> Iterator[tuple[LiveServer, dict[str, str], dict[str, str]]]:
     settings = roomy(settings)
     bob = bearer(seed_user(settings, "bob", role="member", tier="paid"))
     mallory = bearer(seed_user(settings, "mallory", role="member", tier="paid"))
@@ -55,11 +56,15 @@ def _connect(port: int) -> socket.socket:
 def _slow_upload(port: int, key: str, i: int) -> socket.socket:
     """A multipart upload that declares nothing (chunked) and sends a few bytes at a time."""
     s = _connect(port)
-    head = (f"POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {key}\r\n"
-            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
-            "Transfer-Encoding: chunked\r\n\r\n")
-    part = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; "
-            f"filename=\"slow{i}.txt\"\r\nContent-Type: text/plain\r\n\r\n")
+    head = (
+        f"POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {key}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    part = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="slow{i}.txt"\r\nContent-Type: text/plain\r\n\r\n'
+    )
     s.sendall(head.encode() + f"{len(part):x}\r\n{part}\r\n".encode())
     return s
 
@@ -67,11 +72,15 @@ def _slow_upload(port: int, key: str, i: int) -> socket.socket:
 def _slow_declared(port: int, key: str, i: int) -> socket.socket:
     """A multipart upload declaring a large Content-Length, then trickling."""
     s = _connect(port)
-    head = (f"POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {key}\r\n"
-            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
-            f"Content-Length: {5 * 1024 * 1024}\r\n\r\n")
-    part = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; "
-            f"filename=\"slowd{i}.txt\"\r\nContent-Type: text/plain\r\n\r\n")
+    head = (
+        f"POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {key}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+        f"Content-Length: {5 * 1024 * 1024}\r\n\r\n"
+    )
+    part = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="slowd{i}.txt"\r\nContent-Type: text/plain\r\n\r\n'
+    )
     s.sendall(head.encode() + part.encode())
     return s
 
@@ -79,12 +88,15 @@ def _slow_declared(port: int, key: str, i: int) -> socket.socket:
 def _silent_sse(port: int, key: str, conv_id: str) -> socket.socket:
     """Start a long streaming answer and never read a byte of it."""
     s = _connect(port)
-    body = json.dumps({"content": "Tell me a very long story. " * 5,
-                       "max_tokens": 512}).encode()
-    s.sendall((f"POST /v1/conversations/{conv_id}/turns HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-               f"Authorization: {key}\r\nContent-Type: application/json\r\n"
-               f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-              + body)
+    body = json.dumps({"content": "Tell me a very long story. " * 5, "max_tokens": 512}).encode()
+    s.sendall(
+        (
+            f"POST /v1/conversations/{conv_id}/turns HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: {key}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        + body
+    )
     return s
 
 
@@ -94,11 +106,16 @@ def test_slow_uploads_and_silent_sse_clients_do_not_starve_others(server) -> Non
     with httpx.Client(base_url=live.url, timeout=60) as http:
         # Warm up: one answer, so lazy allocations are in the idle figure.
         conv = http.post("/v1/conversations", json={}, headers=bob).json()["id"]
-        with http.stream("POST", f"/v1/conversations/{conv}/turns", headers=bob,
-                         json={"content": "hello", "max_tokens": 4}) as r:
+        with http.stream(
+            "POST",
+            f"/v1/conversations/{conv}/turns",
+            headers=bob,
+            json={"content": "hello", "max_tokens": 4},
+        ) as r:
             r.read()
-        convs = [http.post("/v1/conversations", json={}, headers=mallory).json()["id"]
-                 for _ in range(N)]
+        convs = [
+            http.post("/v1/conversations", json={}, headers=mallory).json()["id"] for _ in range(N)
+        ]
     idle = rss_mb()
     peak = idle
     sockets: list[socket.socket] = []
@@ -115,15 +132,20 @@ def test_slow_uploads_and_silent_sse_clients_do_not_starve_others(server) -> Non
             for i, s in enumerate(sockets[:N]):
                 chunk = b"slow bytes "
                 with contextlib.suppress(OSError):  # the server may close a hostile upload
-                    s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if i % 2
-                              else chunk)
+                    s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if i % 2 else chunk)
             peak = max(peak, rss_mb())
             time.sleep(0.25)
 
         started = time.monotonic()
-        with httpx.Client(base_url=live.url, timeout=60) as http, http.stream(
-                "POST", f"/v1/conversations/{conv}/turns", headers=bob,
-                json={"content": "Are you still there?", "max_tokens": 8}) as r:
+        with (
+            httpx.Client(base_url=live.url, timeout=60) as http,
+            http.stream(
+                "POST",
+                f"/v1/conversations/{conv}/turns",
+                headers=bob,
+                json={"content": "Are you still there?", "max_tokens": 8},
+            ) as r,
+        ):
             assert r.status_code == 200, r.read()
             kinds = [e.event for e in parse_sse(r.iter_lines())]
         took = time.monotonic() - started

@@ -54,9 +54,23 @@ CORPUS = [
     '<meta http-equiv="refresh" content="0;url=javascript:alert(25)">',
 ]
 
-URL_ATTRS = {"href", "src", "action", "formaction", "xlink:href", "data", "poster",
-             "background", "hx-get", "hx-post", "hx-put", "hx-patch", "hx-delete",
-             "sse-connect", "srcdoc"}
+URL_ATTRS = {
+    "href",
+    "src",
+    "action",
+    "formaction",
+    "xlink:href",
+    "data",
+    "poster",
+    "background",
+    "hx-get",
+    "hx-post",
+    "hx-put",
+    "hx-patch",
+    "hx-delete",
+    "sse-connect",
+    "srcdoc",
+}
 FORBIDDEN_TAGS = {"iframe", "object", "embed", "base", "frame", "frameset", "applet"}
 MARKER = re.compile(r"alert\(|zq49zq")
 
@@ -115,8 +129,10 @@ def test_the_auditor_catches_what_it_is_for() -> None:
     assert audit('<a href=" jav\tascript:alert(1)">x</a>')
     assert audit("<script>alert(1)</script>")
     assert audit("<p>zq49zq</p>")
-    assert not audit('<script src="/static/app.js" defer></script>'
-                     '<form onsubmit="return false"></form><p>&lt;script&gt;alert(1)</p>')
+    assert not audit(
+        '<script src="/static/app.js" defer></script>'
+        '<form onsubmit="return false"></form><p>&lt;script&gt;alert(1)</p>'
+    )
 
 
 @pytest.mark.parametrize("payload", CORPUS)
@@ -140,8 +156,9 @@ def _store_answer(client: TestClient, conv_id: str, user_turn: str, text: str) -
     return str(client.blocking_portal.call(write))
 
 
-def _pages(client: TestClient, h: dict[str, str], conv_id: str, answer: str,
-           chunk_id: int | None, q: str) -> dict[str, Any]:
+def _pages(
+    client: TestClient, h: dict[str, str], conv_id: str, answer: str, chunk_id: int | None, q: str
+) -> dict[str, Any]:
     pages: dict[str, Any] = {
         "/": client.get("/", headers=h),
         f"/c/{conv_id}": client.get(f"/c/{conv_id}", headers=h),
@@ -163,19 +180,27 @@ def test_corpus_through_every_page(cast: Cast) -> None:
     problems: list[str] = []
     for i, payload in enumerate(CORPUS):
         # Titles, user messages, answers, document names, facts, search snippets.
-        conv = client.post("/v1/conversations", headers=h,
-                           json={"title": f"{payload} {i}"}).json()["id"]
+        conv = client.post("/v1/conversations", headers=h, json={"title": f"{payload} {i}"}).json()[
+            "id"
+        ]
         doc_text = f"xsscanary {payload} pump manual. " * 30
-        r = client.post(f"/v1/conversations/{conv}/documents", headers=h,
-                        files={"file": (f"{payload}.txt", doc_text.encode(), "text/plain")})
+        r = client.post(
+            f"/v1/conversations/{conv}/documents",
+            headers=h,
+            files={"file": (f"{payload}.txt", doc_text.encode(), "text/plain")},
+        )
         assert r.status_code in (201, 413, 415, 422), r.text
         asked, first, got = send_turn(client, h, conv, f"xsscanary pump {payload}")
         cites = [e.json() for e in got if e.event == "citations"]
         chunk = int(cites[0]["citations"][0]["chunk_id"]) if cites else None
-        answer = _store_answer(client, conv, asked,
-                               f"Here you go:\n\n{payload}\n\nxsscanary {payload}")
-        client.post("/v1/documents", headers=h,
-                    files={"file": (f"lib {payload}.md", doc_text.encode(), "text/markdown")})
+        answer = _store_answer(
+            client, conv, asked, f"Here you go:\n\n{payload}\n\nxsscanary {payload}"
+        )
+        client.post(
+            "/v1/documents",
+            headers=h,
+            files={"file": (f"lib {payload}.md", doc_text.encode(), "text/markdown")},
+        )
         client.patch("/v1/users/me/memory", headers=h, json={"add": [f"Likes {payload}"]})
         for where, r in _pages(client, h, conv, answer, chunk, payload).items():
             assert r.status_code < 500, (where, r.status_code, r.text[:300])
@@ -183,20 +208,28 @@ def test_corpus_through_every_page(cast: Cast) -> None:
                 problems.append(f"{payload!r} on {where}: {p}")
         # Error alerts that echo what was sent: a refused file, an unknown model.
         for where, r in {
-            "attach refused": client.post(f"/ui/c/{conv}/documents", headers=h,
-                                          files={"file": (f"{payload}.png", b"\x89PNG\r\n"
-                                                          + bytes(64), "image/png")}),
-            "library refused": client.post("/ui/library/documents", headers=h,
-                                           files={"file": (f"{payload}.txt", b"",
-                                                           "text/plain")}),
+            "attach refused": client.post(
+                f"/ui/c/{conv}/documents",
+                headers=h,
+                files={"file": (f"{payload}.png", b"\x89PNG\r\n" + bytes(64), "image/png")},
+            ),
+            "library refused": client.post(
+                "/ui/library/documents",
+                headers=h,
+                files={"file": (f"{payload}.txt", b"", "text/plain")},
+            ),
             "sources of the cited answer": client.get(
-                f"/ui/c/{conv}/turns/{first}/sources", headers=h),
-            "unknown model": client.post("/ui/new/send", headers=h,
-                                         data={"content": "hi", "model": payload}),
-            "settings": client.post(f"/ui/c/{conv}/settings", headers=h,
-                                    data={"title": payload, "model": payload}),
-            "memory add": client.post("/ui/memory/add", headers=h,
-                                      data={"text": f"Lives in {payload}"}),
+                f"/ui/c/{conv}/turns/{first}/sources", headers=h
+            ),
+            "unknown model": client.post(
+                "/ui/new/send", headers=h, data={"content": "hi", "model": payload}
+            ),
+            "settings": client.post(
+                f"/ui/c/{conv}/settings", headers=h, data={"title": payload, "model": payload}
+            ),
+            "memory add": client.post(
+                "/ui/memory/add", headers=h, data={"text": f"Lives in {payload}"}
+            ),
         }.items():
             assert r.status_code < 500, (where, r.status_code, r.text[:300])
             for p in audit(r.text):

@@ -19,18 +19,26 @@ def test_the_repo_offers_no_way_to_change_or_remove_an_entry() -> None:
 async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "db.sqlite")
     try:
-        triggers = {r["name"]: r["sql"] for r in await store.db.fetchall(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-            " AND tbl_name = 'audit_log'")}
+        triggers = {
+            r["name"]: r["sql"]
+            for r in await store.db.fetchall(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+                " AND tbl_name = 'audit_log'"
+            )
+        }
         assert set(triggers) == {"audit_log_no_update", "audit_log_no_delete"}
         assert "BEFORE UPDATE" in triggers["audit_log_no_update"]
         assert "BEFORE DELETE" in triggers["audit_log_no_delete"]
         user = await store.users.create("ann")
-        entry = await AuditLog(store).record("cli:test", "user.set_tier", user,
-                                             before="free", after="paid")
-        for sql in ("UPDATE audit_log SET action = 'nothing' WHERE id = ?",
-                    "UPDATE audit_log SET detail = '{}'", "DELETE FROM audit_log WHERE id = ?",
-                    "DELETE FROM audit_log"):
+        entry = await AuditLog(store).record(
+            "cli:test", "user.set_tier", user, before="free", after="paid"
+        )
+        for sql in (
+            "UPDATE audit_log SET action = 'nothing' WHERE id = ?",
+            "UPDATE audit_log SET detail = '{}'",
+            "DELETE FROM audit_log WHERE id = ?",
+            "DELETE FROM audit_log",
+        ):
             with pytest.raises(Exception, match="append-only"):
                 async with store.db.transaction() as tx:
                     await tx.execute(sql, (entry.id,) if "?" in sql else ())
@@ -54,9 +62,14 @@ async def test_entries_filter_and_refuse_content(tmp_path: Path) -> None:
         await actions.set_role(ann, "admin")
         log = AuditLog(store)
         assert [e.action for e in await log.entries()] == [
-            "user.set_role", "user.disable", "user.set_tier"]
+            "user.set_role",
+            "user.disable",
+            "user.set_tier",
+        ]
         assert [e.action for e in await log.entries(target=ann)] == [
-            "user.set_role", "user.set_tier"]
+            "user.set_role",
+            "user.set_tier",
+        ]
         assert [e.target_name for e in await log.entries(action="user.disable")] == ["bob"]
         assert len(await log.entries(1)) == 1
         assert {(e.actor_id, e.actor_name) for e in await log.entries()} == {(admin.id, "root")}

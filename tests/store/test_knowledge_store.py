@@ -31,8 +31,7 @@ async def test_memory_knn_never_crosses_users(store: Store) -> None:
         await store.memories.add(ana.id, f"ana fact {i}", unit(10 + i))
     hits = await store.memories.nearest(ana.id, target, 10)
     assert len(hits) == 5 and all(m.user_id == ana.id for m, _ in hits)
-    assert [m.text for m, _ in await store.memories.nearest(bob.id, target, 1)] == \
-        ["bob's secret"]
+    assert [m.text for m, _ in await store.memories.nearest(bob.id, target, 1)] == ["bob's secret"]
     assert await store.memories.delete(ana.id, [hits[0][0].id, "m_nope"]) == [hits[0][0].id]
     assert await store.memories.delete(ana.id, [(await store.memories.list(bob.id))[0].id]) == []
 
@@ -53,8 +52,9 @@ async def test_document_delete_cascades_to_chunks_vectors_fts(store: Store) -> N
     ana = await store.users.create("ana")
     conv = await store.conversations.create(ana.id)
     chunks = [ChunkIn(0, 1, 0, "descale with citric acid"), ChunkIn(1, 2, 0, "warranty terms")]
-    doc = await store.documents.create(ana.id, conv.id, "m.pdf", "application/pdf", 10, 2,
-                                       chunks, np.stack([unit(1), unit(2)]))
+    doc = await store.documents.create(
+        ana.id, conv.id, "m.pdf", "application/pdf", 10, 2, chunks, np.stack([unit(1), unit(2)])
+    )
     assert doc.chunks == 2
     kw = await store.documents.keyword_chunks(ana.id, conv.id, '"citric"', 5)
     assert [c.text for c, _ in kw] == ["descale with citric acid"]
@@ -72,8 +72,9 @@ async def test_turns_are_searchable_by_words_only_by_their_owner(store: Store) -
     bob = await store.users.create("bob")
     conv = await store.conversations.create(ana.id)
     await store.turns.append_user(conv.id, None, "my sourdough starter smells odd")
-    assert [h.conversation_id for h in await store.search.keyword(ana.id, '"sourdough"', 5)] \
-        == [conv.id]
+    assert [h.conversation_id for h in await store.search.keyword(ana.id, '"sourdough"', 5)] == [
+        conv.id
+    ]
     assert await store.search.keyword(bob.id, '"sourdough"', 5) == []
     pending = await store.search.unindexed(ana.id, 10)
     assert len(pending) == 1

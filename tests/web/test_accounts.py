@@ -19,9 +19,13 @@ def box(tmp_path: Path, tiny_gguf: Path) -> Iterator[Box]:
 
 def test_unauthenticated_api_is_401_json_and_pages_redirect_to_login(box: Box) -> None:
     c = box.client
-    for method, path in (("GET", "/v1/conversations"), ("POST", "/v1/conversations"),
-                         ("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
-                         ("GET", "/v1/admin/usage")):
+    for method, path in (
+        ("GET", "/v1/conversations"),
+        ("POST", "/v1/conversations"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/v1/admin/usage"),
+    ):
         r = c.request(method, path, json={})
         assert r.status_code == 401, (path, r.text)
         assert r.json()["error"]["type"] == "authentication_error"
@@ -81,16 +85,22 @@ def test_session_cookie_is_secure_behind_tls(box: Box) -> None:
     c = box.client
     page = c.get("/login")
     token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-    r = c.post("/login", data={"name": "ann", "password": box.passwords["ann"],
-                               "csrf_token": token, "next": "/"},
-               headers={"X-Forwarded-Proto": "https"}, follow_redirects=False)
+    r = c.post(
+        "/login",
+        data={"name": "ann", "password": box.passwords["ann"], "csrf_token": token, "next": "/"},
+        headers={"X-Forwarded-Proto": "https"},
+        follow_redirects=False,
+    )
     assert "secure" not in r.headers["set-cookie"].lower()  # a header anyone can send
     c.cookies.clear()
     c.base_url = c.base_url.copy_with(scheme="https")
     page = c.get("/login")
     token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-    r = c.post("/login", data={"name": "ann", "password": box.passwords["ann"],
-                               "csrf_token": token, "next": "/"}, follow_redirects=False)
+    r = c.post(
+        "/login",
+        data={"name": "ann", "password": box.passwords["ann"], "csrf_token": token, "next": "/"},
+        follow_redirects=False,
+    )
     set_cookie = r.headers["set-cookie"].lower()
     assert "chatbox_session=" in set_cookie
     assert "secure" in set_cookie and "httponly" in set_cookie and "samesite=lax" in set_cookie
@@ -100,8 +110,9 @@ def test_csrf_is_required_for_cookie_requests_and_not_for_bearer(box: Box) -> No
     c = box.client
     csrf = box.login("ann")
     assert c.post("/v1/conversations", json={}).status_code == 403
-    assert c.post("/v1/conversations", json={},
-                  headers={"x-csrf-token": "forged"}).status_code == 403
+    assert (
+        c.post("/v1/conversations", json={}, headers={"x-csrf-token": "forged"}).status_code == 403
+    )
     r = c.post("/ui/new/send", data={"content": "hi"}, headers={"HX-Request": "true"})
     assert r.status_code == 403
     r = c.post("/v1/conversations", json={}, headers={"x-csrf-token": csrf})
@@ -114,8 +125,11 @@ def test_csrf_is_required_for_cookie_requests_and_not_for_bearer(box: Box) -> No
     c.cookies.clear()
     assert c.post("/v1/conversations", json={}, headers=box.h("ann")).status_code == 201
     # The login form itself carries a token bound to a cookie.
-    r = c.post("/login", data={"name": "ann", "password": box.passwords["ann"],
-                               "csrf_token": "x", "next": "/"}, follow_redirects=False)
+    r = c.post(
+        "/login",
+        data={"name": "ann", "password": box.passwords["ann"], "csrf_token": "x", "next": "/"},
+        follow_redirects=False,
+    )
     assert r.status_code == 403
 
 
@@ -125,8 +139,11 @@ def test_failed_logins_are_rate_limited_per_account_and_address(box: Box) -> Non
     def attempt(name: str, password: str, address: str = "10.0.0.1") -> int:
         page = c.get("/login")
         token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-        r = c.post("/login", data={"name": name, "password": password, "csrf_token": token,
-                                   "next": "/"}, follow_redirects=False)
+        r = c.post(
+            "/login",
+            data={"name": name, "password": password, "csrf_token": token, "next": "/"},
+            follow_redirects=False,
+        )
         if r.status_code == 429:
             assert int(r.headers["retry-after"]) > 0
             assert "Too many failed attempts" in r.text
@@ -146,20 +163,49 @@ def test_login_next_only_goes_to_local_paths(box: Box) -> None:
     page = c.get("/login?next=//evil.example/x")
     assert 'value="/"' in page.text
     token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-    r = c.post("/login", data={"name": "ann", "password": box.passwords["ann"],
-                               "csrf_token": token, "next": "https://evil.example"},
-               follow_redirects=False)
+    r = c.post(
+        "/login",
+        data={
+            "name": "ann",
+            "password": box.passwords["ann"],
+            "csrf_token": token,
+            "next": "https://evil.example",
+        },
+        follow_redirects=False,
+    )
     assert r.headers["location"] == "/"
 
 
 OPEN_REDIRECTS = [
-    "//evil.example", "///evil.example", "/\t/evil.example", "/\n/evil.example",
-    "/\r\n/evil.example", "/ /evil.example", "/\x00/evil.example", "/\x0b/evil.example",
-    "\\evil.example", "/\\evil.example", "/\\/evil.example", "\\/evil.example",
-    "https://evil.example", "http:/evil.example", "javascript:alert(1)", "evil.example",
-    "/%2F/evil.example", "/%2f%2fevil.example", "/%5Cevil.example", "/%09/evil.example",
-    "/.//evil.example", "/./../evil.example", "/\u3000/evil.example", "/\xa0/evil.example",
-    "/\u2028/evil.example", " //evil.example", "\t//evil.example", "", "c/x",
+    "//evil.example",
+    "///evil.example",
+    "/\t/evil.example",
+    "/\n/evil.example",
+    "/\r\n/evil.example",
+    "/ /evil.example",
+    "/\x00/evil.example",
+    "/\x0b/evil.example",
+    "\\evil.example",
+    "/\\evil.example",
+    "/\\/evil.example",
+    "\\/evil.example",
+    "https://evil.example",
+    "http:/evil.example",
+    "javascript:alert(1)",
+    "evil.example",
+    "/%2F/evil.example",
+    "/%2f%2fevil.example",
+    "/%5Cevil.example",
+    "/%09/evil.example",
+    "/.//evil.example",
+    "/./../evil.example",
+    "/\u3000/evil.example",
+    "/\xa0/evil.example",
+    "/\u2028/evil.example",
+    " //evil.example",
+    "\t//evil.example",
+    "",
+    "c/x",
 ]
 
 
@@ -170,8 +216,17 @@ def test_safe_next_refuses_anything_but_a_local_path(target: str) -> None:
     assert safe_next(target) == "/"
 
 
-@pytest.mark.parametrize("target", ["/", "/memory", "/library/", "/c/c_1?turn=t_2&q=a%20b",
-                                    "/c/c_1?turn=t_2#turn-t_2", "/admin/usage"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/",
+        "/memory",
+        "/library/",
+        "/c/c_1?turn=t_2&q=a%20b",
+        "/c/c_1?turn=t_2#turn-t_2",
+        "/admin/usage",
+    ],
+)
 def test_safe_next_keeps_local_paths(target: str) -> None:
     from chatbox.web.auth import safe_next
 
@@ -184,16 +239,24 @@ def test_login_next_never_leaves_the_site(box: Box) -> None:
         c.cookies.clear()
         page = c.get("/login")
         token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
-        r = c.post("/login", data={"name": "ann", "password": box.passwords["ann"],
-                                   "csrf_token": token, "next": target},
-                   follow_redirects=False)
+        r = c.post(
+            "/login",
+            data={
+                "name": "ann",
+                "password": box.passwords["ann"],
+                "csrf_token": token,
+                "next": target,
+            },
+            follow_redirects=False,
+        )
         assert r.status_code == 303 and r.headers["location"] == "/", (target, r.headers)
 
 
 def _ann_conversation(box: Box) -> tuple[str, str, str]:
     conv = box.new_conversation("ann", title="ann's secret")
-    r = box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "my secret"},
-                        headers=box.h("ann"))
+    r = box.client.post(
+        f"/v1/conversations/{conv}/turns", json={"content": "my secret"}, headers=box.h("ann")
+    )
     events = list(parse_sse(iter(r.text.split("\n"))))
     start = events[0].json()
     return conv, start["user_turn_id"], start["turn_id"]

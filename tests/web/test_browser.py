@@ -20,16 +20,22 @@ from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, on_smollm2
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 STORY = "Write a very long story about a dragon who learns to bake bread. Make it detailed."
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("ui") / "data"
-    settings, registry = on_smollm2(data_dir, max_tokens=160, heartbeat_s=5.0,
-                                    disconnect_grace_s=2.0, draft_flush_s=0.5)
+    settings, registry = on_smollm2(
+        data_dir, max_tokens=160, heartbeat_s=5.0, disconnect_grace_s=2.0, draft_flush_s=0.5
+    )
     with LiveServer(settings, registry) as live:
         yield live
 
@@ -66,8 +72,7 @@ def login(server: LiveServer, browser: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def page(browser: Any, login: dict[str, Any]) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800},
-                                  storage_state=login)
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, storage_state=login)
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     errors: list[str] = []
@@ -96,9 +101,12 @@ def watch_csp(pg: Any) -> list[str]:
 
 
 def answer_text(page: Any) -> str:
-    return str(page.evaluate(
-        "() => { const m = document.querySelector('.turn.assistant:last-of-type .md');"
-        " return m ? m.innerText : '' }"))
+    return str(
+        page.evaluate(
+            "() => { const m = document.querySelector('.turn.assistant:last-of-type .md');"
+            " return m ? m.innerText : '' }"
+        )
+    )
 
 
 def words(text: str) -> list[str]:
@@ -113,13 +121,14 @@ def words(text: str) -> list[str]:
 def kept(seen: str, final: str) -> bool:
     """Whether every complete word seen while streaming is in the final answer, in order."""
     expected = words(seen)[:-1]  # the last word may still have been growing
-    return words(final)[:len(expected)] == expected
+    return words(final)[: len(expected)] == expected
 
 
 def last_status(page: Any) -> str | None:
     return page.evaluate(
         "() => { const t = document.querySelector('#turns > .turn.assistant:last-of-type');"
-        " return t ? t.dataset.status : null }")
+        " return t ? t.dataset.status : null }"
+    )
 
 
 def send(page: Any, text: str) -> None:
@@ -157,7 +166,8 @@ def test_stop_keeps_partial_answer_marked_stopped(server: LiveServer, page: Any)
     page.wait_for_selector(".turn.assistant.streaming")
     page.wait_for_function(
         "() => { const m = document.querySelector('.turn.streaming .md');"
-        " return m && m.innerText.length > 40 }")
+        " return m && m.innerText.length > 40 }"
+    )
     # Sending while it streams is refused with a friendly inline message.
     send(page, "another question")
     alert = page.wait_for_selector("#alerts .alert")
@@ -197,7 +207,8 @@ def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any)
     assert page.locator(".turn.assistant .branch-pos").inner_text() == "2/2"
     page.get_by_label("Previous version").click()
     page.wait_for_function(
-        "() => document.querySelector('.turn.assistant .branch-pos')?.innerText === '1/2'")
+        "() => document.querySelector('.turn.assistant .branch-pos')?.innerText === '1/2'"
+    )
     # Editing the question makes a sibling of it, too.
     page.locator(".turn.user button[aria-label='Edit message']").click()
     box = page.wait_for_selector(".edit-form textarea")
@@ -209,8 +220,9 @@ def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any)
     assert page.locator(".turn.user .plain").inner_text() == "Name one vegetable."
 
 
-def test_the_ui_works_under_a_strict_csp(server: LiveServer, browser: Any,
-                                         login: dict[str, Any]) -> None:
+def test_the_ui_works_under_a_strict_csp(
+    server: LiveServer, browser: Any, login: dict[str, Any]
+) -> None:
     """Send, stream, stop, edit, switch branches, search, memory and library: no violation."""
     context = browser.new_context(viewport={"width": 1280, "height": 800}, storage_state=login)
     pg = context.new_page()
@@ -221,8 +233,10 @@ def test_the_ui_works_under_a_strict_csp(server: LiveServer, browser: Any,
         csp = response.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "unsafe" not in csp
         # the watch works: a style attribute made by script is refused and reported
-        pg.evaluate("() => { const d = document.createElement('div');"
-                    " d.innerHTML = '<p style=\"color: red\">x</p>'; document.body.append(d); }")
+        pg.evaluate(
+            "() => { const d = document.createElement('div');"
+            " d.innerHTML = '<p style=\"color: red\">x</p>'; document.body.append(d); }"
+        )
         deadline = time.monotonic() + 5
         while not violations and time.monotonic() < deadline:
             pg.wait_for_timeout(50)
@@ -233,7 +247,8 @@ def test_the_ui_works_under_a_strict_csp(server: LiveServer, browser: Any,
         pg.wait_for_selector(".turn.assistant.streaming")
         pg.wait_for_function(
             "() => { const m = document.querySelector('.turn.streaming .md');"
-            " return m && m.innerText.length > 20 }")
+            " return m && m.innerText.length > 20 }"
+        )
         pg.locator(".composer .stop").click()
         pg.wait_for_selector("#turns > .turn.assistant[data-status=stopped]", timeout=5_000)
         pg.locator(".turn.user button[aria-label='Edit message']").click()
@@ -244,7 +259,8 @@ def test_the_ui_works_under_a_strict_csp(server: LiveServer, browser: Any,
         pg.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
         pg.get_by_label("Previous version").first.click()
         pg.wait_for_function(
-            "() => document.querySelector('.turn.user .branch-pos')?.innerText === '1/2'")
+            "() => document.querySelector('.turn.user .branch-pos')?.innerText === '1/2'"
+        )
         pg.fill("#search-q", "dragon")
         pg.press("#search-q", "Enter")
         pg.wait_for_selector("#search-results a")
@@ -268,14 +284,18 @@ def assert_no_sideways_scroll(pg: Any, width: int) -> None:
     wide = pg.evaluate(
         "w => [...document.querySelectorAll('body *')].filter(e =>"
         " e.getBoundingClientRect().right > w + 0.5 && !e.closest('pre, table, .sidebar'))"
-        ".slice(0, 5).map(e => e.tagName + '.' + e.getAttribute('class'))", width)
+        ".slice(0, 5).map(e => e.tagName + '.' + e.getAttribute('class'))",
+        width,
+    )
     assert scroll <= width and not wide, f"the page scrolls sideways ({scroll}px): {wide}"
 
 
-def test_empty_message_and_phone_layout(server: LiveServer, browser: Any,
-                                        login: dict[str, Any]) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
-                                  has_touch=True, storage_state=login)
+def test_empty_message_and_phone_layout(
+    server: LiveServer, browser: Any, login: dict[str, Any]
+) -> None:
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, storage_state=login
+    )
     pg = context.new_page()
     try:
         pg.goto(server.url + "/")
@@ -296,14 +316,17 @@ def test_empty_message_and_phone_layout(server: LiveServer, browser: Any,
         assert_no_sideways_scroll(pg, 390)
         # A long chat on a large-context model: the header's token count grows, the page
         # must not (CI once saw 395px from a three-digit count).
-        pg.evaluate("() => { document.querySelector('.meter-text').textContent ="
-                    " '123,456 / 131,072 tokens' }")
+        pg.evaluate(
+            "() => { document.querySelector('.meter-text').textContent ="
+            " '123,456 / 131,072 tokens' }"
+        )
         assert_no_sideways_scroll(pg, 390)
         assert pg.locator("#settings summary").bounding_box()["x"] + 20 <= 390
         pg.screenshot(path="/tmp/chatbox-ui-phone.png")
         pg.get_by_label("Open conversations").click()
         pg.wait_for_function(
-            "() => document.querySelector('#sidebar').getBoundingClientRect().x >= 0")
+            "() => document.querySelector('#sidebar').getBoundingClientRect().x >= 0"
+        )
         pg.screenshot(path="/tmp/chatbox-ui-phone-menu.png")
     finally:
         context.close()

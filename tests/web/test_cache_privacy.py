@@ -14,15 +14,21 @@ from tests.sse import parse_sse
 
 
 def cached(client: TestClient, key: str, text: str) -> int:
-    response = client.post("/v1/chat/completions", headers=bearer(key), json={
-        "model": "tiny", "max_tokens": 1, "temperature": 0,
-        "messages": [{"role": "user", "content": text}]})
+    response = client.post(
+        "/v1/chat/completions",
+        headers=bearer(key),
+        json={
+            "model": "tiny",
+            "max_tokens": 1,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": text}],
+        },
+    )
     assert response.status_code == 200, response.text
     return int(response.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
 
 
-def test_another_users_secret_is_not_an_oracle(settings: Settings,
-                                              registry: ModelRegistry) -> None:
+def test_another_users_secret_is_not_an_oracle(settings: Settings, registry: ModelRegistry) -> None:
     admin = seed_user(settings)
     member = seed_user(settings, "mallory", role="member", tier="paid")
     with TestClient(create_app(settings, registry), timeout=60) as client:
@@ -35,21 +41,25 @@ def test_another_users_secret_is_not_an_oracle(settings: Settings,
 
 
 def send(client: TestClient, key: str, conv: str, text: str) -> dict[str, Any]:
-    with client.stream("POST", f"/v1/conversations/{conv}/turns", headers=bearer(key),
-                       json={"content": text}) as response:
+    with client.stream(
+        "POST", f"/v1/conversations/{conv}/turns", headers=bearer(key), json={"content": text}
+    ) as response:
         events = list(parse_sse(response.iter_lines()))
     return dict(next(e for e in events if e.event == "done").json()["usage"])
 
 
 def test_one_user_reuses_their_own_text_across_conversations(
-        settings: Settings, registry: ModelRegistry) -> None:
+    settings: Settings, registry: ModelRegistry
+) -> None:
     alice = seed_user(settings, "alice", role="member", tier="paid")
     bob = seed_user(settings, "bob", role="member", tier="paid")
     prompt = "You are a pirate who answers in riddles about the sea and its ships. " * 3
     with TestClient(create_app(settings, registry), timeout=60) as client:
+
         def conv(key: str) -> str:
-            response = client.post("/v1/conversations", headers=bearer(key),
-                                   json={"system_prompt": prompt})
+            response = client.post(
+                "/v1/conversations", headers=bearer(key), json={"system_prompt": prompt}
+            )
             return str(response.json()["id"])
 
         first = send(client, alice, conv(alice), "hello")

@@ -16,8 +16,7 @@ def new_conversation(client: TestClient, **body: Any) -> str:
 
 
 def send(client: TestClient, conv_id: str, content: str, **extra: Any) -> list[Event]:
-    response = client.post(f"/v1/conversations/{conv_id}/turns",
-                           json={"content": content, **extra})
+    response = client.post(f"/v1/conversations/{conv_id}/turns", json={"content": content, **extra})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/event-stream")
     return list(parse_sse(iter(response.text.split("\n"))))
@@ -70,8 +69,9 @@ def test_list_is_newest_first_and_delete_hides(client: TestClient) -> None:
 
 def test_rename_and_system_prompt(client: TestClient) -> None:
     conv_id = new_conversation(client)
-    response = client.patch(f"/v1/conversations/{conv_id}",
-                            json={"title": "Renamed", "system_prompt": "Be brief."})
+    response = client.patch(
+        f"/v1/conversations/{conv_id}", json={"title": "Renamed", "system_prompt": "Be brief."}
+    )
     assert response.status_code == 200
     view = turns(client, conv_id)
     assert view["title"] == "Renamed" and view["system_prompt"] == "Be brief."
@@ -87,8 +87,7 @@ def test_empty_message_is_422_and_stores_nothing(client: TestClient) -> None:
 
 def test_too_long_message_is_413_naming_the_limit(client: TestClient) -> None:
     conv_id = new_conversation(client)
-    response = client.post(f"/v1/conversations/{conv_id}/turns",
-                           json={"content": "word " * 3000})
+    response = client.post(f"/v1/conversations/{conv_id}/turns", json={"content": "word " * 3000})
     assert response.status_code == 413
     body = response.json()["error"]
     assert str(body["limit"]) in body["message"]
@@ -101,22 +100,28 @@ def test_unknown_ids_are_404(client: TestClient) -> None:
     assert response.status_code == 404
     conv_id = new_conversation(client)
     assert client.post(f"/v1/conversations/{conv_id}/turns/t_nope/regenerate").status_code == 404
-    assert client.post(f"/v1/conversations/{conv_id}/branch",
-                       json={"turn_id": "t_nope"}).status_code == 404
+    assert (
+        client.post(f"/v1/conversations/{conv_id}/branch", json={"turn_id": "t_nope"}).status_code
+        == 404
+    )
 
 
 def test_malformed_json_is_400(client: TestClient) -> None:
     conv_id = new_conversation(client)
-    response = client.post(f"/v1/conversations/{conv_id}/turns", content=b"{not json",
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        f"/v1/conversations/{conv_id}/turns",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 400
     assert turns(client, conv_id)["turns"] == []
 
 
 def test_unknown_model_is_404_listing_models(client: TestClient) -> None:
     conv_id = new_conversation(client)
-    response = client.post(f"/v1/conversations/{conv_id}/turns",
-                           json={"content": "hi", "model": "gpt-9"})
+    response = client.post(
+        f"/v1/conversations/{conv_id}/turns", json={"content": "hi", "model": "gpt-9"}
+    )
     assert response.status_code == 404
     error = response.json()["error"]
     assert "tiny" in error["available"] and "tiny" in error["message"]
@@ -129,8 +134,9 @@ def test_regenerate_and_edit_make_branches(client: TestClient) -> None:
     view = turns(client, conv_id)
     user_turn, old_answer = view["turns"]
 
-    regen = client.post(f"/v1/conversations/{conv_id}/turns/{old_answer['id']}/regenerate",
-                        json={"seed": 7})
+    regen = client.post(
+        f"/v1/conversations/{conv_id}/turns/{old_answer['id']}/regenerate", json={"seed": 7}
+    )
     assert regen.status_code == 200
     view = turns(client, conv_id)
     new_answer = view["turns"][1]
@@ -138,16 +144,17 @@ def test_regenerate_and_edit_make_branches(client: TestClient) -> None:
     assert new_answer["siblings"] == [old_answer["id"], new_answer["id"]]
     assert new_answer["sibling_index"] == 1
 
-    edit = client.post(f"/v1/conversations/{conv_id}/turns/{user_turn['id']}/edit",
-                       json={"content": "second version"})
+    edit = client.post(
+        f"/v1/conversations/{conv_id}/turns/{user_turn['id']}/edit",
+        json={"content": "second version"},
+    )
     assert edit.status_code == 200
     view = turns(client, conv_id)
     assert view["turns"][0]["content"] == "second version"
     assert view["turns"][0]["siblings"] == [user_turn["id"], view["turns"][0]["id"]]
 
     # Switch back to the first branch: the original question and its newest answer.
-    response = client.post(f"/v1/conversations/{conv_id}/branch",
-                           json={"turn_id": user_turn["id"]})
+    response = client.post(f"/v1/conversations/{conv_id}/branch", json={"turn_id": user_turn["id"]})
     assert response.status_code == 200
     view = turns(client, conv_id)
     assert [t["id"] for t in view["turns"]] == [user_turn["id"], new_answer["id"]]
@@ -185,10 +192,13 @@ def test_replaying_a_finished_answer_ends(client: TestClient) -> None:
     conv_id = new_conversation(client)
     events = send(client, conv_id, "hello")
     turn_id = events[0].json()["turn_id"]
-    replay = client.get(f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
-                        headers={"Last-Event-ID": "1"})
+    replay = client.get(
+        f"/v1/conversations/{conv_id}/turns/{turn_id}/events", headers={"Last-Event-ID": "1"}
+    )
     replayed = list(parse_sse(iter(replay.text.split("\n"))))
     assert [e.id for e in replayed] == [e.id for e in events[1:]]
-    late = client.get(f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
-                      headers={"Last-Event-ID": events[-1].id or ""})
+    late = client.get(
+        f"/v1/conversations/{conv_id}/turns/{turn_id}/events",
+        headers={"Last-Event-ID": events[-1].id or ""},
+    )
     assert late.status_code == 200 and list(parse_sse(iter(late.text.split("\n")))) == []

@@ -19,17 +19,20 @@ def error_of(response: Any) -> dict[str, Any]:
     return dict(body["error"])
 
 
-@pytest.mark.parametrize(("exc", "status", "kind"), [
-    (InvalidInput("empty"), 422, "invalid_request_error"),
-    (TooLong(5000, 4096), 413, "context_length_exceeded"),
-    (Overloaded("full", 3), 503, "overloaded"),
-    (RateLimited("slow down", 2), 429, "rate_limit_exceeded"),
-    (GenerationFailed("decode failed"), 500, "server_error"),
-    (NotFoundError("document not found"), 404, "not_found"),
-    (FileTooLarge("too big"), 413, "file_too_large"),
-    (UnsupportedFile("what is this"), 415, "unsupported_file"),
-    (RuntimeError("a bug"), 500, "server_error"),
-])
+@pytest.mark.parametrize(
+    ("exc", "status", "kind"),
+    [
+        (InvalidInput("empty"), 422, "invalid_request_error"),
+        (TooLong(5000, 4096), 413, "context_length_exceeded"),
+        (Overloaded("full", 3), 503, "overloaded"),
+        (RateLimited("slow down", 2), 429, "rate_limit_exceeded"),
+        (GenerationFailed("decode failed"), 500, "server_error"),
+        (NotFoundError("document not found"), 404, "not_found"),
+        (FileTooLarge("too big"), 413, "file_too_large"),
+        (UnsupportedFile("what is this"), 415, "unsupported_file"),
+        (RuntimeError("a bug"), 500, "server_error"),
+    ],
+)
 def test_each_error_has_one_status_and_type(exc: Exception, status: int, kind: str) -> None:
     problem = classify(exc)
     assert (problem.status, problem.kind) == (status, kind)
@@ -46,13 +49,16 @@ def test_conversation_api_answers_invalid_input_with_422(client: TestClient) -> 
     assert error_of(response)["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize(("messages", "param"), [
-    ([{"role": "user", "content": [{"type": "text", "text": 1}]}], "messages[0].content[0]"),
-    ([{"role": ["user"], "content": "hi"}], "messages[0].role"),
-    ([{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
-    (["hello"], "messages[0]"),
-    ([{"role": "system", "content": "only a system prompt"}], "messages"),
-])
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([{"role": "user", "content": [{"type": "text", "text": 1}]}], "messages[0].content[0]"),
+        ([{"role": ["user"], "content": "hi"}], "messages[0].role"),
+        ([{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
+        (["hello"], "messages[0]"),
+        ([{"role": "system", "content": "only a system prompt"}], "messages"),
+    ],
+)
 def test_openai_api_answers_invalid_input_with_400_naming_the_param(
     client: TestClient, messages: list[Any], param: str
 ) -> None:
@@ -66,14 +72,17 @@ def test_openai_api_schema_errors_are_400_too(client: TestClient) -> None:
     response = client.post("/v1/chat/completions", json={"model": "tiny"})
     assert response.status_code == 400
     assert error_of(response)["type"] == "invalid_request_error"
-    response = client.post("/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": "hi"}], "n": 3})
+    response = client.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "n": 3}
+    )
     assert response.status_code == 400 and error_of(response)["param"] == "n"
 
 
 def test_unknown_model_is_404_with_the_available_ones(client: TestClient) -> None:
-    response = client.post("/v1/chat/completions", json={
-        "model": "nope", "messages": [{"role": "user", "content": "hi"}]})
+    response = client.post(
+        "/v1/chat/completions",
+        json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert response.status_code == 404
     error = error_of(response)
     assert error["type"] == "model_not_found" and error["available"] == ["tiny"]

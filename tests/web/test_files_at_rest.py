@@ -79,7 +79,8 @@ def _logs_in(settings: Settings, password: str) -> bool:
 
 
 def test_generated_admin_password_goes_to_a_private_file_off_a_terminal(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     settings = _generating(tmp_path)
     _first_start(settings)
     secret = settings.data_dir / "admin-password.txt"
@@ -92,8 +93,8 @@ def test_generated_admin_password_goes_to_a_private_file_off_a_terminal(
 
 
 def test_generated_admin_password_is_shown_once_on_a_terminal(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     settings = _generating(tmp_path)
@@ -108,7 +109,8 @@ def test_generated_admin_password_is_shown_once_on_a_terminal(
 
 
 def test_a_given_admin_password_is_never_printed_or_written(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     settings = test_settings(tmp_path / "data", admin_password="given-secret-pass")
     _first_start(settings)
     assert "given-secret-pass" not in capsys.readouterr().err

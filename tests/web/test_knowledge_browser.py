@@ -38,11 +38,17 @@ def note_files(folder: Path, name: str) -> tuple[Path, Path]:
 def wait_answer(pg: Any, count: int) -> None:
     pg.wait_for_function(
         "n => document.querySelectorAll('#turns > .turn.assistant[data-status]"
-        ":not(.streaming)').length >= n", arg=count, timeout=120_000)
+        ":not(.streaming)').length >= n",
+        arg=count,
+        timeout=120_000,
+    )
 
 
-def test_attach_ask_and_open_the_cited_passage(server: LiveServer, page: Any,  # noqa: F811
-                                               tmp_path: Path) -> None:
+def test_attach_ask_and_open_the_cited_passage(
+    server: LiveServer,  # noqa: F811
+    page: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     note, empty = note_files(tmp_path, "cabin-notes.md")
     page.goto(server.url + "/")
     page.fill("#composer-input", "draft kept")
@@ -134,8 +140,11 @@ def test_search_opens_the_conversation_at_the_turn(server: LiveServer, page: Any
     page.screenshot(path="/tmp/chatbox-knowledge-hit.png")
 
 
-def test_library_upload_list_and_delete(server: LiveServer, page: Any,  # noqa: F811
-                                        tmp_path: Path) -> None:
+def test_library_upload_list_and_delete(
+    server: LiveServer,  # noqa: F811
+    page: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     note, empty = note_files(tmp_path, "library-notes.md")
     page.goto(server.url + "/")
     page.locator(".sidebar-foot a", has_text="Library").click()

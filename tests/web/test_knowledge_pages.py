@@ -12,10 +12,10 @@ from tests.web.test_pages import HX, read_stream, send, start_chat
 NOTE = b"# Trip notes\n\nThe spare key to the cabin is hidden under the blue heron statue.\n"
 
 
-def attach(client: TestClient, conv_id: str, name: str, data: bytes,
-           mime: str = "text/markdown") -> object:
-    return client.post(f"/ui/c/{conv_id}/documents", files={"file": (name, data, mime)},
-                       headers=HX)
+def attach(
+    client: TestClient, conv_id: str, name: str, data: bytes, mime: str = "text/markdown"
+) -> object:
+    return client.post(f"/ui/c/{conv_id}/documents", files={"file": (name, data, mime)}, headers=HX)
 
 
 def test_attach_shows_a_chip_and_remove_takes_it_away(client: TestClient) -> None:
@@ -73,17 +73,21 @@ def test_too_large_and_encrypted_are_refused(client: TestClient) -> None:
 
 
 def test_attach_on_the_new_chat_page_starts_the_chat(client: TestClient) -> None:
-    response = client.post("/ui/new/documents", headers=HX, files={
-        "file": ("notes.md", NOTE, "text/markdown")},
-        data={"content": "my draft", "model": "", "system_prompt": "Be brief."})
+    response = client.post(
+        "/ui/new/documents",
+        headers=HX,
+        files={"file": ("notes.md", NOTE, "text/markdown")},
+        data={"content": "my draft", "model": "", "system_prompt": "Be brief."},
+    )
     assert response.status_code == 200, response.text
     conv_id = response.headers["HX-Push-Url"].removeprefix("/c/")
     assert "notes.md" in response.text and ">my draft</textarea>" in response.text
     assert f'hx-post="/ui/c/{conv_id}/send"' in response.text
     assert 'id="conv-list" hx-swap-oob="true"' in response.text
     before = len(client.get("/v1/conversations").json()["data"])
-    bad = client.post("/ui/new/documents", headers=HX,
-                      files={"file": ("empty.txt", b"", "text/plain")})
+    bad = client.post(
+        "/ui/new/documents", headers=HX, files={"file": ("empty.txt", b"", "text/plain")}
+    )
     assert bad.status_code == 422 and "empty" in bad.text
     assert len(client.get("/v1/conversations").json()["data"]) == before  # none left behind
 
@@ -108,8 +112,9 @@ def test_memory_page_add_edit_delete_and_switch(client: TestClient) -> None:
     body = client.post("/ui/memory/add", data={"text": "I keep bees"}, headers=HX).text
     assert "I keep bees" in body
     fact_id = re.search(r'id="fact-([^"]+)"', body).group(1)  # type: ignore[union-attr]
-    body = client.post(f"/ui/memory/{fact_id}/edit", data={"text": "I keep three hives"},
-                       headers=HX).text
+    body = client.post(
+        f"/ui/memory/{fact_id}/edit", data={"text": "I keep three hives"}, headers=HX
+    ).text
     assert "I keep three hives" in body and "Saved." in body
     body = client.post("/ui/memory/enabled", data={}, headers=HX).text
     assert "Memory is off." in body and "checked" not in body

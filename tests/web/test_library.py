@@ -18,8 +18,7 @@ from tests.web.test_pages import HX, read_stream, send, start_chat
 
 
 @pytest.fixture
-def two(settings: Settings, registry: ModelRegistry
-        ) -> Iterator[tuple[TestClient, dict[str, str]]]:
+def two(settings: Settings, registry: ModelRegistry) -> Iterator[tuple[TestClient, dict[str, str]]]:
     """The app as the admin (the client's default headers), and member bob's headers."""
     admin = bearer(seed_user(settings))
     bob = bearer(seed_user(settings, "bob", role="member", tier="paid"))
@@ -28,10 +27,18 @@ def two(settings: Settings, registry: ModelRegistry
         yield client, bob
 
 
-def upload(client: TestClient, name: str, data: bytes, mime: str = "text/markdown",
-           headers: dict[str, str] | None = None) -> object:
-    return client.post("/ui/library/documents", files={"file": (name, data, mime)},
-                       headers={**HX, **(headers or {})})
+def upload(
+    client: TestClient,
+    name: str,
+    data: bytes,
+    mime: str = "text/markdown",
+    headers: dict[str, str] | None = None,
+) -> object:
+    return client.post(
+        "/ui/library/documents",
+        files={"file": (name, data, mime)},
+        headers={**HX, **(headers or {})},
+    )
 
 
 def doc_id_of(body: str, name: str) -> str:
@@ -125,8 +132,12 @@ def test_refused_files_say_why_and_store_nothing(client: TestClient) -> None:
 def test_library_upload_ignores_a_conversation_field(client: TestClient) -> None:
     conv_id, url = start_chat(client)
     read_stream(client, url)
-    response = client.post("/ui/library/documents", headers=HX, data={"conversation_id": conv_id},
-                           files={"file": ("notes.md", NOTE, "text/markdown")})
+    response = client.post(
+        "/ui/library/documents",
+        headers=HX,
+        data={"conversation_id": conv_id},
+        files={"file": ("notes.md", NOTE, "text/markdown")},
+    )
     assert response.status_code == 200, response.text
     (doc,) = client.get("/v1/documents").json()["data"]
     assert doc["conversation_id"] is None
@@ -135,8 +146,9 @@ def test_library_upload_ignores_a_conversation_field(client: TestClient) -> None
 def test_conversation_attachments_are_not_in_the_library(client: TestClient) -> None:
     conv_id, url = start_chat(client)
     read_stream(client, url)
-    attached = client.post(f"/ui/c/{conv_id}/documents", headers=HX,
-                           files={"file": ("chat.md", NOTE, "text/markdown")})
+    attached = client.post(
+        f"/ui/c/{conv_id}/documents", headers=HX, files={"file": ("chat.md", NOTE, "text/markdown")}
+    )
     assert attached.status_code == 200, attached.text
     doc_id = re.search(r'id="doc-([^"]+)"', attached.text).group(1)  # type: ignore[union-attr]
     assert "chat.md" not in client.get("/library").text
@@ -165,8 +177,15 @@ def test_a_browser_session_needs_the_pages_csrf_token(client: TestClient) -> Non
     del client.headers["Authorization"]  # a cookie session, as in a browser
     login = client.get("/login").text
     token = login.split('name="csrf_token" value="')[1].split('"')[0]
-    r = client.post("/login", data={"name": ADMIN_NAME, "password": ADMIN_PASSWORD,
-                                    "csrf_token": token, "next": "/library"})
+    r = client.post(
+        "/login",
+        data={
+            "name": ADMIN_NAME,
+            "password": ADMIN_PASSWORD,
+            "csrf_token": token,
+            "next": "/library",
+        },
+    )
     assert r.status_code == 200 and 'id="library-upload"' in r.text, r.text
     csrf = re.search(r'"x-csrf-token": "([^"]+)"', r.text.replace("&#34;", '"'))
     assert csrf, r.text[:600]

@@ -27,10 +27,18 @@ MiB = 1024 * 1024
 @pytest.fixture
 def capped(data_dir: Path) -> Settings:
     """Small caps, so each test's payloads stay small."""
-    return test_settings(data_dir, max_title_chars=50, max_system_prompt_chars=300,
-                         max_stop_strings=2, max_stop_chars=8,
-                         max_embedding_input_chars=100, max_embedding_total_chars=150,
-                         max_memory_add=3, max_fact_chars=40, max_upload_bytes=64 * 1024)
+    return test_settings(
+        data_dir,
+        max_title_chars=50,
+        max_system_prompt_chars=300,
+        max_stop_strings=2,
+        max_stop_chars=8,
+        max_embedding_input_chars=100,
+        max_embedding_total_chars=150,
+        max_memory_add=3,
+        max_fact_chars=40,
+        max_upload_bytes=64 * 1024,
+    )
 
 
 @pytest.fixture
@@ -50,18 +58,25 @@ def _error(r: httpx.Response, status: int, words: str) -> dict[str, object]:
 
 # -- item 1: uploads stream with a hard cap ----------------------------------------------
 
+
 def _chunked_upload(port: int, path: str, headers: dict[str, str], total: int) -> tuple[int, int]:
     """POST a multipart upload of `total` bytes with Transfer-Encoding: chunked (no
     Content-Length), stopping as soon as the server answers. Returns (status, bytes sent)."""
     boundary = "limitboundary"
-    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Transfer-Encoding: chunked",
-             f"Content-Type: multipart/form-data; boundary={boundary}",
-             *(f"{k}: {v}" for k, v in headers.items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Transfer-Encoding: chunked",
+        f"Content-Type: multipart/form-data; boundary={boundary}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     try:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-                'filename="a.txt"\r\nContent-Type: text/plain\r\n\r\n').encode()
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            'filename="a.txt"\r\nContent-Type: text/plain\r\n\r\n'
+        ).encode()
         piece = b"word " * (64 * 1024 // 5)
         sent, answer = 0, b""
         for body in (head, *([piece] * (total // len(piece)))):
@@ -86,16 +101,20 @@ def _chunked_upload(port: int, path: str, headers: dict[str, str], total: int) -
         sock.close()
 
 
-def test_chunked_uploads_are_refused_while_reading(data_dir: Path,
-                                                   registry: ModelRegistry) -> None:
+def test_chunked_uploads_are_refused_while_reading(data_dir: Path, registry: ModelRegistry) -> None:
     """200 MiB chunked to every upload route: 413 after reading about the limit, not all."""
     settings = test_settings(data_dir, max_upload_bytes=256 * 1024)
     with LiveServer(settings, registry) as live:
-        conv = httpx.post(f"{live.url}/v1/conversations", json={}, headers=live.headers,
-                          timeout=30).json()
-        for path in ("/v1/documents", f"/v1/conversations/{conv['id']}/documents",
-                     f"/ui/c/{conv['id']}/documents", "/ui/new/documents",
-                     "/ui/library/documents"):
+        conv = httpx.post(
+            f"{live.url}/v1/conversations", json={}, headers=live.headers, timeout=30
+        ).json()
+        for path in (
+            "/v1/documents",
+            f"/v1/conversations/{conv['id']}/documents",
+            f"/ui/c/{conv['id']}/documents",
+            "/ui/new/documents",
+            "/ui/library/documents",
+        ):
             status, sent = _chunked_upload(live.port, path, live.headers, 200 * MiB)
             assert status == 413, path
             # The server stopped reading near the cap; the rest is what the sockets' buffers
@@ -103,8 +122,7 @@ def test_chunked_uploads_are_refused_while_reading(data_dir: Path,
             assert sent < 40 * MiB, (path, sent)
         docs = httpx.get(f"{live.url}/v1/documents", headers=live.headers, timeout=30).json()
         assert docs["data"] == []
-        convs = httpx.get(f"{live.url}/v1/conversations", headers=live.headers,
-                          timeout=30).json()
+        convs = httpx.get(f"{live.url}/v1/conversations", headers=live.headers, timeout=30).json()
         assert [c["id"] for c in convs["data"]] == [conv["id"]]  # /ui/new left none behind
 
 
@@ -124,20 +142,33 @@ def test_upload_without_a_file_part(client: TestClient) -> None:
 
 # -- item 5: titles, system prompts, stops, embeddings, memory ---------------------------
 
+
 def test_title_and_system_prompt_caps(client: TestClient) -> None:
-    e = _error(client.post("/v1/conversations", json={"title": "t" * 51}), 422,
-               "title is 51 characters; the limit is 50")
+    e = _error(
+        client.post("/v1/conversations", json={"title": "t" * 51}),
+        422,
+        "title is 51 characters; the limit is 50",
+    )
     assert e["param"] == "title"
-    e = _error(client.post("/v1/conversations", json={"system_prompt": "s" * 301}), 422,
-               "system_prompt is 301 characters; the limit is 300")
+    e = _error(
+        client.post("/v1/conversations", json={"system_prompt": "s" * 301}),
+        422,
+        "system_prompt is 301 characters; the limit is 300",
+    )
     assert e["param"] == "system_prompt"
-    conv = client.post("/v1/conversations", json={"title": "t" * 50,
-                                                  "system_prompt": "s" * 300}).json()
-    _error(client.patch(f"/v1/conversations/{conv['id']}", json={"title": "t" * 51}), 422,
-           "the limit is 50")
-    _error(client.patch(f"/v1/conversations/{conv['id']}",
-                        json={"system_prompt": "s" * 20_001}), 422,
-           "system_prompt is 20,001 characters; the limit is 300")
+    conv = client.post(
+        "/v1/conversations", json={"title": "t" * 50, "system_prompt": "s" * 300}
+    ).json()
+    _error(
+        client.patch(f"/v1/conversations/{conv['id']}", json={"title": "t" * 51}),
+        422,
+        "the limit is 50",
+    )
+    _error(
+        client.patch(f"/v1/conversations/{conv['id']}", json={"system_prompt": "s" * 20_001}),
+        422,
+        "system_prompt is 20,001 characters; the limit is 300",
+    )
     # The UI: the settings form and a new chat's system prompt.
     r = client.post(f"/ui/c/{conv['id']}/settings", data={"system_prompt": "s" * 301})
     assert r.status_code == 422 and "the limit is 300" in r.text
@@ -151,36 +182,60 @@ def test_title_and_system_prompt_caps(client: TestClient) -> None:
 def test_stop_sequence_caps(client: TestClient) -> None:
     conv = client.post("/v1/conversations", json={}).json()
     turns = f"/v1/conversations/{conv['id']}/turns"
-    e = _error(client.post(turns, json={"content": "hi", "stop": ["a", "b", "c"]}), 422,
-               "stop has 3 sequences; the limit is 2")
+    e = _error(
+        client.post(turns, json={"content": "hi", "stop": ["a", "b", "c"]}),
+        422,
+        "stop has 3 sequences; the limit is 2",
+    )
     assert e["param"] == "stop"
-    _error(client.post(turns, json={"content": "hi", "stop": ["123456789"]}), 422,
-           "stop[0] is 9 characters; the limit is 8")
+    _error(
+        client.post(turns, json={"content": "hi", "stop": ["123456789"]}),
+        422,
+        "stop[0] is 9 characters; the limit is 8",
+    )
     assert client.get(f"/v1/conversations/{conv['id']}").json()["turns"] == []
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    e = _error(client.post("/v1/chat/completions", json={**chat, "stop": ["a", "b", "c"]}),
-               400, "the limit is 2")
+    e = _error(
+        client.post("/v1/chat/completions", json={**chat, "stop": ["a", "b", "c"]}),
+        400,
+        "the limit is 2",
+    )
     assert e == {"message": e["message"], "type": "invalid_request_error", "param": "stop"}
-    _error(client.post("/v1/chat/completions", json={**chat, "stop": "x" * 65}), 400,
-           "stop[0] is 65 characters; the limit is 8")
+    _error(
+        client.post("/v1/chat/completions", json={**chat, "stop": "x" * 65}),
+        400,
+        "stop[0] is 65 characters; the limit is 8",
+    )
     ok = client.post("/v1/chat/completions", json={**chat, "stop": ["12345678", "b"]})
     assert ok.status_code == 200, ok.text
 
 
 def test_embedding_input_caps(client: TestClient) -> None:
-    e = _error(client.post("/v1/embeddings", json={"input": "x" * 101}), 400,
-               "input[0] is 101 characters; the limit is 100")
+    e = _error(
+        client.post("/v1/embeddings", json={"input": "x" * 101}),
+        400,
+        "input[0] is 101 characters; the limit is 100",
+    )
     assert e["param"] == "input"
-    _error(client.post("/v1/embeddings", json={"input": ["x" * 100, "y" * 51]}), 400,
-           "input is 151 characters in all; the limit is 150")
+    _error(
+        client.post("/v1/embeddings", json={"input": ["x" * 100, "y" * 51]}),
+        400,
+        "input is 151 characters in all; the limit is 150",
+    )
 
 
 def test_memory_add_caps(client: TestClient) -> None:
-    e = _error(client.patch("/v1/users/me/memory", json={"add": ["a fact"] * 4}), 422,
-               "add has 4 facts; the limit is 3")
+    e = _error(
+        client.patch("/v1/users/me/memory", json={"add": ["a fact"] * 4}),
+        422,
+        "add has 4 facts; the limit is 3",
+    )
     assert e["param"] == "add"
-    _error(client.patch("/v1/users/me/memory", json={"add": ["ok fact", "f" * 41]}), 422,
-           "add[1] is 41 characters; the limit is 40")
+    _error(
+        client.patch("/v1/users/me/memory", json={"add": ["ok fact", "f" * 41]}),
+        422,
+        "add[1] is 41 characters; the limit is 40",
+    )
     assert client.get("/v1/users/me/memory").json()["data"] == []
 
 
@@ -194,8 +249,10 @@ def test_default_limits() -> None:
 
 # -- a huge prompt is tokenized off the event loop ---------------------------------------
 
+
 def test_huge_prompt_is_refused_without_stalling_others(
-        data_dir: Path, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir: Path, registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """150k characters to a 1024-token model: 413, and the server answers others meanwhile.
 
     Tokenizing is made slow (as it is for a real vocabulary and a long prompt); the other
@@ -214,18 +271,22 @@ def test_huge_prompt_is_refused_without_stalling_others(
     monkeypatch.setattr(LlamaEngine, "count_tokens", slow_count)
     settings = test_settings(data_dir)
     with LiveServer(settings, registry) as live:
-        conv = httpx.post(f"{live.url}/v1/conversations", json={}, headers=live.headers,
-                          timeout=30).json()
+        conv = httpx.post(
+            f"{live.url}/v1/conversations", json={}, headers=live.headers, timeout=30
+        ).json()
         huge = "lorem ipsum " * 12_500  # 150,000 characters
-        for url, body in ((f"{live.url}/v1/conversations/{conv['id']}/turns",
-                           {"content": huge}),
-                          (f"{live.url}/v1/chat/completions",
-                           {"messages": [{"role": "user", "content": huge}]})):
+        for url, body in (
+            (f"{live.url}/v1/conversations/{conv['id']}/turns", {"content": huge}),
+            (f"{live.url}/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]}),
+        ):
             inside.clear()
             released.clear()
             result: list[httpx.Response] = []
-            worker = threading.Thread(target=lambda u=url, b=body, out=result: out.append(
-                httpx.post(u, json=b, headers=live.headers, timeout=60)))
+            worker = threading.Thread(
+                target=lambda u=url, b=body, out=result: out.append(
+                    httpx.post(u, json=b, headers=live.headers, timeout=60)
+                )
+            )
             worker.start()
             assert inside.wait(30)
             other = httpx.get(f"{live.url}/v1/models", headers=live.headers, timeout=30)

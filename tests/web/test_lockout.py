@@ -30,8 +30,9 @@ def box(tmp_path: Path, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
         return scope
 
     monkeypatch.setattr(transport.TestClientTransport, "parse_request", parse)
-    with gateway_box(tmp_path, tiny_gguf, trusted_proxies=("10.9.0.0/16",),
-                     login_slowdown_s=0.3) as b:
+    with gateway_box(
+        tmp_path, tiny_gguf, trusted_proxies=("10.9.0.0/16",), login_slowdown_s=0.3
+    ) as b:
         yield b
 
 
@@ -44,9 +45,12 @@ def login(box: Box, name: str, password: str, **headers: str) -> Any:
     # The form's cookie as a browser on the proxy's https:// would send it (httpx, on
     # http://testserver, keeps back a Secure one).
     cookie = f"chatbox_login_csrf={page.cookies['chatbox_login_csrf']}"
-    return c.post("/login", data={"name": name, "password": password,
-                                  "csrf_token": token.group(1), "next": "/"},
-                  headers={**headers, "Cookie": cookie}, follow_redirects=False)
+    return c.post(
+        "/login",
+        data={"name": name, "password": password, "csrf_token": token.group(1), "next": "/"},
+        headers={**headers, "Cookie": cookie},
+        follow_redirects=False,
+    )
 
 
 def peer(address: str, **extra: str) -> dict[str, str]:
@@ -89,13 +93,23 @@ def test_an_address_spraying_accounts_is_refused(box: Box) -> None:
 def test_x_forwarded_for_is_ignored_from_an_untrusted_peer(box: Box) -> None:
     c = box.client
     for i in range(20):  # a new forged X-Forwarded-For each time: still one address
-        r = c.get("/v1/conversations", headers={
-            "Authorization": "Bearer cbx-guess", "X-Test-Peer": "192.0.2.50",
-            "X-Forwarded-For": f"172.16.0.{i}"})
+        r = c.get(
+            "/v1/conversations",
+            headers={
+                "Authorization": "Bearer cbx-guess",
+                "X-Test-Peer": "192.0.2.50",
+                "X-Forwarded-For": f"172.16.0.{i}",
+            },
+        )
         assert r.status_code == 401
-    r = c.get("/v1/conversations", headers={
-        "Authorization": "Bearer cbx-guess", "X-Test-Peer": "192.0.2.50",
-        "X-Forwarded-For": "172.16.1.1"})
+    r = c.get(
+        "/v1/conversations",
+        headers={
+            "Authorization": "Bearer cbx-guess",
+            "X-Test-Peer": "192.0.2.50",
+            "X-Forwarded-For": "172.16.1.1",
+        },
+    )
     assert r.status_code == 429
 
 
@@ -103,14 +117,22 @@ def test_x_forwarded_for_from_a_trusted_proxy_names_the_client(box: Box) -> None
     c = box.client
     via = {"Authorization": "Bearer cbx-guess", "X-Test-Peer": PROXY}
     for _ in range(20):  # the client's own forged entry (left) does not help it
-        r = c.get("/v1/conversations", headers={
-            **via, "X-Forwarded-For": "1.2.3.4, 198.51.100.1, 10.9.0.2"})
+        r = c.get(
+            "/v1/conversations",
+            headers={**via, "X-Forwarded-For": "1.2.3.4, 198.51.100.1, 10.9.0.2"},
+        )
         assert r.status_code == 401
-    assert c.get("/v1/conversations", headers={
-        **via, "X-Forwarded-For": "5.6.7.8, 198.51.100.1"}).status_code == 429
+    assert (
+        c.get(
+            "/v1/conversations", headers={**via, "X-Forwarded-For": "5.6.7.8, 198.51.100.1"}
+        ).status_code
+        == 429
+    )
     # another client behind the same proxy is not blocked
-    assert c.get("/v1/conversations", headers={
-        **via, "X-Forwarded-For": "198.51.100.2"}).status_code == 401
+    assert (
+        c.get("/v1/conversations", headers={**via, "X-Forwarded-For": "198.51.100.2"}).status_code
+        == 401
+    )
 
 
 def test_session_cookie_is_secure_only_behind_a_trusted_tls_proxy(box: Box) -> None:
@@ -127,8 +149,12 @@ def test_session_cookie_is_secure_only_behind_a_trusted_tls_proxy(box: Box) -> N
 def test_trusted_proxies_and_metrics_token_come_from_the_environment() -> None:
     from chatbox.settings import settings_from_env
 
-    s = settings_from_env({"CHATBOX_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8,,fd00::/8",
-                           "CHATBOX_METRICS_TOKEN": "t0ken"})
+    s = settings_from_env(
+        {
+            "CHATBOX_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8,,fd00::/8",
+            "CHATBOX_METRICS_TOKEN": "t0ken",
+        }
+    )
     assert s.trusted_proxies == ("127.0.0.1", "10.0.0.0/8", "fd00::/8")
     assert s.metrics_token == "t0ken" and "t0ken" not in repr(s)
     assert settings_from_env({}).trusted_proxies == ()

@@ -10,8 +10,12 @@ from tests.conftest import LiveServer
 
 
 def test_a_disconnected_stream_is_charged_its_real_usage(live: LiveServer) -> None:
-    body = {"model": "tiny", "stream": True, "max_tokens": 400,
-            "messages": [{"role": "user", "content": "Tell me a long story."}]}
+    body = {
+        "model": "tiny",
+        "stream": True,
+        "max_tokens": 400,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+    }
     with httpx.Client(base_url=live.url, headers=live.headers, timeout=30) as http:
         with http.stream("POST", "/v1/chat/completions", json=body) as stream:
             chunks = []

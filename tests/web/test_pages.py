@@ -29,8 +29,9 @@ def read_stream(client: TestClient, url: str, last_id: int | None = None) -> lis
 
 
 def start_chat(client: TestClient, text: str = "Hello there") -> tuple[str, str]:
-    response = client.post("/ui/new/send", data={"content": text, "model": "",
-                                                 "system_prompt": ""}, headers=HX)
+    response = client.post(
+        "/ui/new/send", data={"content": text, "model": "", "system_prompt": ""}, headers=HX
+    )
     assert response.status_code == 200, response.text
     conv_id = response.headers["HX-Push-Url"].removeprefix("/c/")
     return conv_id, stream_url(response.text)
@@ -123,8 +124,9 @@ def test_edit_makes_a_sibling_of_the_user_message(client: TestClient) -> None:
     user_id = re.search(r'class="turn user" id="turn-([^"]+)"', page).group(1)  # type: ignore[union-attr]
     form = client.get(f"/ui/c/{conv_id}/turns/{user_id}/edit", headers=HX)
     assert "First version</textarea>" in form.text
-    response = client.post(f"/ui/c/{conv_id}/turns/{user_id}/edit",
-                           data={"content": "Second version"}, headers=HX)
+    response = client.post(
+        f"/ui/c/{conv_id}/turns/{user_id}/edit", data={"content": "Second version"}, headers=HX
+    )
     assert response.status_code == 200
     assert "Second version" in response.text and "First version" not in response.text
     read_stream(client, stream_url(response.text))
@@ -134,8 +136,11 @@ def test_edit_makes_a_sibling_of_the_user_message(client: TestClient) -> None:
 def test_settings_rename_model_and_system_prompt(client: TestClient) -> None:
     conv_id, url = start_chat(client)
     read_stream(client, url)
-    response = client.post(f"/ui/c/{conv_id}/settings", headers=HX, data={
-        "title": "Renamed chat", "system_prompt": "Be brief.", "model": "tiny"})
+    response = client.post(
+        f"/ui/c/{conv_id}/settings",
+        headers=HX,
+        data={"title": "Renamed chat", "system_prompt": "Be brief.", "model": "tiny"},
+    )
     assert response.status_code == 200
     assert "Renamed chat</h1>" in response.text
     assert "Be brief.</textarea>" in response.text
@@ -210,8 +215,11 @@ def test_a_search_hit_on_an_old_branch_opens_that_branch(client: TestClient) -> 
     read_stream(client, url)
     page = client.get(f"/c/{conv_id}").text
     user_id = re.search(r'class="turn user" id="turn-([^"]+)"', page).group(1)  # type: ignore[union-attr]
-    response = client.post(f"/ui/c/{conv_id}/turns/{user_id}/edit",
-                           data={"content": "Tell me about pangolins"}, headers=HX)
+    response = client.post(
+        f"/ui/c/{conv_id}/turns/{user_id}/edit",
+        data={"content": "Tell me about pangolins"},
+        headers=HX,
+    )
     read_stream(client, stream_url(response.text))
     bubble = '<div class="plain">Tell me about aardvarks</div>'
     assert bubble not in client.get(f"/c/{conv_id}").text  # now on the second branch
@@ -224,8 +232,11 @@ def test_a_search_hit_on_an_old_branch_opens_that_branch(client: TestClient) -> 
     # ... until a message is sent from the page showing the first: it continues that one.
     leaf = re.search(r'name="parent_id" value="([^"]+)"', page)
     assert leaf, page
-    response = client.post(f"/ui/c/{conv_id}/send", headers=HX,
-                           data={"content": "More on aardvarks", "parent_id": leaf.group(1)})
+    response = client.post(
+        f"/ui/c/{conv_id}/send",
+        headers=HX,
+        data={"content": "More on aardvarks", "parent_id": leaf.group(1)},
+    )
     assert response.status_code == 200, response.text
     read_stream(client, stream_url(response.text))
     now = client.get(f"/c/{conv_id}").text

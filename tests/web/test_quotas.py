@@ -14,8 +14,11 @@ from tests.gateway import Box, gateway_box
 from tests.sse import parse_sse
 
 HX = {"HX-Request": "true"}
-LIMIT_HEADERS = [f"x-ratelimit-{what}-{kind}" for what in ("limit", "remaining", "reset")
-                 for kind in ("requests", "tokens")]
+LIMIT_HEADERS = [
+    f"x-ratelimit-{what}-{kind}"
+    for what in ("limit", "remaining", "reset")
+    for kind in ("requests", "tokens")
+]
 
 
 def usage(box: Box) -> dict[str, Any]:
@@ -39,20 +42,21 @@ def test_requests_per_minute_gives_429_with_headers(tmp_path: Path, tiny_gguf: P
         assert refused.headers["x-ratelimit-remaining-requests"] == "0"
         # The conversation API and the UI refuse too, before any engine work.
         conv = box.new_conversation("ann")
-        r = box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
-                            headers=box.h("ann"))
+        r = box.client.post(
+            f"/v1/conversations/{conv}/turns", json={"content": "hi"}, headers=box.h("ann")
+        )
         assert r.status_code == 429 and "retry-after" in r.headers
         ui = box.client.post("/ui/new/send", data={"content": "hi"}, headers=box.h("ann", **HX))
         assert ui.status_code == 429
         assert "faster than your plan allows" in ui.text and "try again in" in ui.text
-        assert box.client.get(f"/v1/conversations/{conv}", headers=box.h("ann")).json()[
-            "turns"] == []
+        assert (
+            box.client.get(f"/v1/conversations/{conv}", headers=box.h("ann")).json()["turns"] == []
+        )
         # Another user is not affected.
         assert box.complete("bob").status_code == 200
 
 
-def test_tokens_per_minute_counts_prompt_plus_completion(tmp_path: Path,
-                                                         tiny_gguf: Path) -> None:
+def test_tokens_per_minute_counts_prompt_plus_completion(tmp_path: Path, tiny_gguf: Path) -> None:
     with gateway_box(tmp_path, tiny_gguf, free_tpm=60) as box:
         first = box.complete("ann", "tell me about the sea " * 4)
         assert first.status_code == 200
@@ -94,8 +98,7 @@ def test_overload_sheds_free_first_with_503(tmp_path: Path, tiny_gguf: Path) -> 
         assert users["bob"]["shed"] == 0
 
 
-def test_overload_then_degrades_paid_to_the_small_model(tmp_path: Path,
-                                                        tiny_gguf: Path) -> None:
+def test_overload_then_degrades_paid_to_the_small_model(tmp_path: Path, tiny_gguf: Path) -> None:
     with gateway_box(tmp_path, tiny_gguf) as box:
         box.saturate({"big": 4, "tiny": 0})  # past high water x 2 on the paid tier's model
         r = box.complete("bob")
@@ -103,8 +106,9 @@ def test_overload_then_degrades_paid_to_the_small_model(tmp_path: Path,
         assert r.json()["model"] == "tiny"
         assert r.headers["x-chatbox-degraded-from"] == "big"
         conv = box.new_conversation("bob")
-        r = box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
-                            headers=box.h("bob"))
+        r = box.client.post(
+            f"/v1/conversations/{conv}/turns", json={"content": "hi"}, headers=box.h("bob")
+        )
         events = list(parse_sse(iter(r.text.split("\n"))))
         start, done = events[0].json(), events[-1].json()
         assert start["model"] == done["model"] == "tiny"
@@ -112,7 +116,10 @@ def test_overload_then_degrades_paid_to_the_small_model(tmp_path: Path,
         turn = box.client.get(f"/v1/conversations/{conv}", headers=box.h("bob")).json()
         answer = turn["turns"][-1]
         assert (answer["model"], answer["degraded_from"], answer["route"]) == (
-            "tiny", "big", "degraded")
+            "tiny",
+            "big",
+            "degraded",
+        )
         page = box.client.get(f"/c/{conv}", headers=box.h("bob")).text
         assert "instead of big" in page  # the stored answer still says so after a reload
         users = {u["user"]: u for u in usage(box)["users"]}
@@ -141,12 +148,12 @@ def test_routing_by_tier_pick_pin_auto_and_canary(tmp_path: Path, tiny_gguf: Pat
         # carol (team tier, pinned in the policy) always gets her pinned model
         r = box.complete("carol", model="big")
         assert r.json()["model"] == "tiny" and r.headers["x-chatbox-route"] == "pin"
-        assert "auto" in [m["id"] for m in box.client.get(
-            "/v1/models", headers=box.h("ann")).json()["data"]]
+        assert "auto" in [
+            m["id"] for m in box.client.get("/v1/models", headers=box.h("ann")).json()["data"]
+        ]
 
 
-def test_canary_sends_a_share_of_a_tier_and_tags_usage(tmp_path: Path,
-                                                       tiny_gguf: Path) -> None:
+def test_canary_sends_a_share_of_a_tier_and_tags_usage(tmp_path: Path, tiny_gguf: Path) -> None:
     canary = '\n[[routing.canary]]\ntier = "paid"\nmodel = "tiny"\npercent = 100\narm = "exp1"\n'
     with gateway_box(tmp_path, tiny_gguf, extra=canary) as box:
         r = box.complete("bob")
@@ -156,14 +163,14 @@ def test_canary_sends_a_share_of_a_tier_and_tags_usage(tmp_path: Path,
         assert [(x["user"], x["arm"]) for x in rows if x["user"] == "bob"] == [("bob", "exp1")]
         assert [x["arm"] for x in rows if x["user"] == "ann"] == [""]
         conv = box.new_conversation("bob")
-        box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
-                        headers=box.h("bob"))
+        box.client.post(
+            f"/v1/conversations/{conv}/turns", json={"content": "hi"}, headers=box.h("bob")
+        )
         answer = box.client.get(f"/v1/conversations/{conv}", headers=box.h("bob")).json()
         assert (answer["turns"][-1]["arm"], answer["turns"][-1]["route"]) == ("exp1", "canary")
 
 
-def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path,
-                                                         tiny_gguf: Path) -> None:
+def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path, tiny_gguf: Path) -> None:
     with gateway_box(tmp_path, tiny_gguf) as box:
         settings = box.client.app.state.services.settings
     registry = ModelRegistry(settings.models_path)
@@ -173,17 +180,21 @@ def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path,
         gate = threading.Event()
         engine._scheduler.call(lambda: gate.wait(30))  # hold the decode thread
         keys = box.keys
-        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-                "stream": True}
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
 
         def post(name: str) -> httpx.Response:
-            return httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=30,
-                              headers={"Authorization": f"Bearer {keys[name]}"})
+            return httpx.post(
+                f"{live.url}/v1/chat/completions",
+                json=body,
+                timeout=30,
+                headers={"Authorization": f"Bearer {keys[name]}"},
+            )
 
         with httpx.Client(timeout=30) as http:
             auth = {"Authorization": f"Bearer {keys['ann']}"}
-            with http.stream("POST", f"{live.url}/v1/chat/completions", json=body,
-                             headers=auth) as first:
+            with http.stream(
+                "POST", f"{live.url}/v1/chat/completions", json=body, headers=auth
+            ) as first:
                 assert first.status_code == 200
                 second = post("ann")  # free tier: one answer at a time
                 assert second.status_code == 429
@@ -200,8 +211,9 @@ def test_queued_requests_see_their_position(tmp_path: Path, tiny_gguf: Path) -> 
     with gateway_box(tmp_path, tiny_gguf) as box:
         box.saturate(6)  # well past every mark: the team tier ("queue") waits in line
         conv = box.new_conversation("carol")
-        r = box.client.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"},
-                            headers=box.h("carol"))
+        r = box.client.post(
+            f"/v1/conversations/{conv}/turns", json={"content": "hi"}, headers=box.h("carol")
+        )
         assert r.status_code == 200
         events = list(parse_sse(iter(r.text.split("\n"))))
         kinds = [e.event for e in events]

@@ -23,9 +23,14 @@ def box(tmp_path: Path, tiny_gguf: Path) -> Iterator[Box]:
 def test_every_response_carries_the_security_headers(box: Box) -> None:
     c = box.client
     responses = [
-        c.get("/login"), c.get("/healthz"), c.get("/static/app.js"), c.get("/nowhere"),
-        c.get("/v1/conversations"), c.get("/", follow_redirects=False),
-        c.post("/login", data={"csrf_token": "x"}), c.get("/", headers=box.h("ann")),
+        c.get("/login"),
+        c.get("/healthz"),
+        c.get("/static/app.js"),
+        c.get("/nowhere"),
+        c.get("/v1/conversations"),
+        c.get("/", follow_redirects=False),
+        c.post("/login", data={"csrf_token": "x"}),
+        c.get("/", headers=box.h("ann")),
         c.get("/v1/models", headers=box.h("ann")),
     ]
     for r in responses:
@@ -43,8 +48,11 @@ def test_every_response_carries_the_security_headers(box: Box) -> None:
 
 def test_templates_need_no_inline_script_or_style() -> None:
     """What a strict CSP refuses: inline scripts, on* handlers, style attributes, htmx eval."""
-    refused = re.compile(r"<script(?![^>]*\bsrc=)|<style|\son[a-z]+\s*=|\sstyle\s*=|hx-on|"
-                         r"javascript:|js:|hx-vars", re.IGNORECASE)
+    refused = re.compile(
+        r"<script(?![^>]*\bsrc=)|<style|\son[a-z]+\s*=|\sstyle\s*=|hx-on|"
+        r"javascript:|js:|hx-vars",
+        re.IGNORECASE,
+    )
     for template in sorted((ROOT / "templates").glob("*.html")):
         found = refused.search(template.read_text())
         assert found is None, f"{template.name}: {found.group(0) if found else ''}"

@@ -15,10 +15,23 @@ from chatbox.web.render import markdown
 from chatbox.web.templating import UPLOAD_ACCEPT
 
 # Attributes that hold a URL the browser (or htmx) follows.
-URL_ATTRS = ("href", "src", "action", "formaction", "hx-get", "hx-post", "hx-put", "hx-patch",
-             "hx-delete", "hx-push-url", "hx-replace-url", "sse-connect")
-_ATTR = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, URL_ATTRS))
-                   + r""")\s*=\s*("[^"]*"|'[^']*')""")
+URL_ATTRS = (
+    "href",
+    "src",
+    "action",
+    "formaction",
+    "hx-get",
+    "hx-post",
+    "hx-put",
+    "hx-patch",
+    "hx-delete",
+    "hx-push-url",
+    "hx-replace-url",
+    "sse-connect",
+)
+_ATTR = re.compile(
+    r"(?<![\w-])(" + "|".join(map(re.escape, URL_ATTRS)) + r""")\s*=\s*("[^"]*"|'[^']*')"""
+)
 _EXPR = re.compile(r"\{\{.*?\}\}", re.S)
 _STMT = re.compile(r"\{%.*?%\}|\{#.*?#\}", re.S)
 _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//)", re.I)  # https:, mailto:, data:, //host
@@ -68,7 +81,8 @@ def test_templates_render_urls_from_the_table(settings: Settings, registry: Mode
         conversation_id, turn_id, title = "c1", "t1", "A chat"
 
     html = env.get_template("_search_results.html").render(
-        q="a b/c&d", hits=[{"hit": Hit(), "html": "x"}])
+        q="a b/c&d", hits=[{"hit": Hit(), "html": "x"}]
+    )
     assert 'href="/c/c1?turn=t1&amp;q=a%20b/c%26d#turn-t1"' in html
 
     class Run:
@@ -94,8 +108,14 @@ def test_the_url_table() -> None:
 
 
 # A sample argument for each path parameter of the table's functions.
-_SAMPLE = {"conv_id": "c1", "turn_id": "t1", "doc_id": "d1", "fact_id": "f1", "chunk_id": 7,
-           "path": "app.css"}
+_SAMPLE = {
+    "conv_id": "c1",
+    "turn_id": "t1",
+    "doc_id": "d1",
+    "fact_id": "f1",
+    "chunk_id": 7,
+    "path": "app.css",
+}
 
 
 def _table() -> list[tuple[str, str]]:
@@ -106,17 +126,25 @@ def _table() -> list[tuple[str, str]]:
         if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != urls.__name__:
             continue
         params = inspect.signature(fn).parameters
-        args = [_SAMPLE[p.name] for p in params.values()
-                if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
+        args = [
+            _SAMPLE[p.name]
+            for p in params.values()
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+        ]
         out.append((name, fn(*args)))
     return out
 
 
 def test_every_url_of_the_table_is_a_route(settings: Settings, registry: ModelRegistry) -> None:
     app = create_app(settings, registry)
-    routes = [re.sub(r"\\\{[^}]*:path\\\}", ".+",  # e.g. /static/{file_path:path}
-                     re.sub(r"\\\{[^}]*:[a-z]+\\\}", "[^/]+", re.escape(route.path)))
-              for route in app.routes]
+    routes = [
+        re.sub(
+            r"\\\{[^}]*:path\\\}",
+            ".+",  # e.g. /static/{file_path:path}
+            re.sub(r"\\\{[^}]*:[a-z]+\\\}", "[^/]+", re.escape(route.path)),
+        )
+        for route in app.routes
+    ]
     table = _table()
     assert len(table) >= 30
     for name, url in table:
@@ -136,7 +164,9 @@ def test_no_template_hard_codes_an_app_path() -> None:
 def test_the_check_catches_hard_coded_paths() -> None:
     assert hard_coded_urls('<a href="/c/{{ c.id }}">') == ['href="/c/{{}}"']
     assert hard_coded_urls('<form hx-post="/ui/new/send" action="ui/x">') == [
-        'hx-post="/ui/new/send"', 'action="ui/x"']
+        'hx-post="/ui/new/send"',
+        'action="ui/x"',
+    ]
     assert hard_coded_urls("""<script src='/static/app.js'></script>""")
     assert hard_coded_urls('<a href="{{ urls.conversation(c.id) }}/more">')
     assert not hard_coded_urls("""<link href="{{ urls.static("app.css") }}">""")
