@@ -189,7 +189,11 @@ def history(n_tokens: int, engine: LlamaEngine) -> tuple[ChatMessage, ...]:
 
 async def ttft_of(engine: LlamaEngine, msgs: tuple[ChatMessage, ...], key: str) -> float:
     t0 = time.perf_counter()
-    gen = engine.submit(GenerationRequest(msgs, SamplingParams(temperature=0.0, max_tokens=1), key))
+    gen = engine.submit(
+        GenerationRequest(
+            msgs, SamplingParams(temperature=0.0, max_tokens=1), key, cache_scope="bench"
+        )
+    )
     async for _ev in gen:
         return time.perf_counter() - t0
     return float("nan")
@@ -202,7 +206,9 @@ async def warm_vs_cold(engine: LlamaEngine, n_history: int, reps: int) -> dict[s
     for r in range(reps):
         turn1 = (*base, ChatMessage("user", f"Summarise, take {r}."))
         gen = engine.submit(
-            GenerationRequest(turn1, SamplingParams(temperature=0, max_tokens=8), "conv")
+            GenerationRequest(
+                turn1, SamplingParams(temperature=0, max_tokens=8), "conv", cache_scope="bench"
+            )
         )
         answer = "".join([getattr(ev, "text", "") async for ev in gen])
         turn2 = (*turn1, ChatMessage("assistant", answer), ChatMessage("user", "Thanks. Shorter?"))

@@ -22,8 +22,13 @@ from prometheus_client import CollectorRegistry
 from chatbox import __version__
 from chatbox.accounts import AccountsService
 from chatbox.chat import ChatService
+from chatbox.chat.sharing import Sharing
+from chatbox.chat.workspaces import Workspaces
+from chatbox.data import DataService
 from chatbox.engine.registry import ModelRegistry
 from chatbox.knowledge import Knowledge
+from chatbox.observability import Telemetry
+from chatbox.observability.http import telemetry_middleware
 from chatbox.services import Services
 from chatbox.settings import Settings
 from chatbox.web import ROUTE_HANDLERS
@@ -51,11 +56,18 @@ class _Running:
 def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Litestar:
     """Build the whole appliance for these settings."""
     metrics = CollectorRegistry()
+    telemetry = Telemetry(
+        metrics,
+        enabled=settings.telemetry,
+        otlp_endpoint=settings.otlp_endpoint,
+        keep_traces=settings.keep_traces,
+        sample_s=settings.console_sample_s,
+    )
     running = _Running()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        services = await Services.start(settings, registry, metrics)
+        services = await Services.start(settings, registry, metrics, telemetry)
         running.services = services
         app.state.services = services  # for tests and debugging; handlers use Provide
         try:
@@ -77,6 +89,24 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
     def provide_accounts() -> AccountsService:
         return running.get().accounts
 
+    def provide_data_service() -> DataService:
+        data = running.get().data
+        if data is None:
+            raise RuntimeError("the data service has not started")
+        return data
+
+    def provide_sharing() -> Sharing:
+        sharing = running.get().sharing
+        if sharing is None:
+            raise RuntimeError("sharing has not started")
+        return sharing
+
+    def provide_workspaces() -> Workspaces:
+        workspaces = running.get().workspaces
+        if workspaces is None:
+            raise RuntimeError("workspaces have not started")
+        return workspaces
+
     def provide_settings() -> Settings:
         return settings
 
@@ -93,12 +123,16 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
             "chat": Provide(provide_chat, sync_to_thread=False),
             "knowledge": Provide(provide_knowledge, sync_to_thread=False),
             "accounts": Provide(provide_accounts, sync_to_thread=False),
+            "data_service": Provide(provide_data_service, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
+            "sharing": Provide(provide_sharing, sync_to_thread=False),
+            "workspaces": Provide(provide_workspaces, sync_to_thread=False),
             "metrics": Provide(provide_metrics, sync_to_thread=False),
             "user": Provide(provide_user),
         },
         exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
         lifespan=[lifespan],
+        middleware=[telemetry_middleware(telemetry)] if settings.telemetry else [],
         before_send=[security_headers],
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=configure_templates

@@ -8,7 +8,8 @@ receives these services through dependency injection (see `chatbox.app`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -16,12 +17,19 @@ from prometheus_client import CollectorRegistry
 from chatbox.accounts import AccountsService
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.policy import Policy
+from chatbox.chat.model_admin import ModelAdmin
+from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
+from chatbox.chat.sharing import Sharing
+from chatbox.chat.workspaces import Workspaces
+from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
+from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.registry import ModelRegistry
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
+from chatbox.moderation import ModerationPolicy, ModerationService
+from chatbox.observability import Telemetry
 from chatbox.settings import Settings
 from chatbox.store import Store
 
@@ -77,17 +85,37 @@ class LocalModels:
             return False
 
 
+def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
+    """Deleting a conversation's parked KV files, with no engine loaded (CLI, retention)."""
+    if kv_dir is None:
+        return None
+
+    def forget(cache_key: str) -> object:
+        from chatbox.engine.kvdisk import forget_everywhere
+
+        return forget_everywhere(kv_dir, cache_key)
+
+    return forget
+
+
 @dataclass
 class Services:
     """Everything a running appliance holds, built once per app."""
 
     settings: Settings
     store: Store
-    models: LocalModels
+    models: ClusterModels
     accounts: AccountsService
     knowledge: Knowledge
     chat: ChatService
     metrics: CollectorRegistry
+    replicas: ReplicaAdmin
+    telemetry: Telemetry = field(default_factory=Telemetry.off)
+    model_admin: ModelAdmin | None = None  # the console's models page
+    data: DataService | None = None  # erasure, retention, temporary chats, export, import
+    moderation: ModerationService | None = None  # checks, the review queue
+    sharing: Sharing | None = None  # share links
+    workspaces: Workspaces | None = None  # team workspaces
 
     @classmethod
     async def start(
@@ -95,6 +123,7 @@ class Services:
         settings: Settings,
         registry: ModelRegistry | None = None,
         metrics: CollectorRegistry | None = None,
+        telemetry: Telemetry | None = None,
     ) -> Services:
         """Open the store, seed the admin, recover drafts, build the services."""
         settings.ensure_dirs()
@@ -117,8 +146,20 @@ class Services:
                 n_gpu_layers=settings.engine.n_gpu_layers,
             )
 
-        pool = EnginePool(resolve, settings.engine, metrics)
-        models = LocalModels(registry, pool, settings)
+        engine = settings.engine
+        if engine.kv_dir is None:  # idle conversations' KV, parked under the data directory
+            engine = replace(engine, kv_dir=settings.data_dir / "kv")
+        pool = EnginePool(resolve, engine, metrics)
+        fleet = Fleet(
+            settings.replica_token,
+            settings.replica_timeout_s,
+            settings.replica_health_s,
+            settings.replica_queue_limit,
+            metrics,
+        )
+        replicas = ReplicaAdmin(store.replicas, fleet)
+        await replicas.start(settings.replicas)  # none configured: nothing runs
+        models = ClusterModels(LocalModels(registry, pool, settings), fleet, settings.local_engine)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
         policy = Policy.load(settings.policy_path)
         gate = Gatekeeper(
@@ -128,15 +169,51 @@ class Services:
             models.stats,
             settings.high_water,
         )
-        chat = ChatService(store, models, settings, gate, context=knowledge.retriever)
-        return cls(settings, store, models, accounts, knowledge, chat, metrics)
+        moderation = ModerationService(
+            store,
+            ModerationPolicy.load(settings.policy_path or default_policy_path()),
+            knowledge.embedder,
+            settings.cache_dir,
+            metrics,
+        )
+        moderation.start()  # loads (first start: trains) the classifiers in the background
+        knowledge.documents.screen = knowledge.memory.screen = moderation.screen
+        chat = ChatService(
+            store, models, settings, gate, moderation=moderation, context=knowledge.retriever
+        )
+        telemetry = telemetry or Telemetry.off()
+        _observe(telemetry, store, knowledge, gate, chat)
+        await telemetry.start()
+        admin = ModelAdmin(registry, pool, policy, accounts.audit)
+        data = DataService(store, chat, settings, kv_forget=kv_files_forget(engine.kv_dir))
+        data.start()  # the retention sweeper
+        return cls(
+            settings,
+            store,
+            models,
+            accounts,
+            knowledge,
+            chat,
+            metrics,
+            replicas,
+            telemetry,
+            admin,
+            data=data,
+            moderation=moderation,
+            sharing=Sharing(store, policy),
+            workspaces=Workspaces(store, chat.erase),
+        )
 
     async def stop(self) -> None:
         """Stop answers (saved as interrupted), background work, engines, then the store."""
+        if self.data is not None:
+            await self.data.stop()
         await self.chat.shutdown()
         await self.knowledge.shutdown()
+        await self.replicas.stop()
         await self.models.pool.stop_all()
         await self.store.close()
+        await self.telemetry.stop()
 
     async def health(self) -> dict[str, bool]:
         """Readiness checks: the default model is loaded and the database takes writes."""
@@ -144,3 +221,16 @@ class Services:
             "model_loaded": self.models.default_loaded(),
             "database_writable": await self.store.db.writable(),
         }
+
+
+def _observe(
+    telemetry: Telemetry, store: Store, knowledge: Knowledge, gate: Gatekeeper, chat: ChatService
+) -> None:
+    """Connect the services' measuring points to the app's metrics and traces."""
+    if not telemetry.enabled:
+        return
+    store.db.on_op = telemetry.store_op
+    knowledge.embedder.on_embed = telemetry.embedded
+    knowledge.documents.on_ingest = telemetry.ingested
+    gate.telemetry = telemetry
+    chat.telemetry = telemetry

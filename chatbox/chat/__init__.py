@@ -3,11 +3,13 @@
 from chatbox.chat.errors import (
     Busy,
     ChatError,
+    Forbidden,
     GenerationFailed,
     InvalidInput,
     NotFound,
     Overloaded,
     RateLimited,
+    Refused,
     TooLong,
     UnknownModel,
 )
@@ -16,7 +18,7 @@ from chatbox.chat.runs import RunEvent, TurnRun
 from chatbox.chat.service import ACTIVE_BRANCH, ChatService
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
-from chatbox.store import Conversation, Turn
+from chatbox.store import Conversation, Summary, Turn
 
 __all__ = [
     "ACTIVE_BRANCH",
@@ -24,6 +26,7 @@ __all__ = [
     "ChatError",
     "ChatMessage",
     "ChatService",
+    "Forbidden",
     "Conversation",
     "ConversationView",
     "DoneEvent",
@@ -33,7 +36,9 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "RateLimited",
+    "Refused",
     "RunEvent",
+    "Summary",
     "TokenEvent",
     "TooLong",
     "Turn",

@@ -16,6 +16,7 @@ from chatbox.chat.policy import Policy, TierPolicy
 from chatbox.chat.routing import Route, Router
 from chatbox.chat.runs import TurnRun
 from chatbox.engine.types import EngineStats, Usage
+from chatbox.observability import Telemetry
 from chatbox.store import User
 from chatbox.store.usage import UsageRepo, day_of
 
@@ -99,6 +100,7 @@ class Gatekeeper:
     stats: Callable[[str], EngineStats | None]  # an engine's load; None while not loaded
     high_water: int = 0  # overrides the policy's high-water mark when > 0
     clock: Clock = time.monotonic
+    telemetry: Telemetry = field(default_factory=Telemetry.off)  # counts each decision
     _users: dict[str, UserState] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _waiting: dict[str, list[Ticket]] = field(default_factory=dict)  # by model, no token yet
@@ -142,6 +144,30 @@ class Gatekeeper:
 
     async def admit(self, user: User, requested: str | None, text: str) -> Ticket:
         """Admit or refuse a request; raises RateLimited (429) or Overloaded (503)."""
+        tier = self.policy.tier(user.tier).name  # a policy's tier: a small, fixed set
+        with self.telemetry.span("admission", **{"chatbox.tier": tier}) as span:
+            try:
+                ticket = await self._admit(user, requested, text)
+            except RateLimited as exc:
+                self.telemetry.admission(tier, "rate_limited", exc.kind)
+                span.set_attribute("chatbox.decision", "rate_limited")
+                raise
+            except Overloaded:
+                self.telemetry.admission(tier, "shed")
+                span.set_attribute("chatbox.decision", "shed")
+                raise
+            decision = (
+                "degraded"
+                if ticket.route.degraded_from
+                else "queued"
+                if ticket.position() > 0
+                else "admitted"
+            )
+            self.telemetry.admission(tier, decision)
+            span.set_attributes({"chatbox.decision": decision, "chatbox.model": ticket.model})
+            return ticket
+
+    async def _admit(self, user: User, requested: str | None, text: str) -> Ticket:
         tier = self.policy.tier(user.tier)
         route = self.router.route(user, requested, text)  # UnknownModel before any charge
         await self._check_budget(user, tier)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider, resolve_model
+from chatbox.chat.moderated import ModeratedGeneration, screen_input
 from chatbox.chat.options import TurnOptions
 from chatbox.engine.types import (
     ChatMessage,
@@ -16,7 +19,9 @@ from chatbox.engine.types import (
     EngineBusyError,
     Generation,
     GenerationRequest,
+    GrammarError,
 )
+from chatbox.moderation import ModerationService
 from chatbox.store import User
 
 
@@ -28,6 +33,22 @@ def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Ge
         raise TooLong(exc.prompt_tokens, exc.limit) from exc
     except EngineBusyError as exc:
         raise Overloaded(str(exc), retry_after_s) from exc
+    except GrammarError as exc:
+        raise InvalidInput(str(exc), "response_format") from exc
+
+
+def opening_key(scope: str, messages: tuple[ChatMessage, ...]) -> str:
+    """A cache key for a stateless completion: its user and the conversation's opening (the
+    messages up to the first user message), which every follow-up call sends again, so a
+    follow-up finds the KV its previous call left, also once that was parked. Two chats of
+    one user that open alike share a key; the prefix match keeps that correct."""
+    head: list[tuple[str, str]] = []
+    for m in messages:
+        head.append((m.role, m.content))
+        if m.role == "user":
+            break
+    digest = hashlib.sha256(json.dumps([scope, head]).encode()).hexdigest()[:32]
+    return f"openai:{digest}"
 
 
 def check_fits(engine: Engine, tokens: int) -> None:
@@ -44,10 +65,12 @@ async def complete(
     messages: tuple[ChatMessage, ...],
     options: TurnOptions,
     user: User | None = None,
+    moderation: ModerationService | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
-    With a user, it is admitted first (quotas, routing, overload) and its usage recorded.
+    With a user, it is admitted first (quotas, routing, overload) and its usage recorded;
+    then moderated: the messages before any model work, the answer as it streams.
     """
     if not messages:
         raise InvalidInput("messages must not be empty")
@@ -60,6 +83,8 @@ async def complete(
     else:
         model = resolve_model(models, options.model)
     try:
+        if user is not None:  # after the rate limits, before any model work
+            await screen_input(moderation, user, text)
         engine = await models.engine(model)
         # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
         tokens = await asyncio.to_thread(engine.count_tokens, messages)
@@ -68,7 +93,13 @@ async def complete(
         generation = submit(
             engine,
             GenerationRequest(
-                messages, sampling, priority=priority, cache_scope=user.id if user else None
+                messages,
+                sampling,
+                priority=priority,
+                cache_scope=user.id if user else None,
+                cache_key=opening_key(user.id, messages) if user else None,
+                tools=options.tools,
+                n=options.n,
             ),
             gate.policy.overload.retry_after_s,
         )
@@ -78,4 +109,6 @@ async def complete(
         raise
     if ticket is not None:
         generation = MeteredGeneration(generation, ticket)
+    if user is not None and moderation is not None and moderation.enabled:
+        generation = ModeratedGeneration(generation, moderation, user)
     return model, generation, tokens

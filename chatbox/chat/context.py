@@ -20,8 +20,10 @@ class ContextProvider(Protocol):
         query: str,
         budget_tokens: int,
         count: CountText,
+        workspace_id: str | None = None,
     ) -> TurnContext:
-        """Relevant memory facts and passages for `query`, within budget_tokens."""
+        """Relevant memory facts and passages for `query`, within budget_tokens (for a
+        workspace conversation: its workspace's passages only)."""
         ...
 
     async def turn_finished(

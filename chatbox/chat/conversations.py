@@ -7,20 +7,25 @@ need (which conversations are answering now) lives here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.completions import complete
+from chatbox.chat.erase import erase_conversations
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions, check_stops
-from chatbox.chat.prompt import turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.summaries import Summariser, history_budget, sent_window
+from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.views import ConversationView, TurnView
+from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import ChatMessage, Generation
+from chatbox.moderation import ModerationService
 from chatbox.settings import Settings
 from chatbox.store import Conversation, Store, Turn, User
+from chatbox.store.erasure import Erased
 
 
 @dataclass
@@ -31,9 +36,15 @@ class Conversations:
     models: ModelProvider
     settings: Settings
     gate: Gatekeeper  # quotas, routing, overload
+    moderation: ModerationService | None = None  # input and output checks
     _runs: dict[str, TurnRun] = field(default_factory=dict)  # answering now, by conversation
     _reserved: set[str] = field(default_factory=set)  # about to answer
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
+    summariser: Summariser = field(init=False)  # long conversations' oldest parts
+
+    def __post_init__(self) -> None:
+        # Engines are looked up per call, through whatever provides them now.
+        self.summariser = Summariser(self.store, lambda m: self.models.engine(m), self.settings)
 
     # -- conversations -------------------------------------------------------------------
 
@@ -51,7 +62,15 @@ class Conversations:
         self._check_fields(title=title, system_prompt=system_prompt)
         if model is not None:
             self.resolve_model(model)
+        if await keeps_nothing(self.store, self.gate.policy, user):
+            raise refuse_storing()
         return await self.store.conversations.create(user.id, title, system_prompt, model)
+
+    def check_temporary(self, system_prompt: str | None, model: str | None) -> None:
+        """The fields of a temporary chat, checked as a stored conversation's would be."""
+        self._check_fields(system_prompt=system_prompt)
+        if model is not None:
+            self.resolve_model(model)
 
     def _check_fields(self, **fields: str | None) -> None:
         """A title or system prompt longer than the settings allow is refused (422)."""
@@ -83,7 +102,7 @@ class Conversations:
         try:
             await first(conv)
         except BaseException:
-            await self.store.conversations.delete(user.id, conv.id)
+            await self.erase(user.id, [conv.id])
             raise
         return conv
 
@@ -112,8 +131,18 @@ class Conversations:
         """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
         self.check_options(options)
         return await complete(
-            self.models, self.gate, self.settings.max_tokens, messages, options, user
+            self.models,
+            self.gate,
+            self.settings.max_tokens,
+            messages,
+            options,
+            user,
+            self.moderation,
         )
+
+    async def erase(self, user_id: str, conv_ids: Sequence[str]) -> Erased:
+        """Erase these conversations of the user (their answers stop first, their KV goes)."""
+        return await erase_conversations(self.store, self.models, self._runs, user_id, conv_ids)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -162,20 +191,26 @@ class Conversations:
         siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
         model = self.expected_model(user, conv.model)
         engine = await self.models.engine(model)
-        messages = turn_messages(path)
-        if conv.system_prompt:
-            messages.insert(0, ChatMessage("system", conv.system_prompt))
+        # The gauge counts what the next turn sends: the summary and the turns that fit.
+        summary = await self.store.summaries.on_path(conv.id, [t.id for t in path])
+        system, _, _ = await prompt_scope(self.store, conv)
+        budget = history_budget(engine.info.n_ctx_per_seq, self.settings.max_tokens)
         # Tokenizing a long conversation is CPU work: off the event loop.
-        used = await asyncio.to_thread(engine.count_tokens, tuple(messages)) if messages else 0
+        window = await asyncio.to_thread(
+            sent_window, system, summary, path, budget, engine.count_tokens
+        )
         return ConversationView(
             conversation=conv,
             turns=[TurnView(t, siblings[t.parent_id]) for t in page],
             running=self._runs.get(conv.id),
             model=model,
-            context_used=used,
+            context_used=window.tokens,
             context_limit=engine.info.n_ctx_per_seq,
             next_cursor=page[0].seq if len(older) > len(page) else None,
             shown_leaf=shown_leaf,
+            summary=summary,
+            hidden_ids=window.hidden,
+            summarising=self.summariser.busy(conv.id),
         )
 
     async def turn(self, user: User, conv_id: str, turn_id: str) -> Turn | None:

@@ -26,6 +26,11 @@ class NotFound(ChatError):
     """No such conversation or turn for this user (404)."""
 
 
+class Forbidden(ChatError):
+    """The user may see this but not do that (403): sharing off for the tier, a member
+    managing a workspace only its owners manage."""
+
+
 class UnknownModel(ChatError):
     """The model asked for is not available (404); lists those that are."""
 
@@ -44,6 +49,17 @@ class TooLong(ChatError):
         )
         self.tokens = tokens
         self.limit = limit
+
+
+class Refused(ChatError):
+    """Moderation refused the message (400 `content_filter`): nothing was stored or run.
+
+    The message is the explanation for the user (for self-harm, support and resources)."""
+
+    def __init__(self, message: str, category: str, scores: dict[str, float]) -> None:
+        super().__init__(message)
+        self.category = category
+        self.scores = scores
 
 
 class Busy(ChatError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatbox.chat.errors import InvalidInput
-from chatbox.engine.types import SamplingParams
+from chatbox.engine.types import SamplingParams, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,14 @@ class TurnOptions:
     max_tokens: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int = -1  # -1 none; k: each token's logprob and its top k alternatives
+    grammar: str | None = None  # GBNF the answer must match (tools, response_format)
+    grammar_triggers: tuple[str, ...] = ()  # lazy grammar: applies from a match on
+    tools: tuple[ToolSpec, ...] = ()
+    n: int = 1
 
     def sampling(self, default_max: int) -> SamplingParams:
         base = SamplingParams()
@@ -27,6 +35,12 @@ class TurnOptions:
             max_tokens=default_max if self.max_tokens is None else self.max_tokens,
             seed=self.seed,
             stop=self.stop,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias=self.logit_bias,
+            logprobs=self.logprobs,
+            grammar=self.grammar,
+            grammar_triggers=self.grammar_triggers,
         )
 
 

@@ -30,6 +30,9 @@ class TierPolicy:
     fallback: str | None = None  # the smaller model to degrade to under overload
     overload: str = "queue"  # shed | degrade | queue
     priority: int = 0  # in the engine's queue: lower goes first (0-9)
+    retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
+    zero_retention: bool = False  # store no content at all: answers stream, usage is counted
+    sharing: bool = True  # may share conversations by link (chatbox/chat/sharing.py)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ def _tier(name: str, body: dict[str, Any]) -> TierPolicy:
         raise ValueError(f"tier {name!r}: unknown keys {sorted(unknown)}")
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
     tier = TierPolicy(name, **values)
+    if not isinstance(tier.retention_days, int) or tier.retention_days < 0:
+        raise ValueError(f"tier {name!r}: retention_days must be a whole number >= 0")
     if tier.overload not in OVERLOAD_MODES:
         raise ValueError(f"tier {name!r}: overload must be one of {OVERLOAD_MODES}")
     return tier

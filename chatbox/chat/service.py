@@ -10,10 +10,14 @@ from chatbox.chat.admission import Ticket, announce_queue, route_out
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.errors import Busy, Forbidden, InvalidInput, NotFound, TooLong
+from chatbox.chat.moderated import moderation_event, screen_input
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.summaries import history_budget, unsummarised, with_summary
+from chatbox.chat.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
@@ -22,6 +26,8 @@ from chatbox.engine.types import (
     GenerationRequest,
     TokenEvent,
 )
+from chatbox.moderation import Verdict
+from chatbox.observability import Telemetry
 from chatbox.store import Conversation, Routing, TurnStatus, TurnUsage, User
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
@@ -39,6 +45,7 @@ class ChatService(Conversations):
     """Conversations and their turns for the web layer; owns the turn-taking state."""
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
+    telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -117,11 +124,11 @@ class ChatService(Conversations):
         return True
 
     async def delete(self, user: User, conv_id: str) -> None:
+        """Erase the conversation: its answer stops, its content and all made from it go."""
         conv = await self.conversation(user, conv_id)
-        run = self._runs.get(conv.id)
-        if run is not None:
-            run.on_abandon()
-        await self.store.conversations.delete(user.id, conv.id)
+        if conv.user_id != user.id:  # a workspace member sees it; its starter deletes it
+            raise Forbidden("only the member who started this conversation can delete it")
+        await self.erase(user.id, [conv.id])
 
     # -- the turn itself -----------------------------------------------------------------
 
@@ -134,17 +141,24 @@ class ChatService(Conversations):
         options: TurnOptions,
     ) -> TurnRun:
         self.check_options(options)
+        if await keeps_nothing(self.store, self.gate.policy, user):
+            raise refuse_storing()
         # Check-and-reserve happens before the first await: two sends can never both pass.
         if conv.id in self._runs or conv.id in self._reserved:
             raise Busy("this conversation is still generating an answer; stop it or wait")
         self._reserved.add(conv.id)
         try:
-            ticket = await self.gate.admit(user, options.model or conv.model, content or "")
-            try:
-                return await self._start(conv, parent_id, content, options, ticket)
-            except BaseException:
-                await ticket.finish(None)
-                raise
+            with self.telemetry.turn(**{"chatbox.regenerate": content is None}):
+                ticket = await self.gate.admit(user, options.model or conv.model, content or "")
+                self.telemetry.annotate(**{"chatbox.model": ticket.model})
+                try:
+                    # Moderation after the rate limits and before any model work; a refused
+                    # message raises here, with nothing stored.
+                    screened = await screen_input(self.moderation, user, content or "")
+                    return await self._start(conv, parent_id, content, options, ticket, screened)
+                except BaseException:
+                    await ticket.finish(None)
+                    raise
         finally:
             self._reserved.discard(conv.id)
 
@@ -155,47 +169,70 @@ class ChatService(Conversations):
         content: str | None,
         options: TurnOptions,
         ticket: Ticket,
+        screened: Verdict | None = None,
     ) -> TurnRun:
         model = ticket.model
         engine = await self.models.engine(model)
-        history = turn_messages(await self.store.turns.path(conv.id, parent_id))
+        path = await self.store.turns.path(conv.id, parent_id)
+        # The newest summary on this branch stands in for the turns it covers.
+        summary = await self.store.summaries.on_path(conv.id, [t.id for t in path])
+        history = turn_messages(unsummarised(path, summary))
         if content is not None:
             history.append(ChatMessage("user", content))
         sampling = options.sampling(self.settings.max_tokens)
         limit = engine.info.n_ctx_per_seq
         # Leave room for an answer; the newest message itself must fit or nothing is stored.
-        budget = max(limit // 2, limit - sampling.max_tokens)
+        budget = history_budget(limit, sampling.max_tokens)
         # Tokenizing runs in a thread: a huge message must not stall every other user's
         # request on the event loop before it is refused.
         newest = await asyncio.to_thread(engine.count_tokens, tuple(history[-1:]))
         if newest > budget:
             raise TooLong(newest, budget)
-        knowledge = await self._knowledge(conv, history, budget - newest, engine)
+        with self.telemetry.span("retrieval"):
+            t0 = time.perf_counter()
+            knowledge = await self._knowledge(conv, history, budget - newest, engine)
+            self.telemetry.retrieved(time.perf_counter() - t0)
         if knowledge.text:
             history[-1] = ChatMessage("user", with_context(history[-1].content, knowledge))
+        system, shared, scope = await prompt_scope(self.store, conv)
+        if summary is not None:  # one system message, no longer all configured
+            system, shared = with_summary(system, summary), 0
         messages, _ = await asyncio.to_thread(
-            fit_history, conv.system_prompt, history, budget, engine.count_tokens
+            fit_history, system, history, budget, engine.count_tokens
         )
         request = GenerationRequest(
             messages,
             sampling,
             cache_key=conv.id,
-            cache_scope=conv.user_id,
+            cache_scope=scope,
+            shared_messages=shared,
             priority=ticket.priority,
         )
         generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
         try:
-            user_turn_id = None
-            if content is not None:
-                user_turn = await self.store.turns.append_user(conv.id, parent_id, content)
-                parent_id = user_turn_id = user_turn.id
-            assert parent_id is not None
-            draft_id = await self.store.turns.start_draft(
-                conv.id,
-                parent_id,
-                model,
-                Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from),
-            )
+            with self.telemetry.span("store.save_prompt"):
+                user_turn_id = None
+                if content is not None:
+                    user_turn = await self.store.turns.append_user(
+                        conv.id, parent_id, content, ticket.user.id
+                    )
+                    parent_id = user_turn_id = user_turn.id
+                    if screened is not None and screened.flagged and self.moderation:
+                        await self.moderation.queue.record(
+                            ticket.user,
+                            "input",
+                            screened,
+                            content,
+                            conversation_id=conv.id,
+                            turn_id=user_turn_id,
+                        )
+                assert parent_id is not None
+                draft_id = await self.store.turns.start_draft(
+                    conv.id,
+                    parent_id,
+                    model,
+                    Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from),
+                )
         except BaseException:
             generation.cancel()
             raise
@@ -209,7 +246,8 @@ class ChatService(Conversations):
             on_abandon=generation.cancel,
         )
         self._runs[conv.id] = run
-        self._contexts[draft_id] = (conv.user_id, knowledge)
+        # A workspace conversation feeds no one's memory (its turns have several writers).
+        self._contexts[draft_id] = (conv.user_id if conv.workspace_id is None else "", knowledge)
         run.publish(
             "start",
             {
@@ -223,7 +261,12 @@ class ChatService(Conversations):
         position = ticket.position()
         if position > 0:  # say so before the first token can race it; changes follow
             run.publish("queued", {"position": position})
+        if screened is not None and screened.flagged:
+            run.publish(
+                "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
+            )
         task = asyncio.create_task(self._drive(run, generation, ticket))
+        task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
@@ -233,18 +276,35 @@ class ChatService(Conversations):
         error: str | None = None
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
+
+        def cut(verdict: Verdict) -> None:  # a window crossed the line: stop at once
+            generation.cancel()
+            run.publish(
+                "moderation", {**moderation_event(verdict, run.turn_id), "direction": "output"}
+            )
+
+        watch = self.moderation.watch(ticket.user, cut) if self.moderation else None
         try:
             async for event in generation:
                 if isinstance(event, TokenEvent):
+                    if watch is not None and watch.blocked:
+                        continue  # already cut: what is left of the stream is not shown
                     if not ticket.started:
                         ticket.mark_started()
                         announcer.cancel()
                     run.publish("token", {"text": event.text})
+                    if watch is not None:
+                        watch.feed(event.text)  # checked beside the stream, never before it
                     if time.monotonic() - last_flush >= self.settings.draft_flush_s:
                         last_flush = time.monotonic()
                         await self.store.turns.update_draft(run.turn_id, run.text)
                 elif isinstance(event, DoneEvent):
                     done = event
+                    if event.timings is not None:
+                        t = event.timings
+                        self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)
+            if watch is not None:
+                await watch.finish()  # the tail window, after the last token
         except asyncio.CancelledError:
             generation.cancel()
             error = "the server stopped while this answer was being written"
@@ -260,22 +320,45 @@ class ChatService(Conversations):
             )
         else:
             status, usage = ("interrupted" if self._closing else "failed"), TurnUsage()
+        content = run.text
+        if watch is not None and watch.verdict is not None:
+            status, content = "filtered", watch.verdict.notice()  # the text goes to review only
+        self.telemetry.annotate(**{"chatbox.turn_status": status})
+        self.telemetry.turn_finished(run.model, status)
         try:
             await ticket.finish(done.usage if done is not None else None)
-            turn = await self.store.turns.finish_draft(run.turn_id, status, run.text, usage, error)
+            with self.telemetry.span("store.save_answer"):
+                turn = await self.store.turns.finish_draft(
+                    run.turn_id, status, content, usage, error
+                )
         finally:
             self._runs.pop(run.conversation_id, None)
             self._finished[run.turn_id] = run
             asyncio.get_running_loop().call_later(
                 FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
             )
+        if watch is not None and self.moderation is not None:
+            seen = await self.moderation.record_output(
+                ticket.user, watch, run.conversation_id, turn.id
+            )
+            if seen.flagged and not seen.blocked:
+                run.publish(
+                    "moderation", {**moderation_event(seen, turn.id), "direction": "output"}
+                )
         await self._after_turn(run, turn.id)
+        self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)
         payload = {
             "turn_id": turn.id,
             "status": status,
             "model": run.model,
             **route_out(ticket),
-            "finish_reason": done.finish_reason if done else "error",
+            "finish_reason": (
+                "content_filter"
+                if status == "filtered"
+                else done.finish_reason
+                if done
+                else "error"
+            ),
             "usage": {
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
@@ -298,14 +381,15 @@ class ChatService(Conversations):
         def count(text: str) -> int:
             return engine.count_tokens((ChatMessage("user", text),))
 
+        # A workspace conversation: its library only, never one member's memory or documents.
         return await self.context.for_turn(
-            conv.user_id, conv.id, history[-1].content, budget, count
+            conv.user_id, conv.id, history[-1].content, budget, count, conv.workspace_id
         )
 
     async def _after_turn(self, run: TurnRun, turn_id: str) -> None:
         """Publish the passages the answer drew on (before `done`); let knowledge follow up."""
         user_id, knowledge = self._contexts.pop(run.turn_id, ("", TurnContext()))
-        if self.context is None or not user_id:
+        if self.context is None:  # user_id "": a workspace's turn (cited, feeds no memory)
             return
         if knowledge.citations or knowledge.memory_ids:
             run.publish(
@@ -321,6 +405,7 @@ class ChatService(Conversations):
     async def shutdown(self) -> None:
         """Stop every running answer; each is saved as interrupted."""
         self._closing = True
+        await self.summariser.shutdown()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

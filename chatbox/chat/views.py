@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatbox.chat.runs import TurnRun
-from chatbox.store import Conversation, Turn
+from chatbox.store import Conversation, Summary, Turn
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,10 @@ class ConversationView:
     context_limit: int
     next_cursor: int | None  # pass as `before` for the older page
     shown_leaf: str | None = None  # set when showing a branch other than the active one
+    summary: Summary | None = None  # the newest summary on the branch: sent for what it covers
+    hidden_ids: tuple[str, ...] = ()  # turns the model cannot see (not summarised, not sent)
+    summarising: bool = False  # a summary of this conversation is being written now
+
+    @property
+    def hidden_count(self) -> int:
+        return len(self.hidden_ids)

@@ -43,3 +43,16 @@ main.add_command(usage)
 from chatbox.cli.audit import audit  # noqa: E402
 
 main.add_command(audit)
+from chatbox.cli.data import retention  # noqa: E402  (also adds users/keys commands)
+
+main.add_command(retention)
+from chatbox.cli.replicas import replica, replicas  # noqa: E402
+
+main.add_command(replica)
+main.add_command(replicas)
+from chatbox.cli.moderation import moderation  # noqa: E402
+
+main.add_command(moderation)
+from chatbox.cli.workspaces import workspaces  # noqa: E402
+
+main.add_command(workspaces)

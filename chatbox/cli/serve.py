@@ -55,30 +55,57 @@ from chatbox.settings import Settings, settings_from_env
     default=None,
     help="Engine queue depth at which free requests are shed (0: slot count).",
 )
+@click.option(
+    "--replica",
+    "replicas",
+    multiple=True,
+    help="A remote engine replica, [openai+]http://host:port[#slots=N&models=a+b] "
+    "(repeatable; env: CHATBOX_REPLICAS). See `chatbox replicas --help`.",
+)
+@click.option(
+    "--local/--no-local",
+    "local_engine",
+    default=None,
+    help="Also run models in this process (default on); --no-local: replicas only.",
+)
 @click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line, with the request's trace_id.",
+)
 @click.pass_context
-def serve(ctx: click.Context, /, log_level: str, **flags: object) -> None:
+def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: object) -> None:
     """Serve the chat UI, the conversation API and the OpenAI-compatible API."""
     import uvicorn  # the server and the app load only for this command
 
     from chatbox.app import create_app
     from chatbox.engine.registry import RegistryError
+    from chatbox.observability.logs import configure_logging
     from chatbox.services import model_registry, no_model_message
 
     base = ctx.find_object(Settings) or settings_from_env()
+    flags["replicas"] = flags["replicas"] or None  # none given: keep CHATBOX_REPLICAS
     settings = base.with_overrides(**flags)
     settings.ensure_dirs()
     registry = model_registry(settings)
     try:
         if settings.model:
             registry.get(settings.model)
-        elif registry.resolve_default() is None:
+        elif registry.resolve_default() is None and not settings.replicas:
             raise click.ClickException(no_model_message())
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"chatbox: serving on http://{settings.host}:{settings.port} (data in {settings.data_dir})"
     )
+    configure_logging(log_level, log_format)  # every line carries its request's trace id
     uvicorn.run(
-        create_app(settings, registry), host=settings.host, port=settings.port, log_level=log_level
+        create_app(settings, registry),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        log_config=None,  # keep the handlers configured above
     )

@@ -9,7 +9,8 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from chatbox.engine.types import ChatMessage
+from chatbox.engine.tools import fallback_messages, native_message, tool_dicts
+from chatbox.engine.types import ChatMessage, ToolSpec
 
 CHATML = (
     "{% for message in messages %}"
@@ -64,20 +65,39 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self._template = env.from_string(self.source)
+        # A template that renders `tools` knows function calling; others get the fallback
+        # format (chatbox/engine/tools.py).
+        self.knows_tools = "tools" in self.source
 
-    def render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> str:
-        msgs: list[dict[str, Any]] = [{"role": m.role, "content": m.content} for m in messages]
+    def render(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: Sequence[ToolSpec] = (),
+    ) -> str:
+        extra: dict[str, Any] = {}
+        uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
+        if uses_tools and self.knows_tools:
+            msgs = [native_message(m) for m in messages]
+            if tools:
+                extra["tools"] = tool_dicts(tools)
+        else:
+            if uses_tools:
+                messages = fallback_messages(messages, tools)
+            msgs = [{"role": m.role, "content": m.content} for m in messages]
         try:
             return self._template.render(
                 messages=msgs,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         except TemplateError:
             if any(m.role == "system" for m in messages):
                 # Some templates reject a system role: fold it into the first user turn.
-                return self.render(_fold_system(messages), add_generation_prompt)
+                folded = _fold_system(messages)  # (the fallback already holds the tools)
+                return self.render(folded, add_generation_prompt, tools if self.knows_tools else ())
             raise
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,13 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
+from chatbox.engine.kvdisk import forget_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.sampling import check_grammar
 from chatbox.engine.scheduler import Job, Scheduler
 from chatbox.engine.slots import common_prefix
+from chatbox.engine.tuning import decode_threads, idle_cell_budget, prefix_cache_warning
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,
@@ -27,24 +31,14 @@ from chatbox.engine.types import (
     EngineStats,
     GenerationRequest,
     ModelInfo,
+    TokenEvent,
+    ToolSpec,
+    Usage,
 )
 from chatbox.settings import EngineSettings
 
 MAX_SEQS = 256  # llama.cpp's LLAMA_MAX_SEQ
-
-
-def decode_threads(configured: int, cores: int) -> tuple[int, int]:
-    """llama.cpp threads for one-token steps and for batches of several tokens.
-
-    A configured count is used for both. By default batches use every core, but a lone
-    stream's one-token steps leave one core to this process's Python side (the decode
-    thread's sampling and the event loop): llama.cpp's worker threads spin between steps,
-    so on a small machine a spinning worker and the event loop fight for the same core
-    (measured on 2 cores: one stream 136 tokens/s with one thread, 79 with two).
-    """
-    if configured > 0:
-        return configured, configured
-    return max(1, cores - 1), cores
+log = logging.getLogger(__name__)
 
 
 class EngineGeneration:
@@ -53,9 +47,16 @@ class EngineGeneration:
     Abandoning the iteration (break, aclose, garbage collection) cancels too.
     """
 
-    def __init__(self, engine: LlamaEngine, job: Job, events: asyncio.Queue[EngineEvent]) -> None:
+    def __init__(
+        self,
+        engine: LlamaEngine,
+        job: Job,
+        events: asyncio.Queue[EngineEvent],
+        jobs: list[Job] | None = None,
+    ) -> None:
         self._engine = engine
         self._job = job
+        self._jobs = jobs or [job]  # n answers: the first job and its forks
         self._events = events
         self._finished = False
         self.prompt_tokens = len(job.prompt)
@@ -69,19 +70,32 @@ class EngineGeneration:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        ended: dict[int, DoneEvent] = {}
+        held: EngineEvent | None = None
         try:
             while not self._finished:
-                event = await self._events.get()
+                if held is None:
+                    event = await self._events.get()
+                else:
+                    event, held = held, None
+                if isinstance(event, TokenEvent):
+                    event, held = _coalesce(event, self._events)
                 if isinstance(event, DoneEvent):
+                    ended[event.index] = event
+                    if len(ended) < len(self._jobs):
+                        continue
                     self._finished = True
+                    event = _combined(ended) if len(ended) > 1 else event
                 yield event
         finally:
             if not self._finished:
                 self.cancel()
 
     def cancel(self) -> None:
-        if not self._job.done and not self._job.cancelled:
-            self._job.cancelled = True
+        live = [j for j in self._jobs if not j.done and not j.cancelled]
+        for job in live:
+            job.cancelled = True
+        if live:
             self._engine._wake()
 
     def __del__(self) -> None:
@@ -90,6 +104,35 @@ class EngineGeneration:
                 self.cancel()
         except Exception:
             pass
+
+
+def _coalesce(
+    event: TokenEvent, events: asyncio.Queue[EngineEvent]
+) -> tuple[TokenEvent, EngineEvent | None]:
+    """Join the tokens of one answer that queued up behind `event` (and the next event of
+    another kind, held back). A consumer that fell behind (a busy event loop under many
+    streams) then pays for one chunk per wake-up instead of one per token, and catches up
+    instead of taking CPU from the decode threads; the text and logprobs are unchanged."""
+    while not events.empty():
+        nxt = events.get_nowait()
+        if not isinstance(nxt, TokenEvent) or nxt.index != event.index:
+            return event, nxt
+        event = TokenEvent(event.text + nxt.text, event.index, event.logprobs + nxt.logprobs)
+    return event, None
+
+
+def _combined(ended: dict[int, DoneEvent]) -> DoneEvent:
+    """One DoneEvent for n answers: the prompt counted once, every answer's tokens."""
+    done = [ended[i] for i in sorted(ended)]
+    errors = [d for d in done if d.finish_reason == "error"]
+    first = errors[0] if errors else done[0]
+    usage = Usage(
+        first.usage.prompt_tokens,
+        sum(d.usage.completion_tokens for d in done),
+        done[0].usage.cached_tokens,
+    )
+    reasons = tuple(d.finish_reason for d in done)
+    return DoneEvent(first.finish_reason, usage, first.error, reasons)
 
 
 class LlamaEngine:
@@ -108,6 +151,8 @@ class LlamaEngine:
         eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
         self._bos_text = bos if self.model.bos >= 0 else ""
         self._public: dict[tuple[ChatMessage, ...], list[int]] = {}  # public_prefix probes
+        self._prompts: dict[tuple[tuple[ChatMessage, ...], tuple[ToolSpec, ...]], tuple[int, ...]]
+        self._prompts = {}
         source = self.model.chat_template()
         if source is None:  # a base model: a plain transcript (see chat_template.py)
             self.template = ChatTemplate(TRANSCRIPT, self._bos_text, eos, TRANSCRIPT_STOPS)
@@ -137,8 +182,12 @@ class LlamaEngine:
         extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else n_parallel
         n_slots = min(n_parallel + extra, MAX_SEQS)
         threads, batch_threads = decode_threads(s.n_threads, os.cpu_count() or 1)
+        n_ctx, per_seq = max(s.n_ctx, self.info.n_ctx_per_seq), self.info.n_ctx_per_seq
+        warning = prefix_cache_warning(s, n_ctx, per_seq)
+        if warning:
+            log.warning("%s: %s", self.info.name, warning)
         params = ContextParams(
-            n_ctx=max(s.n_ctx, self.info.n_ctx_per_seq),
+            n_ctx=n_ctx,
             n_seq_max=n_slots,
             n_batch=s.n_batch,
             n_threads=threads,
@@ -149,6 +198,7 @@ class LlamaEngine:
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
         self._ctx = ctx
+        disk = await asyncio.to_thread(open_store, s, self.model.path)
         self._scheduler = Scheduler(
             self.model,
             ctx,
@@ -159,7 +209,9 @@ class LlamaEngine:
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
             prefill_chunk=s.prefill_chunk,
-            max_idle_cells=s.idle_kv_cells if s.idle_kv_cells >= 0 else None,
+            max_idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq),
+            disk=disk,
+            lookup_draft=s.lookup_draft,
         )
         self._scheduler.start()
 
@@ -177,10 +229,20 @@ class LlamaEngine:
         self.model.close()
 
     # -- requests ------------------------------------------------------------------------
-    def prompt_tokens(self, messages: tuple[ChatMessage, ...]) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True)
+    def prompt_tokens(
+        self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> list[int]:
+        # The API counts a prompt's tokens before submitting it: render and tokenize once.
+        hit = self._prompts.get((messages, tools))
+        if hit is not None:
+            return list(hit)
+        text = self.template.render(messages, add_generation_prompt=True, tools=tools)
         add_bos = self.model.add_bos and not (self._bos_text and text.startswith(self._bos_text))
-        return self.model.tokenize(text, add_special=add_bos, parse_special=True)
+        tokens = self.model.tokenize(text, add_special=add_bos, parse_special=True)
+        if len(self._prompts) >= 64:
+            self._prompts.clear()
+        self._prompts[(messages, tools)] = tuple(tokens)
+        return tokens
 
     def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
         return len(self.prompt_tokens(messages))
@@ -209,7 +271,15 @@ class LlamaEngine:
         sched = self._scheduler
         if sched is None:
             raise EngineError("the model is not loaded")
-        prompt = self.prompt_tokens(request.messages)
+        prompt = self.prompt_tokens(request.messages, request.tools)
+        if request.sampling.grammar:  # a bad grammar is the caller's error, not a failed run
+            check_grammar(
+                self.model.vocab, request.sampling.grammar, request.sampling.grammar_triggers
+            )
+        if request.continue_text:  # the answer so far, as already-written assistant text
+            prompt += self.model.tokenize(
+                request.continue_text, add_special=False, parse_special=False
+            )
         extra = [t for t in self.template.stops if t not in request.sampling.stop]
         if extra:  # a transcript template: the answer ends where the next "User:" line starts
             request = replace(
@@ -224,22 +294,40 @@ class LlamaEngine:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
-        def sink(event: EngineEvent) -> None:
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, event)
-            except RuntimeError:  # the loop is gone: nobody is listening any more
-                job.cancelled = True
+        jobs: list[Job] = []
 
-        job = Job(
-            request=request,
-            prompt=prompt,
-            sink=sink,
-            public=self.public_prefix(request.messages[: request.shared_messages], prompt),
-            capture_logits=capture_logits,
-            ignore_eog=ignore_eog,
-            lstrip=bool(self.template.stops),
-        )
-        gen = EngineGeneration(self, job, events)
+        def sink_for(index: int) -> Callable[[EngineEvent], None]:
+            def sink(event: EngineEvent) -> None:
+                try:
+                    loop.call_soon_threadsafe(events.put_nowait, replace(event, index=index))
+                except RuntimeError:  # the loop is gone: nobody is listening any more
+                    for j in jobs:
+                        j.cancelled = True
+
+            return sink
+
+        public = self.public_prefix(request.messages[: request.shared_messages], prompt)
+        for i in range(max(1, request.n)):
+            seed = request.sampling.seed
+            jobs.append(
+                Job(
+                    request=replace(
+                        request,
+                        sampling=replace(request.sampling, seed=None if seed is None else seed + i),
+                    )
+                    if i
+                    else request,
+                    prompt=prompt,
+                    sink=sink_for(i),
+                    public=public,
+                    capture_logits=0 if i else capture_logits,
+                    ignore_eog=ignore_eog,
+                    lstrip=bool(self.template.stops) and not request.continue_text,
+                )
+            )
+        job = jobs[0]
+        job.forks = jobs[1:]  # started from a copy of the first one's prefilled KV
+        gen = EngineGeneration(self, job, events, jobs)
         sched.enqueue(job)
         return gen
 
@@ -264,6 +352,18 @@ class LlamaEngine:
         if self._scheduler is None:
             return 0
         return int(await asyncio.wrap_future(self._scheduler.call(self._scheduler.clear_cache)))
+
+    async def forget(self, cache_key: str) -> None:
+        """A conversation was deleted: drop its KV everywhere (cache, RAM, disk); returns
+        once its parked file is gone."""
+        sched = self._scheduler
+        if sched is None:
+            return
+        done = await asyncio.wrap_future(sched.call(lambda: sched.forget(cache_key)))
+        if done is not None:
+            await asyncio.to_thread(done.wait)
+        if self.settings.kv_dir is not None:  # other models' files (of the same conversation)
+            await asyncio.to_thread(forget_everywhere, self.settings.kv_dir, cache_key)
 
     async def debug_call(self, fn: Any) -> Any:
         """Run fn(scheduler) on the decode thread (tests only)."""

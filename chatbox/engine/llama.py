@@ -16,8 +16,9 @@ import llama_cpp
 import numpy as np
 
 log = logging.getLogger("chatbox.engine.llama_cpp")
-# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation
-_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+# ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation. llama.cpp's
+# info is model-loading chatter (hundreds of lines per load): debug here, not the server log.
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 # messages about situations the engine handles itself
 _EXPECTED = (b"failed to find a memory slot", b"n_ctx_seq", b"full-size SWA cache")
 

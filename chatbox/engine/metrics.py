@@ -51,6 +51,12 @@ class EngineMetricFamilies:
         self.tokens = Counter(
             "chatbox_engine_generated_tokens", "Completion tokens generated", **kw
         )
+        self.draft_tokens = Counter(
+            "chatbox_engine_draft_tokens", "Prompt-lookup guesses verified", **kw
+        )
+        self.draft_accepted = Counter(
+            "chatbox_engine_draft_accepted_tokens", "Prompt-lookup guesses accepted", **kw
+        )
         self.requests = Counter(
             "chatbox_engine_requests",
             "Finished requests by finish reason",
@@ -92,6 +98,8 @@ class EngineMetrics:
         self.ttft = f.ttft.labels(model=model)
         self.tpot = f.tpot.labels(model=model)
         self.tokens = f.tokens.labels(model=model)
+        self.draft_tokens = f.draft_tokens.labels(model=model)
+        self.draft_accepted = f.draft_accepted.labels(model=model)
 
     def finished(self, reason: str) -> None:
         self._f.requests.labels(model=self.model, finish_reason=reason).inc()

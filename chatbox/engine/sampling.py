@@ -3,39 +3,84 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import random
 from collections.abc import Iterable
 
 import llama_cpp
+import numpy as np
 
-from chatbox.engine.types import SamplingParams
+from chatbox.engine.types import GrammarError, SamplingParams
 
 PENALTY_LAST_N = 64
 
 
+def _grammar_sampler(vocab: object, grammar: str, triggers: tuple[str, ...]) -> object:
+    """llama.cpp's grammar sampler; with triggers it is lazy (free text until a match)."""
+    text = grammar.encode()
+    if triggers:
+        patterns = (ctypes.c_char_p * len(triggers))(*(t.encode() for t in triggers))
+        no_tokens = (llama_cpp.llama_token * 0)()
+        ptr = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            vocab, text, b"root", patterns, len(triggers), no_tokens, 0
+        )
+    else:
+        ptr = llama_cpp.llama_sampler_init_grammar(vocab, text, b"root")
+    if not ptr:
+        raise GrammarError("the grammar could not be compiled")
+    return ptr
+
+
+def check_grammar(vocab: object, grammar: str, triggers: tuple[str, ...] = ()) -> None:
+    """Raise GrammarError if llama.cpp cannot compile the grammar (before queueing)."""
+    llama_cpp.llama_sampler_free(_grammar_sampler(vocab, grammar, triggers))
+
+
+def top_logprobs(logits: np.ndarray, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+    """The token's log-probability under the raw logits row, and the k likeliest tokens."""
+    row = logits.astype(np.float64)
+    shifted = row - row.max()
+    logz = float(np.log(np.exp(shifted).sum()))
+    logp = shifted - logz
+    top: list[tuple[int, float]] = []
+    if k > 0:
+        ids = np.argpartition(-logp, min(k, len(logp) - 1))[:k]
+        ids = ids[np.argsort(-logp[ids], kind="stable")]
+        top = [(int(i), min(0.0, float(logp[i]))) for i in ids]
+    return min(0.0, float(logp[token])), top
+
+
 class Sampler:
-    """One request's sampler chain: penalties -> top_k -> top_p -> min_p -> temp -> dist.
+    """One request's sampler chain: logit bias -> grammar -> penalties -> top_k -> top_p ->
+    min_p -> temp -> dist.
 
     temperature <= 0 means greedy. The chain is owned by the decode thread.
     """
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+    def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self.ptr = llama_cpp.llama_sampler_chain_init(chain_params)
+        self._penalties: object = None
         add = llama_cpp.llama_sampler_chain_add
         p = params
-        if p.repeat_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0:
-            add(
-                self.ptr,
-                llama_cpp.llama_sampler_init_penalties(
-                    n_vocab,
-                    PENALTY_LAST_N,
-                    max(p.repeat_penalty, 1e-3),
-                    p.frequency_penalty,
-                    p.presence_penalty,
-                ),
+        bias = [(t, b) for t, b in p.logit_bias if 0 <= t < n_vocab]
+        if bias:
+            arr = (llama_cpp.llama_logit_bias * len(bias))(
+                *(llama_cpp.llama_logit_bias(t, b) for t, b in bias)
             )
+            add(self.ptr, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(bias), arr))
+        if p.grammar:
+            add(self.ptr, _grammar_sampler(vocab, p.grammar, p.grammar_triggers))
+        if p.repeat_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0:
+            self._penalties = llama_cpp.llama_sampler_init_penalties(
+                n_vocab,
+                PENALTY_LAST_N,
+                max(p.repeat_penalty, 1e-3),
+                p.frequency_penalty,
+                p.presence_penalty,
+            )
+            add(self.ptr, self._penalties)
         if p.temperature <= 0.0:
             add(self.ptr, llama_cpp.llama_sampler_init_greedy())
         else:
@@ -50,9 +95,11 @@ class Sampler:
             add(self.ptr, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
 
     def accept_prompt(self, tokens: Iterable[int]) -> None:
-        """Let penalties see the tail of the prompt."""
+        """Let penalties see the tail of the prompt (only them: a grammar would reject it)."""
+        if self._penalties is None:
+            return
         for t in list(tokens)[-PENALTY_LAST_N:]:
-            llama_cpp.llama_sampler_accept(self.ptr, t)
+            llama_cpp.llama_sampler_accept(self._penalties, t)
 
     def sample(self, ctx_ptr: object, index: int) -> int:
         """Sample from the logits of batch row `index` (also accepts the token)."""

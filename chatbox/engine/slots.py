@@ -1,4 +1,4 @@
-"""Sequence slots, the per-conversation prefix cache, LRU eviction and host-RAM parking.
+"""Sequence slots, the per-conversation prefix cache, LRU eviction and parking (RAM, disk).
 
 Every llama.cpp sequence id is a `Slot`. A slot is busy while a request runs in it; when the
 request ends its KV stays behind as a cached prefix (tagged with the conversation's cache
@@ -9,10 +9,13 @@ groups" tracks how many distinct cells are in use.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from chatbox.engine.kvdisk import DiskEntry, DiskStore
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
 
@@ -45,6 +48,8 @@ class Slot:
     scope: str | None = None  # whose private text the KV holds (see GenerationRequest)
     public: int = 0  # leading tokens that anyone may reuse (template, configured prompts)
     busy: bool = False
+    persist: bool = True  # may be parked on disk (False: zero data retention)
+    forgotten: bool = False  # its conversation was deleted while it ran: drop it on release
     last_used: int = 0
     segments: list[list[int]] = field(default_factory=list)  # [[group, length], ...]
 
@@ -67,6 +72,7 @@ class Parked:
     data: bytes
     scope: str | None = None
     public: int = 0
+    persist: bool = True
 
 
 def reusable(
@@ -89,8 +95,11 @@ class SlotAssignment:
 
 
 class SlotTable:
-    def __init__(self, kv: KvOps, n_slots: int, park_bytes: int = 0) -> None:
+    def __init__(
+        self, kv: KvOps, n_slots: int, park_bytes: int = 0, disk: DiskStore | None = None
+    ) -> None:
         self.kv = kv
+        self.disk = disk
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self.park_bytes = park_bytes
         self.parked: OrderedDict[str, Parked] = OrderedDict()
@@ -169,6 +178,8 @@ class SlotTable:
         if target is not best and target.tokens and target is not own:
             self._park(target)  # reusing another conversation's idle slot: keep its KV in RAM
         parked = self.parked.get(cache_key) if cache_key else None
+        if parked is None and cache_key is not None:
+            parked = self._from_disk(cache_key, scope, prompt, best_n)
         if parked is not None and parked.scope == scope:
             n_parked = min(common_prefix(parked.tokens, prompt), limit)
             if n_parked > best_n and self._restore(target, parked):
@@ -189,6 +200,41 @@ class SlotTable:
             target.truncate(best_n)
             return self._claim(target, cache_key, scope, public, best_n, "copy")
         return self._claim(target, cache_key, scope, public, 0, "none")
+
+    def _from_disk(
+        self, key: str, scope: str | None, prompt: Sequence[int], best_n: int
+    ) -> Parked | None:
+        """A prefix parked on disk (another scope's never), read only if it beats best_n."""
+        if self.disk is None or key not in self.disk:
+            return None
+        head = self.disk.peek(key)
+        if head is None or head.scope != scope:
+            return None
+        if min(common_prefix(head.tokens, prompt), len(prompt) - 1) <= best_n:
+            return None
+        got = self.disk.load(key)
+        if got is None or got[0].scope != scope:
+            return None
+        entry, data = got
+        return Parked(key, entry.tokens, data, entry.scope, entry.public)
+
+    def fork(self, src: Slot) -> Slot | None:
+        """A busy slot holding a copy of src's KV (seq_cp, no prefill): another answer to
+        the same prompt. None when no slot is idle."""
+        idle = [s for s in self.slots if not s.busy and s is not src]
+        if not idle:
+            return None
+        empty = [s for s in idle if not s.tokens]
+        target = empty[0] if empty else min(idle, key=lambda s: s.last_used)
+        if target.tokens:
+            self._park(target)
+        self._clear(target)
+        self.kv.seq_cp(src.seq, target.seq, 0, len(src.tokens))
+        self._seal(src)
+        target.tokens = list(src.tokens)
+        target.segments = [list(seg) for seg in src.segments]
+        # No cache key: the conversation's cached prefix stays the first answer's.
+        return self._claim(target, None, src.scope, src.public, len(src.tokens), "copy").slot
 
     def _claim(
         self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int, source: str
@@ -220,6 +266,7 @@ class SlotTable:
         slot.cache_key = None
         slot.scope = None
         slot.public = 0
+        slot.forgotten = False
 
     # -- release / eviction ------------------------------------------------------------
     def release(self, slot: Slot, keep: bool) -> None:
@@ -227,7 +274,7 @@ class SlotTable:
         slot.busy = False
         self._seal(slot)
         self.touch(slot)
-        if not keep:
+        if not keep or slot.forgotten:
             self._clear(slot)
 
     def trim_idle(self, max_idle_cells: int) -> int:
@@ -254,17 +301,25 @@ class SlotTable:
         return True
 
     def _park(self, slot: Slot) -> None:
-        if self.park_bytes <= 0 or slot.cache_key is None or len(slot.tokens) < MIN_PARK_TOKENS:
+        to_disk = self.disk is not None and slot.persist
+        if (self.park_bytes <= 0 and not to_disk) or slot.cache_key is None:
+            return
+        if len(slot.tokens) < MIN_PARK_TOKENS:
             return
         try:
             data = self.kv.seq_save(slot.seq)
         except Exception:
             return
-        if not data or len(data) > self.park_bytes:
+        if not data:
+            return
+        if to_disk and self.disk is not None:  # written by the disk's own thread
+            entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
+            self.disk.save(slot.cache_key, entry, data)
+        if len(data) > self.park_bytes:
             return
         self._drop_parked(slot.cache_key)
         self.parked[slot.cache_key] = Parked(
-            slot.cache_key, list(slot.tokens), data, slot.scope, slot.public
+            slot.cache_key, list(slot.tokens), data, slot.scope, slot.public, slot.persist
         )
         self.parked_size += len(data)
         while self.parked_size > self.park_bytes and self.parked:
@@ -286,3 +341,36 @@ class SlotTable:
         self.append(target, parked.tokens)
         target.scope, target.public = parked.scope, parked.public
         return True
+
+    # -- deletion and shutdown ---------------------------------------------------------
+    def forget(self, key: str) -> threading.Event | None:
+        """Drop a conversation's KV everywhere: live (now, or when its request ends), RAM
+        and disk (queued after any write of it, see DiskStore.forget)."""
+        for slot in self.slots:
+            if slot.cache_key == key:
+                if slot.busy:
+                    slot.forgotten = True
+                else:
+                    self._clear(slot)
+        self._drop_parked(key)
+        return self.disk.forget(key) if self.disk is not None else None
+
+    def park_all_to_disk(self) -> int:
+        """Write every idle conversation's live KV to disk (before a shutdown); return how many."""
+        if self.disk is None:
+            return 0
+        n = 0
+        for slot in self.slots:
+            if slot.busy or not slot.persist or slot.cache_key is None:
+                continue
+            if len(slot.tokens) < MIN_PARK_TOKENS:
+                continue
+            try:
+                data = self.kv.seq_save(slot.seq)
+            except Exception:
+                continue
+            if data:
+                entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
+                self.disk.save(slot.cache_key, entry, data)
+                n += 1
+        return n

@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+# "content_filter" is set by the chat layer (output moderation cut it), never by the engine.
+FinishReason = Literal["stop", "length", "cancelled", "error", "content_filter"]
 
 
 class EngineError(Exception):
@@ -28,10 +29,35 @@ class EngineBusyError(EngineError):
     """The engine's queue is full."""
 
 
+class GrammarError(EngineError):
+    """A request's grammar that llama.cpp cannot compile (the caller's mistake)."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the assistant made; `arguments` is its JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call; `parameters` is its JSON schema as text."""
+
+    name: str
+    description: str = ""
+    parameters: str = '{"type": "object", "properties": {}}'
+
+
 @dataclass(frozen=True)
 class ChatMessage:
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None  # a tool message: the function's name
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,10 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    grammar: str | None = None  # GBNF the answer must match (root rule "root")
+    grammar_triggers: tuple[str, ...] = ()  # lazy: the grammar applies from a match onward
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias); -100 bans a token
+    logprobs: int = -1  # -1: none; k >= 0: each token's logprob and the top k alternatives
 
 
 @dataclass(frozen=True)
@@ -65,6 +95,11 @@ class GenerationRequest:
     priority: int = 0  # lower runs first; background work uses > 0
     cache_scope: str | None = None
     shared_messages: int = 0
+    persist: bool = True  # False (zero data retention): its KV is never written to disk
+    tools: tuple[ToolSpec, ...] = ()  # rendered by the chat template (or a fallback)
+    n: int = 1  # answers to the same prompt; they share its prefill (KV sequence copy)
+    # A partial answer to continue as the same assistant message (failover in router mode).
+    continue_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,15 +110,41 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One sampled token's log-probability under the model, and the top alternatives."""
+
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()  # most likely first
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     text: str
+    index: int = 0  # which of the request's n answers
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text came from (when asked)
 
 
 @dataclass(frozen=True)
 class DoneEvent:
+    """The request ended. With n > 1 it comes once, after every answer ended:
+    `finish_reasons` has one reason per answer and usage counts all their tokens."""
+
     finish_reason: FinishReason
     usage: Usage
     error: str | None = None
+    finish_reasons: tuple[FinishReason, ...] = ()
+    index: int = 0  # inside the engine: which answer ended
+    timings: Timings | None = None  # where the request's time went (for traces)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds a request spent waiting for a slot, prefilling (to its first token), decoding."""
+
+    queued_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
 
 
 EngineEvent = TokenEvent | DoneEvent

@@ -8,6 +8,7 @@ from chatbox.engine.types import Engine
 from chatbox.knowledge.documents import DocumentService
 from chatbox.knowledge.embedder import Embedder, EmbeddingUnavailable
 from chatbox.knowledge.errors import (
+    ContentRefused,
     EmptyFile,
     EncryptedFile,
     FileTooLarge,
@@ -26,6 +27,7 @@ from chatbox.store import Chunk, Document, Memory, Store
 
 __all__ = [
     "Chunk",
+    "ContentRefused",
     "Document",
     "EmbeddingUnavailable",
     "EmptyFile",

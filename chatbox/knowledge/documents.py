@@ -7,19 +7,23 @@ import asyncio
 import builtins
 import io
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import PurePath
 
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.errors import (
+    ContentRefused,
     EmptyFile,
     EncryptedFile,
     FileTooLarge,
+    KnowledgeError,
     NotFoundError,
     UnsupportedFile,
 )
+from chatbox.knowledge.types import Screen
 from chatbox.store import Chunk, ChunkIn, Document, Store
 
 CHUNK_CHARS = 900  # about 200 tokens: inside MiniLM's 256-token window
@@ -260,6 +264,9 @@ class DocumentService:
         self.max_pages = max_pages  # one PDF
         self.max_documents = max_documents  # kept by one user
         self.max_user_bytes = max_user_bytes  # uploaded bytes kept by one user
+        self.screen: Screen | None = None  # moderation, before a document can be cited
+        # Told (outcome: stored, rejected, failed; seconds) of each ingestion (metrics).
+        self.on_ingest: Callable[[str, float], None] | None = None
 
     async def ingest(
         self,
@@ -268,18 +275,46 @@ class DocumentService:
         filename: str,
         content_type: str | None,
         data: bytes,
+        workspace_id: str | None = None,
     ) -> Document:
-        """Extract, chunk, embed and store a file; raises a RejectedFile kind, storing nothing."""
+        """Extract, chunk, embed and store a file; raises a RejectedFile kind, storing nothing.
+        A file for a workspace conversation (or `workspace_id`) joins that workspace."""
+        t0 = time.perf_counter()
+        outcome = "failed"
+        try:
+            doc = await self._ingest(
+                user_id, conversation_id, filename, content_type, data, workspace_id
+            )
+            outcome = "stored"
+            return doc
+        except KnowledgeError:
+            outcome = "rejected"
+            raise
+        finally:
+            if self.on_ingest is not None:
+                self.on_ingest(outcome, time.perf_counter() - t0)
+
+    async def _ingest(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        filename: str,
+        content_type: str | None,
+        data: bytes,
+        workspace_id: str | None = None,
+    ) -> Document:
         name = PurePath(filename or "document").name[:200] or "document"
         if len(data) > self.max_bytes:
             raise FileTooLarge(
                 f"{name} is {len(data):,} bytes; the limit is {self.max_bytes:,} bytes"
             )
-        if (
-            conversation_id is not None
-            and await self.store.conversations.get(user_id, conversation_id) is None
-        ):
-            raise NotFoundError("conversation not found")
+        if conversation_id is not None:
+            conv = await self.store.conversations.get(user_id, conversation_id)
+            if conv is None:
+                raise NotFoundError("conversation not found")
+            workspace_id = conv.workspace_id
+        elif workspace_id and await self.store.workspaces.role(workspace_id, user_id) is None:
+            raise NotFoundError("workspace not found")
         await self._check_room(user_id, name, len(data))
         extracted = await asyncio.to_thread(extract, name, content_type, data, self.max_pages)
         chars = sum(len(t) for _, t in extracted.pages)
@@ -288,6 +323,10 @@ class DocumentService:
                 f"{name} holds {chars:,} characters of text; the limit is {self.max_chars:,}"
             )
         chunks = await asyncio.to_thread(chunk_pages, extracted.pages)
+        if self.screen is not None:
+            reason = await self.screen(user_id, [c.text for c in chunks], "document", name)
+            if reason is not None:
+                raise ContentRefused(reason)
         vectors = await self.embedder.embed([c.text for c in chunks])
         return await self.store.documents.create(
             user_id,
@@ -298,6 +337,7 @@ class DocumentService:
             extracted.page_count,
             chunks,
             vectors,
+            workspace_id,
         )
 
     async def _check_room(self, user_id: str, name: str, size: int) -> None:

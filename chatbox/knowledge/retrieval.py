@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -10,10 +11,12 @@ from collections.abc import Callable
 import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
+from chatbox.knowledge.errors import ContentRefused
 from chatbox.knowledge.memory import MemoryService, explicit_fact, forget_request
 from chatbox.knowledge.types import Citation, CountText, TurnContext
 from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Chunk, Store
+from chatbox.store.documents import library_owner
 
 log = logging.getLogger("chatbox.knowledge")
 RRF_K = 60  # reciprocal-rank fusion constant
@@ -74,9 +77,14 @@ class Retriever:
         query: str,
         budget_tokens: int,
         count: CountText,
+        workspace_id: str | None = None,
     ) -> TurnContext:
+        """A workspace conversation draws on its workspace's library only: never on the
+        memory or documents of whichever member happens to be asking."""
         try:
-            return await self._for_turn(user_id, conversation_id, query, budget_tokens, count)
+            return await self._for_turn(
+                user_id, conversation_id, query, budget_tokens, count, workspace_id
+            )
         except Exception:  # retrieval is an aid: a failure there must not fail the turn
             log.exception("retrieval failed; answering without it")
             return TurnContext()
@@ -88,17 +96,19 @@ class Retriever:
         query: str,
         budget: int,
         count: CountText,
+        workspace_id: str | None = None,
     ) -> TurnContext:
-        use_memory = await self.memory.enabled(user_id)
+        use_memory = workspace_id is None and await self.memory.enabled(user_id)
         if use_memory:
             await self._explicit(user_id, conversation_id, query)
-        has_docs = await self.store.documents.has_any(user_id, conversation_id)
+        owner = library_owner(workspace_id, user_id)  # whose documents: the user's or the team's
+        has_docs = await self.store.documents.has_any(owner, conversation_id)
         use_memory = use_memory and await self.store.memories.count(user_id) > 0
         if not use_memory and not has_docs:
             return TurnContext()  # nothing to retrieve: the embedding model is not needed
         vector = await self.embedder.embed_one(query)
         facts = await self.memory.relevant(user_id, vector, self.memory_k) if use_memory else []
-        chunks = await self._chunks(user_id, conversation_id, query, vector) if has_docs else []
+        chunks = await self._chunks(owner, conversation_id, query, vector) if has_docs else []
 
         sections: list[str] = []
         memory_ids: list[str] = []
@@ -146,7 +156,8 @@ class Retriever:
         """'Remember that …' is stored at once; 'forget …' removes the closest facts."""
         fact = explicit_fact(message)
         if fact is not None:
-            await self.memory.add(user_id, [fact], "explicit", conversation_id)
+            with contextlib.suppress(ContentRefused):  # moderation: not kept (and recorded)
+                await self.memory.add(user_id, [fact], "explicit", conversation_id)
             return
         forget = forget_request(message)
         if forget is not None:
@@ -204,7 +215,7 @@ class Retriever:
                 await self.store.documents.cite(
                     turn_id, [(c.chunk_id, c.score) for c in context.citations]
                 )
-            if self.on_turn is not None:
+            if self.on_turn is not None and user_id:  # "": a workspace's (no one's memory)
                 self.on_turn(user_id, conversation_id)
         except Exception:
             log.exception("could not record what turn %s drew on", turn_id)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 CountText = Callable[[str], int]  # tokens a piece of prompt text takes
+# Moderation's screen (wired by chatbox.services): (user id, texts, "document" | "memory",
+# a name for the message) -> why they are refused, or None to go on.
+Screen = Callable[[str, Sequence[str], str, str], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,19 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.memories import Memory, MemoryRepo
+from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
+from chatbox.store.replicas import ReplicaRepo, ReplicaRow
 from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
+from chatbox.store.shares import ShareRepo
+from chatbox.store.summaries import Summary, SummaryRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
 from chatbox.store.vector_feed import VectorChange
 from chatbox.store.vectors import VectorRepo
+from chatbox.store.workspaces import WorkspaceRepo
 
 __all__ = [
     "ApiKey",
@@ -29,9 +34,12 @@ __all__ = [
     "Database",
     "Document",
     "Memory",
+    "ModerationItem",
+    "ReplicaRow",
     "Routing",
     "Session",
     "Store",
+    "Summary",
     "Turn",
     "TurnHit",
     "TurnStatus",
@@ -58,6 +66,11 @@ class Store:
     search: SearchRepo
     vectors: VectorRepo
     audit: AuditRepo
+    moderation: ModerationRepo
+    replicas: ReplicaRepo
+    summaries: SummaryRepo
+    shares: ShareRepo
+    workspaces: WorkspaceRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -75,6 +88,11 @@ class Store:
             SearchRepo(db),
             VectorRepo(db),
             AuditRepo(db),
+            ModerationRepo(db),
+            ReplicaRepo(db),
+            SummaryRepo(db),
+            ShareRepo(db),
+            WorkspaceRepo(db),
         )
 
     async def close(self) -> None:

@@ -6,6 +6,7 @@ import time
 
 from chatbox.store.db import Database
 from chatbox.store.records import Conversation, new_id
+from chatbox.store.workspaces import visible_to
 
 _UNSET = object()
 
@@ -34,18 +35,21 @@ class ConversationRepo:
         return conv
 
     async def get(self, user_id: str, conv_id: str) -> Conversation | None:
-        """The conversation if it exists, is not deleted, and belongs to user_id."""
+        """The conversation if it exists, is not deleted, and user_id may see it (their own,
+        or in a workspace they belong to)."""
+        visible, params = visible_to(user_id)
         row = await self.db.fetchone(
-            "SELECT * FROM conversations WHERE id = ? AND user_id = ? AND deleted_at IS NULL",
-            (conv_id, user_id),
+            f"SELECT * FROM conversations WHERE id = ? AND {visible} AND deleted_at IS NULL",
+            (conv_id, *params),
         )
         return Conversation.from_row(row) if row else None
 
     async def list(self, user_id: str, limit: int = 200) -> list[Conversation]:
+        visible, params = visible_to(user_id)
         rows = await self.db.fetchall(
-            "SELECT * FROM conversations WHERE user_id = ? AND deleted_at IS NULL"
+            f"SELECT * FROM conversations WHERE {visible} AND deleted_at IS NULL"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
-            (user_id, limit),
+            (*params, limit),
         )
         return [Conversation.from_row(r) for r in rows]
 
@@ -66,11 +70,12 @@ class ConversationRepo:
         }
         if changes:
             sets = ", ".join(f"{k} = ?" for k in changes)
+            visible, params = visible_to(user_id)
             async with self.db.transaction() as tx:
                 await tx.execute(
                     f"UPDATE conversations SET {sets}, updated_at = ?"
-                    " WHERE id = ? AND user_id = ? AND deleted_at IS NULL",
-                    (*changes.values(), time.time(), conv_id, user_id),
+                    f" WHERE id = ? AND {visible} AND deleted_at IS NULL",
+                    (*changes.values(), time.time(), conv_id, *params),
                 )
         return await self.get(user_id, conv_id)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def _connect_sync(path: Path) -> Any:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA secure_delete=ON")  # erased content is zeroed, not left in free pages
     _make_private(path)  # the -wal/-shm that WAL mode just opened
     return conn
 
@@ -58,6 +60,12 @@ class Database:
         self.path = path
         self._write_lock = asyncio.Lock()
         self.vector_changes = VectorFeed()  # committed vec0 writes, for in-RAM indexes
+        # Told (kind, seconds) of each read and each whole write transaction (metrics).
+        self.on_op: Callable[[str, float], None] | None = None
+
+    def _timed(self, op: str, t0: float) -> None:
+        if self.on_op is not None:
+            self.on_op(op, time.perf_counter() - t0)
 
     @classmethod
     async def open(cls, path: Path) -> Database:
@@ -75,6 +83,7 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """BEGIN IMMEDIATE … COMMIT, rolled back on any error; one writer at a time."""
+        t0 = time.perf_counter()  # waiting for the writer lock is part of a write's latency
         async with self._write_lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -83,6 +92,7 @@ class Database:
                 await self.conn.execute("ROLLBACK")
                 raise
             await self.conn.execute("COMMIT")
+        self._timed("write", t0)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -96,12 +106,18 @@ class Database:
                 await self.conn.execute("COMMIT")
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        t0 = time.perf_counter()
         async with self.conn.execute(sql, tuple(params)) as cur:
-            return await cur.fetchone()
+            row = await cur.fetchone()
+        self._timed("read", t0)
+        return row
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        t0 = time.perf_counter()
         async with self.conn.execute(sql, tuple(params)) as cur:
-            return list(await cur.fetchall())
+            rows = list(await cur.fetchall())
+        self._timed("read", t0)
+        return rows
 
     async def fetchall_in(
         self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
@@ -115,6 +131,11 @@ class Database:
             marks = ", ".join("?" for _ in part)
             rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
         return rows
+
+    async def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it (erased pages leave the WAL too)."""
+        async with self._write_lock:
+            await self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     async def integrity_ok(self) -> bool:
         row = await self.fetchone("PRAGMA integrity_check")

@@ -15,6 +15,7 @@ from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
 from chatbox.store.records import new_id
 from chatbox.store.vector_feed import VectorChange
+from chatbox.store.workspaces import visible_to
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Document:
     chars: int
     chunks: int
     created_at: float
+    workspace_id: str | None = None  # its workspace's library (or a workspace conversation's)
 
     @classmethod
     def from_row(cls, row: Any) -> Document:
@@ -43,6 +45,7 @@ class Document:
             row["chars"],
             row["n_chunks"],
             row["created_at"],
+            row["workspace_id"] if "workspace_id" in row.keys() else None,  # noqa: SIM118 (a Row)
         )
 
 
@@ -78,10 +81,24 @@ _CHUNK_COLS = (
     "SELECT chunks.seq, chunks.document_id, chunks.ord, chunks.page, chunks.text, documents.name"
 )
 _CHUNK = f"{_CHUNK_COLS} FROM chunks JOIN documents ON documents.id = chunks.document_id"
-# Chunks a turn in conversation ? may draw on: that conversation's and the library's.
-_IN_SCOPE = (
-    "documents.user_id = ? AND (documents.conversation_id IS NULL OR documents.conversation_id = ?)"
-)
+# Chunks a turn in conversation ? may draw on: that conversation's and the library's, of the
+# user (personal documents only) or, for the partition `library_owner(ws)`, of the workspace.
+_OF_CONV = "(documents.conversation_id IS NULL OR documents.conversation_id = ?)"
+
+
+def _in_scope(owner: str, conversation_id: str) -> tuple[str, tuple[str, str]]:
+    if owner.startswith("ws:"):
+        return f"documents.workspace_id = ? AND {_OF_CONV}", (owner[3:], conversation_id)
+    return (
+        f"documents.user_id = ? AND documents.workspace_id IS NULL AND {_OF_CONV}",
+        (owner, conversation_id),
+    )
+
+
+def library_owner(workspace_id: str | None, user_id: str) -> str:
+    """Whose vectors (the chunk_vec partition) a document's chunks join: its workspace's
+    (shared by every member, and by no one's personal retrieval) or the user's."""
+    return f"ws:{workspace_id}" if workspace_id else user_id
 
 
 class DocumentRepo:
@@ -98,16 +115,18 @@ class DocumentRepo:
         pages: int | None,
         chunks: Sequence[ChunkIn],
         vectors: np.ndarray,
+        workspace_id: str | None = None,
     ) -> Document:
         """Store a document with all its chunks and vectors, atomically."""
         assert len(chunks) == len(vectors)
+        owner = library_owner(workspace_id, user_id)
         doc_id = new_id("d")
         chars = sum(len(c.text) for c in chunks)
         seqs: builtins.list[int] = []
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO documents (id, user_id, conversation_id, name, mime, size_bytes,"
-                " pages, chars, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " pages, chars, created_at, workspace_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     doc_id,
                     user_id,
@@ -118,28 +137,31 @@ class DocumentRepo:
                     pages,
                     chars,
                     time.time(),
+                    workspace_id,
                 ),
             )
             for chunk, vector in zip(chunks, vectors, strict=True):
                 cur = await tx.execute(
                     "INSERT INTO chunks (document_id, user_id, ord, page, start_char, text)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (doc_id, user_id, chunk.ord, chunk.page, chunk.start_char, chunk.text),
+                    (doc_id, owner, chunk.ord, chunk.page, chunk.start_char, chunk.text),
                 )
                 seqs.append(int(cur.lastrowid or 0))
                 await tx.execute(
                     "INSERT INTO chunk_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
-                    (seqs[-1], user_id, vector_blob(vector)),
+                    (seqs[-1], owner, vector_blob(vector)),
                 )
         await self.db.vector_changes.publish(
-            VectorChange("chunk_vec", user_id, seqs, np.asarray(vectors, dtype=np.float32))
+            VectorChange("chunk_vec", owner, seqs, np.asarray(vectors, dtype=np.float32))
         )
         doc = await self.get(user_id, doc_id)
         assert doc is not None
         return doc
 
     async def get(self, user_id: str, doc_id: str) -> Document | None:
-        row = await self.db.fetchone(f"{_DOC} WHERE id = ? AND user_id = ?", (doc_id, user_id))
+        """A document the user may see: their own, or one of a workspace they belong to."""
+        seen, params = visible_to(user_id, "documents")
+        row = await self.db.fetchone(f"{_DOC} WHERE id = ? AND {seen}", (doc_id, *params))
         return Document.from_row(row) if row else None
 
     async def totals(self, user_id: str) -> tuple[int, int]:
@@ -153,49 +175,59 @@ class DocumentRepo:
     async def list(
         self, user_id: str, conversation_id: str | None = None, library: bool = False
     ) -> builtins.list[Document]:
-        """The user's documents: all, one conversation's, or (library=True) the library's."""
-        sql, params = f"{_DOC} WHERE user_id = ?", [user_id]
+        """The user's personal documents: all, or (library=True) the library's; or those
+        attached to one conversation they see (a workspace one's: every member's)."""
+        sql, params = f"{_DOC} WHERE user_id = ? AND workspace_id IS NULL", [user_id]
         if library:
             sql += " AND conversation_id IS NULL"
         elif conversation_id is not None:
-            sql += " AND conversation_id = ?"
-            params.append(conversation_id)
+            seen, both = visible_to(user_id, "documents")
+            sql, params = f"{_DOC} WHERE conversation_id = ? AND {seen}", [conversation_id, *both]
         rows = await self.db.fetchall(sql + " ORDER BY created_at DESC", params)
         return [Document.from_row(r) for r in rows]
 
     async def delete(self, user_id: str, doc_id: str) -> bool:
-        """Delete a document; its chunks, vectors, FTS rows and citations go with it."""
+        """Delete a document the user sees (a workspace's: any member); its chunks, vectors,
+        FTS rows and citations go with it."""
+        doc = await self.get(user_id, doc_id)
+        if doc is None:
+            return False
+        owner = library_owner(doc.workspace_id, doc.user_id)
         async with self.db.transaction() as tx:
             async with tx.execute(
-                "SELECT seq FROM chunks WHERE document_id = ? AND user_id = ?", (doc_id, user_id)
+                "SELECT seq FROM chunks WHERE document_id = ?", (doc_id,)
             ) as found:
                 seqs = [int(r[0]) for r in await found.fetchall()]
-            cur = await tx.execute(
-                "DELETE FROM chunks WHERE document_id = ? AND user_id = ?", (doc_id, user_id)
-            )
-            cur = await tx.execute(
-                "DELETE FROM documents WHERE id = ? AND user_id = ?", (doc_id, user_id)
-            )
-        await self.db.vector_changes.publish(VectorChange("chunk_vec", user_id, deleted=seqs))
+            await tx.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+            cur = await tx.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        await self.db.vector_changes.publish(VectorChange("chunk_vec", owner, deleted=seqs))
         return cur.rowcount > 0
 
-    async def chunks(self, user_id: str, doc_id: str) -> builtins.list[Chunk]:
+    async def of_workspace(self, workspace_id: str) -> builtins.list[Document]:
+        """A workspace's library (not its conversations' attachments), newest first."""
         rows = await self.db.fetchall(
-            f"{_CHUNK} WHERE documents.id = ? AND documents.user_id = ? ORDER BY chunks.ord",
-            (doc_id, user_id),
+            f"{_DOC} WHERE workspace_id = ? AND conversation_id IS NULL ORDER BY created_at DESC",
+            (workspace_id,),
+        )
+        return [Document.from_row(r) for r in rows]
+
+    async def chunks(self, user_id: str, doc_id: str) -> builtins.list[Chunk]:
+        seen, params = visible_to(user_id, "documents")
+        rows = await self.db.fetchall(
+            f"{_CHUNK} WHERE documents.id = ? AND {seen} ORDER BY chunks.ord", (doc_id, *params)
         )
         return [Chunk.from_row(r) for r in rows]
 
     async def chunk(self, user_id: str, chunk_seq: int) -> Chunk | None:
+        seen, params = visible_to(user_id, "documents")
         row = await self.db.fetchone(
-            f"{_CHUNK} WHERE chunks.seq = ? AND documents.user_id = ?", (chunk_seq, user_id)
+            f"{_CHUNK} WHERE chunks.seq = ? AND {seen}", (chunk_seq, *params)
         )
         return Chunk.from_row(row) if row else None
 
     async def has_any(self, user_id: str, conversation_id: str) -> bool:
-        row = await self.db.fetchone(
-            f"SELECT 1 FROM documents WHERE {_IN_SCOPE} LIMIT 1", (user_id, conversation_id)
-        )
+        scope, params = _in_scope(user_id, conversation_id)
+        row = await self.db.fetchone(f"SELECT 1 FROM documents WHERE {scope} LIMIT 1", params)
         return row is not None
 
     async def nearest_chunks(
@@ -203,16 +235,18 @@ class DocumentRepo:
     ) -> builtins.list[tuple[Chunk, float]]:
         """The k chunks nearest to vector among those in scope, with L2 distances.
 
-        The KNN runs in the user's partition; chunks of other conversations' documents are
-        filtered after it, so it over-fetches to still return k in the common case.
+        `user_id` is the partition (`library_owner`). The KNN runs in it; chunks of other
+        conversations' documents are filtered after it, so it over-fetches to still return k
+        in the common case.
         """
+        scope, params = _in_scope(user_id, conversation_id)
         rows = await self.db.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM chunk_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
             f" {_CHUNK_COLS}, knn.distance FROM knn JOIN chunks ON chunks.seq = knn.rowid"
-            f" JOIN documents ON documents.id = chunks.document_id WHERE {_IN_SCOPE}"
+            f" JOIN documents ON documents.id = chunks.document_id WHERE {scope}"
             " ORDER BY knn.distance LIMIT ?",
-            (vector_blob(vector), k * 4, user_id, user_id, conversation_id, k),
+            (vector_blob(vector), k * 4, user_id, *params, k),
         )
         return [(Chunk.from_row(r), float(r["distance"])) for r in rows]
 
@@ -220,10 +254,9 @@ class DocumentRepo:
         self, user_id: str, conversation_id: str, seqs: Sequence[int]
     ) -> dict[int, Chunk]:
         """The chunks with these seqs that a turn in this conversation may draw on."""
+        scope, params = _in_scope(user_id, conversation_id)
         rows = await self.db.fetchall_in(
-            f"{_CHUNK} WHERE chunks.seq IN ({{marks}}) AND {_IN_SCOPE}",
-            seqs,
-            (user_id, conversation_id),
+            f"{_CHUNK} WHERE chunks.seq IN ({{marks}}) AND {scope}", seqs, params
         )
         return {int(r["seq"]): Chunk.from_row(r) for r in rows}
 
@@ -231,10 +264,11 @@ class DocumentRepo:
         self, user_id: str, conversation_id: str, match: str, k: int
     ) -> builtins.list[tuple[Chunk, float]]:
         """Chunks in scope matching an FTS5 query, best bm25 first (lower is better)."""
+        scope, params = _in_scope(user_id, conversation_id)
         rows = await self.db.fetchall(
             f"{_CHUNK} JOIN chunk_fts ON chunk_fts.rowid = chunks.seq"
-            f" WHERE chunk_fts MATCH ? AND {_IN_SCOPE} ORDER BY chunk_fts.rank LIMIT ?",
-            (match, user_id, conversation_id, k),
+            f" WHERE chunk_fts MATCH ? AND {scope} ORDER BY chunk_fts.rank LIMIT ?",
+            (match, *params, k),
         )
         return [(Chunk.from_row(r), float(i)) for i, r in enumerate(rows)]
 
@@ -253,7 +287,7 @@ class DocumentRepo:
     async def citations(
         self, user_id: str, turn_ids: Sequence[str]
     ) -> dict[str, builtins.list[Chunk]]:
-        """For each turn, the chunks it cited that still exist (this user's only)."""
+        """For each turn, the chunks it cited that still exist (that the user may see)."""
         out: dict[str, builtins.list[Chunk]] = {t: [] for t in turn_ids}
         if not turn_ids:
             return out
@@ -262,9 +296,9 @@ class DocumentRepo:
             f"{_CHUNK_COLS}, tc.turn_id FROM turn_citations tc"
             " JOIN chunks ON chunks.seq = tc.chunk_seq"
             " JOIN documents ON documents.id = chunks.document_id"
-            f" WHERE tc.turn_id IN ({marks}) AND documents.user_id = ?"
+            f" WHERE tc.turn_id IN ({marks}) AND {visible_to(user_id, 'documents')[0]}"
             " ORDER BY tc.turn_id, tc.ord",
-            (*turn_ids, user_id),
+            (*turn_ids, user_id, user_id),
         )
         for r in rows:
             out[r["turn_id"]].append(Chunk.from_row(r))

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-TurnStatus = Literal["complete", "stopped", "failed", "interrupted"]
+TurnStatus = Literal["complete", "stopped", "failed", "interrupted", "filtered"]
 Role = Literal["user", "assistant"]
 
 
@@ -47,6 +47,7 @@ class Conversation:
     active_leaf_id: str | None
     created_at: float
     updated_at: float
+    workspace_id: str | None = None  # shared with a workspace's members (chatbox/store/workspaces)
 
     @classmethod
     def from_row(cls, row: Any) -> Conversation:
@@ -59,6 +60,7 @@ class Conversation:
             row["active_leaf_id"],
             row["created_at"],
             row["updated_at"],
+            row["workspace_id"] if "workspace_id" in row.keys() else None,  # noqa: SIM118 (a Row)
         )
 
 
@@ -80,6 +82,7 @@ class Turn:
     route: str | None = None  # how the model was chosen (tier, pin, auto-small, canary, ...)
     arm: str | None = None  # the experiment arm, for comparing a canary's answers
     degraded_from: str | None = None  # the model it would have used had the box not been busy
+    author_id: str | None = None  # who wrote a user turn (a workspace has several writers)
 
     @classmethod
     def from_row(cls, row: Any) -> Turn:
@@ -100,6 +103,7 @@ class Turn:
             row["route"],
             row["arm"],
             row["degraded_from"],
+            row["author_id"] if "author_id" in row.keys() else None,  # noqa: SIM118 (a Row)
         )
 
 

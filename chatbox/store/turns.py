@@ -77,15 +77,17 @@ class TurnRepo:
                 "UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (turn_id, conv_id)
             )
 
-    async def append_user(self, conv_id: str, parent_id: str | None, content: str) -> Turn:
+    async def append_user(
+        self, conv_id: str, parent_id: str | None, content: str, author_id: str | None = None
+    ) -> Turn:
         """Add a user turn under parent_id and make it the active leaf; titles a new chat."""
         turn_id = new_id("t")
         now = time.time()
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO turns (id, conversation_id, parent_id, role, content, status,"
-                " created_at) VALUES (?, ?, ?, 'user', ?, 'complete', ?)",
-                (turn_id, conv_id, parent_id, content, now),
+                " created_at, author_id) VALUES (?, ?, ?, 'user', ?, 'complete', ?, ?)",
+                (turn_id, conv_id, parent_id, content, now, author_id),
             )
             await tx.execute(
                 "UPDATE conversations SET active_leaf_id = ?, updated_at = ?,"
@@ -95,6 +97,30 @@ class TurnRepo:
         turn = await self.get(conv_id, turn_id)
         assert turn is not None
         return turn
+
+    async def copy_turn(
+        self,
+        conv_id: str,
+        parent_id: str | None,
+        role: str,
+        content: str,
+        model: str | None,
+        author_id: str | None,
+    ) -> str:
+        """Append a finished turn as given (a copied conversation); it becomes the leaf."""
+        turn_id = new_id("t")
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO turns (id, conversation_id, parent_id, role, content, status, model,"
+                " created_at, author_id) VALUES (?, ?, ?, ?, ?, 'complete', ?, ?, ?)",
+                (turn_id, conv_id, parent_id, role, content, model, now, author_id),
+            )
+            await tx.execute(
+                "UPDATE conversations SET active_leaf_id = ?, updated_at = ? WHERE id = ?",
+                (turn_id, now, conv_id),
+            )
+        return turn_id
 
     async def start_draft(
         self, conv_id: str, parent_id: str, model: str | None, route: Routing | None = None
@@ -188,7 +214,11 @@ class TurnRepo:
         """After a crash: every unfinished answer becomes a turn marked interrupted."""
         now = time.time()
         async with self.db.transaction() as tx:
-            async with tx.execute("SELECT * FROM drafts ORDER BY started_at") as cur:
+            # A deleted conversation's draft is left to the erasure sweep, not turned into a turn.
+            async with tx.execute(
+                "SELECT * FROM drafts WHERE conversation_id NOT IN"
+                " (SELECT id FROM conversations WHERE deleted_at IS NOT NULL) ORDER BY started_at"
+            ) as cur:
                 drafts = list(await cur.fetchall())
             for draft in drafts:
                 await self._insert_from_draft(

@@ -48,7 +48,10 @@ class UserRepo:
         return User.from_row(row) if row else None
 
     async def list(self) -> list[User]:
-        rows = await self.db.fetchall("SELECT * FROM users ORDER BY created_at, name")
+        # An erased account's row stays only so that its usage stays counted; it is not listed.
+        rows = await self.db.fetchall(
+            "SELECT * FROM users WHERE deleted_at IS NULL ORDER BY created_at, name"
+        )
         return [User.from_row(r) for r in rows]
 
     async def count(self) -> int:

@@ -6,17 +6,34 @@ from litestar.types import ControllerRouterHandler
 
 from chatbox.web.admin import AdminApiController, AdminPagesController
 from chatbox.web.attachments import AttachmentsController
+from chatbox.web.console import ConsoleController
 from chatbox.web.conversations import ConversationController
+from chatbox.web.data import DataController
+from chatbox.web.data_pages import DataPagesController
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
 from chatbox.web.knowledge_pages import KnowledgePagesController
 from chatbox.web.library import LibraryController
 from chatbox.web.login import LoginController
+from chatbox.web.moderation import (
+    ModerationAdminController,
+    ModerationPagesController,
+    ModerationsController,
+)
 from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
+from chatbox.web.replicas import ReplicasController
+from chatbox.web.sharing import SharePagesController, SharesController
+from chatbox.web.workspaces import (
+    ConversationWorkspaceController,
+    WorkspacePagesController,
+    WorkspacesController,
+)
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,
+    DataController,
+    DataPagesController,
     OpenAIController,
     HealthController,
     KnowledgeController,
@@ -27,4 +44,14 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     LoginController,
     AdminApiController,
     AdminPagesController,
+    ConsoleController,
+    ReplicasController,
+    ModerationsController,
+    ModerationAdminController,
+    ModerationPagesController,
+    SharesController,
+    SharePagesController,
+    WorkspacesController,
+    ConversationWorkspaceController,
+    WorkspacePagesController,
 ]

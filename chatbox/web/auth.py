@@ -118,8 +118,10 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
             try:
                 throttle.check((throttle.addresses, address))
             except TooManyAttempts as exc:
+                request.state.auth_failure = "throttled"  # counted by the telemetry middleware
                 raise too_many(exc) from exc
             throttle.addresses.fail(address)
+            request.state.auth_failure = "invalid_key"
             raise LoginRequired("invalid or revoked API key")
         request.state.auth_kind = "key"
         request.state.user_name = user.name
@@ -128,10 +130,12 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
     cookie = request.cookies.get(SESSION_COOKIE)
     session = await accounts.session(cookie) if cookie else None
     if session is None:
+        request.state.auth_failure = "expired_session" if cookie else "no_credentials"
         raise LoginRequired("log in, or send an API key as Authorization: Bearer")
     if request.method not in SAFE_METHODS and not tokens_match(
         request.headers.get(CSRF_HEADER), session.csrf_token
     ):
+        request.state.auth_failure = "csrf"
         raise CsrfRefused("missing or invalid CSRF token; reload the page")
     request.state.auth_kind = "session"
     request.state.csrf_token = session.csrf_token

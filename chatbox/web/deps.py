@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService, User
 from chatbox.chat import ChatService
+from chatbox.data import DataService
 from chatbox.knowledge import Knowledge
 from chatbox.services import Services
 from chatbox.settings import Settings
@@ -24,3 +25,4 @@ AccountsDep: TypeAlias = NamedDependency[AccountsService]
 SettingsDep: TypeAlias = NamedDependency[Settings]
 ServicesDep: TypeAlias = NamedDependency[Services]
 MetricsDep: TypeAlias = NamedDependency[CollectorRegistry]
+DataServiceDep: TypeAlias = NamedDependency[DataService]

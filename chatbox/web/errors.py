@@ -21,11 +21,13 @@ from litestar.types import ExceptionHandlersMap
 from chatbox.chat import (
     Busy,
     ChatError,
+    Forbidden,
     GenerationFailed,
     InvalidInput,
     NotFound,
     Overloaded,
     RateLimited,
+    Refused,
     TooLong,
     UnknownModel,
 )
@@ -45,10 +47,12 @@ AnyRequest = Request[Any, Any, Any]
 
 # (error class, status, type) — the first match wins, so subclasses come first.
 _STATUS: list[tuple[type[Exception], int, str]] = [
+    (Refused, 400, "content_filter"),  # moderation: nothing stored, nothing run
     (InvalidInput, 422, "invalid_request_error"),
     (TooLong, 413, "context_length_exceeded"),
     (UnknownModel, 404, "model_not_found"),
     (NotFound, 404, "not_found"),
+    (Forbidden, 403, "permission_denied"),
     (Busy, 409, "conversation_busy"),
     (Overloaded, 503, "overloaded"),
     (RateLimited, 429, "rate_limit_exceeded"),
@@ -96,6 +100,8 @@ def classify(exc: Exception) -> Problem:
         problem.extra["limit"] = exc.limit
     if isinstance(exc, Overloaded):
         problem.headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, Refused):
+        problem.extra.update(code="content_filter", category=exc.category)
     if isinstance(exc, RateLimited):
         problem.headers.update(exc.headers)
         problem.extra["code"] = exc.kind

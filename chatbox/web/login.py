@@ -101,6 +101,7 @@ class LoginController(Controller):
         try:  # refused: this address guessing this account, or spraying many
             throttle.check((throttle.pairs, pair), (throttle.addresses, address))
         except TooManyAttempts as exc:
+            request.state.auth_failure = "throttled"  # counted by the telemetry middleware
             return _login_page(
                 request,
                 settings,
@@ -116,6 +117,7 @@ class LoginController(Controller):
             throttle.accounts.fail(name.lower())
             throttle.pairs.fail(pair)
             throttle.addresses.fail(address)
+            request.state.auth_failure = "bad_password"
             return _login_page(request, settings, 401, "Wrong name or password.", name, data.next)
         throttle.pairs.clear(pair)
         token = await accounts.start_session(user)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chatbox.chat import Conversation, ConversationView, Turn, TurnOptions
+from chatbox.chat import Conversation, ConversationView, Summary, Turn, TurnOptions
 
 
 @dataclass
@@ -13,6 +13,7 @@ class NewConversation:
     title: str | None = None
     system_prompt: str | None = None
     model: str | None = None
+    temporary: bool = False  # held in RAM only, never stored (zero-data-retention)
 
 
 @dataclass
@@ -104,5 +105,24 @@ def view_out(view: ConversationView) -> dict[str, Any]:
         ],
         "next_cursor": view.next_cursor,
         "running_turn_id": view.running.turn_id if view.running else None,
-        "context": {"used": view.context_used, "limit": view.context_limit},
+        "context": {
+            "used": view.context_used,
+            "limit": view.context_limit,
+            "hidden_turn_ids": list(view.hidden_ids),  # the model cannot see these
+            "summarising": view.summarising,
+        },
+        "summary": summary_out(view.summary) if view.summary else None,
+    }
+
+
+def summary_out(summary: Summary) -> dict[str, Any]:
+    """The summary the model reads instead of the branch's turns up to `covers_turn_id`."""
+    return {
+        "id": summary.id,
+        "role": "summary",
+        "covers_turn_id": summary.covers_id,
+        "covered_turns": summary.covered,
+        "content": summary.content,
+        "model": summary.model,
+        "created_at": summary.created_at,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from html import escape as html_escape
 from typing import Any
 
 from jinja2 import Environment
@@ -254,6 +255,13 @@ async def ui_events(
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
                 yield frame("html", render_markdown(text) or "", event.id)
+            elif event.kind == "moderation" and event.data.get("message"):
+                # Output moderation cut the answer: the notice replaces what was shown.
+                text = ""
+                notice = html_escape(str(event.data["message"]))
+                yield frame(
+                    "html", f'<p class="moderation-note" role="status">{notice}</p>', event.id
+                )
             elif event.kind == "queued" and not text:  # the server is busy: show the line
                 position = int(event.data["position"])
                 yield frame(

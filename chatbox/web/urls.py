@@ -173,3 +173,144 @@ def upload() -> str:
 def remove(doc_id: str) -> str:
     """A document deleted from the user's library."""
     return f"/ui/library/documents/{_seg(doc_id)}/delete"
+
+
+# -- the admin console ---------------------------------------------------------------------
+
+
+def console() -> str:
+    return "/console"
+
+
+def console_live() -> str:
+    return "/console/live"
+
+
+def console_live_data() -> str:
+    """JSON columns of the live plots (`?since=<unix time>` for only newer rows)."""
+    return "/console/data/live"
+
+
+def console_traces() -> str:
+    return "/console/traces"
+
+
+def console_trace(trace_id: str) -> str:
+    return f"/console/traces/{_seg(trace_id)}"
+
+
+def console_traces_data() -> str:
+    return "/console/data/traces"
+
+
+def console_people() -> str:
+    return "/console/people"
+
+
+def console_person(user_id: str) -> str:
+    return f"/console/people/{_seg(user_id)}"
+
+
+def console_person_action(user_id: str, action: str) -> str:
+    """POST: tier, role, disable, enable, password, keys."""
+    return f"{console_person(user_id)}/{_seg(action)}"
+
+
+def console_revoke_key(user_id: str, key_id: str) -> str:
+    return f"{console_person(user_id)}/revoke-key/{_seg(key_id)}"
+
+
+def console_usage_data(user_id: str) -> str:
+    return f"/console/data/usage/{_seg(user_id)}"
+
+
+def console_models() -> str:
+    return "/console/models"
+
+
+def console_model_action(name: str, action: str) -> str:
+    """POST: load, unload, default."""
+    return f"/console/models/{_seg(name)}/{_seg(action)}"
+
+
+def console_audit() -> str:
+    return "/console/audit"
+
+
+# -- users' data: settings, export, import, deletion, temporary chats --------------------
+
+
+def data_settings() -> str:
+    """The "Your data" page: what is kept, export, import, temporary chats, deletion."""
+    return "/settings/data"
+
+
+def data_retention() -> str:
+    """POST: zero-data-retention on or off for oneself."""
+    return "/ui/settings/retention"
+
+
+def data_import() -> str:
+    return "/ui/settings/import"
+
+
+def data_delete_account() -> str:
+    return "/ui/settings/delete"
+
+
+def data_export() -> str:
+    """GET: the zip of all one's data."""
+    return "/v1/users/me/export"
+
+
+def temporary_chat(chat_id: str | None = None) -> str:
+    """A temporary chat's page (a new one without an id)."""
+    return "/temporary" if chat_id is None else f"/temporary/{_seg(chat_id)}"
+
+
+def temporary_send(chat_id: str | None = None) -> str:
+    return "/ui/temporary/send" if chat_id is None else f"/ui/temporary/{_seg(chat_id)}/send"
+
+
+def temporary_stream(chat_id: str, turn_id: str) -> str:
+    return f"/ui/temporary/{_seg(chat_id)}/turns/{_seg(turn_id)}/stream"
+
+
+def temporary_stop(chat_id: str) -> str:
+    return f"/ui/temporary/{_seg(chat_id)}/stop"
+
+
+# -- share links and workspaces ----------------------------------------------------------
+
+
+def share_page(token: str) -> str:
+    """A share link: the read-only snapshot anyone with the link can read."""
+    return f"/s/{_seg(token)}"
+
+
+def share_continue(token: str) -> str:
+    """GET: confirm; POST: copy the snapshot into the reader's own account."""
+    return f"{share_page(token)}/continue"
+
+
+def conversation_shares(conv_id: str) -> str:
+    """The API of a conversation's share links (POST: a new link; GET: the list)."""
+    return f"/v1/conversations/{_seg(conv_id)}/shares"
+
+
+def share_revoke(share_id: str) -> str:
+    """The API of one share link (DELETE: revoke)."""
+    return f"/v1/shares/{_seg(share_id)}"
+
+
+def workspace_page(ws_id: str) -> str:
+    """A workspace's page: its members (owners manage them) and conversations."""
+    return f"/w/{_seg(ws_id)}"
+
+
+def workspace_add_member(ws_id: str) -> str:
+    return f"/ui/w/{_seg(ws_id)}/members"
+
+
+def workspace_remove_member(ws_id: str, user_id: str) -> str:
+    return f"/ui/w/{_seg(ws_id)}/members/{_seg(user_id)}/delete"

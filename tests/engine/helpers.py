@@ -52,8 +52,9 @@ async def generate(
     sampling: SamplingParams = GREEDY,
     cache_key: str | None = None,
     capture_logits: int = 0,
+    cache_scope: str | None = "tester",  # one user's requests, unless a test says otherwise
 ) -> Result:
-    req = GenerationRequest(messages, sampling, cache_key=cache_key)
+    req = GenerationRequest(messages, sampling, cache_key=cache_key, cache_scope=cache_scope)
     return await collect(engine.submit(req, capture_logits=capture_logits))
 
 

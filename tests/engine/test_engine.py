@@ -153,8 +153,8 @@ async def test_events_are_whole_utf8(
     assert split, "every character fits in one token: the test would prove nothing"
 
     class ScriptedSampler(scheduler.Sampler):
-        def __init__(self, params: SamplingParams, n_vocab: int) -> None:
-            super().__init__(params, n_vocab)
+        def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
+            super().__init__(params, n_vocab, vocab)
             self.script = iter(script)
 
         def sample(self, ctx_ptr: object, index: int) -> int:
@@ -254,7 +254,9 @@ async def test_random_workload_leaves_no_leak(tiny_gguf: Path) -> None:
         await asyncio.sleep(rnd.random() * 0.5)
         msgs = chat(" ".join(rnd.choice(["alpha", "beta", "日本", "😀"]) for _ in range(20)))
         params = replace(GREEDY, max_tokens=rnd.randrange(1, 40), stop=("zz",))
-        req = GenerationRequest(msgs, params, cache_key=f"k{rnd.randrange(6)}")
+        req = GenerationRequest(
+            msgs, params, cache_key=f"k{rnd.randrange(6)}", cache_scope="tester"
+        )
         gen = engine.submit(req)
         mode = rnd.random()
         if mode < 0.2:

@@ -86,5 +86,5 @@ def test_errors_map_to_openai_exceptions(real_server: LiveServer) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     assert "smollm2" in str(missing.value)
-    with pytest.raises(openai.UnprocessableEntityError):
+    with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="smollm2", messages=[])

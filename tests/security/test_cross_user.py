@@ -23,18 +23,39 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
+from tests.conftest import bearer, seed_user
 from tests.security.conftest import MANUAL, QUESTION, Cast, send_turn
 
 pytestmark = pytest.mark.timeout(300)
 
 # Path segments that never carry a user's ids.
-NOT_OWNED = ("/static/", "/schema")
+# Erasing another account is an admin's audited power, not a leak (tests/data covers who may).
+# The console (/console/, admins only: members get its guard's 403) acts on accounts as an
+# admin's audited power too (usage, keys), never showing content; tests/web/test_console.py.
+# So is the moderation review queue (admins only; tests/moderation covers who may).
+NOT_OWNED = (
+    "/static/",
+    "/schema",
+    "/v1/admin/users/",
+    "/console/",
+    "/admin/moderation/",
+    "/v1/admin/moderation/",
+)
 SECRET = re.compile(r"bobsecret|zephyr", re.IGNORECASE)
 SEARCH = "descale pump citric acid"  # finds bob's turns without naming a secret word
 # The streaming bubble's SSE answers an unknown or foreign answer with a 200 and its final
 # "no longer available" frame, so that the SSE client stops instead of retrying
 # (chatbox.web.ui.ui_stream); it must still show nothing of bob's.
 SSE_FINAL_FRAME = ("GET /ui/c/{conv_id:str}/turns/{turn_id:str}/stream",)
+# Managing a workspace that one is not a member of (its members, deleting it) is an admin's
+# audited power, not a leak; reading anything in it is not (tests/web/test_workspaces.py).
+ADMIN_POWERS = (
+    "DELETE /v1/workspaces/{ws_id:str}",
+    "POST /v1/workspaces/{ws_id:str}/members",
+    "DELETE /v1/workspaces/{ws_id:str}/members/{user_id:str}",
+    "POST /ui/w/{ws_id:str}/members",
+    "POST /ui/w/{ws_id:str}/members/{user_id:str}/delete",
+)
 
 
 @dataclass
@@ -51,6 +72,11 @@ class World:
     chunk_id: int | None = None
     fact_id: str = ""
     key_id: str = ""
+    share_id: str = ""
+    ws_id: str = ""
+    # Tokens of links that no longer show anything (one revoked, one never issued): a valid
+    # token is public by design (`/s/{token}`), so only dead ones belong in the matrix.
+    dead_tokens: list[str] = field(default_factory=list)
 
     def ids(self, param: str, *, victim: bool) -> list[Any]:
         """The values of one path parameter: all of a victim's, or one's own."""
@@ -62,6 +88,9 @@ class World:
             "fact_id": [self.fact_id],
             "user_id": [self.user_id] if victim else ["me"],
             "key_id": [self.key_id],
+            "share_id": [self.share_id],
+            "ws_id": [self.ws_id],
+            "token": self.dead_tokens if victim else [],
         }
         if param not in values:
             raise KeyError(param)
@@ -112,7 +141,28 @@ def build_world(client: TestClient, headers: dict[str, str], tag: str, *, cited:
     w.fact_id = r.json()["added"][0]["id"]
     w.user_id = r.json()["user_id"]
     w.key_id = _key_id(client, w.user_id)
+    r = client.post(f"/v1/conversations/{w.conv_id}/shares", headers=headers, json={})
+    assert r.status_code == 201, r.text
+    w.share_id = r.json()["id"]
+    r = client.post(f"/v1/conversations/{w.conv_id}/shares", headers=headers, json={})
+    assert r.status_code == 201, r.text
+    assert client.delete(f"/v1/shares/{r.json()['id']}", headers=headers).status_code == 204
+    w.dead_tokens = [r.json()["token"], "x" + r.json()["token"][1:]]
     return w
+
+
+def add_workspace(
+    client: TestClient, admin: dict[str, str], w: World, owner: str, *names: str
+) -> None:
+    """A workspace (made by the admin) owned by w's user (named `owner`), with these members."""
+    r = client.post("/v1/workspaces", headers=admin, json={"name": f"team of {owner}"})
+    assert r.status_code == 201, r.text
+    w.ws_id = r.json()["id"]
+    for name, role in [(owner, "owner"), *((n, "member") for n in names)]:
+        r = client.post(
+            f"/v1/workspaces/{w.ws_id}/members", headers=admin, json={"name": name, "role": role}
+        )
+        assert r.status_code == 201, r.text
 
 
 def fingerprint(client: TestClient, bob: World) -> dict[str, Any]:
@@ -132,6 +182,9 @@ def fingerprint(client: TestClient, bob: World) -> dict[str, Any]:
         "documents": sorted(d["id"] for d in client.get("/v1/documents", headers=h).json()["data"]),
         "memory": (memory["enabled"], sorted((f["id"], f["text"]) for f in memory["data"])),
         "citations": cites.status_code == 200 and len(cites.json()["data"]),
+        "shares": sorted(s["id"] for s in client.get("/v1/shares", headers=h).json()["data"]),
+        "workspace": bob.ws_id
+        and client.get(f"/v1/workspaces/{bob.ws_id}/documents", headers=h).json(),
     }
 
 
@@ -183,6 +236,10 @@ def body_for(method: str, path: str, victim: World) -> dict[str, Any]:
         return {"data": {"turn_id": victim.answer}} if ui else {"json": {"turn_id": victim.answer}}
     if path.endswith("/settings"):
         return {"data": {"title": "pwned"}}
+    if path.endswith("/members"):
+        return {"data": {"name": "mallory"}} if ui else {"json": {"name": "mallory"}}
+    if path.endswith("/workspace"):
+        return {"json": {"workspace_id": None}}
     if path.endswith("/memory") and method == "PATCH":
         return {"json": {"add": ["pwned"]}}
     if method == "PATCH":
@@ -207,12 +264,16 @@ def fill(path: str, values: dict[str, Any]) -> str:
     return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: str(values[m.group(1)]), path)
 
 
-def matrix(client: TestClient, victim: World, actor: World) -> tuple[list[Call], list[str]]:
+def matrix(
+    client: TestClient, victim: World, actor: World, *, admin: bool = False
+) -> tuple[list[Call], list[str]]:
     """Every call of the matrix for one actor, and the routes it does not know how to fill."""
     calls: list[Call] = []
     unknown: list[str] = []
     for method, path, params in route_table(client):
         if not params or path.startswith(NOT_OWNED):
+            continue
+        if admin and f"{method} {path}" in ADMIN_POWERS:
             continue
         try:
             choices = [
@@ -337,6 +398,7 @@ def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
         "mallory": build_world(client, cast.mallory, "mallory", cited=False),
         "admin": build_world(client, cast.admin, "admin", cited=False),
     }
+    add_workspace(client, cast.admin, bob, "bob")
     # Bob's search hit URLs (/c/{id}?turn=…#turn-…) are ids too.
     hits = client.get("/v1/search", params={"q": SEARCH}, headers=cast.bob).json()
     hit_urls = sorted({h["url"].split("#")[0] for h in hits["data"]})
@@ -347,7 +409,7 @@ def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
     covered: set[str] = set()
     before = fingerprint(client, bob)
     for name, actor in actors.items():
-        calls, unknown = matrix(client, bob, actor)
+        calls, unknown = matrix(client, bob, actor, admin=name == "admin")
         unknown_routes.update(unknown)
         for url in hit_urls:
             path, _, query = url.partition("?")
@@ -377,6 +439,10 @@ def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
         "/ui/c/{conv_id:str}/documents/{doc_id:str}/delete",
         "/v1/users/{user_id:str}/memory/{fact_id:str}",
         "/c/{conv_id:str}",
+        "/v1/shares/{share_id:str}",
+        "/s/{token:str}",
+        "/w/{ws_id:str}",
+        "/v1/workspaces/{ws_id:str}/documents",
     ):
         assert any(must in route for route in covered), f"the matrix missed {must}"
     assert not unknown_routes, (
@@ -385,5 +451,93 @@ def test_every_route_answers_404_for_another_users_ids(cast: Cast) -> None:
     )
     assert not offences, (
         f"{len(offences)} calls with bob's ids did not answer a clean 404:\n  "
+        + "\n  ".join(offences)
+    )
+
+
+def build_workspace_world(cast: Cast, *members: str) -> World:
+    """Bob's conversation in a workspace with these members: an attachment (the workspace's),
+    a cited answer, and a document of the workspace's library."""
+    client, bob = cast.client, cast.bob
+    w = World(bob)
+    add_workspace(client, cast.admin, w, "bob", *members)
+    listed = client.get(f"/v1/workspaces/{w.ws_id}", headers=bob).json()["members"]
+    w.user_id = next(m["user_id"] for m in listed if m["name"] == "bob")
+    w.conv_id = client.post("/v1/conversations", headers=bob, json={"title": "bobsecret"}).json()[
+        "id"
+    ]
+    r = client.post(
+        f"/v1/conversations/{w.conv_id}/workspace", headers=bob, json={"workspace_id": w.ws_id}
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"/v1/conversations/{w.conv_id}/documents",
+        headers=bob,
+        files={"file": ("zephyr-manual.txt", MANUAL.encode(), "text/plain")},
+    )
+    assert r.status_code == 201, r.text
+    w.conv_doc = r.json()["id"]
+    w.user_turn, w.answer, got = send_turn(client, bob, w.conv_id, QUESTION)
+    cites = [e.json() for e in got if e.event == "citations"]
+    assert cites, "the workspace conversation cited nothing of the workspace's documents"
+    w.chunk_id = int(cites[0]["citations"][0]["chunk_id"])
+    r = client.post(
+        f"/v1/workspaces/{w.ws_id}/documents",
+        headers=bob,
+        files={"file": ("team.txt", b"bobsecret team library text. " * 40, "text/plain")},
+    )
+    assert r.status_code == 201, r.text
+    w.library_doc = r.json()["id"]
+    return w
+
+
+def test_workspace_outsiders_and_removed_members_get_404(cast: Cast) -> None:
+    """Bob and ann share a workspace conversation; mallory (never a member) and ann, once
+    removed, get 404 on every route that takes an id of it, its turns or its documents."""
+    client = cast.client
+    ann = bearer(seed_user(cast.settings, "ann", role="member", tier="paid"))
+    ws = build_workspace_world(cast, "ann")
+    # While a member, ann reads it, its citations and the library, and continues it.
+    for url in (
+        f"/v1/conversations/{ws.conv_id}",
+        f"/v1/conversations/{ws.conv_id}/turns/{ws.answer}/citations",
+        f"/v1/passages/{ws.chunk_id}",
+        f"/v1/workspaces/{ws.ws_id}/documents",
+        f"/c/{ws.conv_id}",
+    ):
+        assert client.get(url, headers=ann).status_code == 200, url
+    send_turn(client, ann, ws.conv_id, "ann adds a note")
+    actors = {
+        "mallory": build_world(client, cast.mallory, "mallory", cited=False),
+        "ann": build_world(client, ann, "ann", cited=False),
+    }
+    r = client.delete(
+        f"/v1/workspaces/{ws.ws_id}/members/{actors['ann'].user_id}", headers=cast.bob
+    )
+    assert r.status_code == 204, r.text
+    offences: list[str] = []
+    covered: set[str] = set()
+    before = fingerprint(client, ws)
+    for name, actor in actors.items():
+        calls, _ = matrix(client, ws, actor)  # unknown kinds are the main matrix's concern
+        for call in calls:
+            covered.add(call.route)
+            problem, before = attempt(client, call, actor.headers, ws, before)
+            if problem:
+                offences.append(f"{name}: {problem}")
+    for must in (
+        "GET /v1/conversations/{conv_id:str}",
+        "POST /v1/conversations/{conv_id:str}/turns",
+        "GET /v1/conversations/{conv_id:str}/turns/{turn_id:str}/citations",
+        "GET /v1/passages/{chunk_id:int}",
+        "GET /v1/documents/{doc_id:str}",
+        "GET /v1/workspaces/{ws_id:str}/documents",
+        "DELETE /v1/workspaces/{ws_id:str}/documents/{doc_id:str}",
+        "GET /c/{conv_id:str}",
+        "GET /w/{ws_id:str}",
+    ):
+        assert must in covered, f"the workspace matrix missed {must}"
+    assert not offences, (
+        f"{len(offences)} calls on a workspace's ids did not answer a clean 404:\n  "
         + "\n  ".join(offences)
     )

@@ -1,0 +1,204 @@
+"""Moderation benchmark: input-check latency, output moderation's cost to streaming, and the
+category classifier's precision/recall on the held-out set.
+
+    python benchmarks/moderation.py [--model smollm2] [--streams 8] [--tokens 128]
+        [--checks 300] [--quick] [--json OUT]
+
+1. precision and recall per category on chatbox/moderation/data/heldout.tsv (never trained on),
+   at the shipped policy's thresholds (targets: precision >= 0.9, recall >= 0.8 on blocking
+   categories);
+2. input check latency (rules + profanity + categories, one message at a time) p50/p99, idle
+   and while `--streams` answers decode on the real model (target: p99 < 20 ms);
+3. TTFT and tokens/s of `--streams` concurrent answers with output moderation on vs off
+   (target: TTFT unchanged within noise, throughput >= 95%).
+The app runs in-process (Services), answering through the OpenAI-API path (`chat.complete`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from chatbox.chat import ChatMessage, TokenEvent, TurnOptions  # noqa: E402
+from chatbox.chat.policy import default_policy_path  # noqa: E402
+from chatbox.moderation.classifier import HELDOUT, read_labelled  # noqa: E402
+from chatbox.moderation.evaluate import evaluate  # noqa: E402
+from chatbox.services import Services  # noqa: E402
+from chatbox.settings import EngineSettings, Settings  # noqa: E402
+from chatbox.store import User  # noqa: E402
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a refrigerator works, step by step.",
+    "Describe a walk through a forest in autumn.",
+    "Give me ten tips for learning a new language.",
+    "Tell me about the history of bicycles.",
+    "Write a letter to a friend about a trip to the sea.",
+    "Explain photosynthesis in detail.",
+    "Describe how bread is made from wheat to loaf.",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+async def start(data_dir: Path, model: str, streams: int, output: bool) -> Services:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    policy = data_dir / "policy.toml"
+    base = default_policy_path().read_text().replace('"gemma3-270m"', f'"{model}"')
+    base = base.replace('model = "smollm2"', f'model = "{model}"')
+    for limit in ("rpm = 120", "tpm = 200000", "monthly_tokens = 20000000"):  # no quota here
+        base = base.replace(limit, limit.split("=")[0] + "= 0")
+    base = base.replace("max_streams = 4", "max_streams = 64")
+    policy.write_text(base.replace("output = true", f"output = {str(output).lower()}"))
+    settings = Settings(
+        data_dir=data_dir,
+        model=model,
+        admin_password="bench-admin",
+        policy_path=policy,
+        engine=EngineSettings(n_parallel=streams, n_ctx=streams * 1024, n_ctx_per_seq=1024),
+    )
+    services = await Services.start(settings)
+    await services.models.engine(model)
+    assert services.moderation is not None
+    await services.moderation.moderator.start()
+    return services
+
+
+async def stream(
+    services: Services, user: User, prompt: str, tokens: int
+) -> tuple[float, int, float]:
+    """(time to first token, tokens, seconds) of one answer."""
+    options = TurnOptions(max_tokens=tokens, temperature=0.8, seed=len(prompt))
+    t0 = time.perf_counter()
+    _, generation, _ = await services.chat.complete((ChatMessage("user", prompt),), options, user)
+    ttft, n = float("nan"), 0
+    async for event in generation:
+        if isinstance(event, TokenEvent):
+            if n == 0:
+                ttft = time.perf_counter() - t0
+            n += 1
+    return ttft, n, time.perf_counter() - t0
+
+
+async def streams_run(services: Services, user: User, k: int, tokens: int) -> dict[str, float]:
+    t0 = time.perf_counter()
+    results = await asyncio.gather(
+        *(stream(services, user, PROMPTS[i % len(PROMPTS)], tokens) for i in range(k))
+    )
+    wall = time.perf_counter() - t0
+    ttfts = [r[0] for r in results]
+    return {
+        "ttft_p50_ms": statistics.median(ttfts) * 1000,
+        "ttft_max_ms": max(ttfts) * 1000,
+        "tokens_per_s": sum(r[1] for r in results) / wall,
+    }
+
+
+async def check_latency(services: Services, user: User, n: int) -> list[float]:
+    moderation = services.moderation
+    assert moderation is not None
+    texts = [t for _, t in read_labelled(HELDOUT)]
+    out = []
+    for i in range(n):
+        verdict = await moderation.check(user, texts[i % len(texts)] + f" ({i})", "input")
+        out.append(verdict.elapsed_s * 1000)
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        services = await start(Path(tmp) / "on", args.model, args.streams, output=True)
+        user = await services.store.users.create("bench", tier="paid")
+        try:
+            assert services.moderation is not None
+            report["heldout"] = await evaluate(services.moderation.moderator)
+            idle = await check_latency(services, user, args.checks)
+            load = asyncio.create_task(streams_run(services, user, args.streams, args.tokens))
+            await asyncio.sleep(1.0)  # the streams are decoding
+            busy = await check_latency(services, user, args.checks // 3)
+            await load
+            report["latency_ms"] = {
+                "idle": {"p50": pct(idle, 50), "p99": pct(idle, 99), "n": len(idle)},
+                "decoding": {"p50": pct(busy, 50), "p99": pct(busy, 99), "n": len(busy)},
+            }
+            rounds_on = [
+                await streams_run(services, user, args.streams, args.tokens)
+                for _ in range(args.rounds)
+            ]
+        finally:
+            await services.stop()
+        services = await start(Path(tmp) / "off", args.model, args.streams, output=False)
+        user = await services.store.users.create("bench", tier="paid")
+        try:
+            rounds_off = [
+                await streams_run(services, user, args.streams, args.tokens)
+                for _ in range(args.rounds)
+            ]
+        finally:
+            await services.stop()
+
+    def mean(rounds: list[dict[str, float]], key: str) -> float:
+        return statistics.mean(r[key] for r in rounds)
+
+    report["streams"] = {
+        name: {k: mean(rounds, k) for k in rounds[0]}
+        for name, rounds in (("on", rounds_on), ("off", rounds_off))
+    }
+    return report
+
+
+def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    print("\nHeld-out set (never trained on), shipped thresholds")
+    print(f"{'category':<15}{'precision':>10}{'recall':>8}{'n':>5}")
+    for c, row in r["heldout"].items():
+        print(f"{c:<15}{row['precision']:>10.2f}{row['recall']:>8.2f}{int(row['support']):>5}")
+    print("\nInput check latency, all layers (ms)")
+    for name, row in r["latency_ms"].items():
+        print(f"{name:<10} p50 {row['p50']:6.1f}   p99 {row['p99']:6.1f}   (n={row['n']})")
+    on, off = r["streams"]["on"], r["streams"]["off"]
+    print(f"\n{args.streams} concurrent streams, {args.tokens} tokens each, {args.model}")
+    print(f"{'output moderation':<20}{'TTFT p50 ms':>12}{'TTFT max ms':>12}{'tokens/s':>10}")
+    for name, row in (("off", off), ("on", on)):
+        print(
+            f"{name:<20}{row['ttft_p50_ms']:>12.0f}{row['ttft_max_ms']:>12.0f}"
+            f"{row['tokens_per_s']:>10.1f}"
+        )
+    print(f"throughput on/off: {on['tokens_per_s'] / off['tokens_per_s']:.1%}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--checks", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    if args.quick:
+        args.checks, args.tokens, args.rounds = 60, 48, 1
+    report = asyncio.run(run(args))
+    print_report(report, args)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""chatbox side by side with llama-server: the same file, threads and load, as ratios.
+
+    python benchmarks/peer.py [--pairs 3] [--threads N] [--max-tokens 64] [--json OUT]
+
+1. builds llama-server once from the llama.cpp source vendored in the sdist of the installed
+   llama-cpp-python version, with the same CPU flags (GGML_NATIVE=OFF, AVX2, FMA, F16C),
+   cached under ~/.cache/chatbox/peer/<version>/ (about 8 minutes on 2 cores);
+2. starts both servers on chatbox's serving copy of the default model (the Q8_0 file
+   `chatbox serve` loads on CPU), 8 slots and 16,384 KV cells each; chatbox with a policy
+   that does not cap one user's streams and no moderation (llama-server has none;
+   --moderation keeps chatbox's default in and out checks); llama-server with `-t` = the
+   cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
+3. runs the same load through the official `openai` client against each, in interleaved
+   pairs (the order alternates): one stream (8 requests one after another), 8 concurrent
+   streams, and a ~1,800-token history: the cold turn's and its follow-up turn's TTFT;
+4. prints each run, then the median over pairs of chatbox / llama-server.
+Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.load import BENCH_POLICY, free_port, make_users  # noqa: E402
+
+CPU_FLAGS = {
+    "CMAKE_BUILD_TYPE": "Release",
+    "GGML_NATIVE": "OFF",
+    "GGML_AVX2": "ON",
+    "GGML_FMA": "ON",
+    "GGML_F16C": "ON",
+    "LLAMA_CURL": "OFF",  # older sources; newer ones dropped it (checked below)
+    "LLAMA_OPENSSL": "OFF",  # loopback only: no TLS library needed
+    "LLAMA_BUILD_TESTS": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "OFF",
+}
+TOPICS = ["rivers", "bread", "owls", "chess", "tea", "kites", "bees", "maps"]
+FILLER = (
+    "The committee reviewed the quarterly figures, noted a modest rise in costs, and asked "
+    "for a short summary of the options before the next meeting. "
+)
+
+
+# -- the peer binary -----------------------------------------------------------------------
+
+
+def cmake_options(source: Path) -> set[str]:
+    """Option names the source's CMake files declare (so flags it dropped are not passed)."""
+    names: set[str] = {"CMAKE_BUILD_TYPE"}
+    for path in source.rglob("CMakeLists.txt"):
+        names.update(re.findall(r"option\(\s*([A-Z0-9_]+)", path.read_text(errors="replace")))
+    return names
+
+
+def build_peer(cache: Path, version: str, jobs: int) -> Path:
+    """llama-server built from llama-cpp-python `version`'s vendored llama.cpp (cached)."""
+    root = cache / "peer" / version
+    binary = root / "build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = root / "sdist"
+    if not any(sdist.glob("*.tar.gz")):
+        print(f"downloading the llama-cpp-python {version} sdist ...", flush=True)
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        subprocess.run([*pip, f"llama-cpp-python=={version}", "-d", str(sdist)], check=True)
+    src = root / "src"
+    if not (src / "vendor" / "llama.cpp").exists():
+        shutil.rmtree(src, ignore_errors=True)
+        with tarfile.open(next(sdist.glob("*.tar.gz"))) as tar:
+            top = tar.getnames()[0].split("/")[0]
+            tar.extractall(root, filter="data")
+        (root / top).rename(src)
+    source = src / "vendor" / "llama.cpp"
+    known = cmake_options(source)
+    flags = [f"-D{k}={v}" for k, v in CPU_FLAGS.items() if k in known]
+    skipped = sorted(set(CPU_FLAGS) - known)
+    print(
+        f"building llama-server ({' '.join(flags)}; not in this source: {skipped or 'none'})",
+        flush=True,
+    )
+    build = root / "build"
+    subprocess.run(["cmake", "-S", str(source), "-B", str(build), *flags], check=True)
+    subprocess.run(
+        ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], check=True
+    )
+    return binary
+
+
+def serving_model() -> Path:
+    """chatbox's serving copy of its default model (what `chatbox serve` loads on CPU)."""
+    from benchmarks.engine import default_model
+    from chatbox.engine.requant import serving_path
+    from chatbox.settings import settings_from_env
+
+    return serving_path(default_model(), settings_from_env().cache_dir / "models")
+
+
+# -- the servers ---------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    key: str
+    model: str
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, path: str, log: Path) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited while starting; see {log}")
+        time.sleep(0.3)
+    proc.kill()
+    raise SystemExit(f"the server did not become ready; see {log}")
+
+
+def start_chatbox(args: argparse.Namespace, work: Path) -> Server:
+    data = work / "chatbox-data"
+    ((_, key),) = make_users(data, 1, 1.0)  # one paid user
+    policy = work / "policy.toml"  # no per-user stream cap, nobody shed
+    text = BENCH_POLICY.format(model="smollm2", high_water=256)
+    if not args.moderation:  # llama-server moderates nothing: compare the engines alone
+        text += "\n[moderation]\nenabled = false\n"
+    policy.write_text(text)
+    port = free_port()
+    cmd = [sys.executable, "-m", "chatbox", "--data-dir", str(data), "serve"]
+    cmd += ["--port", str(port), "--model", "smollm2", "--policy", str(policy)]
+    cmd += ["--n-parallel", str(args.slots), "--n-ctx", str(args.n_ctx), "--log-level", "warning"]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    cmd += args.chatbox_arg
+    log = work / "chatbox.log"
+    env = {**os.environ, "CHATBOX_ADMIN_PASSWORD": "peer-benchmark-admin"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(proc, url, "/readyz", log)
+    return Server("chatbox", proc, url, key, "smollm2")
+
+
+def start_peer(args: argparse.Namespace, binary: Path, model: Path, work: Path) -> Server:
+    port = free_port()
+    threads = str(args.threads or os.cpu_count() or 1)
+    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["-np", str(args.slots), "-c", str(args.n_ctx), "-t", threads, "-tb", threads]
+    cmd += args.peer_arg
+    log = work / "llama-server.log"
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(proc, url, "/health", log)
+    return Server("llama-server", proc, url, "none", "smollm2")
+
+
+# -- the load ------------------------------------------------------------------------------
+
+
+async def stream(
+    client: Any, model: str, messages: list[dict[str, str]], max_tokens: int
+) -> dict[str, Any]:
+    """One streamed completion: TTFT (first content), completion tokens, the answer text."""
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    parts: list[str] = []
+    usage: Any = None
+    response = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    async for chunk in response:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if chunk.choices and chunk.choices[0].delta.content:
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            parts.append(chunk.choices[0].delta.content)
+    details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    return {
+        "ttft": ttft if ttft is not None else float("nan"),
+        "tokens": usage.completion_tokens if usage else len(parts),
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "cached_tokens": getattr(details, "cached_tokens", None) or 0,
+        "text": "".join(parts),
+        "wall": time.perf_counter() - t0,
+    }
+
+
+def ask(nonce: str, i: int) -> list[dict[str, str]]:
+    topic = TOPICS[i % len(TOPICS)]
+    return [{"role": "user", "content": f"[{nonce}-{i}] Write a long story about {topic}."}]
+
+
+def history(nonce: str, n_tokens: int) -> list[dict[str, str]]:
+    """A conversation of about n_tokens (4 characters a token, as SmolLM2 does for English)."""
+    msgs = [{"role": "system", "content": f"[{nonce}] You are a concise assistant."}]
+    i = 0
+    while sum(len(m["content"]) for m in msgs) < n_tokens * 4.2:
+        msgs.append({"role": "user", "content": f"Point {i}: " + FILLER * 2})
+        msgs.append({"role": "assistant", "content": f"Noted point {i}. " + FILLER})
+        i += 1
+    msgs.append({"role": "user", "content": "Summarise the points in one sentence."})
+    return msgs
+
+
+async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(
+        base_url=server.url + "/v1", api_key=server.key, timeout=600.0, max_retries=0
+    )
+    nonce = uuid.uuid4().hex[:8]  # fresh prompts: nothing cached from an earlier run
+    n, mt = args.slots, args.max_tokens
+    try:
+        await stream(client, server.model, ask(nonce, 99), 8)  # warm-up
+        t0 = time.perf_counter()
+        serial = [await stream(client, server.model, ask(nonce, i), mt) for i in range(n)]
+        serial_wall = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        together = await asyncio.gather(
+            *(stream(client, server.model, ask(nonce, n + i), mt) for i in range(n))
+        )
+        together_wall = time.perf_counter() - t0
+        colds, follows, cached = [], [], []
+        for rep in range(args.ttft_reps):
+            turn1 = history(f"{nonce}-h{rep}", args.history_tokens)
+            first = await stream(client, server.model, turn1, 16)
+            turn2 = [
+                *turn1,
+                {"role": "assistant", "content": first["text"]},
+                {"role": "user", "content": "Thanks. Shorter, please?"},
+            ]
+            second = await stream(client, server.model, turn2, 16)
+            colds.append(first["ttft"])
+            follows.append(second["ttft"])
+            cached.append((second["prompt_tokens"], second["cached_tokens"]))
+    finally:
+        await client.close()
+    return {
+        "serial_tok_s": sum(r["tokens"] for r in serial) / serial_wall,
+        "serial_tokens_per_answer": statistics.mean(r["tokens"] for r in serial),
+        "concurrent_tok_s": sum(r["tokens"] for r in together) / together_wall,
+        "concurrent_tokens_per_answer": statistics.mean(r["tokens"] for r in together),
+        "cold_ttft": statistics.median(colds),
+        "followup_ttft": statistics.median(follows),
+        "followup_prompt_cached": cached[-1],
+    }
+
+
+COLUMNS = [
+    ("serial_tok_s", "1 stream tok/s", "{:.1f}"),
+    ("concurrent_tok_s", "8 streams tok/s", "{:.1f}"),
+    ("cold_ttft", "cold TTFT s", "{:.3f}"),
+    ("followup_ttft", "follow-up TTFT s", "{:.3f}"),
+]
+
+
+def report(
+    runs: list[dict[str, Any]], pairs: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> dict[str, Any]:
+    head = " | ".join(c[1] for c in COLUMNS)
+    print(f"\n| run | server | {head} | follow-up cached/prompt |")
+    print("|---|---|" + "---|" * (len(COLUMNS) + 1))
+    for r in runs:
+        cells = " | ".join(fmt.format(r[k]) for k, _, fmt in COLUMNS)
+        p, c = r["followup_prompt_cached"]
+        print(f"| {r['pair']} | {r['server']} | {cells} | {c}/{p} |")
+    ratios: dict[str, Any] = {}
+    print("\n| chatbox / llama-server (median of pairs) | ratio | pairs | target |")
+    print("|---|---|---|---|")
+    for key, label, _ in COLUMNS:
+        values = [ours[key] / theirs[key] for ours, theirs in pairs]
+        med = statistics.median(values)
+        # TTFT: lower is better, so the target is a ratio <= 1.0
+        target = "<= 1.0x" if "ttft" in key else ">= 1.0x"
+        ratios[key] = {"median": med, "pairs": values}
+        spread = ", ".join(f"{v:.2f}" for v in values)
+        goal = target if key != "cold_ttft" else "(reference)"
+        print(f"| {label} | {med:.2f}x | {spread} | {goal} |")
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--pairs", type=int, default=3, help="interleaved pairs of runs")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="both (0: chatbox's default, llama-server all cores)"
+    )
+    ap.add_argument("--slots", type=int, default=8, help="-np / --n-parallel")
+    ap.add_argument("--n-ctx", type=int, default=16384, help="-c / --n-ctx")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens per answer")
+    ap.add_argument("--history-tokens", type=int, default=1800)
+    ap.add_argument("--ttft-reps", type=int, default=2, help="history conversations per run")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="build jobs")
+    ap.add_argument("--chatbox-arg", action="append", default=[], help="extra `serve` flag")
+    ap.add_argument("--peer-arg", action="append", default=[], help="extra llama-server flag")
+    ap.add_argument(
+        "--moderation", action="store_true", help="keep chatbox's default moderation on"
+    )
+    ap.add_argument("--only-build", action="store_true", help="build the peer and stop")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "peer.json"))
+    args = ap.parse_args(argv)
+    from chatbox.settings import settings_from_env
+
+    version = importlib.metadata.version("llama-cpp-python")
+    binary = build_peer(settings_from_env().cache_dir, version, args.jobs)
+    print(f"llama-server: {binary}")
+    if args.only_build:
+        return 0
+    model = serving_model()
+    print(f"model: {model}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="chatbox-peer-"))
+    servers = [start_chatbox(args, work), start_peer(args, binary, model, work)]
+    runs: list[dict[str, Any]] = []
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    try:
+        for k in range(args.pairs):
+            order = servers if k % 2 == 0 else servers[::-1]  # alternate who goes first
+            got: dict[str, dict[str, Any]] = {}
+            for server in order:
+                result = asyncio.run(run_load(server, args))
+                result.update(pair=k + 1, server=server.name)
+                runs.append(result)
+                got[server.name] = result
+                print(
+                    f"pair {k + 1} {server.name}: "
+                    + ", ".join(f"{lbl} {fmt.format(result[key])}" for key, lbl, fmt in COLUMNS),
+                    flush=True,
+                )
+            pairs.append((got["chatbox"], got["llama-server"]))
+    finally:
+        for server in servers:
+            server.stop()
+    ratios = report(runs, pairs)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"version": version, "model": str(model), "args": vars(args), "runs": runs}
+    out.write_text(json.dumps({**result, "ratios": ratios}, indent=2))
+    print(f"wrote {out} (server logs in {work})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

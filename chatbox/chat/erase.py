@@ -1,0 +1,59 @@
+"""Erasing conversations from the chat side: stop their answers, erase the rows, drop KV."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from chatbox.chat.models import ModelProvider
+from chatbox.chat.runs import TurnRun
+from chatbox.store import Store
+from chatbox.store.erasure import Erased, ErasureRepo
+
+log = logging.getLogger("chatbox.chat")
+STOP_WAIT_S = 5.0  # a cancelled answer ends within a decode step; this is a generous cap
+
+
+async def stop_runs(runs: dict[str, TurnRun], conv_ids: Sequence[str]) -> None:
+    """Cancel the running answers of these conversations and wait until they are written,
+    so that no late turn lands after the erasure (the store refuses one anyway)."""
+    waiting = [c for c in conv_ids if c in runs]
+    for conv_id in waiting:
+        runs[conv_id].on_abandon()
+    deadline = asyncio.get_running_loop().time() + STOP_WAIT_S
+    while any(c in runs for c in waiting) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def forget_kv(models: ModelProvider, conv_ids: Sequence[str]) -> None:
+    """Drop the conversations' cached and parked KV from every loaded engine."""
+    for name in models.names():
+        if models.stats(name) is None:  # not loaded: it holds nothing
+            continue
+        engine = await models.engine(name)
+        # A local engine's async `forget` drops live, RAM and disk KV (its own model's files
+        # and those of models not loaded now); remote engines have none yet.
+        forget = getattr(engine, "forget", None)
+        if forget is None:
+            continue
+        for conv_id in conv_ids:
+            try:
+                await forget(conv_id)
+            except Exception:  # erasure of the rows must not fail on a cache
+                log.exception("could not drop the KV of %s from %s", conv_id, name)
+
+
+async def erase_conversations(
+    store: Store,
+    models: ModelProvider,
+    runs: dict[str, TurnRun],
+    user_id: str,
+    conv_ids: Sequence[str],
+    now: float | None = None,
+) -> Erased:
+    """Erase these conversations of the user: content, derived rows, vectors and KV."""
+    await stop_runs(runs, conv_ids)
+    erased = await ErasureRepo(store.db).conversations(user_id, conv_ids, now)
+    await forget_kv(models, conv_ids)
+    return erased

@@ -1,0 +1,106 @@
+"""Moderation in a turn: the input check (after admission, before any model work) and a
+generation whose answers are watched as they stream (the OpenAI-compatible API)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+from chatbox.chat.errors import Refused
+from chatbox.chat.metered import MeteredGeneration
+from chatbox.engine.types import DoneEvent, EngineEvent, FinishReason, Generation, TokenEvent, Usage
+from chatbox.moderation import ModerationService, OutputWatch, Verdict
+from chatbox.store import User
+
+
+async def screen_input(
+    moderation: ModerationService | None, user: User, text: str, direction: str = "input"
+) -> Verdict | None:
+    """The message's verdict; a block raises Refused, recording only category and scores
+    (a refused message is never stored, not even for review)."""
+    if moderation is None or not moderation.enabled or not text:
+        return None
+    verdict = await moderation.check(user, text, direction)
+    if verdict.blocked:
+        await moderation.queue.record(user, direction, verdict, None)
+        raise Refused(verdict.refusal(), verdict.category or "rule", verdict.scores)
+    return verdict
+
+
+def moderation_event(verdict: Verdict, turn_id: str | None = None) -> dict[str, Any]:
+    """The `moderation` SSE event's data."""
+    return {
+        "turn_id": turn_id,
+        "action": verdict.action,
+        "category": verdict.category,
+        "categories": sorted(verdict.triggered),
+        "message": verdict.notice() if verdict.blocked else None,
+    }
+
+
+class ModeratedGeneration:
+    """Passes tokens on at once while a watch per answer checks them; a block cancels the
+    generation and ends that answer with finish reason "content_filter" (as OpenAI's API)."""
+
+    def __init__(self, inner: Generation, moderation: ModerationService, user: User) -> None:
+        self.inner = inner
+        self.moderation = moderation
+        self.user = user
+        self.watches: dict[int, OutputWatch] = {}
+
+    @property
+    def ticket(self) -> Any:  # the admission ticket (route headers), where metered
+        return getattr(self.inner, "ticket", None)
+
+    @property
+    def filtered(self) -> Verdict | None:
+        return next((w.verdict for w in self.watches.values() if w.verdict), None)
+
+    def _watch(self, index: int) -> OutputWatch | None:
+        if index not in self.watches:
+            watch = self.moderation.watch(self.user, lambda v: self._stop())
+            if watch is None:
+                return None
+            self.watches[index] = watch
+        return self.watches[index]
+
+    def _stop(self) -> None:
+        # Cancel the engine's generation itself and keep reading through the meter: it
+        # still sees the final event and charges what was used (MeteredGeneration.cancel
+        # would read that event on its own, leaving this reader waiting).
+        inner = self.inner.inner if isinstance(self.inner, MeteredGeneration) else self.inner
+        inner.cancel()
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        done: DoneEvent | None = None
+        async for event in self.inner:
+            if isinstance(event, TokenEvent):
+                watch = self._watch(event.index)
+                if watch is None or not self.filtered:
+                    if watch is not None:
+                        watch.feed(event.text)
+                    yield event
+            elif isinstance(event, DoneEvent):
+                done = event
+        for watch in self.watches.values():
+            await watch.finish()
+            await self.moderation.record_output(self.user, watch)
+        if done is None:
+            done = DoneEvent("error", Usage(0, 0, 0), "no result")
+        elif self.filtered is not None:
+            n = max(len(done.finish_reasons), 1)
+            reasons: list[FinishReason] = list(done.finish_reasons or (done.finish_reason,))
+            for i, watch in self.watches.items():
+                if watch.blocked and i < n:
+                    reasons[i] = "content_filter"
+            done = replace(done, finish_reason=reasons[0], finish_reasons=tuple(reasons))
+        yield done
+
+    def cancel(self) -> None:
+        for watch in self.watches.values():
+            watch.cancel()
+        self.inner.cancel()

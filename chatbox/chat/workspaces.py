@@ -1,0 +1,177 @@
+"""Team workspaces: admins create them and name owners; owners add and remove members; a
+conversation moved into one is read and continued by every member.
+
+Who sees what is decided in the store (`chatbox.store.workspaces.visible_to`); this service
+decides who may manage a workspace. Anyone outside a workspace is told it does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
+from chatbox.store import Conversation, Document, Store, User
+from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.workspaces import Member, Workspace, WorkspaceRole
+
+MAX_NAME_CHARS = 80
+Erase = Callable[[str, Sequence[str]], Awaitable[Erased]]
+
+
+async def prompt_scope(store: Store, conv: Conversation) -> tuple[str | None, int, str]:
+    """A turn's system prompt, how many leading messages are configured (not typed by a
+    user, so their KV may be shared), and its cache scope (the user, or the workspace)."""
+    if conv.workspace_id is None:
+        return conv.system_prompt, 0, conv.user_id
+    ws = await store.workspaces.get(conv.workspace_id)
+    configured = ws.system_prompt if ws is not None else None
+    scope = f"ws:{conv.workspace_id}"
+    if configured and conv.system_prompt:
+        # One system message: only a whole message can be shared, and this one holds both.
+        return f"{configured}\n\n{conv.system_prompt}", 0, scope
+    if configured:
+        return configured, 1, scope
+    return conv.system_prompt, 0, scope
+
+
+def valid_name(name: str) -> str:
+    """A workspace's name, trimmed; InvalidInput unless 1 to MAX_NAME_CHARS characters."""
+    name = name.strip()
+    if not name or len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"a workspace name is 1 to {MAX_NAME_CHARS} characters", "name")
+    return name
+
+
+@dataclass
+class Workspaces:
+    store: Store
+    erase: Erase  # ChatService.erase: stops answers, erases content and KV
+
+    async def create(self, admin: User, name: str, system_prompt: str | None = None) -> Workspace:
+        self._admin(admin)
+        name = valid_name(name)
+        if await self.store.workspaces.get(name) is not None:
+            raise InvalidInput(f"a workspace named {name!r} exists", "name")
+        return await self.store.workspaces.create(name, system_prompt or None)
+
+    async def all(self, admin: User) -> list[Workspace]:
+        self._admin(admin)
+        return await self.store.workspaces.list()
+
+    async def mine(self, user: User) -> list[tuple[Workspace, WorkspaceRole]]:
+        """The workspaces the user belongs to, with their role in each."""
+        out = []
+        for ws in await self.store.workspaces.list(user.id):
+            role = await self.store.workspaces.role(ws.id, user.id)
+            if role is not None:
+                out.append((ws, role))
+        return out
+
+    async def get(
+        self, user: User, ws_id: str, *, manage: bool = False
+    ) -> tuple[Workspace, WorkspaceRole | None]:
+        """A workspace the user belongs to; else 404. An admin who is not a member reaches
+        one (role None) only to manage it: its content stays closed ("usage, not content")."""
+        ws = await self.store.workspaces.get(ws_id)
+        role = await self.store.workspaces.role(ws.id, user.id) if ws else None
+        if ws is None or (role is None and not (manage and user.role == "admin")):
+            raise NotFound("workspace not found")
+        return ws, role
+
+    async def members(self, user: User, ws_id: str) -> list[Member]:
+        ws, _ = await self.get(user, ws_id)
+        return await self.store.workspaces.members(ws.id)
+
+    async def add_member(
+        self, user: User, ws_id: str, name: str, role: WorkspaceRole = "member"
+    ) -> Member:
+        """Owners add members; only an admin makes an owner."""
+        ws = await self._managed(user, ws_id)
+        if role not in ("owner", "member"):
+            raise InvalidInput("role is owner or member", "role")
+        if role == "owner" and user.role != "admin":
+            raise Forbidden("only an admin assigns owners")
+        person = await self.store.users.get_by_name(name.strip())
+        if person is None or person.disabled:
+            raise InvalidInput(f"no user named {name!r}", "name")
+        await self.store.workspaces.set_member(ws.id, person.id, role)
+        return next(m for m in await self.store.workspaces.members(ws.id) if m.user_id == person.id)
+
+    async def remove_member(self, user: User, ws_id: str, user_id: str) -> None:
+        """Owners remove members (an admin also owners); a member may remove themself."""
+        ws, role = await self.get(user, ws_id, manage=True)
+        target = await self.store.workspaces.role(ws.id, user_id)
+        if target is None:
+            raise NotFound("not a member")
+        leaving = user_id == user.id and role == "member"
+        if not leaving:
+            await self._managed(user, ws.id)
+            if target == "owner" and user.role != "admin":
+                raise Forbidden("only an admin removes an owner")
+        await self.store.workspaces.remove_member(ws.id, user_id)
+
+    async def move(self, user: User, conv_id: str, ws_id: str | None) -> Conversation:
+        """Move the user's own conversation into a workspace they belong to (None: out)."""
+        conv = await self.store.conversations.get(user.id, conv_id)
+        if conv is None:
+            raise NotFound("conversation not found")
+        if ws_id is not None:
+            ws, role = await self.get(user, ws_id)
+            if role is None:
+                raise NotFound("workspace not found")
+            ws_id = ws.id
+        if conv.user_id != user.id:
+            raise Forbidden("only the member who started a conversation moves it")
+        await self.store.workspaces.move(user.id, conv.id, ws_id)
+        moved = await self.store.conversations.get(user.id, conv.id)
+        if moved is None:
+            raise NotFound("conversation not found")
+        return moved
+
+    async def delete(self, admin: User, ws_id: str) -> Erased:
+        """Erase every conversation of the workspace (as deleting each would), then it."""
+        if admin.role != "admin":
+            await self.get(admin, ws_id)  # a non-member learns nothing: 404, not 403
+        self._admin(admin)
+        return await self.erase_workspace(ws_id)
+
+    async def erase_workspace(self, ws_id: str) -> Erased:
+        """Erase its conversations and documents, then drop it (the CLI, as the operator)."""
+        ws = await self.store.workspaces.get(ws_id)
+        if ws is None:
+            raise NotFound("workspace not found")
+        convs, _ = await self.store.workspaces.contents(ws.id)
+        erased = Erased()
+        by_owner: dict[str, list[str]] = {}
+        for owner, conv_id in convs:
+            by_owner.setdefault(owner, []).append(conv_id)
+        for owner, ids in by_owner.items():
+            erased.add(await self.erase(owner, ids))
+        erased.add(await ErasureRepo(self.store.db).workspace_documents(ws.id))
+        await self.store.workspaces.delete(ws.id)
+        return erased
+
+    async def library(self, user: User, ws_id: str) -> list[Document]:
+        """The workspace's documents (members only), newest first."""
+        ws, _ = await self.get(user, ws_id)
+        return await self.store.documents.of_workspace(ws.id)
+
+    async def delete_document(self, user: User, ws_id: str, doc_id: str) -> None:
+        """Any member deletes a document of the workspace (its passages and citations go)."""
+        ws, _ = await self.get(user, ws_id)
+        doc = await self.store.documents.get(user.id, doc_id)
+        if doc is None or doc.workspace_id != ws.id:
+            raise NotFound("document not found")
+        await self.store.documents.delete(user.id, doc.id)
+
+    async def _managed(self, user: User, ws_id: str) -> Workspace:
+        ws, role = await self.get(user, ws_id, manage=True)
+        if role != "owner" and user.role != "admin":
+            raise Forbidden("only the workspace's owners manage its members")
+        return ws
+
+    @staticmethod
+    def _admin(user: User) -> None:
+        if user.role != "admin":
+            raise Forbidden("only an admin manages workspaces")

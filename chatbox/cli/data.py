@@ -1,0 +1,165 @@
+"""`chatbox retention run`, `chatbox users delete|export|set-retention` and
+`chatbox keys set-retention`: users' data from the command line, each admin action recorded
+in the audit log."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from chatbox.cli.accounts import _admin, _settings, _user, keys, users, with_store
+
+if TYPE_CHECKING:
+    from chatbox.store import Store
+
+RETENTION_CHOICES = click.Choice(["none", "default"])
+
+
+def _kv_forget(ctx: click.Context) -> Any:
+    from chatbox.services import kv_files_forget
+
+    settings = _settings(ctx)
+    return kv_files_forget(settings.engine.kv_dir or settings.data_dir / "kv")
+
+
+@click.group()
+def retention() -> None:
+    """Erase conversations idle past their tier's `retention_days` (models/policy.toml)."""
+
+
+@retention.command("run")
+@click.option("--dry-run", is_flag=True, help="Only list what would be erased.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def retention_run(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Erase (or, with --dry-run, list) the conversations past their tier's retention."""
+    from chatbox.chat.policy import Policy
+    from chatbox.data.retention import Retention
+    from chatbox.store.erasure import Erased, ErasureRepo
+
+    forget = _kv_forget(ctx)
+
+    async def run(store: Store) -> Any:
+        erasure = ErasureRepo(store.db)
+
+        async def erase(user_id: str, ids: Any) -> Erased:
+            done = await erasure.conversations(user_id, ids)
+            for conv_id in ids if forget else ():
+                forget(conv_id)
+            return done
+
+        policy = Policy.load(_settings(ctx).policy_path)
+        return await Retention(erasure, policy, erase).run(dry_run)
+
+    report = with_store(ctx, run)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    for e in report.expired:
+        c = e.conversation
+        click.echo(f"{c.id}  {c.user_name}  tier {e.tier}: idle past {e.days} days")
+    verb = "would erase" if dry_run else "erased"
+    count = len(report.expired) if dry_run else report.erased.conversations
+    click.echo(f"{verb} {count} conversation(s)", err=True)
+    if report.unfinished:
+        how = "would be finished" if dry_run else "finished"
+        click.echo(f"{report.unfinished} earlier deletion(s) {how}", err=True)
+
+
+@users.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask; erase at once.")
+@click.pass_context
+def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Erase an account and everything it owns (usage counts stay, nameless)."""
+    if not yes and not click.confirm(f"Erase {name!r} and all of its data for good?"):
+        raise click.ClickException("nothing was deleted")
+    from chatbox.data.service import erase_account
+
+    forget = _kv_forget(ctx)
+
+    async def run(store: Store) -> Any:
+        user = await _user(store, name)
+        return await erase_account(store, _admin(store).actor, user, forget)
+
+    erased = with_store(ctx, run)
+    click.echo(
+        f"Erased {name!r}: {erased.conversations} conversation(s), {erased.documents} "
+        f"document(s), {erased.memories} memory fact(s)",
+        err=True,
+    )
+
+
+@users.command("export")
+@click.argument("name")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The zip to write (default: chatbox-NAME.zip here; '-' for stdout).",
+)
+@click.pass_context
+def users_export(ctx: click.Context, name: str, output: Path | None) -> None:
+    """Export an account's data (for a user who lost access); recorded in the audit log."""
+    from chatbox.data.service import export_zip
+
+    async def run(store: Store) -> bytes:
+        user = await _user(store, name)
+        admin = _admin(store)
+        await admin.audit.record(admin.actor, "user.export", user)
+        return await export_zip(store, user)
+
+    body = with_store(ctx, run)
+    if output is not None and str(output) == "-":
+        sys.stdout.buffer.write(body)
+        return
+    path = output or Path(f"chatbox-{name}.zip")
+    path.write_bytes(body)
+    path.chmod(0o600)  # it holds someone's conversations
+    click.echo(f"Wrote {path} ({len(body):,} bytes)", err=True)
+
+
+@users.command("set-retention")
+@click.argument("name")
+@click.argument("mode", type=RETENTION_CHOICES)
+@click.pass_context
+def users_set_retention(ctx: click.Context, name: str, mode: str) -> None:
+    """`none`: the account stores no content (temporary chats only); `default`: its tier's."""
+    from chatbox.store.transfer import TransferRepo
+
+    async def run(store: Store) -> None:
+        user = await _user(store, name)
+        await TransferRepo(store.db).set_user_zero_retention(user.id, mode == "none")
+        admin = _admin(store)
+        await admin.audit.record(admin.actor, "user.set_retention", user, retention=mode)
+
+    with_store(ctx, run)
+    click.echo(f"{name!r}: retention {mode}", err=True)
+
+
+@keys.command("set-retention")
+@click.argument("key_id")
+@click.argument("mode", type=RETENTION_CHOICES)
+@click.pass_context
+def keys_set_retention(ctx: click.Context, key_id: str, mode: str) -> None:
+    """`none`: requests with this key store no content; `default`: as its user's."""
+    from chatbox.store.transfer import TransferRepo
+
+    async def run(store: Store) -> None:
+        key = next((k for k in await store.keys.list() if key_id in (k.id, k.prefix)), None)
+        if key is None or key.revoked_at is not None:
+            raise click.ClickException(f"no active key {key_id!r} (see `chatbox keys list`)")
+        await TransferRepo(store.db).set_key_zero_retention(key.id, mode == "none")
+        owner = await store.users.get(key.user_id)
+        admin = _admin(store)
+        await admin.audit.record(
+            admin.actor, "key.set_retention", owner, key_id=key.id, retention=mode
+        )
+
+    with_store(ctx, run)
+    click.echo(f"key {key_id}: retention {mode}", err=True)

@@ -1,0 +1,249 @@
+"""The fleet: replicas, their live health and load, affinity, ejection and drain.
+
+Routing is rendezvous (highest-random-weight) hashing of the affinity key over the healthy
+replicas of a model, so a conversation's turns land where its prefix cache is warm and
+adding or removing a replica moves only that replica's share. A replica past its queue
+limit spills the request to the next in hash order. Health: an active check every few
+seconds, passive ejection on failures with exponential backoff, re-admission by a check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from chatbox.cluster.clients import Client, Health, ReplicaFailed, client_for
+from chatbox.cluster.protocol import ReplicaSpec
+from chatbox.engine.types import EngineStats
+
+log = logging.getLogger("chatbox.cluster")
+BACKOFF_MAX_S = 60.0
+
+
+def weight(key: str, url: str) -> int:
+    digest = hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+@dataclass
+class Member:
+    """One replica as the front sees it now."""
+
+    spec: ReplicaSpec
+    client: Client
+    source: str  # "flag" (command line / env) or "table" (the database)
+    draining: bool = False
+    health: Health | None = None
+    state: str = "unknown"  # unknown | healthy | down | ejected
+    failures: int = 0
+    ejected_until: float = 0.0
+    last_error: str | None = None
+    inflight: dict[str, int] = field(default_factory=dict)  # model -> answers running here
+    served: int = 0
+    cached_tokens: int = 0
+    prompt_tokens: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def slots(self) -> int:
+        return self.health.slots if self.health else max(1, self.spec.slots)
+
+    def serves(self, model: str) -> bool:
+        return self.health is not None and model in self.health.models
+
+    @property
+    def available(self) -> bool:
+        return self.state == "healthy" and not self.draining
+
+    def running(self) -> int:
+        return sum(self.inflight.values())
+
+    def view(self) -> dict[str, Any]:
+        running = self.running()
+        return {
+            "url": self.url,
+            "kind": self.spec.kind,
+            "source": self.source,
+            "state": "draining" if self.draining else self.state,
+            "models": sorted(self.health.models) if self.health else list(self.spec.models),
+            "slots": self.slots,
+            "running": min(running, self.slots),
+            "queued": max(0, running - self.slots),
+            "served": self.served,
+            "prefix_hit_rate": round(self.cached_tokens / self.prompt_tokens, 3)
+            if self.prompt_tokens
+            else None,
+            "last_error": self.last_error,
+        }
+
+
+class Fleet:
+    """The replicas of this front; `pick` routes, `lease` counts load, `eject` backs off."""
+
+    def __init__(
+        self,
+        token: str | None,
+        timeout_s: float = 15.0,
+        health_s: float = 2.0,
+        queue_limit: int = 4,
+        metrics: CollectorRegistry | None = None,
+    ) -> None:
+        self.token = token
+        self.timeout_s = timeout_s
+        self.health_s = health_s
+        self.queue_limit = queue_limit
+        self.members: dict[str, Member] = {}
+        self._task: asyncio.Task[None] | None = None
+        registry = metrics if metrics is not None else CollectorRegistry()
+        self.spills = Counter(
+            "chatbox_replica_spills",
+            "Requests sent past their preferred replica",
+            ["model"],
+            registry=registry,
+        )
+        self.failovers = Counter(
+            "chatbox_replica_failovers",
+            "Answers moved to another replica mid-way",
+            ["model"],
+            registry=registry,
+        )
+        self.ejections = Counter(
+            "chatbox_replica_ejections",
+            "Replicas ejected after a failure",
+            ["replica"],
+            registry=registry,
+        )
+
+    # -- membership --------------------------------------------------------------------
+    def add(self, spec: ReplicaSpec, source: str, draining: bool = False) -> Member:
+        if spec.secret is None and self.token:
+            spec = ReplicaSpec(spec.url, spec.kind, spec.slots, spec.models, self.token)
+        old = self.members.get(spec.url)
+        member = Member(spec, client_for(spec, self.timeout_s), source, draining)
+        if old is not None:
+            member.inflight = old.inflight  # running answers keep being counted
+            asyncio.get_running_loop().create_task(old.client.close())
+        self.members[spec.url] = member
+        return member
+
+    async def remove(self, url: str) -> bool:
+        member = self.members.pop(url, None)
+        if member is None:
+            return False
+        await member.client.close()
+        return True
+
+    def models(self) -> set[str]:
+        """Models some replica reported holding (whatever its state now)."""
+        held = [member.health.models for member in self.members.values() if member.health]
+        return {model for models in held for model in models}
+
+    # -- routing -------------------------------------------------------------------------
+    def order(self, model: str, key: str) -> list[Member]:
+        """Available replicas of the model, in this key's rendezvous order."""
+        able = [m for m in self.members.values() if m.available and m.serves(model)]
+        return sorted(able, key=lambda m: weight(key, m.url), reverse=True)
+
+    def pick(self, model: str, key: str, exclude: set[str]) -> Member | None:
+        """The preferred replica for key, or the next if it is past its queue limit."""
+        order = [m for m in self.order(model, key) if m.url not in exclude]
+        if not order:
+            return None
+        for member in order:
+            if member.running() < member.slots + self.queue_limit:
+                if member is not order[0]:
+                    self.spills.labels(model).inc()
+                return member
+        return min(order, key=lambda m: m.running() - m.slots)  # all full: the least queued
+
+    @contextmanager
+    def lease(self, member: Member, model: str) -> Iterator[None]:
+        member.inflight[model] = member.inflight.get(model, 0) + 1
+        try:
+            yield
+        finally:
+            member.inflight[model] -= 1
+
+    def eject(self, member: Member, error: str) -> None:
+        """Passive ejection: out of rotation for a backoff that doubles with each failure."""
+        member.failures += 1
+        member.last_error = error
+        member.state = "ejected"
+        member.ejected_until = time.monotonic() + min(BACKOFF_MAX_S, 2.0 ** (member.failures - 1))
+        self.ejections.labels(member.url).inc()
+        log.warning("replica %s ejected: %s", member.url, error)
+
+    def succeeded(self, member: Member, prompt_tokens: int, cached_tokens: int) -> None:
+        member.failures = 0
+        member.served += 1
+        member.prompt_tokens += prompt_tokens
+        member.cached_tokens += cached_tokens
+
+    def stats(self, model: str) -> EngineStats | None:
+        """The model's combined capacity over its available replicas (for admission)."""
+        members = [m for m in self.members.values() if m.available and m.serves(model)]
+        if not members:
+            return None
+        running = queued = slots = 0
+        for m in members:
+            here = m.inflight.get(model, 0)
+            running += min(here, m.slots)
+            queued += max(0, m.running() - m.slots)
+            slots += m.slots
+        return EngineStats(queue_depth=queued, running=running, slots_total=slots)
+
+    def n_ctx(self, model: str) -> int:
+        sizes = [
+            m.health.models[model]
+            for m in self.members.values()
+            if m.health and m.health.models.get(model)
+        ]
+        return min(sizes) if sizes else 0
+
+    # -- health --------------------------------------------------------------------------
+    async def check(self, member: Member) -> None:
+        if member.state == "ejected" and time.monotonic() < member.ejected_until:
+            return
+        try:
+            member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)
+        except (ReplicaFailed, TimeoutError) as exc:
+            member.state = "down"
+            member.last_error = str(exc) or "health check timed out"
+            return
+        if member.state != "healthy":
+            log.info("replica %s is healthy (%s)", member.url, ", ".join(member.health.models))
+        member.state = "healthy"
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(m) for m in list(self.members.values())))
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.check_all()
+            except Exception:  # one bad check must not end health checking
+                log.exception("replica health check failed")
+            await asyncio.sleep(self.health_s)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for member in list(self.members.values()):
+            await member.client.close()

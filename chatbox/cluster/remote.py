@@ -1,0 +1,240 @@
+"""RemoteEngine: one model served by the fleet, behind the local engine's protocol.
+
+A generation streams from the replica its affinity key picks. If that replica dies, resets
+or goes silent mid-answer, the same request is sent to the next replica with the answer so
+far as `continue_text`, so the stream goes on where it stopped (one answer, charged once).
+An OpenAI server that cannot continue restarts the answer after a visible notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+from chatbox.cluster.clients import (
+    CannotContinue,
+    ReplicaBusy,
+    ReplicaFailed,
+    ReplicaRefused,
+    Started,
+)
+from chatbox.cluster.fleet import Fleet, Member
+from chatbox.cluster.protocol import estimate_tokens
+from chatbox.engine.types import (
+    ChatMessage,
+    DoneEvent,
+    Engine,
+    EngineBusyError,
+    EngineEvent,
+    EngineStats,
+    GenerationRequest,
+    ModelInfo,
+    TokenEvent,
+    Usage,
+)
+
+log = logging.getLogger("chatbox.cluster")
+RESTART_NOTICE = "\n\n[the server writing this answer failed; it starts again here]\n\n"
+DEFAULT_N_CTX = 4096
+
+
+def affinity_key(request: GenerationRequest) -> str:
+    """The conversation id, or a hash of the prompt's start (system prompt + first message)."""
+    if request.cache_key:
+        return request.cache_key
+    head = "\0".join(f"{m.role}:{m.content}" for m in request.messages[:2])
+    return hashlib.sha256(head.encode()).hexdigest()
+
+
+LocalFallback = Callable[[], Awaitable[Engine | None]]
+
+
+class RemoteEngine:
+    """The fleet's replicas of one model as one engine."""
+
+    def __init__(self, fleet: Fleet, name: str, fallback: LocalFallback | None = None) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.fallback = fallback
+
+    @property
+    def info(self) -> ModelInfo:
+        """Read live (replicas come and go): the smallest context of the model's replicas."""
+        n_ctx = self.fleet.n_ctx(self.name) or DEFAULT_N_CTX
+        return ModelInfo(self.name, "", n_ctx, n_ctx, "remote")
+
+    @info.setter
+    def info(self, value: ModelInfo) -> None:
+        raise AttributeError("a remote engine's info comes from its replicas")
+
+    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
+        """Exact from a replica when called off the event loop (as the chat layer does)."""
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:
+            for member in self.fleet.order(self.name, "count"):
+                try:
+                    return member.client.count_tokens(self.name, messages)
+                except Exception:  # no tokenizer there, or it is failing: try the next
+                    continue
+        return estimate_tokens(messages)
+
+    def submit(self, request: GenerationRequest) -> RemoteGeneration:
+        """Raises EngineBusyError (a 503 with Retry-After) while no replica can take it."""
+        if not self.fleet.order(self.name, "") and self.fallback is None:
+            raise EngineBusyError(f"no healthy replica serves {self.name} now; try again shortly")
+        return RemoteGeneration(self, request)
+
+    def stats(self) -> EngineStats:
+        return self.fleet.stats(self.name) or EngineStats()
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+class RemoteGeneration:
+    """A request on the fleet: events arrive through a queue fed by a pump task."""
+
+    def __init__(self, engine: RemoteEngine, request: GenerationRequest) -> None:
+        self.engine = engine
+        self.request = request
+        self.prompt_tokens = 0
+        self.text = ""  # what the client has been sent
+        self.tokens = 0
+        self.replicas: list[str] = []  # where it ran, in order (failovers add to it)
+        self._events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self._finished = False
+        self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        try:
+            while not self._finished:
+                event = await self._events.get()
+                if isinstance(event, DoneEvent):
+                    self._finished = True
+                yield event
+        finally:
+            if not self._finished:
+                self.cancel()
+
+    def cancel(self) -> None:
+        """Closes the replica's stream (which cancels it there); a Done follows."""
+        if not self._pump.done():
+            self._pump.cancel()
+
+    def _usage(self, last: Usage | None = None) -> Usage:
+        """Charged once: the original prompt, and every token the client received."""
+        cached = last.cached_tokens if last and len(self.replicas) == 1 else 0
+        return Usage(self.prompt_tokens, self.tokens, cached)
+
+    def _done(self, reason: str, last: Usage | None = None, error: str | None = None) -> None:
+        self._events.put_nowait(DoneEvent(reason, self._usage(last), error))  # type: ignore[arg-type]
+
+    async def _run(self) -> None:
+        fleet, model = self.engine.fleet, self.engine.name
+        key = affinity_key(self.request)
+        tried: set[str] = set()
+        try:
+            while True:
+                member = fleet.pick(model, key, tried)
+                if member is None:
+                    await self._last_resort(tried)
+                    return
+                tried.add(member.url)
+                if self.replicas:
+                    fleet.failovers.labels(model).inc()
+                self.replicas.append(member.url)
+                try:
+                    with fleet.lease(member, model):
+                        if await self._stream(member):
+                            return
+                except ReplicaBusy:
+                    continue  # spill: the next in hash order takes it
+                except CannotContinue:
+                    tried.discard(member.url)  # it may restart the answer itself
+                    self.replicas.clear()
+                except ReplicaRefused as exc:
+                    self._done("error", error=str(exc))
+                    return
+                except ReplicaFailed as exc:
+                    fleet.eject(member, str(exc))
+        except asyncio.CancelledError:
+            self._done("cancelled")
+            raise
+        except Exception as exc:  # a bug here must end the answer, not hang it
+            log.exception("remote generation failed")
+            self._done("error", error=f"generation failed: {exc}")
+
+    async def _stream(self, member: Member) -> bool:
+        """Stream from one replica; True once the answer is done."""
+        request = self.request
+        if self.text:
+            request = replace(
+                request,
+                continue_text=self.text,
+                sampling=replace(
+                    request.sampling, max_tokens=max(1, request.sampling.max_tokens - self.tokens)
+                ),
+            )
+        try:
+            stream = member.client.stream(self.engine.name, request)
+            async for event in stream:
+                if isinstance(event, Started):
+                    if len(self.replicas) == 1:
+                        self.prompt_tokens = event.prompt_tokens
+                elif isinstance(event, TokenEvent):
+                    self.text += event.text
+                    self.tokens += 1
+                    self._events.put_nowait(event)
+                else:
+                    if not self.prompt_tokens and not request.continue_text:
+                        self.prompt_tokens = event.usage.prompt_tokens
+                    if len(self.replicas) == 1 and event.usage.completion_tokens:
+                        self.tokens = event.usage.completion_tokens
+                    elif request.continue_text and event.usage.prompt_tokens > self.prompt_tokens:
+                        # The continued prompt holds the partial answer: its tokens, counted
+                        # by the tokenizer rather than by events, plus what this replica wrote.
+                        partial = event.usage.prompt_tokens - self.prompt_tokens
+                        self.tokens = partial + event.usage.completion_tokens
+                    self.engine.fleet.succeeded(
+                        member, event.usage.prompt_tokens, event.usage.cached_tokens
+                    )
+                    self._done(event.finish_reason, event.usage, event.error)
+                    return True
+        except CannotContinue:
+            self._events.put_nowait(TokenEvent(RESTART_NOTICE))
+            self.text, self.tokens = "", 0  # the notice is shown; the answer starts over
+            raise
+        return False
+
+    async def _last_resort(self, tried: set[str]) -> None:
+        """No replica left: the local engine if this front has one, else a clear error."""
+        local = await self.engine.fallback() if self.engine.fallback else None
+        if local is None:
+            if tried:
+                self._done("error", error="no replica is left to finish this answer")
+            else:
+                self._done("error", error=f"no healthy replica serves {self.engine.name}")
+            return
+        request = replace(self.request, continue_text=self.text)
+        self.replicas.append("local")
+        async for event in local.submit(request):
+            if isinstance(event, TokenEvent):
+                self.text += event.text
+                self.tokens += 1
+                self._events.put_nowait(event)
+            elif isinstance(event, DoneEvent):
+                self._done(event.finish_reason, None, event.error)
+                return

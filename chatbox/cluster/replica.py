@@ -1,0 +1,228 @@
+"""The replica server (`chatbox replica`): local engines over the replica protocol, as ASGI.
+
+No UI, store or accounts: only `/v1/replica/health`, `/generate` (NDJSON events, see
+`protocol`) and `/tokenize`, each behind the shared secret (a Bearer token compared in
+constant time). A replica without a token listens on loopback only (the CLI enforces it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from chatbox.cluster.protocol import PREFIX, event_to_json, line, request_from_json
+from chatbox.engine.pool import EnginePool
+from chatbox.engine.types import (
+    ContextOverflowError,
+    DoneEvent,
+    EngineBusyError,
+    EngineError,
+    EngineEvent,
+    Generation,
+    TokenEvent,
+)
+
+log = logging.getLogger("chatbox.replica")
+MAX_BODY = 32 * 1024 * 1024
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ReplicaApp:
+    """An ASGI app serving `models` from `pool`; `token` None means no auth (loopback only)."""
+
+    def __init__(
+        self, pool: EnginePool, models: list[str], token: str | None, heartbeat_s: float = 1.0
+    ) -> None:
+        self.pool = pool
+        self.models = models
+        self.token = token
+        self.heartbeat_s = heartbeat_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if not self._authorized(scope):
+            await _json(send, 401, {"error": "a valid replica token is required"})
+            return
+        route = (scope["method"], scope["path"])
+        if route == ("GET", PREFIX + "/health"):
+            await _json(send, 200, await self.health())
+        elif route == ("POST", PREFIX + "/generate"):
+            await self._generate(receive, send)
+        elif route == ("POST", PREFIX + "/tokenize"):
+            await self._tokenize(receive, send)
+        else:
+            await _json(send, 404, {"error": "not found"})
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self.token is None:
+            return True
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, secret = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            secret.strip().encode(), self.token.encode()
+        )
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for name in self.models:  # load before the first health check says ready
+                        await self.pool.get(name)
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.pool.stop_all()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def health(self) -> dict[str, Any]:
+        stats = self.pool.stats()
+        models: dict[str, Any] = {}
+        for name in self.pool.loaded():
+            engine = await self.pool.get(name)  # loaded: returns at once
+            models[name] = {"n_ctx_per_seq": engine.info.n_ctx_per_seq}
+        return {
+            "models": models,
+            "stats": {name: asdict(s) for name, s in stats.items()},
+            "slots": self.pool.settings.n_parallel,
+        }
+
+    async def _generate(self, receive: Receive, send: Send) -> None:
+        try:
+            model, request = request_from_json(await _body(receive))
+        except ValueError as exc:
+            await _json(send, 400, {"error": str(exc)})
+            return
+        if model not in self.pool.loaded():
+            await _json(send, 404, {"error": f"this replica does not serve {model!r}"})
+            return
+        engine = await self.pool.get(model)
+        try:
+            gen = engine.submit(request)
+        except ContextOverflowError as exc:
+            body = {"error": str(exc), "prompt_tokens": exc.prompt_tokens, "limit": exc.limit}
+            await _json(send, 413, body)
+            return
+        except EngineBusyError as exc:
+            await _json(send, 429, {"error": str(exc)})
+            return
+        except EngineError as exc:
+            await _json(send, 503, {"error": str(exc)})
+            return
+        await self._stream(gen, receive, send)
+
+    async def _stream(self, gen: Generation, receive: Receive, send: Send) -> None:
+        events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for event in gen:
+                events.put_nowait(event)
+
+        async def watch() -> None:  # a closed connection is the cancel
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gen.cancel()
+
+        pumping = asyncio.create_task(pump())
+        watching = asyncio.create_task(watch())
+        try:
+            await send(_start(200, "application/x-ndjson"))
+            prompt = int(getattr(gen, "prompt_tokens", 0))
+            await send(_chunk(line({"type": "start", "prompt_tokens": prompt})))
+            sent = 0
+            while True:
+                try:
+                    event = await asyncio.wait_for(events.get(), self.heartbeat_s)
+                except TimeoutError:
+                    await send(_chunk(line({"type": "wait"})))
+                    continue
+                batch = [event]
+                while not events.empty():  # coalesce what is ready: one write, not one each
+                    batch.append(events.get_nowait())
+                out = bytearray()
+                finished = False
+                for item in batch:
+                    if isinstance(item, TokenEvent):
+                        sent += 1
+                    out += line(event_to_json(item, sent))
+                    finished = finished or isinstance(item, DoneEvent)
+                await send(_chunk(bytes(out), more=not finished))
+                if finished:
+                    return
+        except OSError:  # the front went away mid-write
+            gen.cancel()
+        finally:
+            watching.cancel()
+            if not pumping.done():
+                gen.cancel()
+                pumping.cancel()
+
+    async def _tokenize(self, receive: Receive, send: Send) -> None:
+        try:
+            model, request = request_from_json(await _body(receive))
+        except ValueError as exc:
+            await _json(send, 400, {"error": str(exc)})
+            return
+        if model not in self.pool.loaded():
+            await _json(send, 404, {"error": f"this replica does not serve {model!r}"})
+            return
+        engine = await self.pool.get(model)
+        tokens = await asyncio.to_thread(engine.count_tokens, request.messages)
+        await _json(send, 200, {"tokens": tokens})
+
+
+async def _body(receive: Receive) -> Any:
+    data = bytearray()
+    while True:
+        message = await receive()
+        data += message.get("body", b"")
+        if len(data) > MAX_BODY:
+            raise ValueError("the request is too large")
+        if not message.get("more_body"):
+            break
+    try:
+        return json.loads(data or b"null")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the body is not JSON: {exc}") from exc
+
+
+def _start(status: int, content_type: str) -> dict[str, Any]:
+    return {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")],
+    }
+
+
+def _chunk(data: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
+async def _json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    await send(_start(status, "application/json"))
+    await send(_chunk(json.dumps(payload).encode(), more=False))

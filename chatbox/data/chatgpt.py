@@ -1,0 +1,256 @@
+"""ChatGPT's data-export shape (`conversations.json`): writing it, and reading it back
+strictly. A file that is not that shape, or is larger, deeper or longer than the limits,
+is refused as a whole with a message that says where and why."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+import zipfile
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from chatbox.chat.errors import InvalidInput
+from chatbox.store import Conversation, Turn
+from chatbox.store.transfer import ConversationIn, TurnIn
+
+ROLES = ("user", "assistant")
+
+
+class ImportRefused(InvalidInput):
+    """The file cannot be imported (422); nothing of it was."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"import refused: {message}", "file")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int  # the file (or the zip's conversations.json, unpacked)
+    max_message_chars: int
+    max_title_chars: int
+    max_system_prompt_chars: int
+    max_conversations: int = 10_000
+    max_messages: int = 200_000  # in all conversations together
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _node(
+    node_id: str, role: str | None, text: str, at: float, parent: str | None, model: str | None
+) -> dict[str, Any]:
+    message = None
+    if role is not None:
+        message = {
+            "id": node_id,
+            "author": {"role": role},
+            "content": {"content_type": "text", "parts": [text]},
+            "create_time": at,
+            "metadata": {"model_slug": model} if model else {},
+        }
+    return {"id": node_id, "message": message, "parent": parent, "children": []}
+
+
+def to_chatgpt(conv: Conversation, turns: list[Turn]) -> dict[str, Any]:
+    """One conversation with every branch, as ChatGPT's export writes it."""
+    root = f"{conv.id}-root"
+    mapping = {root: _node(root, None, "", conv.created_at, None, None)}
+    top = root
+    if conv.system_prompt:
+        top = f"{conv.id}-system"
+        mapping[top] = _node(top, "system", conv.system_prompt, conv.created_at, root, None)
+        mapping[root]["children"].append(top)
+    for t in turns:
+        parent = t.parent_id or top
+        mapping[t.id] = _node(t.id, t.role, t.content, t.created_at, parent, t.model)
+        mapping[parent]["children"].append(t.id)
+    return {
+        "id": conv.id,
+        "conversation_id": conv.id,
+        "title": conv.title or "",
+        "create_time": conv.created_at,
+        "update_time": conv.updated_at,
+        "current_node": conv.active_leaf_id or top,
+        "mapping": mapping,
+    }
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def unpack(data: bytes, max_bytes: int) -> bytes:
+    """The conversations.json itself: the bytes given, or the file of that name in a zip
+    (read no further than max_bytes, so a zip bomb stops there)."""
+    if not data.startswith(b"PK"):
+        if len(data) > max_bytes:
+            raise ImportRefused(f"the file is over {max_bytes:,} bytes")
+        return data
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            names = [n for n in zf.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
+            if not names:
+                raise ImportRefused("the zip holds no conversations.json")
+            name = min(names, key=len)
+            with zf.open(name) as member:
+                body = member.read(max_bytes + 1)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, RuntimeError, EOFError) as exc:
+        raise ImportRefused(f"not a readable zip file ({exc})") from exc
+    if len(body) > max_bytes:
+        raise ImportRefused(f"conversations.json unpacks to over {max_bytes:,} bytes")
+    return body
+
+
+def parse(data: bytes, limits: Limits) -> list[ConversationIn]:
+    """Every conversation of a ChatGPT export, checked whole before anything is stored."""
+    body = unpack(data, limits.max_bytes)
+    try:
+        raw = json.loads(body)
+    except RecursionError as exc:
+        raise ImportRefused("the JSON is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ImportRefused(f"not valid JSON ({str(exc)[:120]})") from exc
+    if isinstance(raw, dict) and isinstance(raw.get("conversations"), list):
+        raw = raw["conversations"]
+    if not isinstance(raw, list):
+        raise ImportRefused("expected a list of conversations (ChatGPT's conversations.json)")
+    if len(raw) > limits.max_conversations:
+        raise ImportRefused(
+            f"{len(raw):,} conversations; the limit is {limits.max_conversations:,}"
+        )
+    out, total = [], 0
+    for i, item in enumerate(raw):
+        conv = _conversation(item, limits, f"conversation {i + 1}")
+        total += len(conv.turns)
+        if total > limits.max_messages:
+            raise ImportRefused(f"over {limits.max_messages:,} messages in all")
+        out.append(conv)
+    return out
+
+
+def _time(value: Any, where: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ImportRefused(f"{where}: a time must be a number of seconds")
+    return float(value)
+
+
+def _text(message: dict[str, Any], where: str) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if not isinstance(content, dict):
+        raise ImportRefused(f"{where}: content must be an object")
+    parts = content.get("parts")
+    if parts is None:
+        text = content.get("text", "")
+        if not isinstance(text, str):
+            raise ImportRefused(f"{where}: content text must be a string")
+        return text
+    if not isinstance(parts, list):
+        raise ImportRefused(f"{where}: content parts must be a list")
+    # Images and other attachments are objects among the parts; only text comes across.
+    return "\n".join(p for p in parts if isinstance(p, str))
+
+
+def _conversation(item: Any, limits: Limits, where: str) -> ConversationIn:
+    if not isinstance(item, dict):
+        raise ImportRefused(f"{where} is not an object")
+    mapping = item.get("mapping")
+    if not isinstance(mapping, dict) or not mapping:
+        raise ImportRefused(f"{where} has no mapping of messages")
+    title = item.get("title")
+    if title is not None and not isinstance(title, str):
+        raise ImportRefused(f"{where}: title must be a string")
+    if title and len(title) > limits.max_title_chars:
+        raise ImportRefused(f"{where}: the title is over {limits.max_title_chars:,} characters")
+    now = time.time()
+    created = _time(item.get("create_time"), where, now)
+    updated = _time(item.get("update_time"), where, created)
+    nodes: dict[str, dict[str, Any]] = {}
+    for key, node in mapping.items():
+        if not isinstance(node, dict):
+            raise ImportRefused(f"{where}: node {str(key)[:40]!r} is not an object")
+        parent = node.get("parent")
+        if parent is not None and (not isinstance(parent, str) or parent not in mapping):
+            raise ImportRefused(f"{where}: node {key[:40]!r} has an unknown parent")
+        message = node.get("message")
+        if message is not None and not isinstance(message, dict):
+            raise ImportRefused(f"{where}: node {key[:40]!r} has a message that is not an object")
+        nodes[key] = node
+    order = _tree_order(nodes, where)
+    return _turns(item, nodes, order, limits, where, title or None, created, updated)
+
+
+def _tree_order(nodes: dict[str, dict[str, Any]], where: str) -> list[str]:
+    """Node ids parents first (by the parent links); a cycle is refused."""
+    children: dict[str | None, list[str]] = {}
+    for key, node in nodes.items():
+        children.setdefault(node.get("parent"), []).append(key)
+    order, queue = [], deque(children.get(None, []))
+    while queue:
+        key = queue.popleft()
+        order.append(key)
+        queue.extend(children.get(key, []))
+    if len(order) != len(nodes):
+        raise ImportRefused(f"{where}: the messages' parent links form a loop")
+    return order
+
+
+def _turns(
+    item: dict[str, Any],
+    nodes: dict[str, dict[str, Any]],
+    order: list[str],
+    limits: Limits,
+    where: str,
+    title: str | None,
+    created: float,
+    updated: float,
+) -> ConversationIn:
+    kept: dict[str, int | None] = {}  # node id -> index of its nearest kept ancestor-or-self
+    turns: list[TurnIn] = []
+    system: str | None = None
+    for key in order:
+        node = nodes[key]
+        parent = node.get("parent")
+        above = kept.get(parent) if parent is not None else None
+        kept[key] = above
+        message = node.get("message")
+        if message is None:
+            continue
+        at = f"{where}, message {key[:40]!r}"
+        author = message.get("author")
+        role = author.get("role") if isinstance(author, dict) else None
+        if not isinstance(role, str):
+            raise ImportRefused(f"{at}: author.role must be a string")
+        text = _text(message, at)
+        if len(text) > limits.max_message_chars:
+            raise ImportRefused(f"{at}: over {limits.max_message_chars:,} characters")
+        if role == "system" and above is None and not turns and text.strip():
+            if len(text) > limits.max_system_prompt_chars:
+                raise ImportRefused(f"{at}: the system prompt is too long")
+            system = text
+            continue
+        if role not in ROLES or not text.strip():
+            continue  # tools, hidden and image-only messages: their children move up
+        meta = message.get("metadata")
+        model = meta.get("model_slug") if isinstance(meta, dict) else None
+        turns.append(
+            TurnIn(
+                role,
+                text,
+                above,
+                _time(message.get("create_time"), at, created),
+                model if isinstance(model, str) and len(model) <= 200 else None,
+            )
+        )
+        kept[key] = len(turns) - 1
+    current = item.get("current_node")
+    leaf = kept.get(current) if isinstance(current, str) else None
+    if leaf is None and turns:
+        leaf = len(turns) - 1
+    return ConversationIn(title, system, created, max(updated, created), turns, leaf)

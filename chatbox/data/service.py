@@ -1,0 +1,212 @@
+"""The data service: erasing accounts, retention, zero-data-retention, export and import."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from chatbox.accounts import UserAdmin
+from chatbox.accounts.audit import Actor
+from chatbox.chat import ChatService
+from chatbox.chat.errors import InvalidInput, NotFound
+from chatbox.chat.options import TurnOptions
+from chatbox.chat.prompt import turn_messages
+from chatbox.chat.runs import TurnRun
+from chatbox.chat.temporary import TemporaryChat, TemporaryChats, keeps_nothing
+from chatbox.data.chatgpt import Limits, parse
+from chatbox.data.export import ExportData, build_zip
+from chatbox.data.retention import Retention, RetentionReport, Sweeper, keeps
+from chatbox.settings import Settings
+from chatbox.store import Store, User
+from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.transfer import TransferRepo
+
+log = logging.getLogger("chatbox.data")
+RETENTION_HEADER = "x-chatbox-retention"
+KvForget = Callable[[str], object]  # drop a conversation's parked KV files (no engine needed)
+
+
+def wants_none(header: str | None) -> bool:
+    """Whether a request's X-Chatbox-Retention header asks that nothing be stored."""
+    if header is None or header.strip().lower() in ("", "default"):
+        return False
+    if header.strip().lower() == "none":
+        return True
+    raise InvalidInput("X-Chatbox-Retention must be 'none' or 'default'", "X-Chatbox-Retention")
+
+
+def import_limits(settings: Settings) -> Limits:
+    return Limits(
+        settings.max_import_bytes,
+        settings.max_message_chars,
+        settings.max_title_chars,
+        settings.max_system_prompt_chars,
+    )
+
+
+async def collect(store: Store, user: User) -> ExportData:
+    """Everything of the user's that an export holds."""
+    transfer = TransferRepo(store.db)
+    convs = [(c, await transfer.turns(c.id)) for c in await transfer.conversations(user.id)]
+    docs = [
+        (d, await transfer.chunk_texts(user.id, d.id)) for d in await store.documents.list(user.id)
+    ]
+    return ExportData(user, convs, docs, await store.memories.list(user.id))
+
+
+async def export_zip(store: Store, user: User) -> bytes:
+    """The user's export as zip bytes (compressed off the event loop)."""
+    data = await collect(store, user)
+    return await asyncio.to_thread(build_zip, data)
+
+
+async def erase_account(
+    store: Store,
+    actor: Actor | User | str,
+    user: User,
+    kv_forget: KvForget | None = None,
+    already: Erased | None = None,
+) -> Erased:
+    """Erase everything the account owns; record who did it (the admin, or the user).
+    `already`: what was erased of it just before (its conversations, by the chat service)."""
+    conv_ids = [c.id for c in await TransferRepo(store.db).conversations(user.id)]
+    erased = (already or Erased()).add(await ErasureRepo(store.db).account(user.id))
+    for conv_id in conv_ids:
+        if kv_forget is not None:
+            await asyncio.to_thread(kv_forget, conv_id)
+    await UserAdmin(store, actor).audit.record(
+        actor,
+        "user.delete",
+        user,
+        conversations=erased.conversations,
+        documents=erased.documents,
+        self_service=isinstance(actor, User) and actor.id == user.id,
+    )
+    return erased
+
+
+class DataService:
+    """What happens to users' data: the rules of this appliance, applied."""
+
+    def __init__(
+        self,
+        store: Store,
+        chat: ChatService,
+        settings: Settings,
+        kv_forget: KvForget | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.chat = chat
+        self.settings = settings
+        self.kv_forget = kv_forget
+        self.transfer = TransferRepo(store.db)
+        self.policy = chat.gate.policy
+        self.temporary = TemporaryChats(
+            chat.models, chat.gate, settings, settings.temporary_chat_idle_s
+        )
+        self.retention = Retention(ErasureRepo(store.db), self.policy, self._erase, clock)
+        self.sweeper = Sweeper(self.retention, settings.retention_sweep_s)
+
+    def start(self) -> None:
+        self.sweeper.start()
+
+    async def stop(self) -> None:
+        await self.sweeper.stop()
+        await self.temporary.shutdown()
+
+    async def _erase(self, user_id: str, conv_ids: Sequence[str]) -> Erased:
+        erased = await self.chat.erase(user_id, conv_ids)
+        if self.kv_forget is not None:
+            for conv_id in conv_ids:
+                await asyncio.to_thread(self.kv_forget, conv_id)
+        return erased
+
+    # -- retention and zero-data-retention ------------------------------------------------
+
+    async def run_retention(self, dry_run: bool = False) -> RetentionReport:
+        return await self.retention.run(dry_run)
+
+    def tier_keeps(self, user: User) -> str:
+        return keeps(self.policy, user.tier)
+
+    async def zero_retention(
+        self, user: User, header: str | None = None, api_key: str | None = None
+    ) -> bool:
+        """Whether this request must store no content: asked for by the request, or set
+        for the user's tier, the user, or the API key it came with."""
+        if wants_none(header) or await keeps_nothing(self.store, self.policy, user):
+            return True
+        return api_key is not None and await self.transfer.key_zero_retention(api_key)
+
+    def create_temporary(
+        self, user: User, system_prompt: str | None = None, model: str | None = None
+    ) -> TemporaryChat:
+        """A temporary chat: held in RAM, never written, gone after an idle hour."""
+        self.chat.check_temporary(system_prompt, model)
+        return self.temporary.create(user, system_prompt, model)
+
+    async def answer_unsaved(
+        self, user: User, conv_id: str, content: str, options: TurnOptions
+    ) -> TurnRun:
+        """An answer in a stored conversation that stores nothing: its history is read,
+        the new message and the answer are not written (zero-data-retention request)."""
+        conv = await self.chat.conversation(user, conv_id)
+        history = turn_messages(await self.store.turns.path(conv.id, conv.active_leaf_id))
+        if options.model is None and conv.model:
+            options = replace(options, model=conv.model)
+        return await self.temporary.answer(user, conv.system_prompt, history, content, options)
+
+    async def retention_settings(self, user: User) -> dict[str, Any]:
+        tier = self.policy.tier(user.tier)
+        return {
+            "tier": user.tier,
+            "retention_days": tier.retention_days,
+            "tier_zero_retention": tier.zero_retention,
+            "zero_retention": await self.transfer.user_zero_retention(user.id),
+            "keeps": self.tier_keeps(user),
+        }
+
+    async def set_zero_retention(self, user: User, on: bool) -> None:
+        await self.transfer.set_user_zero_retention(user.id, on)
+
+    # -- accounts ------------------------------------------------------------------------
+
+    async def account(self, name: str) -> User:
+        """A live account by name (a deleted one is not found)."""
+        user = await self.store.users.get_by_name(name)
+        if user is None or name.startswith("deleted:"):
+            raise NotFound("user not found")
+        return user
+
+    async def delete_account(
+        self, actor: Actor | User | str, user: User, confirm: str | None = None
+    ) -> Erased:
+        """Erase an account. Users deleting their own must type their name as `confirm`."""
+        if isinstance(actor, User) and actor.id == user.id and confirm != user.name:
+            raise InvalidInput("type your account name to confirm the deletion", "confirm")
+        live = await self.store.users.get(user.id)
+        if live is None or live.name.startswith("deleted:"):
+            raise NotFound("user not found")
+        conv_ids = [c.id for c in await self.transfer.conversations(user.id)]
+        first = await self._erase(user.id, conv_ids)  # running answers stop, KV goes
+        return await erase_account(self.store, actor, user, self.kv_forget, first)
+
+    # -- export and import ---------------------------------------------------------------
+
+    async def export(self, user: User, actor: Actor | User | None = None) -> bytes:
+        """The user's data as a zip; an export made by someone else is audit-logged."""
+        if actor is not None and not (isinstance(actor, User) and actor.id == user.id):
+            await UserAdmin(self.store, actor).audit.record(actor, "user.export", user)
+        return await export_zip(self.store, user)
+
+    async def import_chatgpt(self, user: User, data: bytes) -> list[str]:
+        """Import a ChatGPT conversations.json (or its zip): all of it, or nothing."""
+        convs = await asyncio.to_thread(parse, data, import_limits(self.settings))
+        if not convs:
+            raise InvalidInput("import refused: the file holds no conversations", "file")
+        return await self.transfer.import_conversations(user.id, convs)

@@ -1,0 +1,271 @@
+"""The disk tier of parked KV: idle conversations survive eviction from RAM and restarts.
+
+One file per cache key under `<kv_dir>/<model id>/`, where the model id hashes the GGUF
+(size, head and tail) and the KV layout, so another model's or another layout's files are
+never tried. A file is a fixed header (magic, lengths, a CRC-32 of everything after the
+header), a JSON meta block (scope, public prefix length), the token ids and llama.cpp's
+sequence state. Files are written to a temporary name, fsynced and renamed, so a crash
+leaves either the old file, the new one, or an ignored `*.tmp`; a file whose lengths or
+checksum do not match is deleted on read. Writes run on a background thread so the decode
+thread never waits for the disk; deletes go through the same queue, so a delete is never
+overtaken by an older write. The directory is capped at `cap_bytes`, least recently used
+first (mtime, which a restore refreshes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import queue
+import struct
+import threading
+import zlib
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chatbox.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"CBKV\x01"
+_HEAD = struct.Struct("<5sIIQI")  # magic, meta bytes, tokens, state bytes, crc32
+SUFFIX = ".kv"
+_SAMPLE = 1 << 20  # bytes of the model file's head and tail that go into its id
+
+
+def model_id(path: Path, layout: str) -> str:
+    """A short stable id of a model file (size, first and last MiB) plus the KV layout."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(f"{size}:{layout}".encode())
+    with path.open("rb") as f:
+        h.update(f.read(_SAMPLE))
+        f.seek(max(0, size - _SAMPLE))
+        h.update(f.read(_SAMPLE))
+    return h.hexdigest()[:24]
+
+
+def key_name(cache_key: str) -> str:
+    """The file name of a cache key (hashed: keys are ids chosen by callers)."""
+    return hashlib.sha256(cache_key.encode()).hexdigest()[:40] + SUFFIX
+
+
+@dataclass(frozen=True)
+class DiskEntry:
+    """What a parked file holds (its state bytes are read only when they are needed)."""
+
+    tokens: list[int]
+    scope: str | None
+    public: int
+
+
+def _pack(entry: DiskEntry, data: bytes) -> tuple[bytes, ...]:
+    meta = json.dumps({"scope": entry.scope, "public": entry.public}).encode()
+    toks = array("i", entry.tokens).tobytes()
+    crc = zlib.crc32(data, zlib.crc32(toks, zlib.crc32(meta)))
+    return _HEAD.pack(MAGIC, len(meta), len(entry.tokens), len(data), crc), meta, toks, data
+
+
+def _read(path: Path, want_data: bool) -> tuple[DiskEntry, bytes] | None:
+    """The entry (and state bytes), or None if the file is missing, short or corrupt."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(_HEAD.size)
+            if len(head) != _HEAD.size:
+                return None
+            magic, n_meta, n_tok, n_data, crc = _HEAD.unpack(head)
+            if (
+                magic != MAGIC
+                or os.fstat(f.fileno()).st_size != _HEAD.size + n_meta + 4 * n_tok + n_data
+            ):
+                return None
+            meta, toks = f.read(n_meta), f.read(4 * n_tok)
+            data = f.read(n_data) if want_data else b""
+    except OSError:
+        return None
+    if want_data and zlib.crc32(data, zlib.crc32(toks, zlib.crc32(meta))) != crc:
+        return None
+    try:
+        m = json.loads(meta)
+        tokens = array("i")
+        tokens.frombytes(toks)
+        return DiskEntry(tokens.tolist(), m.get("scope"), int(m.get("public", 0))), data
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+class DiskStore:
+    """Parked KV files of one model in one directory, size-capped, written in the background."""
+
+    def __init__(self, root: Path, cap_bytes: int) -> None:
+        self.root = root
+        self.cap_bytes = cap_bytes
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._sizes: dict[str, int] = {}
+        self._lock = threading.Lock()  # _sizes: the writer thread and the decode thread
+        for p in root.iterdir():
+            if p.name.endswith(".tmp"):  # a write that a crash interrupted
+                p.unlink(missing_ok=True)
+            elif p.suffix == SUFFIX:
+                self._sizes[p.name] = p.stat().st_size
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="chatbox-kvdisk", daemon=True)
+        self._thread.start()
+
+    @property
+    def size(self) -> int:
+        with self._lock:
+            return sum(self._sizes.values())
+
+    def __contains__(self, cache_key: str) -> bool:
+        with self._lock:
+            return key_name(cache_key) in self._sizes
+
+    # -- the decode thread ---------------------------------------------------------------
+    def peek(self, cache_key: str) -> DiskEntry | None:
+        """The parked tokens and scope of a key, without reading its state."""
+        name = key_name(cache_key)
+        with self._lock:
+            if name not in self._sizes:
+                return None
+        got = _read(self.root / name, want_data=False)
+        if got is None:
+            self._drop(name)
+        return got[0] if got else None
+
+    def load(self, cache_key: str) -> tuple[DiskEntry, bytes] | None:
+        """The entry and its verified state bytes; a bad file is deleted and None returned."""
+        name = key_name(cache_key)
+        got = _read(self.root / name, want_data=True)
+        if got is None:
+            log.warning("ignoring a damaged parked KV file %s", name)
+            self._drop(name)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(self.root / name)  # recently used: last to be evicted
+        return got
+
+    def save(self, cache_key: str, entry: DiskEntry, data: bytes) -> None:
+        """Queue a write (replacing the key's file); returns at once."""
+        if self.cap_bytes <= 0 or len(data) > self.cap_bytes:
+            return
+        self._queue.put(lambda: self._write(key_name(cache_key), entry, data))
+
+    def forget(self, cache_key: str) -> threading.Event:
+        """Queue the deletion of a key's file, after any write already queued; set when done."""
+        done = threading.Event()
+
+        def drop() -> None:
+            self._drop(key_name(cache_key))
+            done.set()
+
+        self._queue.put(drop)
+        return done
+
+    def clear(self) -> threading.Event:
+        """Queue the deletion of every file of this model; set when done."""
+        done = threading.Event()
+
+        def drop_all() -> None:
+            with self._lock:
+                names = list(self._sizes)
+            for name in names:
+                self._drop(name)
+            done.set()
+
+        self._queue.put(drop_all)
+        return done
+
+    def close(self) -> None:
+        """Finish queued writes and stop the writer."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    # -- the writer thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            try:
+                job()
+            except Exception:  # a full disk must not stop later deletes
+                log.exception("parked KV disk operation failed")
+
+    def _write(self, name: str, entry: DiskEntry, data: bytes) -> None:
+        final = self.root / name
+        tmp = self.root / (name + ".tmp")
+        parts = _pack(entry, data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for part in parts:
+                    f.write(part)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self._sizes[name] = sum(len(p) for p in parts)
+        self._evict(keep=name)
+
+    def _evict(self, keep: str) -> None:
+        with self._lock:
+            total = sum(self._sizes.values())
+            if total <= self.cap_bytes:
+                return
+            names = list(self._sizes)
+
+        def mtime(n: str) -> float:
+            try:
+                return (self.root / n).stat().st_mtime
+            except OSError:
+                return 0.0
+
+        for name in sorted((n for n in names if n != keep), key=mtime):
+            if total <= self.cap_bytes:
+                break
+            with self._lock:
+                total -= self._sizes.get(name, 0)
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+        with self._lock:
+            self._sizes.pop(name, None)
+
+
+def open_store(settings: EngineSettings, model_path: Path) -> DiskStore | None:
+    """The disk tier for a model under these settings (None: off, or the disk is unusable)."""
+    if settings.kv_dir is None or settings.park_disk_bytes <= 0:
+        return None
+    # flash attention (forced on for quantized KV) changes the V layout of the saved state
+    fa = settings.flash_attn or settings.kv_type not in ("f16", "f32")
+    layout = f"{settings.kv_type}:{'fa' if fa else 'nofa'}"
+    try:
+        root = settings.kv_dir / model_id(model_path, layout)
+        return DiskStore(root, settings.park_disk_bytes)
+    except OSError as exc:
+        log.warning("parking KV on disk is off: %s", exc)
+        return None
+
+
+def forget_everywhere(kv_dir: Path, cache_key: str) -> int:
+    """Delete a key's parked files of every model under kv_dir (models not loaded now)."""
+    n = 0
+    if not kv_dir.is_dir():
+        return 0
+    name = key_name(cache_key)
+    for model_dir in kv_dir.iterdir():
+        path = model_dir / name
+        if path.exists():
+            path.unlink(missing_ok=True)
+            n += 1
+    return n

@@ -1,0 +1,84 @@
+"""Prompt-lookup decoding: draft the next tokens from n-grams of the prompt and the answer.
+
+When an answer copies from its context (quoting a document, editing pasted code), the
+tokens after the latest earlier occurrence of its last few tokens are a good guess of what
+comes next. The scheduler decodes those guesses in the same batch as every other stream,
+one logits row each, and keeps the longest prefix the sampler agrees with (see
+`Scheduler._verify`): a deterministic draft accepted only where the sampled token equals
+it, so the output is distributed exactly as without drafting.
+
+Guessing costs batch rows, so each stream adapts: the draft length follows how much was
+accepted lately, and a stream whose guesses are mostly wrong stops drafting for a while
+(doubling each time it fails again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+N_MAX = 4  # longest n-gram matched (longer first: more specific)
+N_MIN = 2  # a single-token match is too often a coincidence
+MIN_RATE = 0.3  # acceptance below this (over recent drafts) pauses drafting
+PAUSE_MIN, PAUSE_MAX = 16, 512  # tokens without drafting after a poor run
+
+
+class Drafter:
+    """One stream's n-gram index over prompt + answer, and its acceptance bookkeeping."""
+
+    def __init__(self, tokens: Iterable[int], max_draft: int) -> None:
+        self.max_draft = max_draft
+        self.hist: list[int] = []
+        # n -> n-gram -> the position right after its latest occurrence (excluding the
+        # n-gram that ends the history now, so a lookup never finds itself)
+        self._index: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(N_MIN, N_MAX + 1)
+        }
+        self.k = max_draft
+        self.rate = 1.0  # moving acceptance rate
+        self._pause = 0
+        self._pause_len = PAUSE_MIN
+        self.drafted = 0
+        self.accepted = 0
+        for t in tokens:
+            self.push(t)
+
+    def push(self, token: int) -> None:
+        """Record a token of the history (a prompt token, or one the sampler chose)."""
+        hist, n_hist = self.hist, len(self.hist)
+        for n, index in self._index.items():
+            if n_hist >= n:
+                index[tuple(hist[n_hist - n :])] = n_hist
+        hist.append(token)
+
+    def draft(self, room: int) -> list[int]:
+        """Up to min(k, room) guessed tokens following the history (empty: none)."""
+        if self._pause > 0:
+            self._pause -= 1
+            return []
+        k = min(self.k, room)
+        if k <= 0:
+            return []
+        hist, n_hist = self.hist, len(self.hist)
+        for n in range(N_MAX, N_MIN - 1, -1):
+            if n_hist < n:
+                continue
+            pos = self._index[n].get(tuple(hist[n_hist - n :]))
+            if pos is not None:
+                return hist[pos : pos + k]
+        return []
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Adapt to a verified draft: its length next time, and pausing after poor runs."""
+        if drafted <= 0:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
+        # All accepted: guess further next time; otherwise just past what was accepted.
+        self.k = min(self.max_draft, self.k * 2) if accepted == drafted else max(2, accepted + 1)
+        if self.rate < MIN_RATE:
+            self._pause = self._pause_len
+            self._pause_len = min(PAUSE_MAX, self._pause_len * 2)
+            self.rate = MIN_RATE + 0.2  # probe again after the pause
+        elif accepted:
+            self._pause_len = PAUSE_MIN

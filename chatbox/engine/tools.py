@@ -1,0 +1,174 @@
+"""Function calling and structured output: the prompt format for models whose chat template
+does not know tools, and llama.cpp grammars (GBNF) built from JSON schemas.
+
+A call is always written `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`
+(the Hermes format that Qwen and Hermes templates teach natively). A template that renders
+`tools` itself describes them in its own words; any other model gets `tool_system_text`
+in its system message, its earlier calls as that text, and tool results as user messages
+wrapped in `<tool_response>`. The grammar makes the call parse whatever the model learned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from chatbox.engine.types import ChatMessage, ToolCall, ToolSpec
+
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+# Lazy grammars wait for this (llama.cpp matches the whole text so far; the grammar then
+# applies from group 1, the opening tag, on).
+CALL_TRIGGER = r"[\s\S]*?(<tool_call>)[\s\S]*"
+
+
+def tool_dicts(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tools as OpenAI's request shape (what Jinja chat templates expect)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": json.loads(t.parameters),
+            },
+        }
+        for t in tools
+    ]
+
+
+def call_text(call: ToolCall) -> str:
+    try:
+        args: Any = json.loads(call.arguments)
+    except ValueError:
+        args = call.arguments
+    body = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
+
+
+def tool_system_text(tools: Sequence[ToolSpec]) -> str:
+    lines = [
+        "You can call functions. To call one, reply with only this, and nothing else:",
+        f'{CALL_OPEN}\n{{"name": <function name>, "arguments": <arguments as a JSON object>}}'
+        f"\n{CALL_CLOSE}",
+        "A function's result comes back in <tool_response></tool_response>; then answer the"
+        " user with it. The functions:",
+    ]
+    for t in tools:
+        spec = {"name": t.name, "description": t.description, "parameters": t.parameters}
+        spec["parameters"] = json.loads(t.parameters)
+        lines.append(json.dumps(spec, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def fallback_messages(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+) -> list[ChatMessage]:
+    """The documented tool format as plain system/user/assistant messages."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "tool":
+            body = json.dumps({"name": m.name or "", "content": m.content}, ensure_ascii=False)
+            text = f"<tool_response>\n{body}\n</tool_response>"
+            if out and out[-1].role == "user" and out[-1].content.startswith("<tool_response>"):
+                out[-1] = ChatMessage("user", f"{out[-1].content}\n{text}")
+            else:
+                out.append(ChatMessage("user", text))
+        elif m.tool_calls:
+            calls = "\n".join(call_text(c) for c in m.tool_calls)
+            out.append(ChatMessage("assistant", f"{m.content}\n{calls}".strip()))
+        else:
+            out.append(ChatMessage(m.role, m.content))
+    if tools:
+        text = tool_system_text(tools)
+        if out and out[0].role == "system":
+            out[0] = ChatMessage("system", f"{out[0].content}\n\n{text}")
+        else:
+            out.insert(0, ChatMessage("system", text))
+    return out
+
+
+def native_message(m: ChatMessage) -> dict[str, Any]:
+    """A message as Jinja templates that know tools read it (arguments as an object)."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _loads_or_text(c.arguments)},
+            }
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    return out
+
+
+def _loads_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# -- grammars ----------------------------------------------------------------------------
+
+
+def schema_grammar(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> str:
+    """GBNF (root rule `root`) for JSON matching the schema; ValueError if unsupported.
+
+    llama-cpp-python's converter (a port of llama.cpp's) is pure Python; imported here so
+    that importing this module does not load llama.cpp.
+    """
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        grammar = str(json_schema_to_gbnf(json.dumps(schema), list(prop_order) or None))
+    except Exception as exc:  # the converter raises bare Exceptions on schemas it lacks
+        raise ValueError(f"unsupported JSON schema: {exc}") from exc
+    # This converter's string character admits raw control characters, which JSON forbids
+    # (json.loads refuses them): use llama.cpp's own rule.
+    return re.sub(r"^char ::= .*$", lambda _: _JSON_CHAR, grammar, flags=re.M)
+
+
+_JSON_CHAR = (
+    r'char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F]'
+    r" [0-9a-fA-F] [0-9a-fA-F])"
+)
+
+
+def json_object_grammar() -> str:
+    """Any JSON object (response_format json_object)."""
+    return schema_grammar({"type": "object"})
+
+
+def tool_call_grammar(tools: Sequence[ToolSpec], name: str | None = None) -> str:
+    """One call of one of the tools (or of `name`), arguments matching its schema."""
+    defs: dict[str, dict[str, Any]] = {"$defs": {}, "definitions": {}}
+    calls = []
+    for t in tools:
+        if name is not None and t.name != name:
+            continue
+        params = json.loads(t.parameters)
+        if isinstance(params, dict):  # $refs point at the top: hoist each tool's $defs there
+            for key, found in defs.items():
+                found.update(params.pop(key, None) or {})
+        calls.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": params},
+                "required": ["name", "arguments"],
+            }
+        )
+    if not calls:
+        raise ValueError(f"no tool named {name!r}")
+    schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    schema = {**schema, **{key: found for key, found in defs.items() if found}}
+    body = schema_grammar(schema, ("name", "arguments"))
+    body = re.sub(r"^root ::=", "tool-call ::=", body, flags=re.M)
+    return f'{body}\nroot ::= "{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"\n'

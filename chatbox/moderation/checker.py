@@ -1,0 +1,237 @@
+"""The moderator: the admin's rules, then profanity, then the category classifier, combined
+under the policy into one verdict per text (allow, warn, flag or block, and why)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chatbox.knowledge.embedder import Embedder, EmbeddingUnavailable, default_model_path
+from chatbox.moderation.classifier import (
+    TRAIN,
+    CategoryModel,
+    Profanity,
+    model_file,
+    read_labelled,
+    segments,
+)
+from chatbox.moderation.metrics import ModerationMetrics
+from chatbox.moderation.policy import (
+    PROFANITY,
+    Action,
+    ModerationPolicy,
+    severity,
+)
+
+log = logging.getLogger("chatbox.moderation")
+
+LABEL = {
+    "harassment": "harassing",
+    "hate": "hateful",
+    "self-harm": "self-harm",
+    "sexual": "sexual",
+    "sexual/minors": "sexual content involving minors, which",
+    "violence": "violent",
+    "illicit": "illegal-activity",
+    PROFANITY: "profane",
+}
+SUPPORT = (
+    "It sounds like you may be going through something really painful, and I'm sorry. "
+    "I can't help with this, but you don't have to face it alone. If you are in danger "
+    "right now, call your local emergency number (112 in Europe, 911 in North America). "
+    "You can talk to someone any time: in the US call or text 988 (Suicide & Crisis "
+    "Lifeline); in the UK and Ireland call Samaritans on 116 123; elsewhere, "
+    "https://findahelpline.com lists free, confidential lines in your country. "
+    "Reaching out to someone you trust — a friend, family member or doctor — can help too."
+)
+
+
+def _what(category: str | None) -> str:
+    if category is None or category not in LABEL:
+        return "content this service's administrator has chosen to block"
+    label = LABEL[category]
+    return label if label.endswith("which") else f"{label} content, which"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One text's check: the strongest action, the category behind it, every score."""
+
+    action: Action
+    category: str | None
+    scores: dict[str, float]
+    triggered: dict[str, Action] = field(default_factory=dict)  # at or over threshold
+    rule: str | None = None  # the admin rule that matched, if any
+    elapsed_s: float = 0.0
+
+    @property
+    def blocked(self) -> bool:
+        return self.action == "block"
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.triggered)
+
+    def refusal(self) -> str:
+        """A clear, kind explanation of a refused message (support for self-harm)."""
+        if self.category == "self-harm":
+            return SUPPORT
+        what = _what(self.category)
+        if what.endswith("block"):
+            return f"Your message wasn't sent: it contains {what}. Nothing was saved."
+        return (
+            f"Your message wasn't sent: it looks like {what} this service's policy doesn't "
+            "allow. Nothing was saved; if this is a mistake, try rewording it."
+        )
+
+    def notice(self) -> str:
+        """What replaces an answer that was cut."""
+        if self.category == "self-harm":
+            return "This answer was stopped. " + SUPPORT
+        what = _what(self.category)
+        if what.endswith("block"):
+            return f"This answer was stopped: it began to include {what}."
+        return f"This answer was stopped: it began to include {what} this service doesn't allow."
+
+    def reason(self, name: str) -> str:
+        """Why a document or fact was refused."""
+        what = _what(self.category)
+        if what.endswith("block"):
+            return f"{name} was not added: it contains {what}."
+        return f"{name} was not added: it contains {what} this service's policy doesn't allow."
+
+
+ALLOW = Verdict("allow", None, {})
+
+
+class Moderator:
+    """Checks text under the policy; one per app, shared by chat, knowledge and the API."""
+
+    def __init__(
+        self,
+        policy: ModerationPolicy,
+        embedder: Embedder | None,
+        cache_dir: Path,
+        metrics: ModerationMetrics | None = None,
+    ) -> None:
+        self.policy = policy
+        self.embedder = embedder
+        self.cache_dir = cache_dir
+        self.metrics = metrics
+        self.profanity = Profanity()
+        self.categories: CategoryModel | None = None
+        self._ready: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy.enabled
+
+    def start(self) -> asyncio.Task[None]:
+        """Load (or train, on first start) the classifiers in the background."""
+        if self._ready is None:
+            self._ready = asyncio.create_task(self._load())
+        return self._ready
+
+    async def _load(self) -> None:
+        await asyncio.to_thread(self.profanity.scores, ["warm up"])
+        if self.embedder is None:
+            return
+        try:
+            path = self.embedder.model_path or default_model_path()
+            file = model_file(self.cache_dir, path)
+            if file.exists():
+                self.categories = await asyncio.to_thread(CategoryModel.load, file)
+                await self.embedder.load()
+                return
+            rows = read_labelled(TRAIN)
+            vectors = await self.embedder.embed([t for _, t in rows])
+            model = await asyncio.to_thread(CategoryModel.train, vectors, [c for c, _ in rows])
+            await asyncio.to_thread(model.save, file)
+            self.categories = model
+            log.info("moderation classifier trained on %d examples", len(rows))
+        except EmbeddingUnavailable:
+            log.warning("no embedding model: moderation runs without the category classifier")
+
+    async def scores(self, text: str) -> dict[str, float]:
+        """Every layer's score for text (the rules are applied in `check`)."""
+        await self.start()
+        pieces = segments(text)
+        profane = asyncio.create_task(asyncio.to_thread(self.profanity.scores, pieces))
+        if self.categories is not None and self.embedder is not None:
+            # One message, one vector: embed_one's memo lets retrieval reuse it.
+            vectors = (
+                (await self.embedder.embed_one(pieces[0]))[None, :]
+                if len(pieces) == 1
+                else await self.embedder.embed(pieces)
+            )
+            out = self.categories.scores(vectors)
+        else:
+            out = {}
+        p = await profane
+        if p is not None:
+            out[PROFANITY] = max(p)
+        return out
+
+    async def check(self, text: str, tier: str, direction: str) -> Verdict:
+        """The policy's verdict on text for a user of `tier`, going `direction`."""
+        if not self.policy.enabled or not text.strip():
+            return ALLOW
+        started = time.perf_counter()
+        verdict = self.decide(await self.scores(text), tier, direction, text)
+        elapsed = time.perf_counter() - started
+        verdict = Verdict(
+            verdict.action,
+            verdict.category,
+            verdict.scores,
+            verdict.triggered,
+            verdict.rule,
+            elapsed,
+        )
+        self._count(verdict, direction)
+        return verdict
+
+    def decide(
+        self, scores: dict[str, float], tier: str, direction: str, text: str = ""
+    ) -> Verdict:
+        """Scores and rules under the tier's thresholds and actions (no I/O)."""
+        policy = self.policy.tier(tier)
+        triggered: dict[str, Action] = {}
+        for name, score in scores.items():
+            if score >= policy.thresholds.get(name, 1.01):
+                triggered[name] = policy.actions.get(name, "allow")
+        by_rule: dict[str, str] = {}
+        all_scores = dict(scores)
+        for rule in self.policy.rules:
+            if rule.applies(tier, direction) and rule.match(text):
+                all_scores[rule.category] = 1.0
+                if severity(rule.action) > severity(triggered.get(rule.category, "allow")):
+                    triggered[rule.category] = rule.action
+                    by_rule[rule.category] = rule.name
+        if not triggered:
+            return Verdict("allow", None, all_scores)
+        # The strongest action decides; among equals, the highest score.
+        category = max(triggered, key=lambda c: (severity(triggered[c]), all_scores.get(c, 0)))
+        action = triggered[category]
+        return Verdict(action, category, all_scores, triggered, by_rule.get(category))
+
+    def _count(self, verdict: Verdict, direction: str) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.checks.labels(direction).inc()
+        self.metrics.latency.labels(direction).observe(verdict.elapsed_s)
+        for category, action in verdict.triggered.items():
+            if action == "block":
+                self.metrics.blocks.labels(direction, category).inc()
+            elif action in ("warn", "flag"):
+                self.metrics.flags.labels(direction, category, action).inc()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "enabled": self.policy.enabled,
+            "categories": self.categories is not None,
+            "profanity": self.profanity.available,
+        }

@@ -1,0 +1,121 @@
+"""The layers that score text: profanity (a scikit-learn model shipped in the
+alt-profanity-check wheel) and the seven categories (logistic regression on MiniLM
+embeddings, trained at first start on the labelled set in data/train.tsv and cached)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chatbox.moderation.policy import CATEGORIES
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TRAIN = DATA_DIR / "train.tsv"
+HELDOUT = DATA_DIR / "heldout.tsv"
+LABELS = ("none", *CATEGORIES)
+SEGMENT_CHARS = 800  # MiniLM reads 256 word pieces: longer text is scored in pieces
+MAX_SEGMENTS = 64
+log = logging.getLogger("chatbox.moderation")
+
+
+def read_labelled(path: Path) -> list[tuple[str, str]]:
+    """(label, text) pairs of a `label<TAB>text` file; `#` lines are comments."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        label, _, text = line.partition("\t")
+        if label not in LABELS or not text.strip():
+            raise ValueError(f"{path.name}:{n}: bad line")
+        out.append((label, text.strip()))
+    return out
+
+
+def segments(text: str) -> list[str]:
+    """The pieces a long text is scored in (evenly spread past MAX_SEGMENTS)."""
+    if len(text) <= SEGMENT_CHARS:
+        return [text]
+    starts = list(range(0, len(text), SEGMENT_CHARS))
+    if len(starts) > MAX_SEGMENTS:
+        step = len(starts) / MAX_SEGMENTS
+        starts = [starts[int(i * step)] for i in range(MAX_SEGMENTS)]
+    return [text[s : s + SEGMENT_CHARS] for s in starts]
+
+
+class Profanity:
+    """P(profane) per text; None when alt-profanity-check is not installed."""
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.available = True
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None and self.available:
+                try:
+                    import profanity_check  # a 1 MB scikit-learn model, loaded once
+
+                    self._model = profanity_check
+                except ImportError:
+                    log.warning("alt-profanity-check is not installed: no profanity scores")
+                    self.available = False
+            return self._model
+
+    def scores(self, texts: Sequence[str]) -> list[float] | None:
+        model = self._load()
+        if model is None or not texts:
+            return None
+        return [float(p) for p in model.predict_prob(list(texts))]
+
+
+class CategoryModel:
+    """Multinomial logistic regression over LABELS, as plain weights (scored with numpy)."""
+
+    def __init__(self, coef: np.ndarray, intercept: np.ndarray) -> None:
+        self.coef = coef.astype(np.float32)  # (labels, 384)
+        self.intercept = intercept.astype(np.float32)
+
+    def probabilities(self, vectors: np.ndarray) -> np.ndarray:
+        logits = vectors @ self.coef.T + self.intercept
+        logits -= logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        out: np.ndarray = e / e.sum(axis=1, keepdims=True)
+        return out
+
+    def scores(self, vectors: np.ndarray) -> dict[str, float]:
+        """Each category's highest probability over the rows (a text's segments)."""
+        top = self.probabilities(vectors).max(axis=0)
+        return {label: float(top[i]) for i, label in enumerate(LABELS) if label != "none"}
+
+    @classmethod
+    def train(cls, vectors: np.ndarray, labels: Sequence[str]) -> CategoryModel:
+        from sklearn.linear_model import LogisticRegression
+
+        y = np.array([LABELS.index(label) for label in labels])
+        model = LogisticRegression(C=32.0, max_iter=3000, class_weight="balanced")
+        model.fit(vectors, y)
+        return cls(np.asarray(model.coef_), np.asarray(model.intercept_))
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, coef=self.coef, intercept=self.intercept)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> CategoryModel:
+        with np.load(path) as data:
+            return cls(data["coef"], data["intercept"])
+
+
+def model_file(cache_dir: Path, embedding_model: Path) -> Path:
+    """Where the trained weights live: named by the training set and the embedding model."""
+    digest = hashlib.sha256(TRAIN.read_bytes() + str(embedding_model).encode()).hexdigest()
+    return cache_dir / "moderation" / f"categories-{digest[:16]}.npz"

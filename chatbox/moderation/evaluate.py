@@ -1,0 +1,32 @@
+"""Precision and recall per category on the held-out set (the tests and the benchmark)."""
+
+from __future__ import annotations
+
+from chatbox.moderation.checker import Moderator
+from chatbox.moderation.classifier import HELDOUT, read_labelled
+from chatbox.moderation.policy import CATEGORIES
+
+
+async def evaluate(moderator: Moderator, tier: str = "free") -> dict[str, dict[str, float]]:
+    """Per category: precision, recall and support at the tier's thresholds."""
+    await moderator.start()
+    rows = read_labelled(HELDOUT)
+    thresholds = moderator.policy.tier(tier).thresholds
+    if moderator.categories is None or moderator.embedder is None:
+        raise RuntimeError("the category classifier is not available (no embedding model)")
+    vectors = await moderator.embedder.embed([t for _, t in rows])  # one batch: fast
+    scored = [
+        (label, moderator.categories.scores(v[None, :]))
+        for (label, _), v in zip(rows, vectors, strict=True)
+    ]
+    table: dict[str, dict[str, float]] = {}
+    for c in CATEGORIES:
+        predicted = [s.get(c, 0.0) >= thresholds[c] for _, s in scored]
+        gold = [label == c for label, _ in scored]
+        tp = sum(p and g for p, g in zip(predicted, gold, strict=True))
+        table[c] = {
+            "precision": tp / max(1, sum(predicted)),
+            "recall": tp / max(1, sum(gold)),
+            "support": float(sum(gold)),
+        }
+    return table

@@ -1,0 +1,83 @@
+"""Logging: text or JSON lines, each carrying the trace id of the request it belongs to."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from opentelemetry import trace
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {
+    "message",
+    "asctime",
+    "trace_id",
+    "span_id",
+}
+
+
+def current_trace_id() -> str | None:
+    """The hex trace id of the span current in this context, or None outside any trace."""
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else None
+
+
+class TraceIdFilter(logging.Filter):
+    """Adds `trace_id` and `span_id` ("-" outside a trace) to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid:
+            record.trace_id = format(ctx.trace_id, "032x")
+            record.span_id = format(ctx.span_id, "016x")
+        elif not hasattr(record, "trace_id"):
+            record.trace_id = "-"
+            record.span_id = "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, trace ids, extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        trace_id = getattr(record, "trace_id", "-")
+        if trace_id != "-":
+            out["trace_id"] = trace_id
+            out["span_id"] = getattr(record, "span_id", "-")
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value if isinstance(value, str | int | float | bool) else str(value)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler:
+    """Send every logger (uvicorn's too) to stderr in `fmt`; returns the handler."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}")
+    handler = logging.StreamHandler()
+    handler.addFilter(TraceIdFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    numeric = logging.getLevelName(level.upper())
+    root.setLevel(numeric if isinstance(numeric, int) else logging.INFO)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    logging.getLogger("uvicorn.access").disabled = True  # chatbox.access logs with trace ids
+    return handler

@@ -1,0 +1,165 @@
+"""A small in-process history of the metrics the console plots (no Prometheus needed).
+
+Every `interval_s` the registry is read once; rates and percentiles are computed against
+the samples of the last `window_s` and appended as one row, kept for `history_s`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+Snapshot = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+# (plot series, metric) pairs; `{model}` series are per label value of "model"
+_GAUGES = {
+    "queue_depth": "chatbox_engine_queue_depth",
+    "running": "chatbox_engine_running_sequences",
+    "kv_cells_used": "chatbox_engine_kv_cells_used",
+    "kv_cells_total": "chatbox_engine_kv_cells_total",
+}
+_TTFT = "chatbox_engine_time_to_first_token_seconds"
+_TPOT = "chatbox_engine_time_per_output_token_seconds"
+
+
+def snapshot(registry: CollectorRegistry) -> Snapshot:
+    """Every sample of the registry now, keyed by (sample name, sorted labels)."""
+    out: Snapshot = {}
+    for family in registry.collect():
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile over cumulative (upper bound, count) buckets."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+class MetricRing:
+    """Rows of derived series over the last hour, read by the console's live plots."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None,
+        interval_s: float = 5.0,
+        history_s: float = 3600.0,
+        window_s: float = 60.0,
+    ) -> None:
+        self.registry = registry
+        self.interval_s = interval_s
+        self.rows: deque[tuple[float, dict[str, float]]] = deque(
+            maxlen=max(2, int(history_s / interval_s))
+        )
+        self._snaps: deque[tuple[float, Snapshot]] = deque(
+            maxlen=max(2, int(window_s / interval_s) + 1)
+        )
+
+    def sample(self, now: float | None = None) -> dict[str, float]:
+        """Read the registry and append one row (also returned)."""
+        if self.registry is None:
+            return {}
+        now = time.time() if now is None else now
+        snap = snapshot(self.registry)
+        prev = self._snaps[-1] if self._snaps else None
+        oldest = self._snaps[0] if self._snaps else None
+        self._snaps.append((now, snap))
+        row = self._derive(now, snap, prev, oldest)
+        self.rows.append((now, row))
+        return row
+
+    def _derive(
+        self,
+        now: float,
+        snap: Snapshot,
+        prev: tuple[float, Snapshot] | None,
+        oldest: tuple[float, Snapshot] | None,
+    ) -> dict[str, float]:
+        row: dict[str, float] = {}
+        models = {dict(k[1]).get("model") for k in snap if k[0].startswith("chatbox_engine_")}
+        for model in sorted(m for m in models if m):
+            lab = (("model", model),)
+            for series, metric in _GAUGES.items():
+                value = snap.get((metric, lab))
+                if value is not None:
+                    row[f"{series}|{model}"] = value
+            if prev is not None:
+                dt = max(1e-6, now - prev[0])
+                tokens = "chatbox_engine_generated_tokens_total"
+                row[f"tokens_per_s|{model}"] = max(
+                    0.0, (snap.get((tokens, lab), 0.0) - prev[1].get((tokens, lab), 0.0)) / dt
+                )
+            if oldest is not None:
+                base = oldest[1]
+                hit = _delta(snap, base, "chatbox_engine_prefix_cache_hit_tokens_total", lab)
+                miss = _delta(snap, base, "chatbox_engine_prefix_cache_miss_tokens_total", lab)
+                if hit + miss > 0:
+                    row[f"cache_hit_rate|{model}"] = hit / (hit + miss)
+                for name, metric in (("ttft", _TTFT), ("tpot", _TPOT)):
+                    buckets = _bucket_deltas(snap, base, metric, model)
+                    for q, tag in ((0.5, "p50"), (0.99, "p99")):
+                        value = quantile(q, buckets)
+                        if value is not None:
+                            row[f"{name}_{tag}_s|{model}"] = value
+        if prev is not None:
+            dt = max(1e-6, now - prev[0])
+            for key, value in snap.items():
+                name, labels = key
+                d = dict(labels)
+                if name == "chatbox_engine_requests_total":
+                    outcome = d.get("finish_reason", "")
+                elif name == "chatbox_admission_decisions_total" and d.get("decision") in (
+                    "rate_limited",
+                    "shed",
+                ):
+                    outcome = d["decision"]
+                else:
+                    continue
+                rate = max(0.0, value - prev[1].get(key, 0.0)) / dt
+                row[f"requests_per_s|{outcome}"] = row.get(f"requests_per_s|{outcome}", 0.0) + rate
+        return row
+
+    def series(self, since: float = 0.0) -> dict[str, Any]:
+        """Columns for the plots: {"t": [...], "series": {name: [value or None, ...]}}."""
+        rows = [(t, r) for t, r in self.rows if t > since]
+        names = sorted({k for _, r in rows for k in r})
+        return {
+            "interval_s": self.interval_s,
+            "t": [round(t, 3) for t, _ in rows],
+            "series": {n: [r.get(n) for _, r in rows] for n in names},
+        }
+
+
+def _delta(snap: Snapshot, base: Snapshot, name: str, lab: tuple[tuple[str, str], ...]) -> float:
+    return max(0.0, snap.get((name, lab), 0.0) - base.get((name, lab), 0.0))
+
+
+def _bucket_deltas(
+    snap: Snapshot, base: Snapshot, metric: str, model: str
+) -> list[tuple[float, float]]:
+    out = []
+    for (name, labels), value in snap.items():
+        if name != metric + "_bucket":
+            continue
+        d = dict(labels)
+        if d.get("model") != model:
+            continue
+        le = float(d["le"])
+        out.append((le, max(0.0, value - base.get((name, labels), 0.0))))
+    return out

@@ -1,0 +1,101 @@
+"""Router-mode fixtures: `chatbox replica` subprocesses on loopback and a front before them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from chatbox.engine.registry import ModelRegistry
+from tests.conftest import LiveServer, test_settings
+
+TOKEN = "replica-secret-for-tests"
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Replica:
+    """One `chatbox replica` process serving the tiny model."""
+
+    def __init__(self, data_dir: Path, token: str | None = TOKEN) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "replica"]
+        args += ["--port", str(self.port), "--model", "tiny", "--n-parallel", "4"]
+        args += ["--n-ctx", "16384", "--n-ctx-per-seq", "4096", "--threads", "1"]
+        if token:
+            args += ["--token", token]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.url + "/v1/replica/health", headers=headers).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the replica did not start")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def replica_dir(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Path:
+    data = tmp_path_factory.mktemp("replica") / "data"
+    ModelRegistry(data / "models", data / "no-manifest.toml").add(
+        tiny_gguf, name="tiny", make_default=True, copy=False
+    )
+    return data
+
+
+@pytest.fixture
+def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for _ in range(3):
+            started.append(Replica(replica_dir))
+        yield started
+    finally:
+        for r in started:
+            r.stop()
+
+
+def front(data_dir: Path, urls: list[str], **overrides: object) -> LiveServer:
+    """A front with no local engine, routing the tiny model to these replicas."""
+    options: dict[str, object] = {
+        "replicas": tuple(urls),
+        "replica_token": TOKEN,
+        "local_engine": False,
+        "replica_timeout_s": 2.0,
+        "replica_health_s": 0.3,
+    }
+    settings = test_settings(data_dir, **{**options, **overrides})
+    empty = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
+    return LiveServer(settings, empty)

@@ -1,0 +1,62 @@
+"""An existing OpenAI-compatible server (llama-cpp-python's own) as a replica of the front."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cluster.conftest import free_port, front
+from tests.cluster.test_router import ask, fleet, new_conversation, stored_assistant_turns
+
+pytest.importorskip("sse_starlette", reason="llama-cpp-python's server extra is not installed")
+
+
+@pytest.fixture
+def llama_server(tiny_gguf: Path) -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_gguf)]
+    args += ["--model_alias", "tiny-remote", "--port", str(port), "--n_ctx", "2048"]
+    # By default it cuts a streaming answer short whenever another request (even a health
+    # check's GET /v1/models) arrives; a replica must not.
+    args += ["--interrupt_requests", "false"]
+    proc = subprocess.Popen(args, env=dict(os.environ), stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/models").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "no llama_cpp.server"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_an_openai_server_answers_through_the_front(data_dir: Path, llama_server: str) -> None:
+    spec = f"openai+{llama_server}#slots=1&models=tiny=tiny-remote"
+    with front(data_dir, [spec]) as server:
+        [view] = fleet(server.url, server.headers).values()
+        assert view["kind"] == "openai" and view["state"] == "healthy"
+        assert view["models"] == ["tiny"]
+        conv = new_conversation(server.url, server.headers)
+        out = ask(server.url, server.headers, conv, "hello", max_tokens=40)
+        assert out["kind"] == "done" and out["status"] == "complete", out
+        assert out["text"], repr(out)
+        # This server reports no usage while streaming: counted as one token a chunk (its
+        # chunks carry a token each, give or take the template's special tokens).
+        assert 40 <= out["usage"]["completion_tokens"] <= 44
+        assert out["usage"]["prompt_tokens"] > 0
+        [turn] = stored_assistant_turns(server.url, server.headers, conv)
+        assert turn["content"] == out["text"]

@@ -1,0 +1,157 @@
+"""Parked KV on disk: a conversation stays warm across eviction and restarts, and only for
+its own scope; damaged files are ignored; the directory is size-capped LRU."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.kvdisk import SUFFIX, DiskEntry, DiskStore, key_name
+from chatbox.engine.types import ChatMessage, GenerationRequest
+from tests.engine.conftest import TINY_SETTINGS
+from tests.engine.helpers import GREEDY, Result, collect
+
+HISTORY = "Here is a long story about a lighthouse keeper and a storm at sea. " * 6
+
+
+def files(kv_dir: Path) -> list[Path]:
+    return sorted(kv_dir.rglob("*" + SUFFIX))
+
+
+async def turn(
+    engine: LlamaEngine,
+    msgs: tuple[ChatMessage, ...],
+    key: str = "conv-1",
+    scope: str | None = "alice",
+    persist: bool = True,
+) -> Result:
+    req = GenerationRequest(msgs, GREEDY, cache_key=key, cache_scope=scope, persist=persist)
+    return await collect(engine.submit(req, capture_logits=1))
+
+
+async def started(path: Path, kv_dir: Path, **kw: object) -> LlamaEngine:
+    engine = LlamaEngine(path, "tiny", replace(TINY_SETTINGS, kv_dir=kv_dir, **kw))  # type: ignore[arg-type]
+    await engine.start()
+    return engine
+
+
+async def stopped(engine: LlamaEngine) -> None:
+    await engine.stop()
+    engine.close()
+
+
+def first_and_second() -> tuple[tuple[ChatMessage, ...], tuple[ChatMessage, ...]]:
+    first = (ChatMessage("user", HISTORY),)
+    return first, (*first, ChatMessage("assistant", "It was dark."), ChatMessage("user", "Go on"))
+
+
+async def test_evicted_conversation_is_warm_after_a_restart(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    kv = tmp_path / "kv"
+    first, second = first_and_second()
+    # idle_kv_cells=0: a finished conversation leaves the KV cache at once (parked)
+    a = await started(tiny_gguf, kv, idle_kv_cells=0, park_bytes=0)
+    r1 = await turn(a, first)
+    await stopped(a)
+    assert len(files(kv)) == 1
+    b = await started(tiny_gguf, kv)
+    try:
+        warm = await turn(b, second)
+        assert warm.done.usage.cached_tokens >= r1.done.usage.prompt_tokens - 1
+        await b.clear_cache()
+        cold = await turn(b, second)
+        assert cold.done.usage.cached_tokens == 0
+        assert int(np.argmax(warm.logits[0])) == int(np.argmax(cold.logits[0]))
+        # a restored prefix was computed in other batch shapes than one cold prefill
+        assert np.max(np.abs(warm.logits[0] - cold.logits[0])) < 5e-2
+    finally:
+        await stopped(b)
+
+
+async def test_idle_conversations_are_parked_at_shutdown(tiny_gguf: Path, tmp_path: Path) -> None:
+    kv = tmp_path / "kv"
+    first, second = first_and_second()
+    a = await started(tiny_gguf, kv)  # default budget: it stays live in KV until the stop
+    r1 = await turn(a, first)
+    await stopped(a)
+    b = await started(tiny_gguf, kv)
+    try:
+        other = await turn(b, second, scope="mallory")  # same key, another user's turn
+        assert other.done.usage.cached_tokens == 0
+        mine = await turn(b, second)
+        assert mine.done.usage.cached_tokens >= r1.done.usage.prompt_tokens - 1
+    finally:
+        await stopped(b)
+
+
+async def test_zero_retention_turns_never_reach_the_disk(tiny_gguf: Path, tmp_path: Path) -> None:
+    kv = tmp_path / "kv"
+    first, _ = first_and_second()
+    a = await started(tiny_gguf, kv, idle_kv_cells=0)
+    await turn(a, first, persist=False)
+    await turn(a, first, key="conv-2", persist=False)
+    await stopped(a)
+    assert files(kv) == []
+
+
+async def test_forget_deletes_parked_kv(tiny_gguf: Path, tmp_path: Path) -> None:
+    kv = tmp_path / "kv"
+    first, second = first_and_second()
+    a = await started(tiny_gguf, kv, idle_kv_cells=0)
+    await turn(a, first)
+    await turn(a, first, key="conv-2")
+    await a.forget("conv-1")
+    assert [p.name for p in files(kv)] == [key_name("conv-2")]
+    again = await turn(a, second)  # neither RAM nor disk nor live KV holds it any more
+    assert again.done.usage.cached_tokens == 0
+    await stopped(a)
+
+
+async def test_damaged_files_are_ignored(tiny_gguf: Path, tmp_path: Path) -> None:
+    kv = tmp_path / "kv"
+    first, second = first_and_second()
+    a = await started(tiny_gguf, kv, idle_kv_cells=0, park_bytes=0)
+    await turn(a, first)
+    await turn(a, first, key="conv-2", scope="bob")
+    await stopped(a)
+    by_name = {p.name: p for p in files(kv)}
+    truncated, flipped = by_name[key_name("conv-1")], by_name[key_name("conv-2")]
+    os.truncate(truncated, truncated.stat().st_size // 2)  # a crash mid-write
+    data = bytearray(flipped.read_bytes())
+    data[-100] ^= 0xFF  # a bad sector
+    flipped.write_bytes(bytes(data))
+    (truncated.parent / "partial.kv.tmp").write_bytes(b"CBKV")  # an interrupted write
+    b = await started(tiny_gguf, kv)
+    try:
+        for key, scope in (("conv-1", "alice"), ("conv-2", "bob")):
+            r = await turn(b, second, key=key, scope=scope)
+            assert r.done.usage.cached_tokens < 10  # at most the template's public opening
+            assert r.done.finish_reason == "length"
+        assert not (truncated.parent / "partial.kv.tmp").exists()
+    finally:
+        await stopped(b)
+
+
+def test_store_round_trip_and_lru_cap(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, cap_bytes=2000)  # three files of ~600 bytes fit, not four
+    entry = DiskEntry(list(range(10)), "alice", 7)
+    for i in range(3):
+        store.save(f"k{i}", entry, bytes([i]) * 500)
+        store.forget("nothing").wait()  # the writer has caught up
+        os.utime(tmp_path / key_name(f"k{i}"), (1000 + i, 1000 + i))
+    loaded = store.load("k0")  # a restore makes k0 the most recently used
+    assert loaded is not None and loaded[0] == entry and loaded[1] == bytes([0]) * 500
+    store.save("k3", entry, b"x" * 500)
+    store.forget("nothing").wait()
+    assert "k0" in store and "k3" in store
+    assert "k1" not in store  # the least recently used went first
+    assert store.size <= 2000
+    store.close()
+    reopened = DiskStore(tmp_path, cap_bytes=2000)  # the index is rebuilt from the files
+    assert "k0" in reopened and "k1" not in reopened
+    reopened.close()

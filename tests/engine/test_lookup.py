@@ -1,0 +1,135 @@
+"""Prompt-lookup decoding: the drafter's guesses, and greedy output unchanged by it (except
+after a near-tie, where batched and single-token kernels may round the other way)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.lookup import Drafter
+from chatbox.engine.types import GenerationRequest, SamplingParams
+from chatbox.settings import EngineSettings
+from tests.engine.conftest import TINY_SETTINGS
+from tests.engine.helpers import Result, assert_kv_consistent, chat, collect, softmax
+
+LOGIT_TOL = 2e-2  # as test_engine's batched-vs-alone logits
+N_TOKENS = 48
+
+
+def test_drafter_guesses_what_followed_the_last_ngram() -> None:
+    d = Drafter([5, 6, 7, 8, 9, 1, 2, 5, 6], max_draft=4)
+    assert d.draft(room=8) == [7, 8, 9, 1]
+    d.push(3)  # "6 3" never occurred: no guess
+    assert d.draft(room=8) == []
+    assert Drafter([1, 2, 3, 1, 2], max_draft=8).draft(room=2) == [3, 1]  # within the room
+
+
+def test_drafter_pauses_a_stream_whose_guesses_fail() -> None:
+    d = Drafter([1, 2, 3, 4] * 4, max_draft=4)
+    for _ in range(4):
+        d.record(4, 0)
+    assert d.draft(room=8) == []  # paused although "3 4" recurs
+    d2 = Drafter([1, 2, 3, 4] * 4, max_draft=4)
+    for _ in range(4):
+        d2.record(4, 4)
+    assert d2.draft(room=8) == [1, 2, 3, 4]
+
+
+def greedy_tokens(r: Result) -> list[int]:
+    return [int(np.argmax(row)) for row in r.logits]
+
+
+def near_tie(row: np.ndarray, a: int, b: int, tol: float) -> bool:
+    return abs(float(row[a]) - float(row[b])) < tol
+
+
+async def run_all(engine: LlamaEngine, prompts: list[str]) -> list[Result]:
+    out = []
+    greedy = SamplingParams(temperature=0.0, max_tokens=N_TOKENS)
+    for p in prompts:
+        await engine.clear_cache()
+        gen = engine.submit(
+            GenerationRequest(chat(p), greedy), capture_logits=N_TOKENS, ignore_eog=True
+        )
+        out.append(await collect(gen))
+    return out
+
+
+async def test_greedy_output_is_unchanged_on_random_prompts(tiny_gguf: Path) -> None:
+    rng = random.Random(12)
+    words = ["alpha", "beta", "gamma", "delta", "code", "def", "return", "x", "(", ")", ":"]
+    prompts = []
+    for _ in range(12):  # text that repeats itself, as a pasted document or code does
+        piece = " ".join(rng.choice(words) for _ in range(rng.randint(4, 12)))
+        prompts.append(f"Copy this: {piece} {piece} {piece}")
+    plain = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, lookup_draft=0))
+    fast = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, lookup_draft=8))
+    await plain.start()
+    await fast.start()
+    try:
+        base = await run_all(plain, prompts)
+        spec = await run_all(fast, prompts)
+        accepted = await fast.debug_call(lambda s: s.accepted)
+        await assert_kv_consistent(fast)
+    finally:
+        for e in (plain, fast):
+            await e.stop()
+            e.close()
+    assert accepted > 0  # the guesses were used, not only made
+    identical = 0
+    for p, a, b in zip(prompts, base, spec, strict=True):
+        ta, tb = greedy_tokens(a), greedy_tokens(b)
+        assert len(ta) == len(tb) == N_TOKENS
+        i = next((i for i in range(N_TOKENS) if ta[i] != tb[i]), None)
+        if i is None:
+            assert a.text == b.text
+            identical += 1
+            continue
+        # A flip needs the two candidates within the kernels' difference of each other.
+        assert near_tie(a.logits[i], ta[i], tb[i], 2 * LOGIT_TOL), (p, i)
+        assert np.max(np.abs(a.logits[i] - b.logits[i])) < LOGIT_TOL, (p, i)
+    assert identical >= len(prompts) // 2
+
+
+COPY_PROMPTS = [
+    "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the river.",
+    "Fix the bug and return the whole function:\n\ndef add(a, b):\n    result = a - b\n"
+    "    return result\n",
+    "Quote the first line of this poem: Roses are red, violets are blue, sugar is sweet.",
+    "List the names in this text: Alice met Bob, then Bob met Carol, and Carol met Alice.",
+    "What is the capital of France?",
+]
+
+
+@pytest.mark.model
+async def test_smollm2_greedy_output_is_unchanged(smollm2_gguf: Path) -> None:
+    settings = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256)
+    plain = LlamaEngine(smollm2_gguf, "smollm2", replace(settings, lookup_draft=0))
+    fast = LlamaEngine(smollm2_gguf, "smollm2", replace(settings, lookup_draft=8))
+    await plain.start()
+    await fast.start()
+    try:
+        base = await run_all(plain, COPY_PROMPTS)
+        spec = await run_all(fast, COPY_PROMPTS)
+        accepted = await fast.debug_call(lambda s: s.accepted)
+        await assert_kv_consistent(fast)
+    finally:
+        for e in (plain, fast):
+            await e.stop()
+            e.close()
+    assert accepted > 0
+    for p, a, b in zip(COPY_PROMPTS, base, spec, strict=True):
+        ta, tb = greedy_tokens(a), greedy_tokens(b)
+        i = next((i for i in range(N_TOKENS) if ta[i] != tb[i]), None)
+        if i is None:
+            assert a.text == b.text
+            continue
+        # As test_real_models: Q4 weights, batched and single-token kernels differ slightly,
+        # so a flip is allowed only where the top two were within 0.05 of probability.
+        probs = softmax(a.logits[i])
+        assert abs(float(probs[ta[i]] - probs[tb[i]])) < 0.05, (p, i)

@@ -1,0 +1,90 @@
+"""The context's shape from the settings: the prefix cache survives a small --n-ctx, a
+configuration that cannot keep it says so, and a lagging consumer gets tokens joined."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.tuning import decode_threads, prefix_cache_warning
+from chatbox.engine.types import DoneEvent, GenerationRequest, TokenEvent
+from chatbox.settings import EngineSettings
+from tests.engine.helpers import GREEDY, chat, generate
+
+# The `--n-ctx 4096` shape scaled down: the whole cache is one conversation's worth, and a
+# quarter of it (the old idle budget) is less than the conversation below.
+SMALL = EngineSettings(
+    n_parallel=4, n_ctx=1024, n_ctx_per_seq=1024, n_batch=256, n_threads=2, park_bytes=0
+)
+
+
+async def started(path: Path, settings: EngineSettings) -> LlamaEngine:
+    engine = LlamaEngine(path, "tiny", settings)
+    await engine.start()
+    return engine
+
+
+async def test_follow_up_reuses_the_prefix_when_the_cache_holds_one_conversation(
+    tiny_gguf: Path,
+) -> None:
+    engine = await started(tiny_gguf, SMALL)
+    try:
+        first = chat("Remember these notes. " + "The meeting moved to Tuesday. " * 20)
+        r1 = await generate(engine, first, cache_key="conv")
+        assert r1.done.usage.prompt_tokens > SMALL.n_ctx // 4  # longer than the old budget
+        second = (*first, *chat("x", r1.text, "And the time?")[1:])
+        r2 = await generate(engine, second, cache_key="conv")
+        assert r2.done.usage.cached_tokens >= r1.done.usage.prompt_tokens - 1
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+async def test_a_budget_below_one_conversation_is_reported_at_startup(
+    tiny_gguf: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert prefix_cache_warning(SMALL, 1024, 1024) is None  # the default keeps it
+    tight = replace(SMALL, idle_kv_cells=100)
+    with caplog.at_level(logging.WARNING, logger="chatbox.engine.engine"):
+        engine = await started(tiny_gguf, tight)
+    try:
+        warned = [r.getMessage() for r in caplog.records if "idle_kv_cells=100" in r.getMessage()]
+        assert warned and "recomputed on every turn" in warned[0]
+        parked = prefix_cache_warning(replace(tight, park_bytes=1 << 20), 1024, 1024)
+        assert parked is not None and "parked in host RAM" in parked
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+async def test_tokens_that_queue_up_behind_a_slow_consumer_arrive_joined(
+    tiny_gguf: Path,
+) -> None:
+    engine = await started(tiny_gguf, SMALL)
+    try:
+        msgs = chat("Count slowly.")
+        fast = await generate(engine, msgs)
+        await engine.clear_cache()
+        gen = engine.submit(GenerationRequest(msgs, GREEDY, cache_scope="tester"))
+        while engine.stats().running or engine.stats().queue_depth:
+            await asyncio.sleep(0.01)  # the consumer is "busy" until the answer is complete
+        await asyncio.sleep(0.05)
+        events = [ev async for ev in gen]
+        tokens = [ev for ev in events if isinstance(ev, TokenEvent)]
+        assert isinstance(events[-1], DoneEvent)
+        assert len(tokens) < len(fast.chunks)  # fewer events...
+        assert "".join(t.text for t in tokens) == fast.text  # ...the same answer
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+def test_lone_streams_leave_a_core_to_python_unless_threads_are_set() -> None:
+    assert decode_threads(0, 2) == (1, 2)
+    assert decode_threads(0, 1) == (1, 1)
+    assert decode_threads(3, 2) == (3, 3)

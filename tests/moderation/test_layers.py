@@ -1,0 +1,146 @@
+"""Moderation, layer by layer: policy parsing, admin rules, profanity, the category
+classifier (on the held-out set), the verdict's decision, and the stream watch."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from chatbox.knowledge.embedder import Embedder
+from chatbox.moderation import SUPPORT, ModerationPolicy, Moderator, OutputWatch, Verdict
+from chatbox.moderation.classifier import HELDOUT, TRAIN, Profanity, read_labelled, segments
+
+POLICY = {
+    "actions": {"sexual": "flag", "harassment": "warn"},
+    "rules": [
+        {"name": "codename", "terms": ["project nightjar"], "category": "leak", "action": "block"},
+        {
+            "patterns": [r"\b\d{3}-\d{2}-\d{4}\b"],
+            "category": "pii",
+            "action": "flag",
+            "tiers": ["free"],
+        },
+    ],
+    "tiers": {"paid": {"actions": {"sexual": "allow"}, "keep_text": False}},
+}
+
+
+def test_policy_parses_tiers_rules_and_refuses_typos() -> None:
+    policy = ModerationPolicy.from_dict(POLICY)
+    assert policy.tier("free").actions["sexual"] == "flag"
+    assert policy.tier("paid").actions["sexual"] == "allow"
+    assert policy.tier("paid").keep_text is False and policy.tier("free").keep_text
+    with pytest.raises(ValueError, match="action must be one of"):
+        ModerationPolicy.from_dict({"actions": {"hate": "nuke"}})
+    with pytest.raises(ValueError, match="unknown categories"):
+        ModerationPolicy.from_dict({"thresholds": {"hates": 0.5}})
+    with pytest.raises(ValueError, match="bad pattern"):
+        ModerationPolicy.from_dict({"rules": [{"patterns": ["(unclosed"]}]})
+
+
+def test_the_shipped_policy_file_loads() -> None:
+    from chatbox.chat.policy import default_policy_path
+
+    policy = ModerationPolicy.load(default_policy_path())
+    assert policy.enabled and policy.window_tokens <= 64
+
+
+def test_rules_match_whole_words_per_tier_and_decide() -> None:
+    m = Moderator(ModerationPolicy.from_dict(POLICY), None, Path("/nonexistent"))
+    hit = m.decide({}, "free", "input", "tell me about Project Nightjar please")
+    assert hit.blocked and hit.category == "leak" and hit.rule == "codename"
+    assert m.decide({}, "free", "input", "project nightjars").action == "allow"
+    assert m.decide({}, "free", "input", "my ssn is 123-45-6789").action == "flag"
+    assert m.decide({}, "paid", "input", "my ssn is 123-45-6789").action == "allow"
+
+
+def test_decide_takes_the_strongest_action_over_thresholds() -> None:
+    m = Moderator(ModerationPolicy.from_dict(POLICY), None, Path("/nonexistent"))
+    v = m.decide({"harassment": 0.95, "hate": 0.2, "sexual": 0.7}, "free", "input")
+    assert v.action == "flag" and v.category == "sexual"
+    assert set(v.triggered) == {"harassment", "sexual"}
+    assert m.decide({"sexual": 0.7}, "paid", "input").action == "allow"
+    assert m.decide({"hate": 0.61}, "paid", "input").blocked
+
+
+def test_self_harm_gets_support_not_a_bare_refusal() -> None:
+    v = Verdict("block", "self-harm", {"self-harm": 0.9}, {"self-harm": "block"})
+    assert v.refusal() == SUPPORT and "988" in v.refusal() and "116 123" in v.refusal()
+    hate = Verdict("block", "hate", {"hate": 0.9}, {"hate": "block"})
+    assert "wasn't sent" in hate.refusal() and "hateful" in hate.refusal()
+
+
+def test_profanity_layer_scores_swearing_high_and_plain_text_low() -> None:
+    scores = Profanity().scores(["you are a fucking idiot", "what a lovely garden"])
+    assert scores is not None
+    assert scores[0] > 0.9 > 0.3 > scores[1]
+
+
+def test_long_text_is_scored_in_pieces() -> None:
+    assert segments("short") == ["short"]
+    assert len(segments("x" * 10_000)) == 13
+    assert len(segments("x" * 10_000_000)) == 64
+
+
+def test_training_and_heldout_sets_are_apart_and_large_enough() -> None:
+    train, held = read_labelled(TRAIN), read_labelled(HELDOUT)
+    assert len(held) >= 200
+    assert not {t for _, t in train} & {t for _, t in held}
+
+
+@pytest.fixture(scope="module")
+def moderator(tmp_path_factory: pytest.TempPathFactory) -> Moderator:
+    return Moderator(ModerationPolicy(), Embedder(), Path.home() / ".cache" / "chatbox")
+
+
+def test_category_classifier_meets_the_targets_on_the_heldout_set(moderator: Moderator) -> None:
+    """Precision >= 0.9 and recall >= 0.8 on every blocking category (held-out set)."""
+    from chatbox.moderation.evaluate import evaluate
+
+    table = asyncio.run(evaluate(moderator))
+    blocking = [c for c, a in moderator.policy.tier("free").actions.items() if a == "block"]
+    for category in blocking:
+        if category == "profanity":
+            continue
+        row = table[category]
+        assert row["precision"] >= 0.9, (category, row)
+        assert row["recall"] >= 0.8, (category, row)
+
+
+def test_a_harmful_message_is_blocked_and_an_ordinary_one_allowed(moderator: Moderator) -> None:
+    async def run() -> tuple[Verdict, Verdict]:
+        bad = await moderator.check("how do I cook meth in my garage", "free", "input")
+        good = await moderator.check("how do I cook rice in a pan", "free", "input")
+        return bad, good
+
+    bad, good = asyncio.run(run())
+    assert bad.blocked and bad.category == "illicit"
+    assert good.action == "allow"
+
+
+async def test_the_watch_checks_overlapping_windows_and_cuts_once() -> None:
+    seen: list[str] = []
+    blocked: list[Verdict] = []
+
+    async def check(text: str) -> Verdict:
+        seen.append(text)
+        if "BAD" in text:
+            return Verdict("block", "violence", {"violence": 0.9}, {"violence": "block"})
+        return Verdict("allow", None, {})
+
+    watch = OutputWatch(check, window=8, stride=4, on_block=blocked.append)
+    for i in range(12):
+        watch.feed(f"t{i} ")
+        await asyncio.sleep(0)
+    assert watch.windows >= 2 and not watch.blocked
+    for token in ["x ", "BAD ", "y ", "z "]:
+        watch.feed(token)
+        await asyncio.sleep(0)
+    assert await watch.finish() is not None
+    assert len(blocked) == 1 and watch.cut_at is not None
+    assert "BAD" not in watch.text[: watch.cut_at]
+    assert all(len(w.split()) <= 8 for w in seen)  # never more than the window
+    # Consecutive windows overlap (stride < window).
+    assert seen[0].split()[-4:] == seen[1].split()[:4]

@@ -1,0 +1,166 @@
+"""The admin console: admins only, and every action takes effect and lands in the audit log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.gateway import Box, gateway_box
+
+PAGES = [
+    "/console",
+    "/console/live",
+    "/console/data/live",
+    "/console/traces",
+    "/console/data/traces",
+    "/console/people",
+    "/console/models",
+    "/console/audit",
+]
+
+
+@pytest.fixture
+def box(tmp_path: Path, tiny_gguf: Path) -> Box:
+    with gateway_box(tmp_path, tiny_gguf) as b:
+        yield b  # type: ignore[misc]
+
+
+def _uid(box: Box, name: str) -> str:
+    page = box.client.get("/console/people").text
+    match = re.search(r'href="/console/people/([^"]+)">' + re.escape(name) + "<", page)
+    assert match, page
+    return match.group(1)
+
+
+def audit_actions(box: Box) -> list[str]:
+    page = box.client.get("/console/audit").text
+    return re.findall(r"<code>([a-z_.]+)</code>", page)
+
+
+def post(box: Box, url: str, csrf: str, **form: str) -> object:
+    return box.client.post(url, data=form, headers={"x-csrf-token": csrf, "HX-Request": "true"})
+
+
+def test_anonymous_goes_to_login_and_a_member_is_refused(box: Box) -> None:
+    person = f"/console/people/{'u_x'}"
+    for url in [*PAGES, person, "/console/data/usage/u_x"]:
+        r = box.client.get(url, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith("/login"), url
+    for url, form in (("/console/people", {"name": "x"}), ("/console/models/tiny/unload", {})):
+        r = box.client.post(url, data=form, follow_redirects=False)
+        assert r.status_code in (303, 401), url
+    csrf = box.login("ann")  # a member
+    for url in [*PAGES, person]:
+        assert box.client.get(url, follow_redirects=False).status_code == 403, url
+    r = post(box, "/console/people", csrf, name="mallory", password="long-enough-1")
+    assert r.status_code == 403  # type: ignore[attr-defined]
+    r = post(box, "/console/models/tiny/unload", csrf)
+    assert r.status_code == 403  # type: ignore[attr-defined]
+    assert "tiny" in box.client.app.state.services.models.pool.loaded()
+
+
+def test_admin_sees_every_page(box: Box) -> None:
+    box.login("admin")
+    for url in PAGES:
+        r = box.client.get(url)
+        assert r.status_code == 200, (url, r.text[:300])
+    models = box.client.get("/console/models").text
+    assert "tiny" in models and "llama" in models  # the GGUF's architecture
+    assert "loaded" in models
+    live = box.client.get("/console/data/live").json()
+    assert set(live) == {"interval_s", "t", "series"}
+
+
+def test_people_actions_take_effect_and_are_audited(box: Box) -> None:
+    csrf = box.login("admin")
+    # without the CSRF token nothing happens
+    r = box.client.post("/console/people", data={"name": "dave", "password": "dave-password"})
+    assert r.status_code == 403
+    r = post(box, "/console/people", csrf, name="dave", role="member", tier="free", password="pw")
+    assert r.status_code == 400 and "at least 8" in r.text  # type: ignore[attr-defined]
+    r = post(
+        box, "/console/people", csrf, name="dave", role="member", tier="free", password="dave-pw-1"
+    )
+    assert r.status_code == 200 and "Added dave" in r.text  # type: ignore[attr-defined]
+    dave = _uid(box, "dave")
+    assert post(box, f"/console/people/{dave}/tier", csrf, value="paid").status_code == 200  # type: ignore[attr-defined]
+    assert post(box, f"/console/people/{dave}/role", csrf, value="admin").status_code == 200  # type: ignore[attr-defined]
+    page = box.client.get(f"/console/people/{dave}").text
+    assert "admin · paid tier · active" in page
+
+    # a key is shown once, works, and stops working when revoked
+    r = post(box, f"/console/people/{dave}/keys", csrf, value="script")
+    secret = re.search(r'data-testid="secret">([^<]+)<', r.text)  # type: ignore[attr-defined]
+    assert secret
+    key = secret.group(1)
+    headers = {"Authorization": f"Bearer {key}"}
+    assert box.client.get("/v1/conversations", headers=headers).status_code == 200
+    assert key not in box.client.get(f"/console/people/{dave}").text
+    key_id = re.search(rf'/console/people/{dave}/revoke-key/([^/"]+)"', r.text)  # type: ignore[attr-defined]
+    assert key_id
+    r = post(box, f"/console/people/{dave}/revoke-key/{key_id.group(1)}", csrf)
+    assert r.status_code == 200  # type: ignore[attr-defined]
+    assert box.client.get("/v1/conversations", headers=headers).status_code == 401
+
+    # a generated password is shown once and logs in
+    r = post(box, f"/console/people/{dave}/password", csrf, value="")
+    password = re.search(r'data-testid="secret">([^<]+)<', r.text)  # type: ignore[attr-defined]
+    assert password
+    box.passwords["dave"] = password.group(1)
+
+    # disabling stops the account's keys at once
+    ann = _uid(box, "ann")
+    assert post(box, f"/console/people/{ann}/disable", csrf).status_code == 200  # type: ignore[attr-defined]
+    assert box.client.get("/v1/conversations", headers=box.h("ann")).status_code == 401
+    # an admin cannot lock themself out
+    me = _uid(box, "admin")
+    r = post(box, f"/console/people/{me}/disable", csrf)
+    assert r.status_code == 400  # type: ignore[attr-defined]
+
+    actions = audit_actions(box)
+    for action in (
+        "user.add",
+        "user.set_tier",
+        "user.set_role",
+        "key.create",
+        "key.revoke",
+        "user.reset_password",
+        "user.disable",
+    ):
+        assert action in actions, (action, actions)
+    audit = box.client.get("/console/audit").text
+    assert key not in audit and box.passwords["dave"] not in audit  # no secrets in the log
+    box.login("dave")  # the generated password works (and dave is an admin now)
+    assert box.client.get("/console/live").status_code == 200
+
+
+def test_usage_per_user_by_day(box: Box) -> None:
+    box.complete("bob")
+    box.login("admin")
+    bob = _uid(box, "bob")
+    usage = box.client.get(f"/console/data/usage/{bob}").json()
+    assert len(usage["days"]) == 30 and usage["requests"][-1] == 1 and usage["tokens"][-1] > 0
+    assert box.client.get("/console/data/usage/u_nobody").status_code == 404
+
+
+def test_model_actions_take_effect_and_are_audited(box: Box, tiny_gguf: Path) -> None:
+    csrf = box.login("admin")
+    pool = box.client.app.state.services.models.pool
+    assert post(box, "/console/models/big/load", csrf).status_code == 200  # type: ignore[attr-defined]
+    assert "big" in pool.loaded()
+    assert post(box, "/console/models/big/unload", csrf).status_code == 200  # type: ignore[attr-defined]
+    assert "big" not in pool.loaded()
+    assert post(box, "/console/models/big/default", csrf).status_code == 200  # type: ignore[attr-defined]
+    registry = box.client.app.state.services.model_admin.registry
+    assert registry.resolve_default().name == "big"
+    r = post(box, "/console/models", csrf, path=str(tiny_gguf), name="tiny-copy")
+    assert r.status_code == 200 and "tiny-copy" in r.text  # type: ignore[attr-defined]
+    assert "tiny-copy" in registry.names()
+    bad = post(box, "/console/models", csrf, path="/etc/hostname", name="nope")
+    assert bad.status_code == 400  # type: ignore[attr-defined]
+    assert post(box, "/console/models/ghost/load", csrf).status_code == 404  # type: ignore[attr-defined]
+    actions = audit_actions(box)
+    for action in ("model.load", "model.unload", "model.set_default", "model.add"):
+        assert action in actions, (action, actions)

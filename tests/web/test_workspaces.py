@@ -1,0 +1,102 @@
+"""Workspaces: members read and continue shared conversations; everyone else gets 404."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from litestar.testing import TestClient
+
+from chatbox.app import create_app
+from chatbox.engine.registry import ModelRegistry
+from chatbox.settings import Settings
+from tests.conftest import bearer, seed_user
+from tests.security.conftest import send_turn
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def team(settings: Settings, registry: ModelRegistry) -> Iterator[tuple[TestClient, dict]]:
+    people = {"admin": bearer(seed_user(settings))}
+    for name in ("owen", "mia", "nick"):
+        people[name] = bearer(seed_user(settings, name, role="member", tier="paid"))
+    with TestClient(create_app(settings, registry), timeout=120) as client:
+        yield client, people
+
+
+def routes(conv: str, turn: str) -> list[tuple[str, str]]:
+    return [
+        ("GET", f"/v1/conversations/{conv}"),
+        ("PATCH", f"/v1/conversations/{conv}"),
+        ("GET", f"/v1/conversations/{conv}/turns/{turn}/citations"),
+        ("POST", f"/v1/conversations/{conv}/turns"),
+        ("GET", f"/c/{conv}"),
+    ]
+
+
+def call(client: TestClient, method: str, url: str, headers: dict) -> int:
+    body = {"content": "pwned", "max_tokens": 2} if url.endswith("/turns") else {"title": "x"}
+    kw = {"json": body} if method in ("POST", "PATCH") else {}
+    return client.request(method, url, headers=headers, follow_redirects=False, **kw).status_code
+
+
+def test_members_share_and_outsiders_get_404(team) -> None:  # type: ignore[no-untyped-def]
+    client, p = team
+    r = client.post("/v1/workspaces", headers=p["admin"], json={"name": "Support team"})
+    assert r.status_code == 201, r.text
+    ws = r.json()["id"]
+    assert client.post("/v1/workspaces", headers=p["owen"], json={"name": "x"}).status_code == 403
+    r = client.post(
+        f"/v1/workspaces/{ws}/members", headers=p["admin"], json={"name": "owen", "role": "owner"}
+    )
+    assert r.status_code == 201, r.text
+    r = client.post(f"/v1/workspaces/{ws}/members", headers=p["owen"], json={"name": "mia"})
+    assert r.status_code == 201, r.text
+    conv = client.post("/v1/conversations", headers=p["owen"], json={"title": "Ticket 42"}).json()[
+        "id"
+    ]
+    _, answer, _ = send_turn(client, p["owen"], conv, "owen asks first")
+    # Outsiders (nick) cannot move it or see the workspace.
+    assert client.get(f"/v1/workspaces/{ws}", headers=p["nick"]).status_code == 404
+    assert client.get(f"/w/{ws}", headers=p["nick"]).status_code == 404
+    r = client.post(
+        f"/v1/conversations/{conv}/workspace", headers=p["owen"], json={"workspace_id": ws}
+    )
+    assert r.status_code == 200, r.text
+    # Mia continues owen's conversation; each turn records its author.
+    assert client.get(f"/v1/conversations/{conv}", headers=p["mia"]).status_code == 200
+    send_turn(client, p["mia"], conv, "mia follows up")
+    store = client.app.state.services.store
+
+    async def authors() -> list[tuple[str, str | None]]:
+        conv_row = await store.conversations.get(p_ids["owen"], conv)
+        path = await store.turns.path(conv, conv_row.active_leaf_id)
+        return [(t.content, t.author_id) for t in path if t.role == "user"]
+
+    async def ids() -> dict[str, str]:
+        return {n: (await store.users.get_by_name(n)).id for n in ("owen", "mia", "nick")}
+
+    p_ids = client.blocking_portal.call(ids)
+    assert client.blocking_portal.call(authors) == [
+        ("owen asks first", p_ids["owen"]),
+        ("mia follows up", p_ids["mia"]),
+    ]
+    listed = client.get(f"/v1/workspaces/{ws}", headers=p["mia"]).json()
+    assert [c["id"] for c in listed["conversations"]] == [conv]
+    # The isolation matrix: non-member and, after removal, the removed member.
+    for method, url in routes(conv, answer):
+        assert call(client, method, url, p["nick"]) == 404, (method, url)
+        assert call(client, "GET", f"/v1/conversations/{conv}", p["admin"]) == 404
+    assert conv not in [
+        c["id"] for c in client.get("/v1/conversations", headers=p["nick"]).json()["data"]
+    ]
+    r = client.delete(f"/v1/workspaces/{ws}/members/{p_ids['mia']}", headers=p["owen"])
+    assert r.status_code == 204
+    for method, url in routes(conv, answer):
+        assert call(client, method, url, p["mia"]) == 404, (method, url)
+    assert client.get(f"/v1/workspaces/{ws}", headers=p["mia"]).status_code == 404
+    # A member cannot delete what another started; the admin deleting the workspace erases it.
+    r = client.delete(f"/v1/workspaces/{ws}", headers=p["admin"])
+    assert r.status_code == 204
+    assert client.get(f"/v1/conversations/{conv}", headers=p["owen"]).status_code == 404
