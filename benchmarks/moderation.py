@@ -128,6 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             assert services.moderation is not None
             report["heldout"] = await evaluate(services.moderation.moderator)
+            await check_latency(services, user, 30)  # warm up (first shapes, first calls)
             idle = await check_latency(services, user, args.checks)
             load = asyncio.create_task(streams_run(services, user, args.streams, args.tokens))
             await asyncio.sleep(1.0)  # the streams are decoding
@@ -137,6 +138,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "idle": {"p50": pct(idle, 50), "p99": pct(idle, 99), "n": len(idle)},
                 "decoding": {"p50": pct(busy, 50), "p99": pct(busy, 99), "n": len(busy)},
             }
+            await streams_run(services, user, args.streams, args.tokens)  # warm: both sides
             rounds_on = [
                 await streams_run(services, user, args.streams, args.tokens)
                 for _ in range(args.rounds)
@@ -146,6 +148,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         services = await start(Path(tmp) / "off", args.model, args.streams, output=False)
         user = await services.store.users.create("bench", tier="paid")
         try:
+            await streams_run(services, user, args.streams, args.tokens)
             rounds_off = [
                 await streams_run(services, user, args.streams, args.tokens)
                 for _ in range(args.rounds)

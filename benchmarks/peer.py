@@ -170,7 +170,14 @@ def start_chatbox(args: argparse.Namespace, work: Path) -> Server:
     cmd += args.chatbox_arg
     log = work / "chatbox.log"
     env = {**os.environ, "CHATBOX_ADMIN_PASSWORD": "peer-benchmark-admin"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "/readyz", log)
     return Server("chatbox", proc, url, key, "smollm2")
@@ -183,7 +190,9 @@ def start_peer(args: argparse.Namespace, binary: Path, model: Path, work: Path) 
     cmd += ["-np", str(args.slots), "-c", str(args.n_ctx), "-t", threads, "-tb", threads]
     cmd += args.peer_arg
     log = work / "llama-server.log"
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "/health", log)
     return Server("llama-server", proc, url, "none", "smollm2")
@@ -360,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
             order = servers if k % 2 == 0 else servers[::-1]  # alternate who goes first
             got: dict[str, dict[str, Any]] = {}
             for server in order:
-                result = asyncio.run(run_load(server, args))
+                try:
+                    result = asyncio.run(run_load(server, args))
+                except Exception as exc:  # a server died: report the pairs that completed
+                    print(f"pair {k + 1} {server.name} failed: {exc!r}", flush=True)
+                    break
                 result.update(pair=k + 1, server=server.name)
                 runs.append(result)
                 got[server.name] = result
@@ -369,10 +382,14 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(f"{lbl} {fmt.format(result[key])}" for key, lbl, fmt in COLUMNS),
                     flush=True,
                 )
+            if len(got) < 2:
+                break
             pairs.append((got["chatbox"], got["llama-server"]))
     finally:
         for server in servers:
             server.stop()
+    if not pairs:
+        raise SystemExit("no pair of runs completed")
     ratios = report(runs, pairs)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,10 @@ from typing import Any
 
 from chatbox.chat.errors import Refused
 from chatbox.chat.metered import MeteredGeneration
+from chatbox.chat.runs import TurnRun
 from chatbox.engine.types import DoneEvent, EngineEvent, FinishReason, Generation, TokenEvent, Usage
 from chatbox.moderation import ModerationService, OutputWatch, Verdict
-from chatbox.store import User
+from chatbox.store import Turn, User
 
 
 async def screen_input(
@@ -37,6 +38,49 @@ def moderation_event(verdict: Verdict, turn_id: str | None = None) -> dict[str, 
         "categories": sorted(verdict.triggered),
         "message": verdict.notice() if verdict.blocked else None,
     }
+
+
+async def note_input(
+    moderation: ModerationService | None,
+    user: User,
+    verdict: Verdict | None,
+    text: str,
+    turn: Turn,
+) -> None:
+    """A warned or flagged message, once stored: into the queue (a warning, noted)."""
+    if moderation is not None and verdict is not None and verdict.flagged:
+        await moderation.queue.record(
+            user, "input", verdict, text, conversation_id=turn.conversation_id, turn_id=turn.id
+        )
+
+
+def watch_answer(
+    moderation: ModerationService | None, user: User, run: TurnRun, generation: Generation
+) -> OutputWatch | None:
+    """A watch over a turn's answer: a block cancels generation at once and says so (SSE)."""
+    if moderation is None:
+        return None
+
+    def cut(verdict: Verdict) -> None:
+        generation.cancel()
+        run.publish("moderation", {**moderation_event(verdict, run.turn_id), "direction": "output"})
+
+    return moderation.watch(user, cut)
+
+
+async def note_output(
+    moderation: ModerationService | None,
+    user: User,
+    watch: OutputWatch | None,
+    run: TurnRun,
+    turn_id: str,
+) -> None:
+    """Queue what the watch saw on a stored answer; a warning or flag is signalled too."""
+    if moderation is None or watch is None:
+        return
+    seen = await moderation.record_output(user, watch, run.conversation_id, turn_id)
+    if seen.flagged and not seen.blocked:
+        run.publish("moderation", {**moderation_event(seen, turn_id), "direction": "output"})
 
 
 class ModeratedGeneration:

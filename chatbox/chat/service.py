@@ -11,7 +11,13 @@ from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, Forbidden, InvalidInput, NotFound, TooLong
-from chatbox.chat.moderated import moderation_event, screen_input
+from chatbox.chat.moderated import (
+    moderation_event,
+    note_input,
+    note_output,
+    screen_input,
+    watch_answer,
+)
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
@@ -217,15 +223,7 @@ class ChatService(Conversations):
                         conv.id, parent_id, content, ticket.user.id
                     )
                     parent_id = user_turn_id = user_turn.id
-                    if screened is not None and screened.flagged and self.moderation:
-                        await self.moderation.queue.record(
-                            ticket.user,
-                            "input",
-                            screened,
-                            content,
-                            conversation_id=conv.id,
-                            turn_id=user_turn_id,
-                        )
+                    await note_input(self.moderation, ticket.user, screened, content, user_turn)
                 assert parent_id is not None
                 draft_id = await self.store.turns.start_draft(
                     conv.id,
@@ -276,14 +274,7 @@ class ChatService(Conversations):
         error: str | None = None
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
-
-        def cut(verdict: Verdict) -> None:  # a window crossed the line: stop at once
-            generation.cancel()
-            run.publish(
-                "moderation", {**moderation_event(verdict, run.turn_id), "direction": "output"}
-            )
-
-        watch = self.moderation.watch(ticket.user, cut) if self.moderation else None
+        watch = watch_answer(self.moderation, ticket.user, run, generation)
         try:
             async for event in generation:
                 if isinstance(event, TokenEvent):
@@ -337,14 +328,7 @@ class ChatService(Conversations):
             asyncio.get_running_loop().call_later(
                 FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
             )
-        if watch is not None and self.moderation is not None:
-            seen = await self.moderation.record_output(
-                ticket.user, watch, run.conversation_id, turn.id
-            )
-            if seen.flagged and not seen.blocked:
-                run.publish(
-                    "moderation", {**moderation_event(seen, turn.id), "direction": "output"}
-                )
+        await note_output(self.moderation, ticket.user, watch, run, turn.id)
         await self._after_turn(run, turn.id)
         self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)
         payload = {

@@ -108,4 +108,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
         port=settings.port,
         log_level=log_level,
         log_config=None,  # keep the handlers configured above
+        # Forwarded headers count only from CHATBOX_TRUSTED_PROXIES (chatbox.web.auth), not
+        # from whatever uvicorn trusts by default.
+        proxy_headers=False,
     )

@@ -4,7 +4,7 @@ When an answer copies from its context (quoting a document, editing pasted code)
 tokens after the latest earlier occurrence of its last few tokens are a good guess of what
 comes next. The scheduler decodes those guesses in the same batch as every other stream,
 one logits row each, and keeps the longest prefix the sampler agrees with (see
-`Scheduler._verify`): a deterministic draft accepted only where the sampled token equals
+`speculative.verify`): a deterministic draft accepted only where the sampled token equals
 it, so the output is distributed exactly as without drafting.
 
 Guessing costs batch rows, so each stream adapts: the draft length follows how much was

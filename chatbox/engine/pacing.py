@@ -22,7 +22,7 @@ PROTECT_AFTER = 4  # a stream is shielded from prefill stalls once it has this m
 
 
 class PacedJob(Protocol):
-    """What pacing reads of a request on the decode thread (the scheduler's `Job`)."""
+    """What pacing reads of a request on the decode thread (`job.Job`)."""
 
     @property
     def request(self) -> GenerationRequest: ...

@@ -15,26 +15,23 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from chatbox.engine.detok import StopTextStream
+from chatbox.engine import speculative
+from chatbox.engine.batching import build_batch
+from chatbox.engine.forks import start_forks
+from chatbox.engine.job import Job, start_sampling, timings
 from chatbox.engine.kvdisk import DiskStore
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
-from chatbox.engine.lookup import Drafter
 from chatbox.engine.metrics import EngineMetrics
-from chatbox.engine.pacing import PrefillPacer, prefill_budget
-from chatbox.engine.sampling import Sampler, top_logprobs
-from chatbox.engine.slots import Slot, SlotTable
+from chatbox.engine.pacing import PrefillPacer
+from chatbox.engine.sampling import top_logprobs
+from chatbox.engine.slots import SlotTable
 from chatbox.engine.types import (
     DoneEvent,
     EngineEvent,
     EngineStats,
     FinishReason,
-    GenerationRequest,
-    Timings,
     TokenEvent,
     TokenLogprob,
     Usage,
@@ -43,42 +40,12 @@ from chatbox.engine.types import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class Job:
-    """One request as the decode thread sees it."""
-
-    request: GenerationRequest
-    prompt: list[int]
-    sink: Callable[[EngineEvent], None]  # thread-safe delivery to the asyncio side
-    public: int = 0  # leading prompt tokens other scopes may share (GenerationRequest)
-    order: int = 0
-    capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
-    ignore_eog: bool = False  # benchmark hook: run to max_tokens even past end-of-turn
-    lstrip: bool = False  # transcript prompts: the answer's first token carries a space
-    logits: list[np.ndarray] = field(default_factory=list)
-    cancelled: bool = False
-    done: bool = False
-    slot: Slot | None = None
-    n_done: int = 0  # prompt tokens in KV
-    cached: int = 0
-    sampler: Sampler | None = None
-    stream: StopTextStream | None = None
-    pending: int | None = None  # sampled token waiting to be decoded
-    drafter: Drafter | None = None  # prompt-lookup decoding (None: off)
-    draft: list[int] = field(default_factory=list)  # guesses decoded after pending this step
-    n_generated: int = 0
-    t_submit: float = field(default_factory=time.perf_counter)
-    t_last: float = 0.0
-    t_admit: float = 0.0  # given a slot
-    t_first: float = 0.0  # first token sampled
-    forks: list[Job] = field(default_factory=list)  # more answers to this prompt (n > 1)
-    held: list[TokenLogprob] = field(default_factory=list)  # logprobs of text not yet emitted
-
-    def __lt__(self, other: Job) -> bool:
-        return (self.request.priority, self.order) < (other.request.priority, other.order)
+__all__ = ["Job", "Scheduler"]  # Job lives in job.py; engine.py imports it from here
 
 
 class Scheduler:
+    """The decode thread and the state only it touches (slots, queue, running jobs)."""
+
     def __init__(
         self,
         model: Model,
@@ -172,7 +139,7 @@ class Scheduler:
                 log.exception("engine step failed")
                 for job in list(self.active):
                     try:
-                        self._finish(job, "error", f"internal engine error: {exc}")
+                        self.finish(job, "error", f"internal engine error: {exc}")
                     except Exception:
                         job.done = True
                         self.active.remove(job)
@@ -180,7 +147,7 @@ class Scheduler:
 
     def _reap(self) -> None:
         for job in [j for j in self.active if j.cancelled]:
-            self._finish(job, "cancelled")
+            self.finish(job, "cancelled")
         if any(j.cancelled for j in self.waiting):
             for job in [j for j in self.waiting if j.cancelled]:
                 for fork in [job, *job.forks]:
@@ -204,59 +171,17 @@ class Scheduler:
             adm.slot.persist = job.request.persist
             self.active.append(job)
             try:
-                job.sampler = Sampler(job.request.sampling, self.model.n_vocab, self.model.vocab)
-                job.sampler.accept_prompt(job.prompt)
-                job.stream = StopTextStream(job.request.sampling.stop, job.lstrip)
-                if self.lookup_draft > 0:
-                    job.drafter = Drafter(job.prompt, self.lookup_draft)
+                start_sampling(job, self.model, see_prompt=True, lookup_draft=self.lookup_draft)
             except Exception as exc:
-                self._fail(job, exc)
+                self.fail(job, exc)
                 continue
             self.metrics.cache_hit.inc(adm.reused)
             self.metrics.cache_miss.inc(len(job.prompt) - adm.reused)
 
-    def _build(self) -> list[tuple[Job, list[int], int | None]]:
-        batch = self.batch
-        batch.clear()
-        rows: list[tuple[Job, list[int], int | None]] = []
-        decoding = [j for j in self.active if j.pending is not None and j.slot is not None]
-        spare = (batch.capacity - len(decoding)) // max(1, len(decoding))
-        for job in decoding:
-            assert job.pending is not None and job.slot is not None
-            pos, seq = len(job.slot.tokens), job.slot.seq
-            row = batch.add(job.pending, pos, seq, True)
-            job.draft = self._draft(job, spare) if not self._kv_starved else []
-            for k, tok in enumerate(job.draft):
-                batch.add(tok, pos + 1 + k, seq, True)  # each guess gets its own logits row
-            rows.append((job, [job.pending], row))
-        prefilling = sorted(
-            (j for j in self.active if j.pending is None),
-            key=lambda j: (j.request.priority, len(j.prompt) - j.n_done),
-        )
-        room = batch.capacity - batch.n
-        budget = (
-            0
-            if (rows and self._kv_starved)
-            else prefill_budget(self.pacer, [job for job, _, _ in rows], prefilling, room)
-        )
-        for job in prefilling:
-            if budget <= 0 or job.slot is None:
-                break
-            chunk = job.prompt[job.n_done : job.n_done + budget]
-            last = job.n_done + len(chunk) == len(job.prompt)
-            idx: int | None = None
-            seq = job.slot.seq
-            for k, tok in enumerate(chunk):
-                want = last and k == len(chunk) - 1
-                i = batch.add(tok, job.n_done + k, seq, want)
-                if want:
-                    idx = i
-            rows.append((job, chunk, idx))
-            budget -= len(chunk)
-        return rows
-
     def _step(self) -> None:
-        rows = self._build()
+        rows = build_batch(
+            self.batch, self.active, self.pacer, self._kv_starved, self.n_ctx_per_seq
+        )
         if not rows:
             return
         n_decode = sum(1 + len(job.draft) for job, _, _ in rows if job.pending is not None)
@@ -271,12 +196,12 @@ class Scheduler:
                 self._kv_starved = True  # run only the decoders until something finishes
                 return
             victim = max(self.active, key=lambda j: j.order)
-            self._finish(victim, "error", "out of memory for this conversation; try again later")
+            self.finish(victim, "error", "out of memory for this conversation; try again later")
             return
         elapsed = time.perf_counter() - t0
         if rc != DECODE_OK:
             for job, _, _ in rows:
-                self._finish(job, "error", f"the model failed to decode (code {rc})")
+                self.finish(job, "error", f"the model failed to decode (code {rc})")
             return
         self.pacer.observe(n_decode, self.batch.n - n_decode, elapsed)
         if log.isEnabledFor(logging.DEBUG):
@@ -299,46 +224,27 @@ class Scheduler:
                 job.n_done += len(toks)
             if idx is not None:
                 try:
-                    self._verify(job, idx)
+                    self.verify(job, idx)
                 except Exception as exc:  # one bad request must not take the batch down
-                    self._fail(job, exc)
+                    self.fail(job, exc)
             job.draft = []
 
-    def _fail(self, job: Job, exc: Exception) -> None:
+    def fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)
-        self._finish(job, "error", f"internal engine error: {exc}")
+        self.finish(job, "error", f"internal engine error: {exc}")
 
-    def _draft(self, job: Job, spare: int) -> list[int]:
-        """Prompt-lookup guesses to decode after job.pending (within the batch and limits)."""
-        if job.drafter is None or job.slot is None:
-            return []
-        left = job.request.sampling.max_tokens - job.n_generated - 1
-        room = min(spare, left, self.n_ctx_per_seq - len(job.slot.tokens) - 2)
-        return job.drafter.draft(room) if room > 0 else []
-
-    def _verify(self, job: Job, idx: int) -> None:
-        """Sample the rows of job's last decode: its next token, then one per guess for as
-        long as the sampler agrees with the guesses. Rejected guesses' cells are removed."""
-        assert job.slot is not None
-        draft, accepted, reason = job.draft, 0, None
-        for i in range(len(draft) + 1):
-            tok, reason = self._sample(job, idx + i)
-            if job.drafter is not None and reason is None:
-                job.drafter.push(tok)
-            if reason is not None or i == len(draft) or tok != draft[i]:
-                break
-            self.slots.append(job.slot, [tok])  # a right guess: its cell is already in KV
-            accepted += 1
-        if accepted < len(draft):
-            self.ctx.seq_rm(job.slot.seq, len(job.slot.tokens), -1)
-        if draft and job.drafter is not None:
-            job.drafter.record(len(draft), accepted)
-            self.drafted += len(draft)
+    def verify(self, job: Job, idx: int) -> None:
+        """Sample job's rows of the last decode (its next token and any guesses after it),
+        count the guesses, and finish the job if it ended."""
+        n_draft = len(job.draft)
+        accepted, reason = speculative.verify(job, idx, self._sample, self.slots, self.ctx)
+        if n_draft and job.drafter is not None:
+            self.drafted += n_draft
             self.accepted += accepted
-            self.metrics.draft_tokens.inc(len(draft))
+            self.metrics.draft_tokens.inc(n_draft)
             self.metrics.draft_accepted.inc(accepted)
         if reason is not None:
-            self._finish(job, reason)
+            self.finish(job, reason)
 
     def _sample(self, job: Job, idx: int) -> tuple[int, FinishReason | None]:
         """Sample one logits row; emit its text; return it and why the job ends (if it does)."""
@@ -346,7 +252,7 @@ class Scheduler:
         if len(job.logits) < job.capture_logits:
             job.logits.append(self.ctx.logits(idx))
         if job.forks:
-            self._fork(job, idx)
+            start_forks(job, idx, self)
         tok = job.sampler.sample(self.ctx.ptr, idx)
         if job.request.sampling.logprobs >= 0 and tok not in self.model.eog_ids:
             logp, top = top_logprobs(self.ctx.logits(idx), tok, job.request.sampling.logprobs)
@@ -377,29 +283,7 @@ class Scheduler:
         job.pending = tok
         return tok, None
 
-    def _fork(self, job: Job, idx: int) -> None:
-        """The prompt is prefilled: start the other answers from a copy of its KV, sampling
-        their first tokens from the same logits row (n answers, one prefill)."""
-        assert job.slot is not None
-        forks, job.forks = job.forks, []
-        for fork in forks:
-            if fork.cancelled:
-                self._finish(fork, "cancelled")
-                continue
-            slot = self.slots.fork(job.slot) if len(self.active) < self.n_parallel else None
-            if slot is None:  # no free sequence: it queues and prefills on its own
-                heapq.heappush(self.waiting, fork)
-                continue
-            fork.slot, fork.n_done, fork.cached = slot, len(fork.prompt), len(fork.prompt)
-            self.active.append(fork)
-            try:
-                fork.sampler = Sampler(fork.request.sampling, self.model.n_vocab, self.model.vocab)
-                fork.stream = StopTextStream(fork.request.sampling.stop, fork.lstrip)
-                self._verify(fork, idx)  # samples its first token; may finish it
-            except Exception as exc:
-                self._fail(fork, exc)
-
-    def _finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
+    def finish(self, job: Job, reason: FinishReason, error: str | None = None) -> None:
         if job.done:
             return
         job.done = True
@@ -418,7 +302,7 @@ class Scheduler:
         self._publish()  # stats are current before the caller hears "done"
         self.metrics.finished(reason)
         for fork in job.forks:  # the prompt never finished prefilling: they end with it
-            self._finish(fork, reason, error)
+            self.finish(fork, reason, error)
         job.forks = []
         if tail:
             self._emit(job, TokenEvent(tail, logprobs=tuple(job.held)))
@@ -441,7 +325,7 @@ class Scheduler:
 
     def _shutdown(self) -> None:
         for job in list(self.active) + list(self.waiting):
-            self._finish(job, "error", "the model was unloaded")
+            self.finish(job, "error", "the model was unloaded")
         self.waiting = []
         n = self.slots.park_all_to_disk()  # a restart finds idle conversations warm
         if n:
@@ -491,11 +375,3 @@ class Scheduler:
     def kv_report(self) -> dict[int, tuple[int, int]]:
         """seq -> (tokens the slot table believes are cached, llama.cpp's pos_max + 1)."""
         return {s.seq: (len(s.tokens), self.ctx.seq_pos_max(s.seq) + 1) for s in self.slots.slots}
-
-
-def timings(job: Job) -> Timings:
-    """Where a finished job's time went: waiting for a slot, prefill, decode."""
-    end = time.perf_counter()
-    admit = job.t_admit or end
-    first = job.t_first or end
-    return Timings(admit - job.t_submit, max(0.0, first - admit), max(0.0, end - first))

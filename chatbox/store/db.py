@@ -15,7 +15,7 @@ import aiosqlite
 import sqlean
 import sqlite_vec
 
-from chatbox.store.migrations import apply_migrations
+from chatbox.store.migrate import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
 
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER

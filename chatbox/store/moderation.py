@@ -132,18 +132,6 @@ class ModerationRepo:
         rows = await self.db.fetchall(sql, (*params, max(1, min(limit, 10_000))))
         return [ModerationItem.from_row(r) for r in rows]
 
-    async def for_turns(self, turn_ids: builtins.list[str]) -> dict[str, str]:
-        """The strongest action recorded on each of these turns (for marking them)."""
-        rows = await self.db.fetchall_in(
-            "SELECT turn_id, action FROM moderation_items WHERE turn_id IN ({marks})", turn_ids
-        )
-        order = {"warn": 1, "flag": 2, "block": 3}
-        out: dict[str, str] = {}
-        for r in rows:
-            if order.get(r["action"], 0) > order.get(out.get(r["turn_id"], ""), 0):
-                out[r["turn_id"]] = r["action"]
-        return out
-
     async def resolve(self, item_id: str, status: str, by: str) -> ModerationItem | None:
         if status not in ("dismissed", "confirmed"):
             raise ValueError(f"unknown resolution {status!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from litestar.handlers import HTTPRouteHandler
 from litestar.types import ControllerRouterHandler
 
 from chatbox.web.admin import AdminApiController, AdminPagesController
@@ -10,6 +11,7 @@ from chatbox.web.console import ConsoleController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.data import DataController
 from chatbox.web.data_pages import DataPagesController
+from chatbox.web.errors import ERROR_RESPONSES
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
 from chatbox.web.knowledge_pages import KnowledgePagesController
@@ -55,3 +57,15 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationWorkspaceController,
     WorkspacePagesController,
 ]
+
+
+def _document_errors(controllers: list[ControllerRouterHandler]) -> None:
+    """Every API route documents the error body it really sends (`chatbox.web.errors`), in
+    place of Litestar's default validation-error schema, so the OpenAPI schema matches."""
+    for controller in controllers:
+        for handler in vars(controller).values():
+            if isinstance(handler, HTTPRouteHandler):
+                handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+
+
+_document_errors(ROUTE_HANDLERS)

@@ -94,7 +94,7 @@ class OpenAIController(Controller):
         settings: SettingsDep,
         user: UserDep,
         data: ChatCompletionIn,
-    ) -> Any:
+    ) -> Response[Any] | Stream:
         messages = data.to_messages()
         options, shape = data.options()
         model, generation, _ = await chat.complete(messages, options, user)

@@ -11,6 +11,7 @@ from msgspec import Struct
 from chatbox.accounts import User
 from chatbox.cluster.admin import UnknownReplica
 from chatbox.web.deps import AccountsDep, ServicesDep, UserDep
+from chatbox.web.errors import ERROR_RESPONSES
 
 
 class ReplicaIn(Struct, forbid_unknown_fields=True):
@@ -40,7 +41,7 @@ class ReplicasController(Controller):
         _admin(user)
         return {"replicas": services.replicas.list()}
 
-    @post("/", status_code=201)
+    @post("/", status_code=201, responses=ERROR_RESPONSES)
     async def add(
         self, data: ReplicaIn, services: ServicesDep, accounts: AccountsDep, user: UserDep
     ) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class ReplicasController(Controller):
         await accounts.record(user, "replica.add", url=view["url"], kind=view["kind"])
         return view
 
-    @delete("/", status_code=200)
+    @delete("/", status_code=200, responses=ERROR_RESPONSES)
     async def remove(
         self, url: str, services: ServicesDep, accounts: AccountsDep, user: UserDep
     ) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class ReplicasController(Controller):
         await accounts.record(user, "replica.remove", url=url)
         return {"removed": url}
 
-    @post("/drain", status_code=200)
+    @post("/drain", status_code=200, responses=ERROR_RESPONSES)
     async def drain(
         self, data: DrainIn, services: ServicesDep, accounts: AccountsDep, user: UserDep
     ) -> dict[str, Any]:

@@ -314,3 +314,19 @@ def workspace_add_member(ws_id: str) -> str:
 
 def workspace_remove_member(ws_id: str, user_id: str) -> str:
     return f"/ui/w/{_seg(ws_id)}/members/{_seg(user_id)}/delete"
+
+
+# -- moderation review queue (admins) ----------------------------------------------------
+
+
+def moderation_queue() -> str:
+    return "/admin/moderation"
+
+
+def moderation_item(item_id: str) -> str:
+    return f"{moderation_queue()}/{_seg(item_id)}"
+
+
+def moderation_resolve(item_id: str) -> str:
+    """POST: dismiss or confirm (hx-vals `action`)."""
+    return f"{moderation_item(item_id)}/resolve"

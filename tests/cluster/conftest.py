@@ -39,6 +39,9 @@ class Replica:
         if token:
             args += ["--token", token]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
+        # Room to keep every conversation the affinity test sends here cached (the default,
+        # one cached sequence per slot, would evict some: a capacity miss, not a routing one).
+        env["CHATBOX_N_CACHED_SEQS"] = "32"
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + 60

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from chatbox.engine import scheduler
+from chatbox.engine import job as engine_job
 from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.sampling import Sampler
 from chatbox.engine.types import (
     ContextOverflowError,
     DoneEvent,
@@ -152,7 +153,7 @@ async def test_events_are_whole_utf8(
     split = [p for p in pieces if not _is_utf8(p)]
     assert split, "every character fits in one token: the test would prove nothing"
 
-    class ScriptedSampler(scheduler.Sampler):
+    class ScriptedSampler(Sampler):
         def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
             super().__init__(params, n_vocab, vocab)
             self.script = iter(script)
@@ -161,7 +162,8 @@ async def test_events_are_whole_utf8(
             super().sample(ctx_ptr, index)
             return next(self.script)
 
-    monkeypatch.setattr(scheduler, "Sampler", ScriptedSampler)
+    # job.start_sampling builds every request's sampler on the decode thread
+    monkeypatch.setattr(engine_job, "Sampler", ScriptedSampler)
     r = await generate(tiny_engine, chat("hi"), replace(GREEDY, max_tokens=len(script)))
     assert r.done.finish_reason == "length"
     assert not [c for c in r.chunks if "\ufffd" in c]  # no character was cut across events

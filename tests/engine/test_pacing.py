@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from chatbox.engine.job import Job
 from chatbox.engine.pacing import PROTECT_AFTER, PrefillPacer, prefill_budget
-from chatbox.engine.scheduler import Job
 from chatbox.engine.types import ChatMessage, GenerationRequest, SamplingParams
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from chatbox.knowledge import FileTooLarge
-from chatbox.knowledge.documents import DocumentService, extract
+from chatbox.knowledge.documents import DocumentService
+from chatbox.knowledge.filetext import extract
 from chatbox.store import Store
 
 

@@ -115,6 +115,16 @@ _SAMPLE = {
     "fact_id": "f1",
     "chunk_id": 7,
     "path": "app.css",
+    "trace_id": "0af7651916cd43dd8448eb211c80319c",
+    "user_id": "u1",
+    "action": "disable",
+    "key_id": "k1",
+    "name": "tiny",
+    "chat_id": "tmp_1",
+    "token": "tok",
+    "share_id": "s1",
+    "ws_id": "w1",
+    "item_id": "m1",
 }
 
 
