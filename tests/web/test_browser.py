@@ -138,7 +138,8 @@ def send(page: Any, text: str) -> None:
 
 def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> None:
     page.goto(server.url + "/")
-    send(page, "Say hello and name three colors as a bulleted list.")
+    # Long enough (a sentence per colour) that the stream is sampled in several states.
+    send(page, "Say hello, then name three colors as a bulleted list with one sentence on each.")
     page.wait_for_selector(".turn.assistant.streaming")
     snapshots: list[str] = []
     deadline = time.monotonic() + 60
