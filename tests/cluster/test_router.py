@@ -216,8 +216,10 @@ def test_a_hanging_or_garbage_replica_is_ejected_without_hanging_the_front(
             conv = new_conversation(server.url, server.headers)
             out = ask(server.url, server.headers, conv, f"question {i}", max_tokens=6)
             assert out["status"] == "complete", out
-            # At worst one deadline (2 s) on the bad replica, then the good one answers.
-            assert time.monotonic() - started < 10
+            # At worst one deadline (2 s) on the bad replica, then the good one answers; the
+            # bound leaves room for a loaded 2-core CI machine (seen: 10.2 s) while a front
+            # that waited on the bad replica would never answer at all.
+            assert time.monotonic() - started < 30
         view = fleet(server.url, server.headers)[bad.url]
         assert bad.generate_calls >= 1 and view["last_error"]
         expected = "no reply within 2 s" if misbehaviour == "hang" else "not an event"
