@@ -7,16 +7,13 @@ from litestar import Controller, Response, post
 from chatbox.accounts import User
 from chatbox.chat import ChatService, Conversation, InvalidInput
 from chatbox.knowledge import Knowledge, NotFoundError
-from chatbox.web import urls
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
 from chatbox.web.knowledge import receive_upload
 from chatbox.web.ui import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
-    conversation_context,
     html,
-    render,
-    sidebar,
+    new_chat_page,
 )
 from chatbox.web.uploads import read_upload
 
@@ -71,22 +68,8 @@ class AttachmentsController(Controller):
             str(form.get("system_prompt") or "").strip() or None,
             str(form.get("model") or "").strip() or None,
         )
-        view = await chat.view(user, conv.id)
-        body = render(
-            request,
-            "_chat.html",
-            draft=str(form.get("content") or ""),
-            **await conversation_context(chat, knowledge, user, view),
-        )
-        body += render(
-            request,
-            "_sidebar.html",
-            convs=await sidebar(chat, user),
-            conv=view.conversation,
-            oob=True,
-        )
-        return Response(
-            body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv.id)}
+        return await new_chat_page(
+            request, chat, knowledge, user, conv.id, draft=str(form.get("content") or "")
         )
 
     @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200)

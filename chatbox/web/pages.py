@@ -29,6 +29,7 @@ from chatbox.web.ui import (
     chat_context,
     conversation_context,
     html,
+    new_chat_page,
     render,
     sidebar,
     ui_stream,
@@ -135,20 +136,7 @@ class PagesController(Controller):
             _blank(data.system_prompt),
             _blank(data.model),
         )
-        view = await chat.view(user, conv.id)
-        body = render(
-            request, "_chat.html", **await conversation_context(chat, knowledge, user, view)
-        )
-        body += render(
-            request,
-            "_sidebar.html",
-            convs=await sidebar(chat, user),
-            conv=view.conversation,
-            oob=True,
-        )
-        return Response(
-            body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv.id)}
-        )
+        return await new_chat_page(request, chat, knowledge, user, conv.id)
 
     @post("/ui/c/{conv_id:str}/send", status_code=200)
     async def send(

@@ -38,6 +38,7 @@ from chatbox.knowledge import (
     NotFoundError,
     RejectedFile,
 )
+from chatbox.web import urls
 from chatbox.web.errors import classify
 from chatbox.web.render import render_markdown
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
@@ -107,6 +108,31 @@ async def conversation_context(
     context["cited"] = await knowledge.documents.citations(user.id, answers)
     context["documents"] = await knowledge.documents.list(user.id, view.conversation.id)
     return context
+
+
+async def new_chat_page(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    conv_id: str,
+    draft: str = "",
+) -> Response[str]:
+    """A just-started conversation replacing the new-chat page: its chat, the sidebar (out
+    of band), and the address bar pointing at it."""
+    view = await chat.view(user, conv_id)
+    body = render(
+        request,
+        "_chat.html",
+        draft=draft,
+        **await conversation_context(chat, knowledge, user, view),
+    )
+    body += render(
+        request, "_sidebar.html", convs=await sidebar(chat, user), conv=view.conversation, oob=True
+    )
+    return Response(
+        body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv_id)}
+    )
 
 
 # -- errors ------------------------------------------------------------------------------
