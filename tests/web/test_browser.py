@@ -138,15 +138,18 @@ def send(page: Any, text: str) -> None:
 
 def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> None:
     page.goto(server.url + "/")
-    # Long enough (a sentence per colour) that the stream is sampled in several states.
+    # Record the streaming bubble's text at every DOM change, so no frame is missed however
+    # fast or slow the machine is (polling from here could miss a quick answer's frames).
+    page.evaluate(
+        "() => { window.__growth = []; new MutationObserver(() => {"
+        " const m = document.querySelector('.turn.assistant.streaming .md');"
+        " if (m) window.__growth.push(m.innerText); })"
+        ".observe(document.body, {subtree: true, childList: true, characterData: true}); }"
+    )
     send(page, "Say hello, then name three colors as a bulleted list with one sentence on each.")
     page.wait_for_selector(".turn.assistant.streaming")
-    snapshots: list[str] = []
-    deadline = time.monotonic() + 60
-    while last_status(page) == "streaming" and time.monotonic() < deadline:
-        snapshots.append(answer_text(page))
-        time.sleep(0.03)
-    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)", timeout=60_000)
+    snapshots: list[str] = page.evaluate("() => window.__growth")
     growing = sorted({len(t) for t in snapshots if t})
     assert len(growing) >= 2, f"the reply did not grow in steps: {snapshots}"
     assert last_status(page) == "complete"
