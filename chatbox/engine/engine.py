@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,13 @@ from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.sampling import check_grammar
 from chatbox.engine.scheduler import Job, Scheduler
 from chatbox.engine.slots import common_prefix
-from chatbox.engine.tuning import decode_threads, idle_cell_budget, prefix_cache_warning
+from chatbox.engine.tuning import (
+    ThreadTuner,
+    available_cores,
+    decode_threads,
+    idle_cell_budget,
+    prefix_cache_warning,
+)
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,
@@ -181,7 +186,8 @@ class LlamaEngine:
         n_parallel = max(1, s.n_parallel)
         extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else n_parallel
         n_slots = min(n_parallel + extra, MAX_SEQS)
-        threads, batch_threads = decode_threads(s.n_threads, os.cpu_count() or 1)
+        cores = available_cores()
+        threads, batch_threads = decode_threads(s.n_threads, cores)
         n_ctx, per_seq = max(s.n_ctx, self.info.n_ctx_per_seq), self.info.n_ctx_per_seq
         warning = prefix_cache_warning(s, n_ctx, per_seq)
         if warning:
@@ -212,6 +218,8 @@ class LlamaEngine:
             max_idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq),
             disk=disk,
             lookup_draft=s.lookup_draft,
+            # A configured count is kept; by default the count is measured per kind of step.
+            tuner=ThreadTuner(cores, (threads, batch_threads)) if s.n_threads <= 0 else None,
         )
         self._scheduler.start()
 

@@ -252,6 +252,10 @@ class Context:
     def decode(self, batch: Batch) -> int:
         return int(llama_cpp.llama_decode(self.ptr, batch.raw))
 
+    def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
+        """Threads for the next steps (one-token steps, larger batches); cheap to call."""
+        llama_cpp.llama_set_n_threads(self.ptr, n_threads, n_threads_batch)
+
     def logits(self, index: int) -> np.ndarray:
         """A copy of the logits row for batch row `index` (after a decode)."""
         ptr = llama_cpp.llama_get_logits_ith(self.ptr, index)

@@ -27,6 +27,7 @@ from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
 from chatbox.engine.slots import SlotTable
+from chatbox.engine.tuning import ThreadTuner
 from chatbox.engine.types import (
     DoneEvent,
     EngineEvent,
@@ -60,6 +61,7 @@ class Scheduler:
         max_idle_cells: int | None = None,
         disk: DiskStore | None = None,
         lookup_draft: int = 0,
+        tuner: ThreadTuner | None = None,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -79,6 +81,9 @@ class Scheduler:
         self.pacer = PrefillPacer(ctx.n_batch, stall_ratio, chunk=prefill_chunk)
         self._kv_starved = False
         self._thread: threading.Thread | None = None
+        self.tuner = tuner  # None: the configured thread counts, fixed
+        self._threads = 0  # the count set on the context (0: its initial counts)
+        self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -111,6 +116,8 @@ class Scheduler:
         order = 0
         while True:
             block = not (self.waiting or self.active)
+            if block:
+                self._last = None  # idle time is not part of any step
             while True:
                 try:
                     item = self.inbox.get(block=block)
@@ -185,9 +192,11 @@ class Scheduler:
         if not rows:
             return
         n_decode = sum(1 + len(job.draft) for job, _, _ in rows if job.pending is not None)
-        t0 = time.perf_counter()
+        self._tune_threads()
+        t0 = self._last[2] if self._last is not None else time.perf_counter()
         rc = self.ctx.decode(self.batch)
         while rc == DECODE_NO_KV_SPACE:
+            self._last = None  # an eviction and a retry: not a normal step
             busy = [j.slot for j in self.active if j.slot is not None]
             if self.slots.evict_one(exclude=busy):
                 rc = self.ctx.decode(self.batch)
@@ -228,6 +237,22 @@ class Scheduler:
                 except Exception as exc:  # one bad request must not take the batch down
                     self.fail(job, exc)
             job.draft = []
+
+    def _tune_threads(self) -> None:
+        """Charge the previous step its time (start to this start) and pick this one's
+        thread count."""
+        tuner = self.tuner
+        if tuner is None:
+            return
+        now = time.perf_counter()
+        if self._last is not None:
+            n, threads, start = self._last
+            tuner.observe(n, threads, now - start)
+        want = tuner.choose(self.batch.n)
+        if want != self._threads:
+            self.ctx.set_threads(want, want)
+            self._threads = want
+        self._last = (self.batch.n, want, now)
 
     def fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)

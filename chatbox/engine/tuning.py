@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 from chatbox.settings import EngineSettings
+
+
+def available_cores() -> int:
+    """Cores this process may run on (a `taskset` or container limit counts, unlike
+    os.cpu_count(): two threads pinned to one core would only fight)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def decode_threads(configured: int, cores: int) -> tuple[int, int]:
@@ -48,3 +59,72 @@ def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> s
         f"conversations longer than {budget} tokens {where}; "
         f"set idle_kv_cells to -1 (default) or >= {n_ctx_per_seq} to keep them in the KV cache"
     )
+
+
+# Steps are compared with steps of a similar size: a one-token step, a few streams, many
+# streams, a prefill chunk. Upper bounds of the batch sizes in each bucket.
+BUCKETS = (1, 4, 16, 64)
+EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count
+SWITCH_MARGIN = 0.95  # another count must be at least 5% faster to take over
+
+
+def thread_choices(cores: int) -> tuple[int, ...]:
+    """Thread counts worth trying: all cores, all but one, half of them, one."""
+    return tuple(sorted({max(1, n) for n in (cores, cores - 1, cores // 2, 1)}, reverse=True))
+
+
+class ThreadTuner:
+    """Picks llama.cpp's thread count per kind of step by measuring, not assuming.
+
+    llama.cpp's worker threads spin at barriers inside every step, so a thread that loses
+    its core (to this process's event loop, to the moderation classifier, to anything else
+    on the box) stalls the whole step: on 2 cores one stream ran at 136 tokens/s with one
+    thread and 79 with two, while 8 streams ran best with two, and on a loaded box two
+    threads collapsed to a few tokens/s. So each bucket of step sizes keeps a moving
+    average of the time per step (decode start to the next decode start: the Python side
+    of the loop counts too) for every count it has tried, uses the fastest, and every
+    EXPLORE_EVERY steps tries the next count once, so it follows the box's load.
+    """
+
+    def __init__(self, cores: int, initial: tuple[int, int]) -> None:
+        self.choices = thread_choices(cores)
+        one, batch = initial
+        self.best = [one if b == 1 else batch for b in BUCKETS] + [batch]
+        self.cost: list[dict[int, float]] = [{} for _ in range(len(BUCKETS) + 1)]
+        self.steps = [0] * (len(BUCKETS) + 1)
+        self._turn = [0] * (len(BUCKETS) + 1)
+
+    @staticmethod
+    def bucket(n_tokens: int) -> int:
+        for i, top in enumerate(BUCKETS):
+            if n_tokens <= top:
+                return i
+        return len(BUCKETS)
+
+    def choose(self, n_tokens: int) -> int:
+        """The thread count for the next step of n_tokens tokens."""
+        b = self.bucket(n_tokens)
+        self.steps[b] += 1
+        if len(self.choices) > 1 and self.steps[b] % EXPLORE_EVERY == 0:
+            others = [c for c in self.choices if c != self.best[b]]
+            self._turn[b] = (self._turn[b] + 1) % len(others)
+            return others[self._turn[b]]
+        return self.best[b]
+
+    def observe(self, n_tokens: int, threads: int, seconds: float) -> None:
+        """A step of n_tokens tokens run with `threads` took `seconds` (start to next start)."""
+        b = self.bucket(n_tokens)
+        per_token = seconds / max(1, n_tokens)
+        costs = self.cost[b]
+        old = costs.get(threads)
+        # The count in use sees many steps (smooth slowly); a tried one few (trust it more).
+        alpha = 0.1 if threads == self.best[b] else 0.5
+        costs[threads] = per_token if old is None else old + alpha * (per_token - old)
+        best = costs.get(self.best[b])
+        if threads != self.best[b] and best is not None and costs[threads] < best * SWITCH_MARGIN:
+            self.best[b] = threads
+
+    def summary(self) -> dict[str, int]:
+        """The count in use per bucket, for logs and stats."""
+        names = [f"<={top}" for top in BUCKETS] + [f">{BUCKETS[-1]}"]
+        return dict(zip(names, self.best, strict=True))

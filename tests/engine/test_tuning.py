@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.tuning import decode_threads, prefix_cache_warning
+from chatbox.engine.tuning import (
+    EXPLORE_EVERY,
+    ThreadTuner,
+    decode_threads,
+    prefix_cache_warning,
+    thread_choices,
+)
 from chatbox.engine.types import DoneEvent, GenerationRequest, TokenEvent
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import GREEDY, chat, generate
@@ -88,3 +94,61 @@ def test_lone_streams_leave_a_core_to_python_unless_threads_are_set() -> None:
     assert decode_threads(0, 2) == (1, 2)
     assert decode_threads(0, 1) == (1, 1)
     assert decode_threads(3, 2) == (3, 3)
+
+
+def run_steps(tuner: ThreadTuner, steps: int, n_tokens: int, cost: dict[int, float]) -> list[int]:
+    """Drive the tuner as the decode thread does; `cost`: seconds per step per count."""
+    used = []
+    for _ in range(steps):
+        threads = tuner.choose(n_tokens)
+        used.append(threads)
+        tuner.observe(n_tokens, threads, cost[threads])
+    return used
+
+
+def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
+    tuner = ThreadTuner(2, decode_threads(0, 2))
+    assert thread_choices(2) == (2, 1)
+    # A lone stream starts on one thread; here two turn out faster, so it moves to two.
+    used = run_steps(tuner, 100, 1, {1: 0.010, 2: 0.006})
+    assert used[0] == 1 and used[50:].count(1) == 2  # steps 72 and 96: the tries
+    # Batches of 8 start on two; two stay best: only the periodic tries use one.
+    used = run_steps(tuner, 96, 8, {1: 0.040, 2: 0.025})
+    assert used.count(1) == 96 // EXPLORE_EVERY
+    # The box gets busy (two threads collapse): batches move to one thread and stay.
+    used = run_steps(tuner, 200, 8, {1: 0.045, 2: 0.300})
+    assert used[-2 * EXPLORE_EVERY :].count(2) == 2  # only the tries
+    # ...and back when the load goes away; the one-token bucket was not disturbed.
+    used = run_steps(tuner, 200, 8, {1: 0.040, 2: 0.025})
+    assert used[-2 * EXPLORE_EVERY :].count(1) == 2
+    assert tuner.summary()["<=1"] == 2
+
+
+def test_a_difference_within_noise_does_not_flip_the_count() -> None:
+    tuner = ThreadTuner(2, (2, 2))
+    used = run_steps(tuner, 240, 8, {1: 0.0248, 2: 0.025})  # 1% apart
+    assert used.count(2) == 240 - 240 // EXPLORE_EVERY
+
+
+def test_one_core_has_nothing_to_tune() -> None:
+    tuner = ThreadTuner(1, (1, 1))
+    assert run_steps(tuner, 50, 8, {1: 0.01}) == [1] * 50
+
+
+async def test_tuned_threads_give_the_same_greedy_answers(tiny_gguf: Path) -> None:
+    fixed = await started(tiny_gguf, replace(SMALL, n_threads=1))
+    try:
+        want = [await generate(fixed, chat(f"Tell me about {w}")) for w in ("owls", "tea")]
+    finally:
+        await fixed.stop()
+        fixed.close()
+    tuned = await started(tiny_gguf, replace(SMALL, n_threads=0))
+    try:
+        sched = tuned._scheduler
+        assert sched is not None and sched.tuner is not None
+        got = [await generate(tuned, chat(f"Tell me about {w}")) for w in ("owls", "tea")]
+        assert sched.tuner.steps[0] > 0  # the one-token steps went through the tuner
+    finally:
+        await tuned.stop()
+        tuned.close()
+    assert [g.text for g in got] == [w.text for w in want]
