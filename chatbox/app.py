@@ -113,7 +113,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
     def provide_metrics() -> CollectorRegistry:
         return metrics
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             *ROUTE_HANDLERS,
             create_static_files_router(path="/static", directories=[STATIC_DIR]),
@@ -132,10 +132,13 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         },
         exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
         lifespan=[lifespan],
-        middleware=[telemetry_middleware(telemetry)] if settings.telemetry else [],
         before_send=[security_headers],
         template_config=TemplateConfig(
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=configure_templates
         ),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
     )
+    if settings.telemetry:
+        # Around the router, not per route: requests no route matches are measured too.
+        app.asgi_handler = telemetry_middleware(telemetry)(app.asgi_handler)
+    return app

@@ -108,6 +108,9 @@ class Settings:
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"
+    # torch intra-op threads per encode (process-wide; 0: torch's default, every core). One
+    # keeps a message's moderation check fast while answers decode (see knowledge/embedder.py).
+    embedding_threads: int = 1
     knowledge_tokens: int = 768  # prompt budget for memory facts plus document passages
     memory_top_k: int = 6
     chunk_top_k: int = 4

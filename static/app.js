@@ -69,7 +69,7 @@
     const action = el.dataset.action;
     if (action === "open-nav") document.body.classList.add("nav-open");
     else if (action === "close-nav") document.body.classList.remove("nav-open");
-    else if (action === "dismiss") el.closest(".alert")?.remove();
+    else if (action === "dismiss") el.closest(".alert, .conv-dialog")?.remove();
     else if (action === "attach") $("#attach-input")?.click();
     else if (action === "copy") {
       const md = el.closest(".turn")?.querySelector(".md");
@@ -103,6 +103,23 @@
       const t = $("#composer-input");
       if (t) { t.value = t.defaultValue = ""; grow(t); t.focus(); } // a kept draft is sent now
       $("#alerts") && ($("#alerts").innerHTML = "");
+    }
+  });
+  // One header panel open at a time (share, settings): opening one closes the other.
+  document.addEventListener("toggle", (e) => {
+    const opened = e.target;
+    if (!(opened instanceof HTMLDetailsElement) || !opened.open || !opened.matches(".head-tools > details")) return;
+    document.querySelectorAll(".head-tools > details[open]").forEach((d) => { if (d !== opened) d.open = false; });
+  }, true);
+  // A dialog (delete: what of the share links?) takes the focus; a new share link is
+  // selected, ready to copy.
+  document.addEventListener("htmx:afterSwap", (e) => {
+    const path = e.detail.pathInfo?.requestPath || "";
+    if (path.endsWith("/shares")) {
+      const url = document.querySelector(".share-url");
+      if (url) { url.focus(); url.select(); }
+    } else if (path.endsWith("/delete")) {
+      document.querySelector(".conv-dialog button")?.focus();
     }
   });
   document.addEventListener("htmx:beforeRequest", () => { stick = true; });

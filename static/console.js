@@ -14,10 +14,12 @@
   }
 
   function label(name, key) {
-    const [base, who] = name.split("|");
+    const [base, raw] = name.split("|");
+    const who = (raw || "").replace(/^https?:\/\//, ""); // a replica's URL: host:port is enough
     if (base === key) return who || base;
-    const tag = base.replace(/^(ttft|tpot)_/, "").replace(/_s$/, "");
-    return who ? (tag === base ? who : who + " " + tag) : base;
+    // "ttft_p50_s" in the "ttft" plot is "p50"; "replica_load_queued" in "replica_load", "queued"
+    const tag = base.slice(key.length + 1).replace(/_s$/, "");
+    return who ? who + " " + tag : base;
   }
 
   function draw(figure, t, all) {
@@ -63,7 +65,9 @@
       if (res.ok) {
         const body = await res.json();
         interval = body.interval_s || interval;
-        root.querySelectorAll("figure[data-plot]").forEach((f) => draw(f, body.t, body.series));
+        // every plot of the page (the per-model ones and, in router mode, the per-replica ones)
+        document.querySelectorAll(".console-plots figure[data-plot]").forEach(
+          (f) => draw(f, body.t, body.series));
       }
     } catch (e) { /* the server restarted: try again next tick */ }
     window.setTimeout(() => poll(root), Math.max(1000, interval * 1000));

@@ -19,7 +19,7 @@ from chatbox.chat.options import TurnOptions, check_stops
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.summaries import Summariser, history_budget, sent_window
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
-from chatbox.chat.views import ConversationView, TurnView
+from chatbox.chat.views import ConversationView, ModerationMark, TurnView, strongest
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import ChatMessage, Generation
 from chatbox.moderation import ModerationService
@@ -51,6 +51,11 @@ class Conversations:
     async def conversations(self, user: User) -> list[Conversation]:
         """The user's conversations, most recently active first."""
         return await self.store.conversations.list(user.id)
+
+    async def workspace_names(self, user: User) -> dict[str, str]:
+        """The workspaces the user belongs to, id to name (the sidebar lists them and marks
+        the conversations that live in one)."""
+        return {ws.id: ws.name for ws in await self.store.workspaces.list(user.id)}
 
     async def create_conversation(
         self,
@@ -199,9 +204,10 @@ class Conversations:
         window = await asyncio.to_thread(
             sent_window, system, summary, path, budget, engine.count_tokens
         )
+        marks = await self._marks(conv.id, [t.id for t in page])
         return ConversationView(
             conversation=conv,
-            turns=[TurnView(t, siblings[t.parent_id]) for t in page],
+            turns=[TurnView(t, siblings[t.parent_id], marks.get(t.id)) for t in page],
             running=self._runs.get(conv.id),
             model=model,
             context_used=window.tokens,
@@ -217,6 +223,23 @@ class Conversations:
         """One turn of the user's conversation (None when there is no such turn)."""
         conv = await self.conversation(user, conv_id)
         return await self.store.turns.get(conv.id, turn_id)
+
+    async def turn_view(self, user: User, conv_id: str, turn_id: str) -> TurnView | None:
+        """One turn on its own (no sibling list) with its moderation mark."""
+        turn = await self.turn(user, conv_id, turn_id)
+        if turn is None:
+            return None
+        marks = await self._marks(turn.conversation_id, [turn.id])
+        return TurnView(turn, [turn.id], marks.get(turn.id))
+
+    async def _marks(self, conv_id: str, turn_ids: list[str]) -> dict[str, ModerationMark]:
+        """What moderation said of these turns; an item an admin dismissed marks nothing."""
+        found: dict[str, list[ModerationMark]] = {}
+        for item in await self.store.moderation.for_turns(conv_id, turn_ids):
+            if item.turn_id is not None and item.status != "dismissed":
+                mark = ModerationMark(item.action, item.category, item.status)
+                found.setdefault(item.turn_id, []).append(mark)
+        return {t: m for t, marks in found.items() if (m := strongest(marks)) is not None}
 
     def run_for(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
         """The conversation's running answer, or a just-finished one by turn id."""

@@ -16,15 +16,22 @@ from chatbox.store import Turn, User
 
 
 async def screen_input(
-    moderation: ModerationService | None, user: User, text: str, direction: str = "input"
+    moderation: ModerationService | None,
+    user: User,
+    text: str,
+    direction: str = "input",
+    unsaved: bool = False,
 ) -> Verdict | None:
     """The message's verdict; a block raises Refused, recording only category and scores
-    (a refused message is never stored, not even for review)."""
+    (a refused message is never stored, not even for review). `unsaved`: a temporary chat's."""
     if moderation is None or not moderation.enabled or not text:
         return None
     verdict = await moderation.check(user, text, direction)
     if verdict.blocked:
-        await moderation.queue.record(user, direction, verdict, None)
+        if unsaved:
+            await note_unsaved(moderation, user, direction, verdict)
+        else:
+            await moderation.queue.record(user, direction, verdict, None)
         raise Refused(verdict.refusal(), verdict.category or "rule", verdict.scores)
     return verdict
 
@@ -52,6 +59,21 @@ async def note_input(
         await moderation.queue.record(
             user, "input", verdict, text, conversation_id=turn.conversation_id, turn_id=turn.id
         )
+
+
+UNSAVED = "temporary chat"  # the source of a queue item from a chat that stores nothing
+
+
+async def note_unsaved(
+    moderation: ModerationService | None, user: User, direction: str, verdict: Verdict | None
+) -> None:
+    """A warned, flagged or cut message or answer of a temporary chat (or of a request that
+    stores nothing): queued with its category and scores only. Nothing of such a chat is
+    written, so neither is its text for review, and there is no turn to point at."""
+    if moderation is None or verdict is None or not verdict.flagged:
+        return
+    source = f"{UNSAVED} (rule {verdict.rule})" if verdict.rule else UNSAVED
+    await moderation.queue.record(user, direction, verdict, None, source=source)
 
 
 def watch_answer(

@@ -1,6 +1,10 @@
 """Temporary chats (zero-data-retention): answers stream and usage is counted, but nothing
 else is written. The messages live in this process's RAM until the chat is deleted or has
-been idle `idle_s`; the engine is told not to park the KV on disk (`persist=False`)."""
+been idle `idle_s`; the engine is told not to park the KV on disk (`persist=False`).
+
+Moderation is the same as in a stored chat (the message checked before any model work, the
+answer watched beside the stream and cut on a block); what it warns about, flags or blocks
+goes to the review queue with its category and scores only, never the text."""
 
 from __future__ import annotations
 
@@ -14,11 +18,14 @@ from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.completions import check_fits, submit
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
 from chatbox.chat.models import ModelProvider
+from chatbox.chat.moderated import moderation_event, note_unsaved, screen_input, watch_answer
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.views import ModerationMark, run_marks
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, GenerationRequest, TokenEvent
+from chatbox.moderation import ModerationService
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.transfer import TransferRepo
@@ -53,6 +60,7 @@ class TemporaryChat:
     created_at: float
     touched: float
     messages: list[ChatMessage] = field(default_factory=list)
+    marks: dict[int, ModerationMark] = field(default_factory=dict)  # by message index
     run: TurnRun | None = None
 
 
@@ -60,12 +68,18 @@ class TemporaryChats:
     """Each user's temporary chats, in RAM only."""
 
     def __init__(
-        self, models: ModelProvider, gate: Gatekeeper, settings: Settings, idle_s: float
+        self,
+        models: ModelProvider,
+        gate: Gatekeeper,
+        settings: Settings,
+        idle_s: float,
+        moderation: ModerationService | None = None,
     ) -> None:
         self.models = models
         self.gate = gate
         self.settings = settings
         self.idle_s = idle_s
+        self.moderation = moderation
         self._chats: dict[str, TemporaryChat] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -133,6 +147,9 @@ class TemporaryChats:
             raise TooLong(len(content), self.settings.max_message_chars)
         ticket = await self.gate.admit(user, options.model, content)
         try:
+            # After the rate limits, before any model work, as in a stored chat: a refused
+            # message raises here (its queue item keeps category and scores only).
+            screened = await screen_input(self.moderation, user, content, unsaved=True)
             engine = await self.models.engine(ticket.model)
             sampling = options.sampling(self.settings.max_tokens)
             limit = engine.info.n_ctx_per_seq
@@ -160,6 +177,9 @@ class TemporaryChats:
             on_abandon=generation.cancel,
         )
         run.publish("start", {"turn_id": turn_id, "model": ticket.model, "temporary": True})
+        if screened is not None and screened.flagged:  # answered, and said so
+            await note_unsaved(self.moderation, user, "input", screened)
+            run.publish("moderation", {**moderation_event(screened), "direction": "input"})
         task = asyncio.create_task(self._drive(run, generation, ticket, chat_id, content))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -170,14 +190,21 @@ class TemporaryChats:
     ) -> None:
         done: DoneEvent | None = None
         error: str | None = None
+        watch = watch_answer(self.moderation, ticket.user, run, generation)
         try:
             async for event in generation:
                 if isinstance(event, TokenEvent):
+                    if watch is not None and watch.blocked:
+                        continue  # already cut: what is left of the stream is not shown
                     if not ticket.started:
                         ticket.mark_started()
                     run.publish("token", {"text": event.text})
+                    if watch is not None:
+                        watch.feed(event.text)  # checked beside the stream, never before it
                 elif isinstance(event, DoneEvent):
                     done = event
+            if watch is not None:
+                await watch.finish()  # the tail window, after the last token
         except asyncio.CancelledError:
             generation.cancel()
             error = "the server stopped while this answer was being written"
@@ -185,16 +212,30 @@ class TemporaryChats:
             generation.cancel()
             error = f"generation failed: {exc}"
         await ticket.finish(done.usage if done is not None else None)
+        cut = watch.verdict if watch is not None else None
+        if watch is not None:
+            seen = cut or watch.mark
+            await note_unsaved(self.moderation, ticket.user, "output", seen)
+            if seen is not None and seen.flagged and not seen.blocked:
+                run.publish("moderation", {**moderation_event(seen), "direction": "output"})
         chat = self._chats.get(chat_id) if chat_id else None
         if chat is not None and done is not None and done.finish_reason != "error":
-            chat.messages += [ChatMessage("user", asked), ChatMessage("assistant", run.text)]
+            # A cut answer is kept as its notice, as a stored chat keeps it.
+            answer = cut.notice() if cut is not None else run.text
+            marks = run_marks(run)
+            for offset, direction in enumerate(("input", "output")):
+                if direction in marks:
+                    chat.marks[len(chat.messages) + offset] = marks[direction]
+            chat.messages += [ChatMessage("user", asked), ChatMessage("assistant", answer)]
             chat.touched = time.time()
         usage = done.usage if done is not None else None
         payload = {
             "turn_id": run.turn_id,
             "model": run.model,
             "temporary": True,
-            "finish_reason": done.finish_reason if done else "error",
+            "finish_reason": (
+                "content_filter" if cut is not None else done.finish_reason if done else "error"
+            ),
             "usage": {
                 "prompt_tokens": usage.prompt_tokens if usage else 0,
                 "completion_tokens": usage.completion_tokens if usage else 0,
@@ -205,7 +246,7 @@ class TemporaryChats:
         if done is None or done.finish_reason == "error":
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
-            run.publish("done", {**payload, "status": "complete"})
+            run.publish("done", {**payload, "status": "filtered" if cut else "complete"})
 
     def _expire(self) -> None:
         cutoff = time.time() - self.idle_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chatbox.chat.runs import TurnRun
@@ -9,9 +10,61 @@ from chatbox.store import Conversation, Summary, Turn
 
 
 @dataclass(frozen=True)
+class ModerationMark:
+    """What moderation said of a turn, as its bubble shows it (plainly, to its reader)."""
+
+    action: str  # warn | flag | block (block: an answer cut, status `filtered`)
+    category: str
+    status: str = "open"  # the review item's state: open, noted, dismissed, confirmed
+    notice: str | None = None  # a cut answer's notice, while it is known only from its run
+
+    @property
+    def label(self) -> str:
+        if self.action == "block":
+            return f"filtered: {self.category}"
+        if self.action == "warn":
+            return f"warning: {self.category}"
+        if self.status == "confirmed":
+            return f"flagged: {self.category} (reviewed)"
+        return f"flagged for review: {self.category}"
+
+    @property
+    def explanation(self) -> str:
+        """The badge's tooltip."""
+        if self.action == "block":
+            return "Moderation stopped this answer; its text was replaced by a notice."
+        if self.action == "warn":
+            return "Moderation noted this message under the service's policy."
+        return "Moderation flagged this message; an administrator may review it."
+
+
+_SEVERITY = {"warn": 1, "flag": 2, "block": 3}
+
+
+def strongest(marks: Iterable[ModerationMark]) -> ModerationMark | None:
+    """The mark a turn shows when moderation said several things of it."""
+    return max(marks, key=lambda m: _SEVERITY.get(m.action, 0), default=None)
+
+
+def run_marks(run: TurnRun) -> dict[str, ModerationMark]:
+    """A running or finished answer's marks from its `moderation` events, by direction
+    (input: the message; output: the answer). Temporary chats have nothing else."""
+    found: dict[str, list[ModerationMark]] = {}
+    for event in run.events:
+        if event.kind == "moderation" and event.data.get("category"):
+            data = event.data
+            mark = ModerationMark(
+                str(data["action"]), str(data["category"]), notice=data.get("message")
+            )
+            found.setdefault(str(event.data.get("direction", "output")), []).append(mark)
+    return {d: m for d, marks in found.items() if (m := strongest(marks)) is not None}
+
+
+@dataclass(frozen=True)
 class TurnView:
     turn: Turn
     sibling_ids: list[str]  # this turn and its alternatives (same parent), oldest first
+    mark: ModerationMark | None = None  # warned, flagged or filtered by moderation
 
     @property
     def sibling_index(self) -> int:

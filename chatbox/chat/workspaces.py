@@ -48,16 +48,29 @@ class Workspaces:
     store: Store
     erase: Erase  # ChatService.erase: stops answers, erases content and KV
 
-    async def create(self, admin: User, name: str, system_prompt: str | None = None) -> Workspace:
+    async def create(
+        self, admin: User, name: str, system_prompt: str | None = None, owner: str | None = None
+    ) -> Workspace:
+        """A new workspace; with `owner` (a user's name, checked first, so a wrong name
+        creates nothing) that user is its first owner."""
         self._admin(admin)
         name = valid_name(name)
         if await self.store.workspaces.get(name) is not None:
             raise InvalidInput(f"a workspace named {name!r} exists", "name")
-        return await self.store.workspaces.create(name, system_prompt or None)
+        person = await self._person(owner, "owner") if owner else None
+        ws = await self.store.workspaces.create(name, system_prompt or None)
+        if person is not None:
+            await self.store.workspaces.set_member(ws.id, person.id, "owner")
+        return ws
 
     async def all(self, admin: User) -> list[Workspace]:
         self._admin(admin)
         return await self.store.workspaces.list()
+
+    async def overview(self, admin: User) -> list[tuple[Workspace, list[Member]]]:
+        """Every workspace with its members (the console): who, not what is in it."""
+        self._admin(admin)
+        return [(ws, await self.store.workspaces.members(ws.id)) for ws in await self.all(admin)]
 
     async def mine(self, user: User) -> list[tuple[Workspace, WorkspaceRole]]:
         """The workspaces the user belongs to, with their role in each."""
@@ -79,8 +92,9 @@ class Workspaces:
             raise NotFound("workspace not found")
         return ws, role
 
-    async def members(self, user: User, ws_id: str) -> list[Member]:
-        ws, _ = await self.get(user, ws_id)
+    async def members(self, user: User, ws_id: str, *, manage: bool = False) -> list[Member]:
+        """Who is in it (members; an admin also, to manage it: `manage`)."""
+        ws, _ = await self.get(user, ws_id, manage=manage)
         return await self.store.workspaces.members(ws.id)
 
     async def add_member(
@@ -92,9 +106,7 @@ class Workspaces:
             raise InvalidInput("role is owner or member", "role")
         if role == "owner" and user.role != "admin":
             raise Forbidden("only an admin assigns owners")
-        person = await self.store.users.get_by_name(name.strip())
-        if person is None or person.disabled:
-            raise InvalidInput(f"no user named {name!r}", "name")
+        person = await self._person(name)
         await self.store.workspaces.set_member(ws.id, person.id, role)
         return next(m for m in await self.store.workspaces.members(ws.id) if m.user_id == person.id)
 
@@ -164,6 +176,12 @@ class Workspaces:
         if doc is None or doc.workspace_id != ws.id:
             raise NotFound("document not found")
         await self.store.documents.delete(user.id, doc.id)
+
+    async def _person(self, name: str, field: str = "name") -> User:
+        person = await self.store.users.get_by_name(name.strip())
+        if person is None or person.disabled:
+            raise InvalidInput(f"no user named {name!r}", field)
+        return person
 
     async def _managed(self, user: User, ws_id: str) -> Workspace:
         ws, role = await self.get(user, ws_id, manage=True)

@@ -39,7 +39,7 @@ def replica(
     """Serve only engines (no UI, store or accounts) to a front over the replica protocol."""
     import uvicorn
 
-    from chatbox.cluster.replica import ReplicaApp, is_loopback
+    from chatbox.cluster.replica import ReplicaApp, is_loopback, replica_engine_settings
     from chatbox.engine.pool import EnginePool
     from chatbox.engine.registry import RegistryError
     from chatbox.services import model_registry
@@ -68,7 +68,8 @@ def replica(
             n_gpu_layers=settings.engine.n_gpu_layers,
         )
 
-    app = ReplicaApp(EnginePool(resolve, settings.engine), list(models), token)
+    pool = EnginePool(resolve, replica_engine_settings(settings.engine))
+    app = ReplicaApp(pool, list(models), token)
     click.echo(f"chatbox replica: {', '.join(models)} on http://{host}:{port}")
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -315,7 +315,18 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-Client = ChatboxClient | OpenAIClient
+class Client(Protocol):
+    """How the fleet talks to one replica (remote, or this front's own engine)."""
+
+    can_continue: bool
+
+    async def health(self) -> Health: ...
+
+    def stream(self, model: str, request: GenerationRequest) -> AsyncIterator[StreamEvent]: ...
+
+    def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int: ...
+
+    async def close(self) -> None: ...
 
 
 def client_for(spec: ReplicaSpec, timeout_s: float) -> Client:

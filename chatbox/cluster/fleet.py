@@ -21,6 +21,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from chatbox.cluster.clients import Client, Health, ReplicaFailed, client_for
+from chatbox.cluster.local import LOCAL
+from chatbox.cluster.metrics import ReplicaCounters
 from chatbox.cluster.protocol import ReplicaSpec
 from chatbox.engine.types import EngineStats
 
@@ -114,8 +116,8 @@ class Fleet:
         )
         self.failovers = Counter(
             "chatbox_replica_failovers",
-            "Answers moved to another replica mid-way",
-            ["model"],
+            "Answers moved to another replica mid-way, by the replica they left",
+            ["model", "replica"],
             registry=registry,
         )
         self.ejections = Counter(
@@ -124,6 +126,7 @@ class Fleet:
             ["replica"],
             registry=registry,
         )
+        self.per_replica = ReplicaCounters(registry, lambda: self.members.values())
 
     # -- membership --------------------------------------------------------------------
     def add(self, spec: ReplicaSpec, source: str, draining: bool = False) -> Member:
@@ -144,9 +147,16 @@ class Fleet:
         await member.client.close()
         return True
 
+    def add_local(self, client: Client, health: Health) -> Member:
+        """This front's own engines as the member named "local" (see `cluster.local`)."""
+        member = Member(ReplicaSpec(LOCAL, LOCAL, health.slots), client, LOCAL)
+        member.health, member.state = health, "healthy"
+        self.members[LOCAL] = member
+        return member
+
     def models(self) -> set[str]:
-        """Models some replica reported holding (whatever its state now)."""
-        held = [member.health.models for member in self.members.values() if member.health]
+        """Models some remote replica reported holding (whatever its state now)."""
+        held = [m.health.models for m in self.members.values() if m.health and m.source != LOCAL]
         return {model for models in held for model in models}
 
     # -- routing -------------------------------------------------------------------------
@@ -161,11 +171,12 @@ class Fleet:
         if not order:
             return None
         for member in order:
-            if member.running() < member.slots + self.queue_limit:
+            if member.inflight.get(model, 0) < member.slots + self.queue_limit:
                 if member is not order[0]:
                     self.spills.labels(model).inc()
                 return member
-        return min(order, key=lambda m: m.running() - m.slots)  # all full: the least queued
+        # All past their limit: the least queued (a replica's own full queue answers 429)
+        return min(order, key=lambda m: m.inflight.get(model, 0) - m.slots)
 
     @contextmanager
     def lease(self, member: Member, model: str) -> Iterator[None]:
@@ -187,11 +198,15 @@ class Fleet:
     def succeeded(self, member: Member, prompt_tokens: int, cached_tokens: int) -> None:
         member.failures = 0
         member.served += 1
+        self.per_replica.answers.labels(member.url).inc()
         member.prompt_tokens += prompt_tokens
         member.cached_tokens += cached_tokens
 
     def stats(self, model: str) -> EngineStats | None:
-        """The model's combined capacity over its available replicas (for admission)."""
+        """The model's combined load and capacity over its available replicas (the local
+        engine among them where this front keeps one), for admission: each replica's slots
+        (its engine's, per model) and the answers this front has running or queued there.
+        None while no replica can take the model."""
         members = [m for m in self.members.values() if m.available and m.serves(model)]
         if not members:
             return None
@@ -199,7 +214,7 @@ class Fleet:
         for m in members:
             here = m.inflight.get(model, 0)
             running += min(here, m.slots)
-            queued += max(0, m.running() - m.slots)
+            queued += max(0, here - m.slots)
             slots += m.slots
         return EngineStats(queue_depth=queued, running=running, slots_total=slots)
 
@@ -214,6 +229,9 @@ class Fleet:
     # -- health --------------------------------------------------------------------------
     async def check(self, member: Member) -> None:
         if member.state == "ejected" and time.monotonic() < member.ejected_until:
+            return
+        if member.source == LOCAL:  # no network between: healthy once its backoff is over
+            member.health, member.state = await member.client.health(), "healthy"
             return
         try:
             member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)

@@ -1,32 +1,18 @@
 """ClusterModels: the chat layer's model provider over the local engines and the fleet.
 
-A model some replica holds is served by the fleet (the local engine, where this front has
-the model too, is the last resort when no replica is left); any other model is served by
-the local engine as before. With no replicas this is exactly the one-process appliance.
+A model some replica holds is served by the fleet; where this front keeps a local engine
+for it too, that engine is one more member of the fleet's ring (named "local"), so affinity,
+spill and admission's capacity cover it. Any other model is served by the local engine as
+before. With no replicas this is exactly the one-process appliance.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from chatbox.cluster.fleet import Fleet
-from chatbox.cluster.remote import LocalFallback, RemoteEngine
+from chatbox.cluster.local import LocalClient, LocalProvider
+from chatbox.cluster.remote import RemoteEngine
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
-
-
-class LocalProvider(Protocol):
-    pool: EnginePool
-
-    def names(self) -> list[str]: ...
-
-    def default(self) -> str: ...
-
-    async def engine(self, name: str) -> Engine: ...
-
-    def stats(self, name: str) -> EngineStats | None: ...
-
-    def default_loaded(self) -> bool: ...
 
 
 class ClusterModels:
@@ -35,6 +21,9 @@ class ClusterModels:
         self.fleet = fleet
         self.use_local = use_local
         self._remote: dict[str, RemoteEngine] = {}
+        if use_local:
+            client = LocalClient(local)
+            fleet.add_local(client, client.snapshot())
 
     @property
     def pool(self) -> EnginePool:
@@ -63,16 +52,9 @@ class ClusterModels:
         if name in self.fleet.models() or not self.use_local:
             remote = self._remote.get(name)
             if remote is None:
-                fallback = self._fallback(name) if name in self._local_names() else None
-                remote = self._remote[name] = RemoteEngine(self.fleet, name, fallback)
+                remote = self._remote[name] = RemoteEngine(self.fleet, name)
             return remote
         return await self.local.engine(name)
-
-    def _fallback(self, name: str) -> LocalFallback:
-        async def load() -> Engine | None:
-            return await self.local.engine(name)
-
-        return load
 
     def stats(self, name: str) -> EngineStats | None:
         if name in self.fleet.models():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from chatbox.cluster.clients import (
@@ -22,11 +22,11 @@ from chatbox.cluster.clients import (
     Started,
 )
 from chatbox.cluster.fleet import Fleet, Member
+from chatbox.cluster.local import LOCAL, LocalClient
 from chatbox.cluster.protocol import estimate_tokens
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
-    Engine,
     EngineBusyError,
     EngineEvent,
     EngineStats,
@@ -49,16 +49,12 @@ def affinity_key(request: GenerationRequest) -> str:
     return hashlib.sha256(head.encode()).hexdigest()
 
 
-LocalFallback = Callable[[], Awaitable[Engine | None]]
-
-
 class RemoteEngine:
     """The fleet's replicas of one model as one engine."""
 
-    def __init__(self, fleet: Fleet, name: str, fallback: LocalFallback | None = None) -> None:
+    def __init__(self, fleet: Fleet, name: str) -> None:
         self.fleet = fleet
         self.name = name
-        self.fallback = fallback
 
     @property
     def info(self) -> ModelInfo:
@@ -87,9 +83,19 @@ class RemoteEngine:
 
     def submit(self, request: GenerationRequest) -> RemoteGeneration:
         """Raises EngineBusyError (a 503 with Retry-After) while no replica can take it."""
-        if not self.fleet.order(self.name, "") and self.fallback is None:
+        if not self.fleet.order(self.name, ""):
             raise EngineBusyError(f"no healthy replica serves {self.name} now; try again shortly")
         return RemoteGeneration(self, request)
+
+    async def forget(self, cache_key: str) -> None:
+        """A conversation was erased: drop its KV from this front's own engine, if it is in
+        the ring (chatbox replicas keep theirs in RAM only, until evicted)."""
+        member = self.fleet.members.get(LOCAL)
+        client = member.client if member is not None else None
+        engine = client.loaded(self.name) if isinstance(client, LocalClient) else None
+        forget = getattr(engine, "forget", None)
+        if forget is not None:
+            await forget(cache_key)
 
     def stats(self) -> EngineStats:
         return self.fleet.stats(self.name) or EngineStats()
@@ -146,22 +152,26 @@ class RemoteGeneration:
         fleet, model = self.engine.fleet, self.engine.name
         key = affinity_key(self.request)
         tried: set[str] = set()
+        busy = False
         try:
             while True:
                 member = fleet.pick(model, key, tried)
                 if member is None:
-                    await self._last_resort(tried)
+                    self._done("error", error=self._no_replica(tried, busy))
                     return
                 tried.add(member.url)
                 if self.replicas:
-                    fleet.failovers.labels(model).inc()
+                    fleet.failovers.labels(model, self.replicas[-1]).inc()
                 self.replicas.append(member.url)
                 try:
                     with fleet.lease(member, model):
                         if await self._stream(member):
                             return
-                except ReplicaBusy:
-                    continue  # spill: the next in hash order takes it
+                except ReplicaBusy:  # its own queue is full: the next in hash order takes it
+                    self.replicas.pop()
+                    fleet.spills.labels(model).inc()
+                    busy = True
+                    continue
                 except CannotContinue:
                     tried.discard(member.url)  # it may restart the answer itself
                     self.replicas.clear()
@@ -188,6 +198,9 @@ class RemoteGeneration:
                     request.sampling, max_tokens=max(1, request.sampling.max_tokens - self.tokens)
                 ),
             )
+        # Tokens from this replica, counted as they arrive (one per event: a replica may
+        # batch several in one) and made exact by its usage at the end.
+        streamed, counted = self.engine.fleet.per_replica.tokens.labels(member.url), 0
         try:
             stream = member.client.stream(self.engine.name, request)
             async for event in stream:
@@ -197,8 +210,11 @@ class RemoteGeneration:
                 elif isinstance(event, TokenEvent):
                     self.text += event.text
                     self.tokens += 1
+                    streamed.inc()
+                    counted += 1
                     self._events.put_nowait(event)
                 else:
+                    streamed.inc(max(0, event.usage.completion_tokens - counted))
                     if not self.prompt_tokens and not request.continue_text:
                         self.prompt_tokens = event.usage.prompt_tokens
                     if len(self.replicas) == 1 and event.usage.completion_tokens:
@@ -219,22 +235,9 @@ class RemoteGeneration:
             raise
         return False
 
-    async def _last_resort(self, tried: set[str]) -> None:
-        """No replica left: the local engine if this front has one, else a clear error."""
-        local = await self.engine.fallback() if self.engine.fallback else None
-        if local is None:
-            if tried:
-                self._done("error", error="no replica is left to finish this answer")
-            else:
-                self._done("error", error=f"no healthy replica serves {self.engine.name}")
-            return
-        request = replace(self.request, continue_text=self.text)
-        self.replicas.append("local")
-        async for event in local.submit(request):
-            if isinstance(event, TokenEvent):
-                self.text += event.text
-                self.tokens += 1
-                self._events.put_nowait(event)
-            elif isinstance(event, DoneEvent):
-                self._done(event.finish_reason, None, event.error)
-                return
+    def _no_replica(self, tried: set[str], busy: bool) -> str:
+        if busy and not self.text:
+            return "every replica is busy; please retry in a few seconds"
+        if tried:
+            return "no replica is left to finish this answer"
+        return f"no healthy replica serves {self.engine.name}"

@@ -1,7 +1,7 @@
 """The replica server (`chatbox replica`): local engines over the replica protocol, as ASGI.
 
-No UI, store or accounts: only `/v1/replica/health`, `/generate` (NDJSON events, see
-`protocol`) and `/tokenize`, each behind the shared secret (a Bearer token compared in
+No UI, store or accounts: only `/v1/replica/health`, `/stats`, `/generate` (NDJSON events,
+see `protocol`) and `/tokenize`, each behind the shared secret (a Bearer token compared in
 constant time). A replica without a token listens on loopback only (the CLI enforces it).
 """
 
@@ -13,7 +13,7 @@ import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from chatbox.cluster.protocol import PREFIX, event_to_json, line, request_from_json
@@ -25,14 +25,27 @@ from chatbox.engine.types import (
     EngineError,
     EngineEvent,
     Generation,
+    GrammarError,
     TokenEvent,
 )
+from chatbox.settings import EngineSettings
 
 log = logging.getLogger("chatbox.replica")
 MAX_BODY = 32 * 1024 * 1024
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# Idle conversations a replica keeps cached by default, at least (the all-in-one server keeps
+# one per slot): a replica does nothing else, and the front's affinity sends each
+# conversation back to the replica that holds it, so a replica holds many users' chats.
+REPLICA_CACHED_SEQS = 32
+
+
+def replica_engine_settings(engine: EngineSettings) -> EngineSettings:
+    """A replica's engine defaults: settings left at their default (-1) get the replica's."""
+    if engine.n_cached_seqs >= 0:
+        return engine
+    return replace(engine, n_cached_seqs=max(REPLICA_CACHED_SEQS, 4 * engine.n_parallel))
 
 
 def is_loopback(host: str) -> bool:
@@ -54,6 +67,7 @@ class ReplicaApp:
         self.models = models
         self.token = token
         self.heartbeat_s = heartbeat_s
+        self.streams = 0  # answers being streamed to fronts now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -67,6 +81,8 @@ class ReplicaApp:
         route = (scope["method"], scope["path"])
         if route == ("GET", PREFIX + "/health"):
             await _json(send, 200, await self.health())
+        elif route == ("GET", PREFIX + "/stats"):
+            await _json(send, 200, self.stats())
         elif route == ("POST", PREFIX + "/generate"):
             await self._generate(receive, send)
         elif route == ("POST", PREFIX + "/tokenize"):
@@ -112,6 +128,16 @@ class ReplicaApp:
             "slots": self.pool.settings.n_parallel,
         }
 
+    def stats(self) -> dict[str, Any]:
+        """Load now and work done, per model: what an operator (or a test) watches."""
+        registry = self.pool.registry
+        models: dict[str, Any] = {}
+        for name, stats in self.pool.stats().items():
+            labels = {"model": name}
+            generated = registry.get_sample_value("chatbox_engine_generated_tokens_total", labels)
+            models[name] = {**asdict(stats), "generated_tokens": int(generated or 0)}
+        return {"models": models, "streams": self.streams}
+
     async def _generate(self, receive: Receive, send: Send) -> None:
         try:
             model, request = request_from_json(await _body(receive))
@@ -127,6 +153,9 @@ class ReplicaApp:
         except ContextOverflowError as exc:
             body = {"error": str(exc), "prompt_tokens": exc.prompt_tokens, "limit": exc.limit}
             await _json(send, 413, body)
+            return
+        except GrammarError as exc:  # the caller's mistake: refused, never a failed replica
+            await _json(send, 400, {"error": str(exc)})
             return
         except EngineBusyError as exc:
             await _json(send, 429, {"error": str(exc)})
@@ -150,6 +179,7 @@ class ReplicaApp:
 
         pumping = asyncio.create_task(pump())
         watching = asyncio.create_task(watch())
+        self.streams += 1
         try:
             await send(_start(200, "application/x-ndjson"))
             prompt = int(getattr(gen, "prompt_tokens", 0))
@@ -177,6 +207,7 @@ class ReplicaApp:
         except OSError:  # the front went away mid-write
             gen.cancel()
         finally:
+            self.streams -= 1
             watching.cancel()
             if not pumping.done():
                 gen.cancel()

@@ -107,7 +107,7 @@ class DataService:
         self.transfer = TransferRepo(store.db)
         self.policy = chat.gate.policy
         self.temporary = TemporaryChats(
-            chat.models, chat.gate, settings, settings.temporary_chat_idle_s
+            chat.models, chat.gate, settings, settings.temporary_chat_idle_s, chat.moderation
         )
         self.retention = Retention(ErasureRepo(store.db), self.policy, self._erase, clock)
         self.sweeper = Sweeper(self.retention, settings.retention_sweep_s)

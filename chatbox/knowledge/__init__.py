@@ -50,7 +50,9 @@ class Knowledge:
         self, store: Store, settings: Settings, engine: Callable[[], Awaitable[Engine]]
     ) -> None:
         self.store = store
-        self.embedder = Embedder(settings.embedding_model, settings.embedding_device)
+        self.embedder = Embedder(
+            settings.embedding_model, settings.embedding_device, settings.embedding_threads
+        )
         self.index = VectorIndex(store, settings.knowledge_index_bytes)
         self.memory = MemoryService(store, self.embedder, self.index)
         self.documents = DocumentService(

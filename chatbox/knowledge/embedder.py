@@ -1,8 +1,13 @@
 """Sentence embeddings (all-MiniLM-L6-v2, 384-d) for memory, documents and search.
 
-The model loads on first use (or `await embedder.load()` in the app lifespan), in a worker
-thread; encoding always runs in that thread, so the event loop never blocks. Concurrent
-requests are coalesced into one batch.
+The model loads on first use (or `await embedder.load()` in the app lifespan), in worker
+threads; encoding always runs there, so the event loop never blocks. Two lanes, each one
+thread with its own copy of the model (a fast tokenizer must not be shared between threads):
+the urgent lane embeds what a person is waiting on (the message being moderated, a search,
+a fact), the background lane output-moderation windows, uploads and the embeddings API, so
+a message never waits behind windows being encoded. Requests waiting in a lane are coalesced
+into one batch. torch runs one intra-op thread per encode by default (`threads`): batches
+here are small, and more threads only fight the two lanes and the model's decode threads.
 """
 
 from __future__ import annotations
@@ -47,20 +52,24 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
-_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _shared_model(path: Path, device: str) -> Any:
-    """The loaded model for (path, device): read from disk once per process (it is read-only
-    at inference, so apps in one process, e.g. tests, share it)."""
-    key = (str(path), device)
+def _shared_model(path: Path, device: str, lane: str, threads: int) -> Any:
+    """The loaded model for (path, device, lane): read from disk once per process (it is
+    read-only at inference, so apps in one process, e.g. tests, share it; each lane has its
+    own, since a tokenizer is not safe to call from two threads at once)."""
+    key = (str(path), device, lane)
     with _MODELS_LOCK:
         if key not in _MODELS:
+            import torch
             from sentence_transformers import SentenceTransformer
 
+            if threads > 0:  # process-wide in torch: every thread's encodes use this many
+                torch.set_num_threads(threads)
             _MODELS[key] = SentenceTransformer(str(path), device=device, local_files_only=True)
-            log.info("embedding model loaded from %s", path)
+            log.info("embedding model (%s lane) loaded from %s", lane, path)
         return _MODELS[key]
 
 
@@ -70,17 +79,29 @@ class _Pending:
     future: asyncio.Future[tuple[np.ndarray, int]]
 
 
+class _Lane:
+    """One worker thread, its copy of the model and the requests waiting for it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"embedder-{name}")
+        self.queue: list[_Pending] = []
+        self.draining: asyncio.Task[None] | None = None
+        self.model: Any = None
+
+
 class Embedder:
     """One per app: `await embed(texts)` gives unit-length float32 rows, shape (n, 384)."""
 
-    def __init__(self, model_path: Path | None = None, device: str = "cpu") -> None:
+    def __init__(
+        self, model_path: Path | None = None, device: str = "cpu", threads: int = 1
+    ) -> None:
         self.model_path = model_path
         self.device = device
+        self.threads = threads  # torch intra-op threads (0: torch's default, all cores)
         self.dim = DIM
-        self._model: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
-        self._queue: list[_Pending] = []
-        self._draining: asyncio.Task[None] | None = None
+        self._urgent = _Lane("urgent")  # a person is waiting: a message, a search, a fact
+        self._background = _Lane("background")  # answer windows, uploads, the API
         # The newest single texts' vectors: a message moderated before its turn is
         # embedded once, and memory and document retrieval reuse that vector.
         self._recent: dict[str, np.ndarray] = {}
@@ -89,19 +110,26 @@ class Embedder:
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        return self._urgent.model is not None or self._background.model is not None
 
-    def _load_sync(self) -> Any:
-        if self._model is None:
-            self._model = _shared_model(self.model_path or default_model_path(), self.device)
-        return self._model
+    def _load_sync(self, lane: _Lane) -> Any:
+        if lane.model is None:
+            path = self.model_path or default_model_path()
+            lane.model = _shared_model(path, self.device, lane.name, self.threads)
+        return lane.model
 
     async def load(self) -> None:
-        """Load the model now (in the worker thread) rather than on first use."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._load_sync)
+        """Load the model now (in each lane's thread) rather than on first use."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(
+            *(
+                loop.run_in_executor(lane.pool, self._load_sync, lane)
+                for lane in (self._urgent, self._background)
+            )
+        )
 
-    def _encode_sync(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
-        model = self._load_sync()
+    def _encode_sync(self, lane: _Lane, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        model = self._load_sync(lane)
         vectors = model.encode(
             texts,
             batch_size=MAX_BATCH,
@@ -114,26 +142,32 @@ class Embedder:
         counts = [min(len(x), limit) for x in ids]
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit vectors for texts, one row each (an empty input gives shape (0, 384))."""
-        vectors, _ = await self.embed_with_usage(texts)
+    async def embed(self, texts: Sequence[str], urgent: bool = False) -> np.ndarray:
+        """Unit vectors for texts, one row each (an empty input gives shape (0, 384)).
+        `urgent`: a person is waiting on them (the urgent lane)."""
+        vectors, _ = await self.embed_with_usage(texts, urgent)
         return vectors
 
     async def embed_one(self, text: str) -> np.ndarray:
+        """One text's vector, in the urgent lane; the newest are remembered, so a message
+        moderated before its turn is embedded once and retrieval reuses the vector."""
         vector = self._recent.get(text)
         if vector is None:
-            vector = (await self.embed([text]))[0]
+            vector = (await self.embed([text], urgent=True))[0]
             self._recent[text] = vector
             if len(self._recent) > RECENT:
                 del self._recent[next(iter(self._recent))]  # the oldest
         return vector
 
-    async def embed_with_usage(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+    async def embed_with_usage(
+        self, texts: Sequence[str], urgent: bool = False
+    ) -> tuple[np.ndarray, int]:
         """Vectors and the number of tokens the model read."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), 0
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
+        lane = self._urgent if urgent else self._background
         futures = []
         for start in range(0, len(texts), MAX_BATCH):
             part = list(texts[start : start + MAX_BATCH])
@@ -142,14 +176,14 @@ class Embedder:
             if len(texts) <= SMALL:
                 # A query (a chat turn, a search) goes before the slices of a big upload.
                 at = next(
-                    (i for i, p in enumerate(self._queue) if len(p.texts) > SMALL), len(self._queue)
+                    (i for i, p in enumerate(lane.queue) if len(p.texts) > SMALL), len(lane.queue)
                 )
-                self._queue.insert(at, item)
+                lane.queue.insert(at, item)
             else:
-                self._queue.append(item)
+                lane.queue.append(item)
             futures.append(future)
-        if self._draining is None or self._draining.done():
-            self._draining = asyncio.create_task(self._drain())
+        if lane.draining is None or lane.draining.done():
+            lane.draining = asyncio.create_task(self._drain(lane))
         results = await asyncio.gather(*futures)
         if self.on_embed is not None:
             purpose = "query" if len(texts) <= SMALL else "bulk"
@@ -157,19 +191,21 @@ class Embedder:
         vectors = np.concatenate([v for v, _ in results]) if len(results) > 1 else results[0][0]
         return vectors, sum(n for _, n in results)
 
-    async def _drain(self) -> None:
-        """Encode everything queued, a batch of requests at a time."""
+    async def _drain(self, lane: _Lane) -> None:
+        """Encode everything queued in a lane, a batch of requests at a time."""
         loop = asyncio.get_running_loop()
-        while self._queue:
+        while lane.queue:
             batch: list[_Pending] = []
             size = 0
-            while self._queue and (not batch or size + len(self._queue[0].texts) <= MAX_BATCH):
-                item = self._queue.pop(0)
+            while lane.queue and (not batch or size + len(lane.queue[0].texts) <= MAX_BATCH):
+                item = lane.queue.pop(0)
                 batch.append(item)
                 size += len(item.texts)
             texts = [t for item in batch for t in item.texts]
             try:
-                vectors, counts = await loop.run_in_executor(self._pool, self._encode_sync, texts)
+                vectors, counts = await loop.run_in_executor(
+                    lane.pool, self._encode_sync, lane, texts
+                )
             except Exception as exc:
                 for item in batch:
                     if not item.future.done():
@@ -185,4 +221,5 @@ class Embedder:
                 start += n
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for lane in (self._urgent, self._background):
+            lane.pool.shutdown(wait=False, cancel_futures=True)

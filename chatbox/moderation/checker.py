@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from chatbox.knowledge.embedder import Embedder, EmbeddingUnavailable, default_model_path
 from chatbox.moderation.classifier import (
     TRAIN,
@@ -28,6 +30,9 @@ from chatbox.moderation.policy import (
 )
 
 log = logging.getLogger("chatbox.moderation")
+# Checks a person waits on before anything else happens (the message, a fact to remember):
+# they go ahead of answer windows and documents in the embedder (its urgent lane).
+URGENT = frozenset({"input", "memory"})
 
 LABEL = {
     "harassment": "harassing",
@@ -143,9 +148,9 @@ class Moderator:
         try:
             path = self.embedder.model_path or default_model_path()
             file = model_file(self.cache_dir, path)
+            await self.embedder.load()  # every lane, before the first message needs one
             if file.exists():
                 self.categories = await asyncio.to_thread(CategoryModel.load, file)
-                await self.embedder.load()
                 return
             rows = read_labelled(TRAIN)
             vectors = await self.embedder.embed([t for _, t in rows])
@@ -156,19 +161,14 @@ class Moderator:
         except EmbeddingUnavailable:
             log.warning("no embedding model: moderation runs without the category classifier")
 
-    async def scores(self, text: str) -> dict[str, float]:
-        """Every layer's score for text (the rules are applied in `check`)."""
+    async def scores(self, text: str, urgent: bool = False) -> dict[str, float]:
+        """Every layer's score for text (the rules are applied in `check`). `urgent`: a
+        person is waiting (a message): its embedding goes in the embedder's urgent lane."""
         await self.start()
         pieces = segments(text)
         profane = asyncio.create_task(asyncio.to_thread(self.profanity.scores, pieces))
         if self.categories is not None and self.embedder is not None:
-            # One message, one vector: embed_one's memo lets retrieval reuse it.
-            vectors = (
-                (await self.embedder.embed_one(pieces[0]))[None, :]
-                if len(pieces) == 1
-                else await self.embedder.embed(pieces)
-            )
-            out = self.categories.scores(vectors)
+            out = self.categories.scores(await self._vectors(self.embedder, text, pieces, urgent))
         else:
             out = {}
         p = await profane
@@ -176,12 +176,29 @@ class Moderator:
             out[PROFANITY] = max(p)
         return out
 
+    @staticmethod
+    async def _vectors(
+        embedder: Embedder, text: str, pieces: list[str], urgent: bool
+    ) -> np.ndarray:
+        if not urgent:  # answer windows, documents, the API: never memoised, never first
+            return await embedder.embed(pieces)
+        # A message is embedded once: embed_one remembers the vector of the whole text (the
+        # model reads its head, as retrieval does), and memory and document retrieval reuse
+        # it. The rest of a long message is scored in pieces, in the same lane.
+        if len(pieces) == 1:
+            return (await embedder.embed_one(text))[None, :]
+        head, rest = await asyncio.gather(
+            embedder.embed_one(text), embedder.embed(pieces[1:], urgent=True)
+        )
+        return np.vstack([head[None, :], rest])
+
     async def check(self, text: str, tier: str, direction: str) -> Verdict:
         """The policy's verdict on text for a user of `tier`, going `direction`."""
         if not self.policy.enabled or not text.strip():
             return ALLOW
         started = time.perf_counter()
-        verdict = self.decide(await self.scores(text), tier, direction, text)
+        urgent = direction in URGENT
+        verdict = self.decide(await self.scores(text, urgent), tier, direction, text)
         elapsed = time.perf_counter() - started
         verdict = Verdict(
             verdict.action,

@@ -1,5 +1,8 @@
 """The gateway's part: an ASGI middleware that opens each request's root span, sets the
-trace id header, counts requests by route template and status, and logs an access line."""
+trace id header, counts requests by route template and status, and logs an access line.
+
+It wraps the app's whole handler (outside routing), so requests that match no route (404s
+for any path, 405s) are counted and traced too, under the fixed route label `<unmatched>`."""
 
 from __future__ import annotations
 
@@ -16,16 +19,18 @@ TRACE_HEADER = b"x-trace-id"
 access_log = logging.getLogger("chatbox.access")
 _propagator = TraceContextTextMapPropagator()
 ASGIApp = Any  # (scope, receive, send) -> awaitable; typed loosely to stay framework-free
+UNMATCHED = "<unmatched>"  # the route label of requests no route took (never the raw path)
 
 
 def route_of(scope: dict[str, Any]) -> str:
-    """The matched route template ('/c/{conv_id:str}'), never the raw path (unbounded)."""
+    """The matched route template ('/c/{conv_id:str}'), never the raw path (unbounded).
+    Known once the router has run: read it when the response starts, not before."""
     template = scope.get("path_template")
-    return str(template) if template else "unmatched"
+    return str(template) if template else UNMATCHED
 
 
 def telemetry_middleware(telemetry: Telemetry) -> Any:
-    """A middleware factory for Litestar's `middleware=[...]`."""
+    """A middleware factory: wrap the app's handler (`app.asgi_handler`), outside routing."""
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Any, receive: Any, send: Any) -> None:
@@ -33,7 +38,6 @@ def telemetry_middleware(telemetry: Telemetry) -> Any:
                 await app(scope, receive, send)
                 return
             method = str(scope.get("method", "GET"))
-            route = route_of(scope)
             headers = {
                 bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
                 for k, v in scope.get("headers", ())
@@ -41,11 +45,12 @@ def telemetry_middleware(telemetry: Telemetry) -> Any:
             parent = _propagator.extract(headers) if "traceparent" in headers else None
             t0 = time.perf_counter()
             state: dict[str, Any] = {"status": 500, "ttfb": None}
+            # named for its route once routing has run (see the `finally` below)
             with telemetry.tracer.start_as_current_span(
-                f"{method} {route}",
+                method,
                 context=parent,
                 kind=trace.SpanKind.SERVER,
-                attributes={"http.request.method": method, "http.route": route},
+                attributes={"http.request.method": method},
             ) as span:
                 ctx = span.get_span_context()
                 trace_id = format(ctx.trace_id, "032x").encode() if ctx.is_valid else b""
@@ -65,6 +70,9 @@ def telemetry_middleware(telemetry: Telemetry) -> Any:
                     await app(scope, receive, send_with_id)
                 finally:
                     status = int(state["status"])
+                    route = route_of(scope)
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.route", route)
                     span.set_attribute("http.response.status_code", status)
                     if status >= 500:
                         span.set_status(trace.Status(trace.StatusCode.ERROR))

@@ -21,6 +21,21 @@ _GAUGES = {
     "kv_cells_used": "chatbox_engine_kv_cells_used",
     "kv_cells_total": "chatbox_engine_kv_cells_total",
 }
+# per replica (router mode): `{replica}` series are per label value of "replica"
+_REPLICA_GAUGES = {
+    "replica_load_running": "chatbox_replica_running",
+    "replica_load_queued": "chatbox_replica_queued",
+    "replica_up": "chatbox_replica_up",
+}
+_REPLICA_RATES = {
+    "replica_tokens_per_s": "chatbox_replica_generated_tokens_total",
+    "replica_answers_per_s": "chatbox_replica_answers_total",
+}
+# counted over the window (the last minute): rare events, clearer as counts than as rates
+_REPLICA_COUNTS = {
+    "replica_faults_failovers": "chatbox_replica_failovers_total",
+    "replica_faults_ejections": "chatbox_replica_ejections_total",
+}
 _TTFT = "chatbox_engine_time_to_first_token_seconds"
 _TPOT = "chatbox_engine_time_per_output_token_seconds"
 
@@ -133,6 +148,7 @@ class MetricRing:
                     continue
                 rate = max(0.0, value - prev[1].get(key, 0.0)) / dt
                 row[f"requests_per_s|{outcome}"] = row.get(f"requests_per_s|{outcome}", 0.0) + rate
+        row.update(_replica_row(now, snap, prev, oldest))
         return row
 
     def series(self, since: float = 0.0) -> dict[str, Any]:
@@ -144,6 +160,39 @@ class MetricRing:
             "t": [round(t, 3) for t, _ in rows],
             "series": {n: [r.get(n) for _, r in rows] for n in names},
         }
+
+
+def _replica_row(
+    now: float,
+    snap: Snapshot,
+    prev: tuple[float, Snapshot] | None,
+    oldest: tuple[float, Snapshot] | None,
+) -> dict[str, float]:
+    """Each replica's load, up state, tokens and answers per second, and its failovers and
+    ejections over the window: series named `<name>|<replica url>`."""
+    row: dict[str, float] = {}
+    wanted = {metric: name for name, metric in _REPLICA_GAUGES.items()}
+    current: set[str] = set()  # the fleet's replicas now (a removed one drops out)
+    for (metric, labels), value in snap.items():
+        replica = dict(labels).get("replica")
+        if replica and metric in wanted:
+            row[f"{wanted[metric]}|{replica}"] = value
+            current.add(replica)
+    for series, metric, base in [
+        *((n, m, prev) for n, m in _REPLICA_RATES.items()),
+        *((n, m, oldest) for n, m in _REPLICA_COUNTS.items()),
+    ]:
+        if base is None:
+            continue
+        per = max(1e-6, now - base[0]) if series in _REPLICA_RATES else 1.0
+        totals = dict.fromkeys(current, 0.0)  # a replica with none yet shows 0
+        for key, value in snap.items():
+            replica = dict(key[1]).get("replica")
+            if key[0] == metric and replica in totals:  # summed over the other labels (model)
+                totals[replica] = totals.get(replica, 0.0) + max(0.0, value - base[1].get(key, 0.0))
+        for replica, total in totals.items():
+            row[f"{series}|{replica}"] = total / per
+    return row
 
 
 def _delta(snap: Snapshot, base: Snapshot, name: str, lab: tuple[tuple[str, str], ...]) -> float:

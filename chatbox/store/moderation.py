@@ -132,6 +132,18 @@ class ModerationRepo:
         rows = await self.db.fetchall(sql, (*params, max(1, min(limit, 10_000))))
         return [ModerationItem.from_row(r) for r in rows]
 
+    async def for_turns(
+        self, conversation_id: str, turn_ids: builtins.list[str]
+    ) -> builtins.list[ModerationItem]:
+        """The items about these turns of a conversation (their marks in the chat view)."""
+        rows = await self.db.fetchall_in(
+            "SELECT m.*, NULL AS user_name FROM moderation_items m"
+            " WHERE m.turn_id IN ({marks}) AND m.conversation_id = ? ORDER BY m.created_at",
+            turn_ids,
+            (conversation_id,),
+        )
+        return [ModerationItem.from_row(r) for r in rows]
+
     async def resolve(self, item_id: str, status: str, by: str) -> ModerationItem | None:
         if status not in ("dismissed", "confirmed"):
             raise ValueError(f"unknown resolution {status!r}")

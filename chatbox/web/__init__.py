@@ -7,7 +7,9 @@ from litestar.types import ControllerRouterHandler
 
 from chatbox.web.admin import AdminApiController, AdminPagesController
 from chatbox.web.attachments import AttachmentsController
+from chatbox.web.chat_controls import ChatControlsController
 from chatbox.web.console import ConsoleController
+from chatbox.web.console_workspaces import ConsoleWorkspacesController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.data import DataController
 from chatbox.web.data_pages import DataPagesController
@@ -26,11 +28,8 @@ from chatbox.web.openai_api import OpenAIController
 from chatbox.web.pages import PagesController
 from chatbox.web.replicas import ReplicasController
 from chatbox.web.sharing import SharePagesController, SharesController
-from chatbox.web.workspaces import (
-    ConversationWorkspaceController,
-    WorkspacePagesController,
-    WorkspacesController,
-)
+from chatbox.web.workspace_pages import WorkspacePagesController
+from chatbox.web.workspaces import ConversationWorkspaceController, WorkspacesController
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,
@@ -47,6 +46,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AdminApiController,
     AdminPagesController,
     ConsoleController,
+    ConsoleWorkspacesController,
     ReplicasController,
     ModerationsController,
     ModerationAdminController,
@@ -56,6 +56,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     WorkspacesController,
     ConversationWorkspaceController,
     WorkspacePagesController,
+    ChatControlsController,
 ]
 
 

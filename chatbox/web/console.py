@@ -11,6 +11,7 @@ from litestar.response import Redirect
 
 from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import People
+from chatbox.cluster.local import LOCAL
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console_actions import (
     AUDIT_PAGE,
@@ -40,11 +41,16 @@ class ConsoleController(ConsoleActions):
     ) -> Response[str]:
         require_admin(user)
         models = services.models.pool.loaded()
-        return page(request, "console_live.html", "live", models=models)
+        # Router mode (some remote replica): plots per member of the fleet, "local" included
+        members = services.replicas.list()
+        remote = any(r["source"] != LOCAL for r in members)
+        replicas = [r["url"] for r in members] if remote else []
+        return page(request, "console_live.html", "live", models=models, replicas=replicas)
 
     @get("/data/live")
     async def live_data(self, services: ServicesDep, user: UserDep, since: float = 0.0) -> Any:
-        """Columns for the plots: times and one array per series ("tokens_per_s|model")."""
+        """Columns for the plots: times and one array per series ("tokens_per_s|model",
+        and in router mode "replica_tokens_per_s|replica url", ...)."""
         require_admin(user)
         return services.telemetry.ring.series(since)
 

@@ -108,7 +108,11 @@ class ConversationController(Controller):
         sharing: SharingDep,
         user: UserDep,
         conv_id: str,
-        revoke_links: bool = False,
+        revoke_links: bool = Parameter(
+            default=False,
+            description="Also revoke the conversation's share links (default: they stay "
+            "readable, being snapshots).",
+        ),
     ) -> None:
         """Erase the conversation and everything made from it (a temporary chat: forget it).
         Its share links stay readable unless `revoke_links=true` (they are snapshots)."""

@@ -13,12 +13,21 @@ from litestar.response import Stream
 
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, TurnRun
+from chatbox.chat.views import run_marks
 from chatbox.data import DataService
 from chatbox.web import urls
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.render import render_markdown
 from chatbox.web.sse import SSE_HEADERS, LastEventId, frame, last_event_id, with_heartbeats
-from chatbox.web.ui import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html, render, sidebar
+from chatbox.web.ui import (
+    FORM,
+    UI_EXCEPTION_HANDLERS,
+    AnyRequest,
+    html,
+    moderation_frame,
+    render,
+    sidebar,
+)
 from chatbox.web.uploads import read_upload
 
 
@@ -57,7 +66,7 @@ class DataPagesController(Controller):
         return html(
             request,
             "data.html",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             conv=None,
             **await _page_context(data_service, user),
         )
@@ -117,7 +126,7 @@ class DataPagesController(Controller):
         return html(
             request,
             "temporary.html",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             conv=None,
             tmp=None,
             keeps=data_service.tier_keeps(user),
@@ -136,7 +145,7 @@ class DataPagesController(Controller):
         return html(
             request,
             "temporary.html",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             conv=None,
             tmp=tmp,
             keeps=data_service.tier_keeps(user),
@@ -176,7 +185,14 @@ class DataPagesController(Controller):
         new: bool,
     ) -> Response[str]:
         run = await data.temporary.send(user, chat_id, content)
-        body = render(request, "_temporary_turns.html", run=run, content=content, chat_id=chat_id)
+        body = render(
+            request,
+            "_temporary_turns.html",
+            run=run,
+            content=content,
+            chat_id=chat_id,
+            marks=run_marks(run),
+        )
         headers = {}
         if new:  # the composer now sends to this chat; the address can be reloaded for an hour
             body += render(request, "_temporary_composer.html", chat_id=chat_id, oob=True)
@@ -213,7 +229,7 @@ async def _events(
     request: AnyRequest, run: TurnRun | None, turn_id: str, after: int
 ) -> AsyncIterator[bytes]:
     if run is None:
-        yield frame("done", render(request, "_temporary_done.html", run=None, turn_id=turn_id))
+        yield frame("done", _done(request, None, turn_id))
         return
     text = "".join(e.data["text"] for e in run.events[:after] if e.kind == "token")
     async with contextlib.aclosing(run.follow(after)) as events:
@@ -223,6 +239,14 @@ async def _events(
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
                 yield frame("html", render_markdown(text) or "", event.id)
+            elif event.kind == "moderation" and event.data.get("message"):
+                text = ""
+                yield moderation_frame(event)
             elif event.terminal:
-                body = render(request, "_temporary_done.html", run=run, turn_id=turn_id)
-                yield frame("done", body, event.id)
+                yield frame("done", _done(request, run, turn_id), event.id)
+
+
+def _done(request: AnyRequest, run: TurnRun | None, turn_id: str) -> str:
+    """The finished answer's bubble (a cut one shows its notice; marks as in a stored chat)."""
+    marks = run_marks(run) if run is not None else {}
+    return render(request, "_temporary_done.html", run=run, turn_id=turn_id, marks=marks)

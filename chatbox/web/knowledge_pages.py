@@ -51,7 +51,7 @@ class KnowledgePagesController(Controller):
             facts=await knowledge.memory.list(user.id),
             enabled=await knowledge.memory.enabled(user.id),
             notice="",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             conv=None,
         )
 

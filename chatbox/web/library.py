@@ -80,7 +80,7 @@ class LibraryController(Controller):
             "library.html",
             documents=await _rows(knowledge, user),
             notice="",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             conv=None,
         )
 

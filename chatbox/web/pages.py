@@ -19,7 +19,6 @@ from chatbox.chat import (
     TurnView,
 )
 from chatbox.knowledge import Knowledge
-from chatbox.web import urls
 from chatbox.web.deps import ChatDep, KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui import (
@@ -89,7 +88,7 @@ class PagesController(Controller):
             documents=[],
             models=chat.models.names(),
             default_model=chat.expected_model(user, None),
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
         )
 
     @get("/c/{conv_id:str}")
@@ -112,7 +111,7 @@ class PagesController(Controller):
         return html(
             request,
             "chat.html",
-            convs=await sidebar(chat, user),
+            **await sidebar(chat, user),
             **await conversation_context(chat, knowledge, user, view),
         )
 
@@ -155,14 +154,13 @@ class PagesController(Controller):
         self, request: AnyRequest, chat: ChatService, user: User, run: TurnRun
     ) -> Response[str]:
         conv = await chat.conversation(user, run.conversation_id)
-        user_turn = await chat.turn(user, conv.id, run.user_turn_id) if run.user_turn_id else None
+        # The user's bubble with its moderation mark (a warned or flagged message).
+        tv = await chat.turn_view(user, conv.id, run.user_turn_id) if run.user_turn_id else None
         body = ""
-        if user_turn is not None:
-            body += render(request, "_turn.html", conv=conv, tv=TurnView(user_turn, [user_turn.id]))
+        if tv is not None:
+            body += render(request, "_turn.html", conv=conv, tv=tv)
         body += render(request, "_streaming.html", conv=conv, run=run)
-        body += render(
-            request, "_sidebar.html", convs=await sidebar(chat, user), conv=conv, oob=True
-        )
+        body += render(request, "_sidebar.html", **await sidebar(chat, user), conv=conv, oob=True)
         return Response(body, media_type="text/html")
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
@@ -287,15 +285,7 @@ class PagesController(Controller):
             changes["model"] = chat.resolve_model(_blank(data.model))
         await chat.update_conversation(user, conv_id, **changes)
         view = await chat.view(user, conv_id)
-        context = chat_context(chat, view)
+        context = {**chat_context(chat, view), **await sidebar(chat, user)}
         body = render(request, "_header.html", **context)
-        body += render(
-            request, "_sidebar.html", convs=await sidebar(chat, user), oob=True, **context
-        )
+        body += render(request, "_sidebar.html", oob=True, **context)
         return Response(body, media_type="text/html")
-
-    @post("/ui/c/{conv_id:str}/delete", status_code=200)
-    async def delete(self, chat: ChatDep, user: UserDep, conv_id: str) -> Response[str]:
-        """Delete the conversation and go to a new chat."""
-        await chat.delete(user, conv_id)
-        return Response("", headers={"HX-Redirect": urls.home()})

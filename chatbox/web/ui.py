@@ -26,6 +26,7 @@ from chatbox.chat import (
     NotFound,
     Overloaded,
     RateLimited,
+    RunEvent,
     TooLong,
     TurnRun,
     TurnView,
@@ -121,15 +122,15 @@ async def new_chat_page(
     """A just-started conversation replacing the new-chat page: its chat, the sidebar (out
     of band), and the address bar pointing at it."""
     view = await chat.view(user, conv_id)
+    side = await sidebar(chat, user)
     body = render(
         request,
         "_chat.html",
         draft=draft,
+        workspaces=side["workspaces"],
         **await conversation_context(chat, knowledge, user, view),
     )
-    body += render(
-        request, "_sidebar.html", convs=await sidebar(chat, user), conv=view.conversation, oob=True
-    )
+    body += render(request, "_sidebar.html", **side, conv=view.conversation, oob=True)
     return Response(
         body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv_id)}
     )
@@ -215,6 +216,12 @@ def _text_until(run: TurnRun, event_id: int) -> str:
     return "".join(e.data["text"] for e in run.events[:event_id] if e.kind == "token")
 
 
+def moderation_frame(event: RunEvent) -> bytes:
+    """Output moderation cut the answer: the notice replaces what was shown."""
+    notice = html_escape(str(event.data["message"]))
+    return frame("html", f'<p class="moderation-note" role="status">{notice}</p>', event.id)
+
+
 async def final_turn(
     chat: ChatService, user: User, conv_id: str, turn_id: str
 ) -> tuple[TurnView | None, ConversationView | None]:
@@ -226,8 +233,7 @@ async def final_turn(
     for tv in view.turns:
         if tv.turn.id == turn_id:
             return tv, view
-    turn = await chat.turn(user, conv_id, turn_id)
-    return (TurnView(turn, [turn.id]) if turn else None), view
+    return await chat.turn_view(user, conv_id, turn_id), view
 
 
 async def _final_frame(
@@ -249,7 +255,7 @@ async def _final_frame(
         turn_id=turn_id,
         cited=cited,
         conv=view.conversation if view else None,
-        convs=await chat.conversations(user) if view else [],
+        **(await sidebar(chat, user) if view else {"convs": []}),
     )
     return frame("done", body, event_id)
 
@@ -282,12 +288,8 @@ async def ui_events(
                     continue  # more already waiting: render once, with all of it
                 yield frame("html", render_markdown(text) or "", event.id)
             elif event.kind == "moderation" and event.data.get("message"):
-                # Output moderation cut the answer: the notice replaces what was shown.
                 text = ""
-                notice = html_escape(str(event.data["message"]))
-                yield frame(
-                    "html", f'<p class="moderation-note" role="status">{notice}</p>', event.id
-                )
+                yield moderation_frame(event)
             elif event.kind == "queued" and not text:  # the server is busy: show the line
                 position = int(event.data["position"])
                 yield frame(
@@ -337,5 +339,8 @@ async def ui_stream(
     )
 
 
-async def sidebar(chat: ChatService, user: User) -> list[Conversation]:
-    return await chat.conversations(user)
+async def sidebar(chat: ChatService, user: User) -> dict[str, Any]:
+    """What the sidebar shows: the conversations, and the user's workspaces (id to name),
+    which it lists and by which it marks the conversations living in one."""
+    convs: list[Conversation] = await chat.conversations(user)
+    return {"convs": convs, "workspaces": await chat.workspace_names(user)}

@@ -120,7 +120,22 @@ def settings(conv_id: str) -> str:
 
 
 def delete(conv_id: str) -> str:
+    """GET: the delete dialog (it asks about the share links); POST: delete."""
     return f"{_conv(conv_id)}/delete"
+
+
+def shares(conv_id: str) -> str:
+    """The chat's share panel: GET lists its links, POST makes a new one."""
+    return f"{_conv(conv_id)}/shares"
+
+
+def revoke_share(conv_id: str, share_id: str) -> str:
+    return f"{shares(conv_id)}/{_seg(share_id)}/revoke"
+
+
+def move(conv_id: str) -> str:
+    """POST: move the conversation into a workspace (or back to personal)."""
+    return f"{_conv(conv_id)}/workspace"
 
 
 def attach_new() -> str:
@@ -237,6 +252,19 @@ def console_audit() -> str:
     return "/console/audit"
 
 
+def console_workspaces() -> str:
+    """GET: every workspace and its members; POST: a new one with its owner."""
+    return "/console/workspaces"
+
+
+def console_workspace_owner(ws_id: str) -> str:
+    return f"{console_workspaces()}/{_seg(ws_id)}/owners"
+
+
+def console_workspace_delete(ws_id: str) -> str:
+    return f"{console_workspaces()}/{_seg(ws_id)}/delete"
+
+
 # -- users' data: settings, export, import, deletion, temporary chats --------------------
 
 
@@ -314,6 +342,15 @@ def workspace_add_member(ws_id: str) -> str:
 
 def workspace_remove_member(ws_id: str, user_id: str) -> str:
     return f"/ui/w/{_seg(ws_id)}/members/{_seg(user_id)}/delete"
+
+
+def workspace_upload(ws_id: str) -> str:
+    """A document added to the workspace's library."""
+    return f"/ui/w/{_seg(ws_id)}/documents"
+
+
+def workspace_remove_document(ws_id: str, doc_id: str) -> str:
+    return f"{workspace_upload(ws_id)}/{_seg(doc_id)}/delete"
 
 
 # -- moderation review queue (admins) ----------------------------------------------------

@@ -1,24 +1,24 @@
 """Team workspaces: the API (admins create and delete, owners manage members, members move
-their conversations in) and a page where owners add and remove members."""
+their conversations in and keep the workspace's documents). Its pages: workspace_pages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from chatbox.accounts import User
-from chatbox.chat import ChatService, InvalidInput
+from chatbox.chat import ChatService, Conversation, InvalidInput
 from chatbox.chat.workspaces import Workspaces
+from chatbox.knowledge import Document, Knowledge
 from chatbox.store.workspaces import Member, Workspace, WorkspaceRole
-from chatbox.web import urls
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
 from chatbox.web.knowledge import document_out
 from chatbox.web.schemas import conversation_out
-from chatbox.web.ui import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html
+from chatbox.web.ui import AnyRequest
 from chatbox.web.uploads import NOT_MULTIPART, read_upload
 
 WorkspacesDep = NamedDependency[Workspaces]
@@ -55,8 +55,24 @@ def member_out(m: Member) -> dict[str, Any]:
     return {"user_id": m.user_id, "name": m.name, "role": m.role, "added_at": m.added_at}
 
 
-async def _conversations(chat: ChatService, user: User, ws_id: str) -> list[Any]:
+async def workspace_conversations(chat: ChatService, user: User, ws_id: str) -> list[Conversation]:
+    """The workspace's conversations, as one of its members sees them."""
     return [c for c in await chat.conversations(user) if c.workspace_id == ws_id]
+
+
+async def add_document(
+    request: AnyRequest, workspaces: Workspaces, knowledge: Knowledge, user: User, ws_id: str
+) -> Document:
+    """Read the multipart field `file` into the workspace's library (members only: anyone
+    else gets 404 before a byte is read)."""
+    ws, _ = await workspaces.get(user, ws_id)
+    form = await read_upload(request, knowledge.documents.max_bytes)
+    if form.file is None:
+        raise InvalidInput(NOT_MULTIPART, "file")
+    f = form.file
+    return await knowledge.documents.ingest(
+        user.id, None, f.filename, f.content_type, f.data, workspace_id=ws.id
+    )
 
 
 class WorkspacesController(Controller):
@@ -81,10 +97,11 @@ class WorkspacesController(Controller):
     ) -> dict[str, Any]:
         """A workspace, its members and its conversations (members only)."""
         ws, role = await workspaces.get(user, ws_id)
+        convs = await workspace_conversations(chat, user, ws.id)
         return {
             **workspace_out(ws, role),
             "members": [member_out(m) for m in await workspaces.members(user, ws.id)],
-            "conversations": [conversation_out(c) for c in await _conversations(chat, user, ws.id)],
+            "conversations": [conversation_out(c) for c in convs],
         }
 
     @delete("/{ws_id:str}", status_code=HTTP_204_NO_CONTENT)
@@ -116,22 +133,14 @@ class WorkspacesController(Controller):
     @post("/{ws_id:str}/documents", status_code=HTTP_201_CREATED, request_max_body_size=None)
     async def upload(
         self,
-        request: Request[Any, Any, Any],
+        request: AnyRequest,
         workspaces: WorkspacesDep,
         knowledge: KnowledgeDep,
         user: UserDep,
         ws_id: str,
     ) -> dict[str, Any]:
         """Add a file (multipart field `file`) to the workspace's library (members only)."""
-        ws, _ = await workspaces.get(user, ws_id)  # 404 before a byte is read
-        form = await read_upload(request, knowledge.documents.max_bytes)
-        if form.file is None:
-            raise InvalidInput(NOT_MULTIPART, "file")
-        f = form.file
-        doc = await knowledge.documents.ingest(
-            user.id, None, f.filename, f.content_type, f.data, workspace_id=ws.id
-        )
-        return document_out(doc)
+        return document_out(await add_document(request, workspaces, knowledge, user, ws_id))
 
     @delete("/{ws_id:str}/documents/{doc_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(
@@ -150,44 +159,3 @@ class ConversationWorkspaceController(Controller):
     ) -> dict[str, Any]:
         """Move one's own conversation into a workspace one belongs to (null: out again)."""
         return conversation_out(await workspaces.move(user, conv_id, data.workspace_id))
-
-
-class WorkspacePagesController(Controller):
-    include_in_schema = False
-    exception_handlers = UI_EXCEPTION_HANDLERS
-
-    @get("/w/{ws_id:str}")
-    async def page(
-        self,
-        request: AnyRequest,
-        workspaces: WorkspacesDep,
-        chat: ChatDep,
-        user: UserDep,
-        ws_id: str,
-    ) -> Response[str]:
-        ws, role = await workspaces.get(user, ws_id)
-        return html(
-            request,
-            "workspace.html",
-            ws=ws,
-            role=role,
-            manager=role == "owner" or user.role == "admin",
-            members=await workspaces.members(user, ws.id),
-            convs=await _conversations(chat, user, ws.id),
-            me=user,
-        )
-
-    @post("/ui/w/{ws_id:str}/members", status_code=200)
-    async def add_member(
-        self, workspaces: WorkspacesDep, user: UserDep, ws_id: str, data: Annotated[MemberIn, FORM]
-    ) -> Response[str]:
-        await workspaces.add_member(user, ws_id, data.name, "member")
-        return Response("", headers={"HX-Redirect": urls.workspace_page(ws_id)})
-
-    @post("/ui/w/{ws_id:str}/members/{user_id:str}/delete", status_code=200)
-    async def remove_member(
-        self, workspaces: WorkspacesDep, user: UserDep, ws_id: str, user_id: str
-    ) -> Response[str]:
-        await workspaces.remove_member(user, ws_id, user_id)
-        back = urls.workspace_page(ws_id) if user_id != user.id else urls.home()
-        return Response("", headers={"HX-Redirect": back})

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,16 +35,14 @@ class Replica:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "replica"]
-        args += ["--port", str(self.port), "--model", "tiny", "--n-parallel", "4"]
-        args += ["--n-ctx", "16384", "--n-ctx-per-seq", "4096", "--threads", "1"]
+        # A replica's default engine settings (slots, context, cached conversations); one
+        # thread each, as three of them share this machine's cores with the front.
+        args += ["--port", str(self.port), "--model", "tiny", "--threads", "1"]
         if token:
             args += ["--token", token]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
-        # Room to keep every conversation the affinity test sends here cached (the default,
-        # one cached sequence per slot, would evict some: a capacity miss, not a routing one).
-        env["CHATBOX_N_CACHED_SEQS"] = "32"
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.headers = headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -54,6 +53,13 @@ class Replica:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the replica did not start")
             time.sleep(0.1)
+
+    def stats(self) -> dict[str, Any]:
+        """The replica's own view of its tiny engine (its stats endpoint), and open streams."""
+        resp = httpx.get(self.url + "/v1/replica/stats", headers=self.headers, timeout=5)
+        assert resp.status_code == 200, resp.text
+        payload = resp.json()
+        return {**payload["models"]["tiny"], "streams": payload["streams"]}
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -90,15 +96,29 @@ def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
             r.stop()
 
 
-def front(data_dir: Path, urls: list[str], **overrides: object) -> LiveServer:
-    """A front with no local engine, routing the tiny model to these replicas."""
+@pytest.fixture
+def replica(replica_dir: Path) -> Iterator[Replica]:
+    one = Replica(replica_dir)
+    try:
+        yield one
+    finally:
+        one.stop()
+
+
+def front(
+    data_dir: Path, urls: list[str], local: Path | None = None, **overrides: object
+) -> LiveServer:
+    """A front routing the tiny model to these replicas; with `local` (the tiny GGUF) it
+    keeps a local engine for the model too, else it runs none."""
     options: dict[str, object] = {
         "replicas": tuple(urls),
         "replica_token": TOKEN,
-        "local_engine": False,
+        "local_engine": local is not None,
         "replica_timeout_s": 2.0,
         "replica_health_s": 0.3,
     }
     settings = test_settings(data_dir, **{**options, **overrides})
-    empty = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
-    return LiveServer(settings, empty)
+    registry = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
+    if local is not None:
+        registry.add(local, name="tiny", make_default=True, copy=False)
+    return LiveServer(settings, registry)

@@ -1,4 +1,8 @@
-"""A replica that passes health checks but hangs or sends garbage when asked to answer."""
+"""A replica that passes health checks but hangs, sends garbage, or answers slowly.
+
+"slow" speaks the replica protocol correctly, one token every `pace_s`, so an answer holds
+its slot for as long as a test needs (the tiny model writes thousands of tokens a second).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,22 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-HEALTH = {"models": {"tiny": {"n_ctx_per_seq": 4096}}, "stats": {}, "slots": 4}
+from chatbox.cluster.protocol import event_to_json, line
+from chatbox.engine.types import DoneEvent, TokenEvent, Usage
+
+
+def health(slots: int) -> dict[str, Any]:
+    return {"models": {"tiny": {"n_ctx_per_seq": 4096}}, "stats": {}, "slots": slots}
 
 
 class FakeReplica:
-    def __init__(self, misbehaviour: str) -> None:
+    def __init__(self, misbehaviour: str, slots: int = 4, pace_s: float = 0.05) -> None:
         self.misbehaviour = misbehaviour
+        self.slots = slots
+        self.pace_s = pace_s
         self.generate_calls = 0
+        self.running = 0  # answers being streamed now ("slow")
+        self.lock = threading.Lock()
         self.closing = threading.Event()
         fake = self
 
@@ -23,10 +36,14 @@ class FakeReplica:
                 pass
 
             def do_GET(self) -> None:
-                self._send(json.dumps(HEALTH).encode(), "application/json")
+                self._send(json.dumps(health(fake.slots)).encode(), "application/json")
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                if self.path.endswith("/tokenize"):
+                    tokens = sum(len(m["content"]) // 3 + 8 for m in body["messages"])
+                    self._send(json.dumps({"tokens": tokens}).encode(), "application/json")
+                    return
                 fake.generate_calls += 1
                 if fake.misbehaviour == "hang":  # headers, then silence
                     self.send_response(200)
@@ -34,7 +51,31 @@ class FakeReplica:
                     self.wfile.flush()
                     fake.closing.wait(60)
                     return
+                if fake.misbehaviour == "slow":
+                    self._slowly(int(body.get("sampling", {}).get("max_tokens", 16)))
+                    return
                 self._send(b"<html>502 bad gateway</html>\nnot json at all\n", "text/html")
+
+            def _slowly(self, max_tokens: int) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "application/x-ndjson")
+                self.end_headers()
+                with fake.lock:
+                    fake.running += 1
+                try:
+                    self.wfile.write(line({"type": "start", "prompt_tokens": 10}))
+                    for i in range(max_tokens):
+                        if fake.closing.wait(fake.pace_s):
+                            return
+                        self.wfile.write(line(event_to_json(TokenEvent("word "), i + 1)))
+                        self.wfile.flush()
+                    done = DoneEvent("length", Usage(10, max_tokens, 0))
+                    self.wfile.write(line(event_to_json(done)))
+                except OSError:  # the front closed the stream: the cancel
+                    pass
+                finally:
+                    with fake.lock:
+                        fake.running -= 1
 
             def _send(self, body: bytes, kind: str) -> None:
                 self.send_response(200)
@@ -53,7 +94,12 @@ class FakeReplica:
         time.sleep(0.05)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Gone: it answers nothing any more (health checks fail)."""
         self.closing.set()
         self.server.shutdown()
         self.server.server_close()
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.closing.is_set():
+            self.stop()

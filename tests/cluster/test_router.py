@@ -12,6 +12,7 @@ import pytest
 
 from chatbox.cluster.fleet import weight
 from tests.cluster.conftest import TOKEN, Replica, front
+from tests.observability.test_telemetry import sample
 from tests.sse import parse_sse
 
 
@@ -98,6 +99,8 @@ def test_kill_9_mid_answer_continues_on_another_replica(
         assert final is not None
         assert final["kind"] == "done" and final["status"] == "complete", final
         assert failovers(server.url, server.headers) == 1  # it did move, once
+        metrics = httpx.get(f"{server.url}/metrics", headers=server.headers).text
+        assert sample(metrics, "chatbox_replica_failovers_total", replica=serving) == 1
         # Continuous: the answer ran to its full length, charged once for what was received.
         assert final["finish_reason"] == "length"
         assert final["usage"]["completion_tokens"] >= 3900

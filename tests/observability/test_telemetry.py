@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -12,6 +13,8 @@ from prometheus_client import generate_latest
 from chatbox.observability.logs import JsonFormatter, TraceIdFilter
 from chatbox.observability.ring import MetricRing, quantile
 from tests.gateway import gateway_box
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TURN_SPANS = {
     "turn",
@@ -71,6 +74,27 @@ def test_http_requests_are_counted_by_route_template_and_status(
         assert conv not in text and "nope-not-there" not in text
 
 
+def test_requests_no_route_matches_are_counted_under_one_bounded_label(
+    tmp_path: Path, tiny_gguf: Path
+) -> None:
+    junk = secrets.token_hex(8)
+    with gateway_box(tmp_path, tiny_gguf) as box:
+        for _ in range(2):
+            response = box.client.get(f"/no/such/path/{junk}", headers=box.h("bob"))
+            assert response.status_code == 404
+            assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-trace-id"])
+        text = metrics_text(box)
+        series = [
+            line
+            for line in text.splitlines()
+            if line.startswith("chatbox_http_requests_total{") and 'status="404"' in line
+        ]
+        assert series == [
+            'chatbox_http_requests_total{method="GET",route="<unmatched>",status="404"} 2.0'
+        ]
+        assert junk not in text and "/no/such" not in text
+
+
 def test_admission_and_auth_failures_are_counted(tmp_path: Path, tiny_gguf: Path) -> None:
     with gateway_box(tmp_path, tiny_gguf, free_rpm=1) as box:
         assert box.complete("ann").status_code == 200
@@ -110,6 +134,52 @@ def test_store_latency_and_turns_are_measured(tmp_path: Path, tiny_gguf: Path) -
         assert (sample(text, "chatbox_store_operation_seconds_count", op="read") or 0) > 0
         assert sample(text, "chatbox_turns_total", model="big", status="complete") == 1
         assert sample(text, "chatbox_knowledge_retrieval_seconds_count") == 1
+
+
+def test_knowledge_and_moderation_work_is_measured(tmp_path: Path, tiny_gguf: Path) -> None:
+    with gateway_box(tmp_path, tiny_gguf) as box:
+        take_turn(box)
+        manual = b"The Zephyr-9 pump must be descaled every 90 days.\n\n" * 20
+        r = box.client.post(
+            "/v1/documents",
+            headers=box.h("bob"),
+            files={"file": ("zephyr-manual.txt", manual, "text/plain")},
+        )
+        assert r.status_code == 201, r.text
+        r = box.client.post("/v1/embeddings", json={"input": "hello"}, headers=box.h("bob"))
+        assert r.status_code == 200
+        text = metrics_text(box)
+        assert sample(text, "chatbox_knowledge_ingestions_total", outcome="stored") == 1
+        assert sample(text, "chatbox_knowledge_ingestion_seconds_count") == 1
+        embedded = [
+            dict(re.findall(r'(\w+)="([^"]*)"', line))["purpose"]
+            for line in text.splitlines()
+            if line.startswith("chatbox_knowledge_embedded_texts_total{")
+        ]
+        assert embedded and set(embedded) <= {"query", "bulk"}
+        # the user's message and the answer were checked once each, the document too (by part)
+        for direction, times in (("input", 1), ("output", 1), ("document", None)):
+            checks = sample(text, "chatbox_moderation_checks_total", direction=direction)
+            assert checks and checks == (times or checks), (direction, checks)
+            assert sample(text, "chatbox_moderation_latency_seconds_count", direction=direction)
+        assert "zephyr" not in text.lower() and "descaled" not in text
+
+
+def test_the_grafana_dashboard_plots_metrics_the_app_exports(
+    tmp_path: Path, tiny_gguf: Path
+) -> None:
+    dashboard = json.loads((ROOT / "docs" / "grafana" / "chatbox.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {"Tokens per second by replica", "Failovers and ejections by replica"} <= titles
+    names = {n for e in exprs for n in re.findall(r"\bchatbox_\w+", e)}
+    with gateway_box(tmp_path, tiny_gguf) as box:
+        families = set(re.findall(r"^# TYPE (\w+) ", metrics_text(box), re.M))
+    # a family's samples carry these suffixes (families are listed before any sample)
+    suffix = re.compile(r"_(total|bucket|count|sum)$")
+    missing = {n for n in names if n not in families and suffix.sub("", n) not in families}
+    assert not missing, missing
+    assert any("replica" in e for e in exprs)
 
 
 def test_a_turn_is_one_trace_with_the_named_spans_and_the_header(

@@ -61,6 +61,56 @@ def test_anonymous_goes_to_login_and_a_member_is_refused(box: Box) -> None:
     assert "tiny" in box.client.app.state.services.models.pool.loaded()
 
 
+def console_routes(box: Box) -> list[tuple[str, str]]:
+    """(method, path) of every console route the app has, path parameters filled in."""
+    out = []
+    for route in box.client.app.routes:
+        if not route.path.startswith("/console"):
+            continue
+        path = re.sub(r"\{[^}]+\}", "x", route.path)
+        out += [(m, path) for m in sorted(route.methods) if m in ("GET", "POST")]
+    return out
+
+
+def test_every_console_route_is_for_admins_only(box: Box) -> None:
+    routes = console_routes(box)
+    posts = [path for method, path in routes if method == "POST"]
+    assert len(routes) >= len(PAGES) + 5 and posts, routes
+    for method, path in routes:
+        r = box.client.request(method, path, follow_redirects=False)
+        if method == "GET":  # a browser is sent to log in
+            assert r.status_code == 303 and r.headers["location"].startswith("/login"), path
+        else:
+            assert r.status_code in (303, 401), (path, r.status_code)
+    box.login("admin")
+    before = audit_actions(box)
+    box.client.cookies.clear()
+    csrf = box.login("ann")  # a member
+    for method, path in routes:
+        if method == "GET":
+            r = box.client.get(path, follow_redirects=False)
+        else:
+            r = box.client.post(
+                path,
+                data={"value": "admin", "name": "x"},
+                headers={"x-csrf-token": csrf, "HX-Request": "true"},
+            )
+        assert r.status_code == 403, (method, path, r.status_code)
+    box.login("admin")
+    assert audit_actions(box) == before  # none of those attempts did anything
+
+
+def test_console_navigation_reaches_the_moderation_queue_and_the_audit_log(box: Box) -> None:
+    box.login("admin")
+    page = box.client.get("/console/live").text
+    nav = page.split('class="console-nav"', 1)[1].split("</nav>", 1)[0]
+    for href in ("/console/audit", "/admin/moderation", "/console/traces", "/console/people"):
+        assert f'href="{href}"' in nav, href
+    assert box.client.get("/admin/moderation").status_code == 200
+    box.login("ann")
+    assert box.client.get("/admin/moderation", follow_redirects=False).status_code == 403
+
+
 def test_admin_sees_every_page(box: Box) -> None:
     box.login("admin")
     for url in PAGES:
@@ -71,6 +121,9 @@ def test_admin_sees_every_page(box: Box) -> None:
     assert "loaded" in models
     live = box.client.get("/console/data/live").json()
     assert set(live) == {"interval_s", "t", "series"}
+    page = box.client.get("/console/live").text
+    assert 'data-plot="tokens_per_s"' in page
+    assert 'data-plot="replica_load"' not in page  # no replicas: no per-replica plots
 
 
 def test_people_actions_take_effect_and_are_audited(box: Box) -> None:

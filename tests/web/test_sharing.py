@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -144,3 +145,83 @@ def test_sharing_off_for_a_tier(data_dir, registry) -> None:  # type: ignore[no-
             send_turn(client, headers, conv, "hi")
             r = client.post(f"/v1/conversations/{conv}/shares", headers=headers)
             assert r.status_code == status, r.text
+
+
+def test_deleting_a_chat_in_the_browser_asks_about_its_links(app) -> None:  # type: ignore[no-untyped-def]
+    client, owner, reader = app
+    hx = {**owner, "HX-Request": "true"}
+
+    def shared_chat(text: str) -> tuple[str, str]:
+        conv = client.post("/v1/conversations", headers=owner, json={}).json()["id"]
+        send_turn(client, owner, conv, text)
+        return conv, client.post(f"/v1/conversations/{conv}/shares", headers=owner).json()["url"]
+
+    # No links: a plain confirmation.
+    lone = client.post("/v1/conversations", headers=owner, json={}).json()["id"]
+    dialog = client.get(f"/ui/c/{lone}/delete", headers=hx).text
+    assert "This cannot be undone" in dialog and "revoke" not in dialog
+    # Someone else's chat: no dialog at all.
+    assert client.get(f"/ui/c/{lone}/delete", headers=reader).status_code == 404
+    # With a live link the dialog offers both choices.
+    kept, kept_url = shared_chat("a chat whose link outlives it")
+    dialog = client.get(f"/ui/c/{kept}/delete", headers=hx).text
+    assert "1 live share link" in dialog
+    assert "Delete and revoke links" in dialog and "Delete, keep links" in dialog
+    r = client.post(f"/ui/c/{kept}/delete", headers=hx, data={"revoke_links": "false"})
+    assert r.status_code == 200 and r.headers["hx-redirect"] == "/"
+    assert client.get(f"/v1/conversations/{kept}", headers=owner).status_code == 404
+    page = anonymous(client, kept_url)
+    assert page.status_code == 200 and "a chat whose link outlives it" in page.text
+    client.headers.update(owner)
+    gone, gone_url = shared_chat("a chat whose link goes with it")
+    r = client.post(f"/ui/c/{gone}/delete", headers=hx, data={"revoke_links": "true"})
+    assert r.status_code == 200
+    assert client.get(f"/v1/conversations/{gone}", headers=owner).status_code == 404
+    assert anonymous(client, gone_url).status_code == 404
+    client.headers.update(owner)
+    assert [s["conversation_id"] for s in client.get("/v1/shares").json()["data"]] == [kept]
+
+
+def test_share_panel_makes_lists_and_revokes_links(app) -> None:  # type: ignore[no-untyped-def]
+    client, owner, reader = app
+    hx = {**owner, "HX-Request": "true"}
+    conv = client.post("/v1/conversations", headers=owner, json={}).json()["id"]
+    send_turn(client, owner, conv, "what the panel shares")
+    panel = client.get(f"/ui/c/{conv}/shares", headers=hx).text
+    assert "No live links" in panel and "Create a link" in panel
+    made = client.post(f"/ui/c/{conv}/shares", headers=hx).text
+    url = re.search(r'class="share-url" readonly value="([^"]+)"', made)
+    assert url and url.group(1).startswith("http") and "/s/" in url.group(1), made
+    assert "2 messages" in made
+    share_id = client.get("/v1/shares", headers=owner).json()["data"][0]["id"]
+    # Only the chat's starter reaches its panel or revokes its links.
+    assert client.get(f"/ui/c/{conv}/shares", headers=reader).status_code == 404
+    assert client.post(f"/ui/c/{conv}/shares", headers=reader).status_code == 404
+    r = client.post(f"/ui/c/{conv}/shares/{share_id}/revoke", headers=reader)
+    assert r.status_code == 404
+    path = url.group(1)[url.group(1).index("/s/") :]
+    assert anonymous(client, path).status_code == 200
+    client.headers.update(owner)
+    after = client.post(f"/ui/c/{conv}/shares/{share_id}/revoke", headers=hx).text
+    assert "Link revoked" in after and "No live links" in after
+    assert anonymous(client, path).status_code == 404
+
+
+def test_deleting_the_account_makes_its_links_404(app) -> None:  # type: ignore[no-untyped-def]
+    client, owner, reader = app
+    conv = client.post("/v1/conversations", headers=owner, json={}).json()["id"]
+    send_turn(client, owner, conv, "shared before the account went")
+    link = client.post(f"/v1/conversations/{conv}/shares", headers=owner).json()
+    theirs = client.post("/v1/conversations", headers=reader, json={}).json()["id"]
+    send_turn(client, reader, theirs, "someone else's link")
+    other = client.post(f"/v1/conversations/{theirs}/shares", headers=reader).json()
+    assert anonymous(client, link["url"]).status_code == 200
+    r = client.post("/v1/users/me/delete", headers=owner, json={"confirm": "olive"})
+    assert r.status_code == 204, r.text
+    assert anonymous(client, link["url"]).status_code == 404
+    assert anonymous(client, link["url"] + "/continue").status_code in (302, 303, 404)
+    # Only that account's links: another user's stays readable.
+    assert anonymous(client, other["url"]).status_code == 200
+    db = client.app.state.services.settings.db_path
+    client.blocking_portal.call(client.app.state.services.store.db.checkpoint)
+    assert b"shared before the account went" not in db.read_bytes()

@@ -1,0 +1,71 @@
+"""The input check's path: a message's embedding is computed once (moderation, then memory
+and document retrieval reuse it), it never waits behind answer windows being encoded, and
+torch encodes with one thread."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from litestar.testing import TestClient
+
+from chatbox.knowledge.embedder import Embedder
+from tests.sse import parse_sse
+
+
+async def test_a_message_is_embedded_ahead_of_answer_windows_being_encoded() -> None:
+    import torch
+
+    embedder = Embedder()
+    await embedder.load()
+    assert torch.get_num_threads() == 1  # small batches: one thread each, no oversubscription
+    windows = [f"{i} " + "the answer goes on and on about rivers and hills " * 6 for i in range(48)]
+    finished: list[str] = []
+
+    async def answer_windows() -> None:
+        await embedder.embed(windows)  # the background lane, as output moderation does
+        finished.append("windows")
+
+    async def message() -> None:
+        await asyncio.sleep(0.02)  # the windows are being encoded by now
+        await embedder.embed_one("is this message all right to send?")
+        finished.append("message")
+
+    try:
+        await asyncio.gather(answer_windows(), message())
+    finally:
+        embedder.close()
+    assert finished == ["message", "windows"]
+
+
+def test_a_message_is_embedded_once_for_moderation_and_retrieval(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[str] = []
+    asked: list[str] = []
+    real_encode, real_one = Embedder._encode_sync, Embedder.embed_one
+
+    def encode(self: Embedder, lane: object, texts: list[str]) -> object:
+        encoded.extend(texts)
+        return real_encode(self, lane, texts)  # type: ignore[arg-type]
+
+    async def embed_one(self: Embedder, text: str) -> object:
+        asked.append(text)
+        return await real_one(self, text)
+
+    monkeypatch.setattr(Embedder, "_encode_sync", encode)
+    monkeypatch.setattr(Embedder, "embed_one", embed_one)
+    # A remembered fact: each turn's message is now also used to retrieve memory.
+    r = client.patch("/v1/users/me/memory", json={"add": ["I live in Lisbon"]})
+    assert r.status_code == 200, r.text
+    conv = client.post("/v1/conversations", json={}).json()["id"]
+    short = "What should I cook tonight?"
+    long = " ".join(f"Point {i}: we plan a quiet weekend of walks by the river." for i in range(20))
+    assert len(long) > 800  # moderation scores it in pieces; retrieval reads it whole
+    for text in (short, long):
+        encoded.clear()
+        asked.clear()
+        r = client.post(f"/v1/conversations/{conv}/turns", json={"content": text})
+        assert [e.event for e in parse_sse(iter(r.text.split("\n")))][-1] == "done"
+        assert asked.count(text) == 2  # moderation, then retrieval
+        assert encoded.count(text) == 1  # ...but the model ran on it once
