@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter
 from chatbox.cluster.clients import Client, Health, ReplicaFailed, client_for
 from chatbox.cluster.local import LOCAL
 from chatbox.cluster.metrics import ReplicaCounters
+from chatbox.cluster.model_metrics import RemoteModelMetrics
 from chatbox.cluster.protocol import ReplicaSpec
 from chatbox.engine.types import EngineStats
 
@@ -127,6 +128,8 @@ class Fleet:
             registry=registry,
         )
         self.per_replica = ReplicaCounters(registry, lambda: self.members.values())
+        # per model, for answers from remote replicas (the console's per-model plots)
+        self.per_model = RemoteModelMetrics(registry, lambda: self.members.values())
 
     # -- membership --------------------------------------------------------------------
     def add(self, spec: ReplicaSpec, source: str, draining: bool = False) -> Member:

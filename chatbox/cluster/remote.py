@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -117,6 +118,8 @@ class RemoteGeneration:
         self.text = ""  # what the client has been sent
         self.tokens = 0
         self.replicas: list[str] = []  # where it ran, in order (failovers add to it)
+        self._submitted = time.monotonic()
+        self._last_token: float | None = None  # when the client was last sent a token
         self._events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         self._finished = False
         self._pump = asyncio.get_running_loop().create_task(self._run())
@@ -146,6 +149,8 @@ class RemoteGeneration:
         return Usage(self.prompt_tokens, self.tokens, cached)
 
     def _done(self, reason: str, last: Usage | None = None, error: str | None = None) -> None:
+        if not self.replicas or self.replicas[-1] != LOCAL:  # the local engine counts its own
+            self.engine.fleet.per_model.requests.labels(self.engine.name, reason).inc()
         self._events.put_nowait(DoneEvent(reason, self._usage(last), error))  # type: ignore[arg-type]
 
     async def _run(self) -> None:
@@ -201,6 +206,7 @@ class RemoteGeneration:
         # Tokens from this replica, counted as they arrive (one per event: a replica may
         # batch several in one) and made exact by its usage at the end.
         streamed, counted = self.engine.fleet.per_replica.tokens.labels(member.url), 0
+        figures = _Figures(self.engine, member)
         try:
             stream = member.client.stream(self.engine.name, request)
             async for event in stream:
@@ -208,6 +214,7 @@ class RemoteGeneration:
                     if len(self.replicas) == 1:
                         self.prompt_tokens = event.prompt_tokens
                 elif isinstance(event, TokenEvent):
+                    self._last_token = figures.token(self._submitted, self._last_token)
                     self.text += event.text
                     self.tokens += 1
                     streamed.inc()
@@ -215,6 +222,7 @@ class RemoteGeneration:
                     self._events.put_nowait(event)
                 else:
                     streamed.inc(max(0, event.usage.completion_tokens - counted))
+                    figures.done(event.usage, counted)
                     if not self.prompt_tokens and not request.continue_text:
                         self.prompt_tokens = event.usage.prompt_tokens
                     if len(self.replicas) == 1 and event.usage.completion_tokens:
@@ -241,3 +249,36 @@ class RemoteGeneration:
         if tried:
             return "no replica is left to finish this answer"
         return f"no healthy replica serves {self.engine.name}"
+
+
+class _Figures:
+    """The per-model figures (`model_metrics`) of one stream from one replica; nothing for
+    the member "local", whose engine records its own."""
+
+    def __init__(self, engine: RemoteEngine, member: Member) -> None:
+        self.on = member.source != LOCAL
+        self.cache = member.spec.kind != "openai"  # chatbox replicas report cached tokens
+        figures, model = engine.fleet.per_model, engine.name
+        self.ttft, self.tpot = figures.ttft.labels(model), figures.tpot.labels(model)
+        self.tokens = figures.tokens.labels(model)
+        self.hit, self.miss = figures.cache_hit.labels(model), figures.cache_miss.labels(model)
+
+    def token(self, submitted: float, last: float | None) -> float:
+        """One token event arrived: the answer's first (TTFT) or the gap since the last."""
+        now = time.monotonic()
+        if self.on:
+            if last is None:
+                self.ttft.observe(now - submitted)
+            else:  # after a failover this gap holds the switch: the client waited it too
+                self.tpot.observe(now - last)
+            self.tokens.inc()
+        return now
+
+    def done(self, usage: Usage, counted: int) -> None:
+        """Exact tokens from the replica's usage (an event may carry several)."""
+        if not self.on:
+            return
+        self.tokens.inc(max(0, usage.completion_tokens - counted))
+        if self.cache and usage.prompt_tokens:
+            self.hit.inc(usage.cached_tokens)
+            self.miss.inc(max(0, usage.prompt_tokens - usage.cached_tokens))

@@ -14,8 +14,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-_TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+# Shared with the front's figures for answers from replicas (cluster), so the console can
+# merge the two histograms bucket by bucket
+TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
 class EngineMetricFamilies:
@@ -39,13 +41,13 @@ class EngineMetricFamilies:
         self.ttft = Histogram(
             "chatbox_engine_time_to_first_token_seconds",
             "Submit to first sampled token",
-            buckets=_TIME_BUCKETS,
+            buckets=TIME_BUCKETS,
             **kw,
         )
         self.tpot = Histogram(
             "chatbox_engine_time_per_output_token_seconds",
             "Time between sampled tokens of one stream",
-            buckets=_TPOT_BUCKETS,
+            buckets=TPOT_BUCKETS,
             **kw,
         )
         self.tokens = Counter(

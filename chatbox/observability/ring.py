@@ -14,12 +14,16 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 Snapshot = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-# (plot series, metric) pairs; `{model}` series are per label value of "model"
+# A model's figures come from this process's engine and, in router mode, from the front's
+# record of answers that remote replicas served: the same families under two prefixes (an
+# answer is in one of them only), added up per model.
+_SOURCES = ("chatbox_engine_", "chatbox_remote_")
+# (plot series, metric after the prefix) pairs; `{model}` series are per label "model"
 _GAUGES = {
-    "queue_depth": "chatbox_engine_queue_depth",
-    "running": "chatbox_engine_running_sequences",
-    "kv_cells_used": "chatbox_engine_kv_cells_used",
-    "kv_cells_total": "chatbox_engine_kv_cells_total",
+    "queue_depth": "queue_depth",
+    "running": "running_sequences",
+    "kv_cells_used": "kv_cells_used",
+    "kv_cells_total": "kv_cells_total",
 }
 # per replica (router mode): `{replica}` series are per label value of "replica"
 _REPLICA_GAUGES = {
@@ -36,8 +40,9 @@ _REPLICA_COUNTS = {
     "replica_faults_failovers": "chatbox_replica_failovers_total",
     "replica_faults_ejections": "chatbox_replica_ejections_total",
 }
-_TTFT = "chatbox_engine_time_to_first_token_seconds"
-_TPOT = "chatbox_engine_time_per_output_token_seconds"
+_TTFT = "time_to_first_token_seconds"
+_TPOT = "time_per_output_token_seconds"
+_OUTCOMES = {f"{p}requests_total" for p in _SOURCES}
 
 
 def snapshot(registry: CollectorRegistry) -> Snapshot:
@@ -107,23 +112,21 @@ class MetricRing:
         oldest: tuple[float, Snapshot] | None,
     ) -> dict[str, float]:
         row: dict[str, float] = {}
-        models = {dict(k[1]).get("model") for k in snap if k[0].startswith("chatbox_engine_")}
+        models = {dict(k[1]).get("model") for k in snap if k[0].startswith(_SOURCES)}
         for model in sorted(m for m in models if m):
             lab = (("model", model),)
             for series, metric in _GAUGES.items():
-                value = snap.get((metric, lab))
-                if value is not None:
-                    row[f"{series}|{model}"] = value
+                values = [snap.get((p + metric, lab)) for p in _SOURCES]
+                if any(v is not None for v in values):
+                    row[f"{series}|{model}"] = sum(v for v in values if v is not None)
             if prev is not None:
                 dt = max(1e-6, now - prev[0])
-                tokens = "chatbox_engine_generated_tokens_total"
-                row[f"tokens_per_s|{model}"] = max(
-                    0.0, (snap.get((tokens, lab), 0.0) - prev[1].get((tokens, lab), 0.0)) / dt
-                )
+                tokens = _delta(snap, prev[1], "generated_tokens_total", lab)
+                row[f"tokens_per_s|{model}"] = tokens / dt
             if oldest is not None:
                 base = oldest[1]
-                hit = _delta(snap, base, "chatbox_engine_prefix_cache_hit_tokens_total", lab)
-                miss = _delta(snap, base, "chatbox_engine_prefix_cache_miss_tokens_total", lab)
+                hit = _delta(snap, base, "prefix_cache_hit_tokens_total", lab)
+                miss = _delta(snap, base, "prefix_cache_miss_tokens_total", lab)
                 if hit + miss > 0:
                     row[f"cache_hit_rate|{model}"] = hit / (hit + miss)
                 for name, metric in (("ttft", _TTFT), ("tpot", _TPOT)):
@@ -137,7 +140,7 @@ class MetricRing:
             for key, value in snap.items():
                 name, labels = key
                 d = dict(labels)
-                if name == "chatbox_engine_requests_total":
+                if name in _OUTCOMES:
                     outcome = d.get("finish_reason", "")
                 elif name == "chatbox_admission_decisions_total" and d.get("decision") in (
                     "rate_limited",
@@ -196,19 +199,27 @@ def _replica_row(
 
 
 def _delta(snap: Snapshot, base: Snapshot, name: str, lab: tuple[tuple[str, str], ...]) -> float:
-    return max(0.0, snap.get((name, lab), 0.0) - base.get((name, lab), 0.0))
+    """The increase of a counter (named after its prefix) over both sources."""
+    total = 0.0
+    for prefix in _SOURCES:
+        key = (prefix + name, lab)
+        total += max(0.0, snap.get(key, 0.0) - base.get(key, 0.0))
+    return total
 
 
 def _bucket_deltas(
     snap: Snapshot, base: Snapshot, metric: str, model: str
 ) -> list[tuple[float, float]]:
-    out = []
+    """One model's histogram increase, bucket by bucket over both sources (which share
+    their bucket bounds, so a sum per bound is the histogram of all its answers)."""
+    out: dict[float, float] = {}
+    names = {p + metric + "_bucket" for p in _SOURCES}
     for (name, labels), value in snap.items():
-        if name != metric + "_bucket":
+        if name not in names:
             continue
         d = dict(labels)
         if d.get("model") != model:
             continue
         le = float(d["le"])
-        out.append((le, max(0.0, value - base.get((name, labels), 0.0))))
-    return out
+        out[le] = out.get(le, 0.0) + max(0.0, value - base.get((name, labels), 0.0))
+    return list(out.items())

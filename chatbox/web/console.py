@@ -45,12 +45,21 @@ class ConsoleController(ConsoleActions):
         members = services.replicas.list()
         remote = any(r["source"] != LOCAL for r in members)
         replicas = [r["url"] for r in members] if remote else []
-        return page(request, "console_live.html", "live", models=models, replicas=replicas)
+        served = sorted({m for r in members if r["source"] != LOCAL for m in r["models"]})
+        return page(
+            request,
+            "console_live.html",
+            "live",
+            models=models,
+            replicas=replicas,
+            served=served,
+        )
 
     @get("/data/live")
     async def live_data(self, services: ServicesDep, user: UserDep, since: float = 0.0) -> Any:
-        """Columns for the plots: times and one array per series ("tokens_per_s|model",
-        and in router mode "replica_tokens_per_s|replica url", ...)."""
+        """Columns for the plots: times and one array per series ("tokens_per_s|model":
+        its local engine's figures plus those of its answers from replicas; in router mode
+        also "replica_tokens_per_s|replica url", ...)."""
         require_admin(user)
         return services.telemetry.ring.series(since)
 

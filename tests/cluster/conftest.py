@@ -17,6 +17,7 @@ import pytest
 
 from chatbox.engine.registry import ModelRegistry
 from tests.conftest import LiveServer, test_settings
+from tests.tinymodel import make_tiny_gguf
 
 TOKEN = "replica-secret-for-tests"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -99,6 +100,28 @@ def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
 @pytest.fixture
 def replica(replica_dir: Path) -> Iterator[Replica]:
     one = Replica(replica_dir)
+    try:
+        yield one
+    finally:
+        one.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_replica_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wider "tiny" model: a few hundred tokens a second on one core instead of thousands,
+    so an answer is still being written at the replica when a test acts on it."""
+    base = tmp_path_factory.mktemp("slow-replica")
+    gguf = make_tiny_gguf(base / "slow.gguf", n_layer=4, n_embd=256, n_head=8, n_ff=1024)
+    data = base / "data"
+    ModelRegistry(data / "models", data / "no-manifest.toml").add(
+        gguf, name="tiny", make_default=True, copy=False
+    )
+    return data
+
+
+@pytest.fixture
+def slow_replica(slow_replica_dir: Path) -> Iterator[Replica]:
+    one = Replica(slow_replica_dir)
     try:
         yield one
     finally:
