@@ -219,7 +219,7 @@ class LlamaEngine:
             disk=disk,
             lookup_draft=s.lookup_draft,
             # A configured count is kept; by default the count is measured per kind of step.
-            tuner=ThreadTuner(cores, (threads, batch_threads)) if s.n_threads <= 0 else None,
+            tuner=ThreadTuner(cores, (threads, batch_threads), explore=s.n_threads <= 0),
         )
         self._scheduler.start()
 

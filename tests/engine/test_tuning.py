@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from chatbox.cpu import URGENT
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.tuning import (
     EXPLORE_EVERY,
     ThreadTuner,
+    available_cores,
     decode_threads,
     prefix_cache_warning,
     thread_choices,
@@ -152,3 +154,21 @@ async def test_tuned_threads_give_the_same_greedy_answers(tiny_gguf: Path) -> No
         await tuned.stop()
         tuned.close()
     assert [g.text for g in got] == [w.text for w in want]
+
+
+async def test_urgent_work_in_the_process_gets_a_core_while_it_runs(tiny_gguf: Path) -> None:
+    engine = await started(tiny_gguf, replace(SMALL, n_threads=2))
+    try:
+        sched = engine._scheduler
+        assert sched is not None and sched.tuner is not None
+        assert sched.tuner.choices == (2,)  # a configured count: nothing else is tried
+        with URGENT.hold():
+            during = await generate(engine, chat("Tell me about owls"))
+            squeezed = sched._threads
+        after = await generate(engine, chat("Tell me about owls"))
+        assert squeezed == min(2, max(1, available_cores() - 1))
+        assert sched._threads == 2  # back to the configured count
+        assert during.text == after.text  # fewer threads, the same answer
+    finally:
+        await engine.stop()
+        engine.close()
