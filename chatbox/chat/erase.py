@@ -33,7 +33,15 @@ async def forget_kv(models: ModelProvider, conv_ids: Sequence[str]) -> None:
             continue
         engine = await models.engine(name)
         # A local engine's async `forget` drops live, RAM and disk KV (its own model's files
-        # and those of models not loaded now); remote engines have none yet.
+        # and those of models not loaded now); a remote one's `forget_many` sends one call
+        # to each replica of the model, waiting a short while only (see `cluster.erasure`).
+        many = getattr(engine, "forget_many", None)
+        if many is not None:
+            try:
+                await many(conv_ids)
+            except Exception:  # erasure of the rows must not fail on a cache
+                log.exception("could not drop the KV of %d conversations", len(conv_ids))
+            continue
         forget = getattr(engine, "forget", None)
         if forget is None:
             continue

@@ -22,6 +22,7 @@ from chatbox.cluster.protocol import (
     ReplicaSpec,
     estimate_tokens,
     event_from_json,
+    forget_to_json,
     request_to_json,
     stats_from_json,
 )
@@ -159,6 +160,16 @@ class ChatboxClient:
         resp.raise_for_status()
         return int(resp.json()["tokens"])
 
+    async def forget(self, model: str | None, cache_keys: list[str], timeout_s: float) -> None:
+        """Drop erased conversations' KV there (the model's, or every model's with None)."""
+        body = forget_to_json(model, cache_keys)
+        try:
+            resp = await self.http.post(PREFIX + "/forget", json=body, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise _failure(exc, timeout_s) from exc
+        if resp.status_code != 200:
+            raise ReplicaFailed(f"forget: HTTP {resp.status_code}: {resp.text[:200]}")
+
     async def close(self) -> None:
         await self.http.aclose()
 
@@ -291,6 +302,11 @@ class OpenAIClient:
 
     def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
         raise NotImplementedError("OpenAI servers have no common tokenize endpoint")
+
+    async def forget(self, model: str | None, cache_keys: list[str], timeout_s: float) -> None:
+        """Nothing to call: such a server's prompt cache is its own (keyed by prompt text,
+        not by conversation, and it ages out there); chatbox cannot drop an entry of it."""
+        return None
 
     async def close(self) -> None:
         await self.http.aclose()

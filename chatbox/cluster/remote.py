@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 from chatbox.cluster.clients import (
@@ -22,6 +22,7 @@ from chatbox.cluster.clients import (
     ReplicaRefused,
     Started,
 )
+from chatbox.cluster.erasure import forget_on_replicas
 from chatbox.cluster.fleet import Fleet, Member
 from chatbox.cluster.local import LOCAL, LocalClient
 from chatbox.cluster.protocol import estimate_tokens
@@ -40,6 +41,7 @@ from chatbox.engine.types import (
 log = logging.getLogger("chatbox.cluster")
 RESTART_NOTICE = "\n\n[the server writing this answer failed; it starts again here]\n\n"
 DEFAULT_N_CTX = 4096
+TPOT_SAMPLES = 512  # the most per-token observations one answer's stream adds
 
 
 def affinity_key(request: GenerationRequest) -> str:
@@ -89,14 +91,19 @@ class RemoteEngine:
         return RemoteGeneration(self, request)
 
     async def forget(self, cache_key: str) -> None:
-        """A conversation was erased: drop its KV from this front's own engine, if it is in
-        the ring (chatbox replicas keep theirs in RAM only, until evicted)."""
+        await self.forget_many([cache_key])
+
+    async def forget_many(self, cache_keys: Sequence[str]) -> None:
+        """Conversations were erased: drop their KV from this front's own engine, if it is
+        in the ring, and from every chatbox replica of the model (see `cluster.erasure`)."""
         member = self.fleet.members.get(LOCAL)
         client = member.client if member is not None else None
         engine = client.loaded(self.name) if isinstance(client, LocalClient) else None
         forget = getattr(engine, "forget", None)
         if forget is not None:
-            await forget(cache_key)
+            for key in cache_keys:
+                await forget(key)
+        await forget_on_replicas(self.fleet, self.name, cache_keys)
 
     def stats(self) -> EngineStats:
         return self.fleet.stats(self.name) or EngineStats()
@@ -119,7 +126,7 @@ class RemoteGeneration:
         self.tokens = 0
         self.replicas: list[str] = []  # where it ran, in order (failovers add to it)
         self._submitted = time.monotonic()
-        self._last_token: float | None = None  # when the client was last sent a token
+        self._answered = False  # a token reached the client (its time is the TTFT)
         self._events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         self._finished = False
         self._pump = asyncio.get_running_loop().create_task(self._run())
@@ -214,7 +221,8 @@ class RemoteGeneration:
                     if len(self.replicas) == 1:
                         self.prompt_tokens = event.prompt_tokens
                 elif isinstance(event, TokenEvent):
-                    self._last_token = figures.token(self._submitted, self._last_token)
+                    figures.token(self._submitted, first=not self._answered)
+                    self._answered = True
                     self.text += event.text
                     self.tokens += 1
                     streamed.inc()
@@ -262,23 +270,35 @@ class _Figures:
         self.ttft, self.tpot = figures.ttft.labels(model), figures.tpot.labels(model)
         self.tokens = figures.tokens.labels(model)
         self.hit, self.miss = figures.cache_hit.labels(model), figures.cache_miss.labels(model)
+        self.first: float | None = None  # this stream's first token event
 
-    def token(self, submitted: float, last: float | None) -> float:
-        """One token event arrived: the answer's first (TTFT) or the gap since the last."""
+    def token(self, submitted: float, first: bool) -> None:
+        """A token event arrived; the answer's first gives its time to first token."""
+        if not self.on:
+            return
         now = time.monotonic()
-        if self.on:
-            if last is None:
-                self.ttft.observe(now - submitted)
-            else:  # after a failover this gap holds the switch: the client waited it too
-                self.tpot.observe(now - last)
-            self.tokens.inc()
-        return now
+        if self.first is None:
+            self.first = now
+        if first:
+            self.ttft.observe(now - submitted)
+        self.tokens.inc()
 
     def done(self, usage: Usage, counted: int) -> None:
-        """Exact tokens from the replica's usage (an event may carry several)."""
+        """Exact tokens and cache use from the replica's usage, and the time per token.
+
+        An event may carry several tokens (a replica or this front catching up joins them),
+        so gaps between events are no per-token times: the stream's time from its first
+        token to its end is spread evenly over its tokens, one observation per gap as the
+        engine makes (at most `TPOT_SAMPLES`, so a long answer costs no more than that).
+        """
         if not self.on:
             return
         self.tokens.inc(max(0, usage.completion_tokens - counted))
         if self.cache and usage.prompt_tokens:
             self.hit.inc(usage.cached_tokens)
             self.miss.inc(max(0, usage.prompt_tokens - usage.cached_tokens))
+        gaps = usage.completion_tokens - 1
+        if self.first is not None and gaps > 0:
+            per_token = (time.monotonic() - self.first) / gaps
+            for _ in range(min(gaps, TPOT_SAMPLES)):
+                self.tpot.observe(per_token)

@@ -1,8 +1,9 @@
 """The replica server (`chatbox replica`): local engines over the replica protocol, as ASGI.
 
 No UI, store or accounts: only `/v1/replica/health`, `/stats`, `/generate` (NDJSON events,
-see `protocol`) and `/tokenize`, each behind the shared secret (a Bearer token compared in
-constant time). A replica without a token listens on loopback only (the CLI enforces it).
+see `protocol`), `/tokenize` and `/forget` (erased conversations' KV), each behind the
+shared secret (a Bearer token compared in constant time). A replica without a token listens
+on loopback only (the CLI enforces it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from chatbox.cluster.protocol import PREFIX, event_to_json, line, request_from_json
+from chatbox.cluster.protocol import (
+    PREFIX,
+    event_to_json,
+    forget_from_json,
+    line,
+    request_from_json,
+)
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import (
     ContextOverflowError,
@@ -87,6 +94,8 @@ class ReplicaApp:
             await self._generate(receive, send)
         elif route == ("POST", PREFIX + "/tokenize"):
             await self._tokenize(receive, send)
+        elif route == ("POST", PREFIX + "/forget"):
+            await self._forget(receive, send)
         else:
             await _json(send, 404, {"error": "not found"})
 
@@ -225,6 +234,27 @@ class ReplicaApp:
         engine = await self.pool.get(model)
         tokens = await asyncio.to_thread(engine.count_tokens, request.messages)
         await _json(send, 200, {"tokens": tokens})
+
+    async def _forget(self, receive: Receive, send: Send) -> None:
+        """Conversations were erased at the front: drop their KV from the model (or every
+        loaded model) here, live, parked in RAM and on disk, before answering."""
+        try:
+            model, keys = forget_from_json(await _body(receive))
+        except ValueError as exc:
+            await _json(send, 400, {"error": str(exc)})
+            return
+        loaded = self.pool.loaded()
+        if model is not None and model not in loaded:
+            await _json(send, 404, {"error": f"this replica does not serve {model!r}"})
+            return
+        names = [model] if model is not None else list(loaded)
+        for name in names:
+            engine = await self.pool.get(name)  # loaded: returns at once
+            forget = getattr(engine, "forget", None)
+            if forget is not None:
+                for key in keys:
+                    await forget(key)
+        await _json(send, 200, {"models": names, "cache_keys": len(keys)})
 
 
 async def _body(receive: Receive) -> Any:

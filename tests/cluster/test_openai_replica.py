@@ -60,3 +60,6 @@ def test_an_openai_server_answers_through_the_front(data_dir: Path, llama_server
         assert out["usage"]["prompt_tokens"] > 0
         [turn] = stored_assistant_turns(server.url, server.headers, conv)
         assert turn["content"] == out["text"]
+        # Deleting it calls nothing there (the server's prompt cache is its own).
+        resp = httpx.delete(f"{server.url}/v1/conversations/{conv}", headers=server.headers)
+        assert resp.status_code == 204, resp.text
