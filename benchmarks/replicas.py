@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.load import BENCH_POLICY  # noqa: E402
 from chatbox.engine.registry import ModelRegistry  # noqa: E402
 from tests.conftest import LiveServer, default_model_path, test_settings  # noqa: E402
 from tests.tinymodel import make_tiny_gguf  # noqa: E402
@@ -100,6 +101,15 @@ def front_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def bench_policy(model: str) -> Path:
+    """A policy that caps no user's streams and sheds nobody, with moderation off: the
+    replicas' engines are measured, not the front's limits or its classifier."""
+    path = Path(tempfile.mkdtemp()) / "policy.toml"
+    text = BENCH_POLICY.format(model=model, high_water=256) + "\n[moderation]\nenabled = false\n"
+    path.write_text(text)
+    return path
+
+
 def measure(model: str, data: Path, urls: list[str], streams: int, tokens: int) -> dict[str, Any]:
     settings = test_settings(
         Path(tempfile.mkdtemp()) / "front",
@@ -108,6 +118,7 @@ def measure(model: str, data: Path, urls: list[str], streams: int, tokens: int) 
         replica_token=TOKEN,
         local_engine=False,
         max_tokens=tokens,
+        policy_path=bench_policy(model),
     )
     empty = ModelRegistry(settings.data_dir / "models", settings.data_dir / "none.toml")
     with LiveServer(settings, empty) as server:
@@ -127,6 +138,7 @@ def failover_gap(model: str, urls: list[str], procs: dict[str, Any], tokens: int
         local_engine=False,
         replica_timeout_s=5.0,
         replica_health_s=0.5,
+        policy_path=bench_policy(model),
     )
     empty = ModelRegistry(settings.data_dir / "models", settings.data_dir / "none.toml")
     with LiveServer(settings, empty) as server:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 N_MAX = 4  # longest n-gram matched (longer first: more specific)
-N_MIN = 2  # a single-token match is too often a coincidence
+N_MIN = 3  # shorter matches are too often a coincidence in plain prose
 MIN_RATE = 0.3  # acceptance below this (over recent drafts) pauses drafting
 PAUSE_MIN, PAUSE_MAX = 16, 512  # tokens without drafting after a poor run
 
@@ -33,7 +33,7 @@ class Drafter:
         self._index: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(N_MIN, N_MAX + 1)
         }
-        self.k = max_draft
+        self.k = min(2, max_draft)  # start short: grows while guesses are all right
         self.rate = 1.0  # moving acceptance rate
         self._pause = 0
         self._pause_len = PAUSE_MIN

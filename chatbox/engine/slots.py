@@ -18,6 +18,10 @@ from typing import Protocol
 from chatbox.engine.kvdisk import DiskEntry, DiskStore
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
+# When an idle conversation is trimmed out of the KV cache, its head stays live (its public
+# prefix, or this many tokens): the template and system prompt that the next conversation
+# copies with seq_cp. The whole conversation is parked; its next turn restores that.
+HEAD_TOKENS = 128
 
 
 class KvOps(Protocol):
@@ -281,22 +285,32 @@ class SlotTable:
         """Evict (park) LRU idle prefixes until idle-only cells <= max_idle_cells.
 
         Every live cell costs attention time in every step of a unified cache, so idle
-        prefixes beyond the budget are cheaper in host RAM. Returns how many were evicted.
+        prefixes beyond the budget are cheaper in host RAM. A conversation's head stays
+        live while the budget allows (see HEAD_TOKENS). Returns how many were evicted.
         """
         n = 0
         while self.cells_used() - self.cells_used(busy_only=True) > max_idle_cells:
-            if not self.evict_one():  # only idle prefixes are ever victims
+            if not self.evict_one(keep_head=True):  # only idle prefixes are ever victims
                 break
             n += 1
         return n
 
-    def evict_one(self, exclude: Sequence[Slot] = ()) -> bool:
-        """Free the least recently used idle cached prefix (parking it if allowed)."""
+    def evict_one(self, exclude: Sequence[Slot] = (), keep_head: bool = False) -> bool:
+        """Free the least recently used idle cached prefix (parking it if allowed); with
+        keep_head, a conversation that could be parked keeps its head live (a head alone
+        is freed when it is the victim)."""
         victims = [s for s in self.slots if not s.busy and s.tokens and s not in exclude]
         if not victims:
             return False
         victim = min(victims, key=lambda s: s.last_used)
+        head = victim.public if victim.public >= MIN_PARK_TOKENS else HEAD_TOKENS
+        key = victim.cache_key
         self._park(victim)
+        to_disk = self.disk is not None and victim.persist
+        parked = key is not None and (key in self.parked or to_disk)
+        if keep_head and parked and len(victim.tokens) > head and self._cut(victim, head):
+            victim.cache_key = None  # the conversation is parked; this is only its head
+            return True
         self._clear(victim)
         return True
 

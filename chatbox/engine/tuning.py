@@ -30,28 +30,40 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
     return max(1, cores - 1), cores
 
 
-def idle_cell_budget(configured: int, n_ctx: int, n_ctx_per_seq: int) -> int:
+def idle_cell_budget(configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool) -> int:
     """KV cells that idle cached prefixes may keep live (the rest are parked or dropped).
 
-    Live idle cells cost every step a little attention work, so by default they get a
-    quarter of the cache, but never less than one whole conversation: a smaller budget
-    would evict the conversation that just ended before its next turn (with
-    `--n-ctx 4096` every follow-up was a cold start). Running streams still take cells
-    from idle prefixes whenever they need them.
+    Live idle cells cost every step attention work: the KV cache is one pool, so each
+    decoding token scans every cell up to the highest one in use, idle or not (measured on
+    2 cores, 8 streams: 273 tokens/s with no idle cells, 262 with 1,024, 248 with 2,048,
+    202-228 with 4,096, 177 with 8,192). Where prefixes can be parked (host RAM or disk),
+    a parked conversation's next turn restores it about as fast as a warm one (174 vs 173 ms
+    through the API, benchmarks/kvpark.py), so by default idle prefixes get a sixteenth of
+    the cache and the rest is parked. Without parking they get a quarter, and never less
+    than one whole conversation: a smaller budget would evict the conversation that just
+    ended before its next turn. Running streams still take cells from idle prefixes
+    whenever they need them.
     """
     if configured >= 0:
         return configured
+    if parking:
+        return n_ctx // 16
     return min(n_ctx, max(n_ctx // 4, n_ctx_per_seq))
+
+
+def parks(s: EngineSettings) -> bool:
+    """Whether prefixes that leave the KV cache are kept (host RAM or disk)."""
+    return s.park_bytes > 0 or s.kv_dir is not None
 
 
 def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> str | None:
     """Why this configuration cannot keep a conversation's prefix between its turns, if so."""
-    budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq)
-    if budget >= n_ctx_per_seq:
-        return None
+    budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq, parks(s))
+    if budget >= n_ctx_per_seq or (s.idle_kv_cells < 0 and parks(s)):
+        return None  # the default parks what does not fit, and restores it at once
     where = (
         "are parked in host RAM (park_bytes) and restored, or recomputed once that is full"
-        if s.park_bytes > 0 or s.kv_dir is not None
+        if parks(s)
         else "lose their cached prefix and are recomputed on every turn (park_bytes is 0)"
     )
     return (

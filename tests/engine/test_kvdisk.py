@@ -76,10 +76,10 @@ async def test_evicted_conversation_is_warm_after_a_restart(
 async def test_idle_conversations_are_parked_at_shutdown(tiny_gguf: Path, tmp_path: Path) -> None:
     kv = tmp_path / "kv"
     first, second = first_and_second()
-    a = await started(tiny_gguf, kv)  # default budget: it stays live in KV until the stop
+    a = await started(tiny_gguf, kv, idle_kv_cells=4096)  # it stays live in KV until the stop
     r1 = await turn(a, first)
     await stopped(a)
-    b = await started(tiny_gguf, kv)
+    b = await started(tiny_gguf, kv, idle_kv_cells=4096)
     try:
         other = await turn(b, second, scope="mallory")  # same key, another user's turn
         assert other.done.usage.cached_tokens == 0

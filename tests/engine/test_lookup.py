@@ -22,11 +22,14 @@ N_TOKENS = 48
 
 
 def test_drafter_guesses_what_followed_the_last_ngram() -> None:
-    d = Drafter([5, 6, 7, 8, 9, 1, 2, 5, 6], max_draft=4)
-    assert d.draft(room=8) == [7, 8, 9, 1]
-    d.push(3)  # "6 3" never occurred: no guess
+    d = Drafter([4, 5, 6, 7, 8, 9, 1, 4, 5, 6], max_draft=4)
+    assert d.draft(room=8) == [7, 8]  # guesses start short...
+    d.record(2, 2)
+    assert d.draft(room=8) == [7, 8, 9, 1]  # ...and grow while they are all right
+    d.push(3)  # "5 6 3" never occurred: no guess
     assert d.draft(room=8) == []
-    assert Drafter([1, 2, 3, 1, 2], max_draft=8).draft(room=2) == [3, 1]  # within the room
+    assert Drafter([1, 2, 3, 4, 1, 2, 3], max_draft=8).draft(room=1) == [4]  # within the room
+    assert Drafter([7, 1, 2, 9, 1, 2], max_draft=8).draft(room=8) == []  # 2-token matches: no
 
 
 def test_drafter_pauses_a_stream_whose_guesses_fail() -> None:
