@@ -376,9 +376,20 @@ def main(argv: list[str] | None = None) -> int:
             for server in order:
                 try:
                     result = asyncio.run(run_load(server, args))
-                except Exception as exc:  # a server died: report the pairs that completed
+                except Exception as exc:
                     print(f"pair {k + 1} {server.name} failed: {exc!r}", flush=True)
-                    break
+                    if server.name != "llama-server" or server.proc.poll() is None:
+                        break
+                    # On the development machines llama-server was sometimes stopped from
+                    # outside mid-run (it logged a clean exit): start it again, rerun once.
+                    print(f"llama-server exited ({server.proc.returncode}); restarting", flush=True)
+                    server = start_peer(args, binary, model, work)
+                    servers[1] = server
+                    try:
+                        result = asyncio.run(run_load(server, args))
+                    except Exception as again:
+                        print(f"pair {k + 1} {server.name} failed again: {again!r}", flush=True)
+                        break
                 result.update(pair=k + 1, server=server.name)
                 runs.append(result)
                 got[server.name] = result

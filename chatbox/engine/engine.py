@@ -216,7 +216,7 @@ class LlamaEngine:
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
             prefill_chunk=s.prefill_chunk,
-            max_idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq, parks(s)),
+            idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq, parks(s)),
             disk=disk,
             lookup_draft=s.lookup_draft,
             # A configured count is kept; by default the count is measured per kind of step.

@@ -59,7 +59,7 @@ class Scheduler:
         metrics: EngineMetrics,
         stall_ratio: float = 1.6,
         prefill_chunk: int = 64,
-        max_idle_cells: int | None = None,
+        idle_cells: tuple[int, int] | None = None,
         disk: DiskStore | None = None,
         lookup_draft: int = 0,
         tuner: ThreadTuner | None = None,
@@ -78,7 +78,8 @@ class Scheduler:
         self.waiting: list[Job] = []
         self.active: list[Job] = []
         self.stats = EngineStats(slots_total=n_parallel, kv_cells_total=ctx.n_ctx)
-        self.max_idle_cells = ctx.n_ctx // 4 if max_idle_cells is None else max_idle_cells
+        # Live idle-prefix cells allowed while 2+ streams decode, and otherwise (tuning.py).
+        self.idle_cells = idle_cells or (ctx.n_ctx // 4, ctx.n_ctx // 4)
         self.pacer = PrefillPacer(ctx.n_batch, stall_ratio, chunk=prefill_chunk)
         self._kv_starved = False
         self._thread: threading.Thread | None = None
@@ -185,6 +186,8 @@ class Scheduler:
                 continue
             self.metrics.cache_hit.inc(adm.reused)
             self.metrics.cache_miss.inc(len(job.prompt) - adm.reused)
+            if len(self.active) == 2 and self.idle_cells[0] < self.idle_cells[1]:
+                self._trim(busy=True)  # steps are shared from now on
 
     def _step(self) -> None:
         rows = build_batch(
@@ -259,6 +262,10 @@ class Scheduler:
         # A step squeezed for someone else's work says nothing about its thread count.
         self._last = None if held else (self.batch.n, want, now)
 
+    def _trim(self, busy: bool) -> None:
+        """Park idle prefixes beyond the budget (the smaller one while streams share steps)."""
+        self.slots.trim_idle(self.idle_cells[0] if busy else self.idle_cells[1])
+
     def fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)
         self.finish(job, "error", f"internal engine error: {exc}")
@@ -325,7 +332,7 @@ class Scheduler:
             job.sampler = None
         if job.slot is not None:
             self.slots.release(job.slot, keep=reason in ("stop", "length"))
-            self.slots.trim_idle(self.max_idle_cells)
+            self._trim(busy=sum(1 for j in self.active if j is not job) >= 2)
         if job in self.active:
             self.active.remove(job)
         self._kv_starved = False

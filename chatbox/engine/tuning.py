@@ -30,25 +30,27 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
     return max(1, cores - 1), cores
 
 
-def idle_cell_budget(configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool) -> int:
-    """KV cells that idle cached prefixes may keep live (the rest are parked or dropped).
+def idle_cell_budget(
+    configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool
+) -> tuple[int, int]:
+    """KV cells that idle cached prefixes may keep live (the rest are parked or dropped):
+    (while two or more streams decode, otherwise).
 
     Live idle cells cost every step attention work: the KV cache is one pool, so each
     decoding token scans every cell up to the highest one in use, idle or not (measured on
     2 cores, 8 streams: 273 tokens/s with no idle cells, 262 with 1,024, 248 with 2,048,
-    202-228 with 4,096, 177 with 8,192). Where prefixes can be parked (host RAM or disk),
-    a parked conversation's next turn restores it about as fast as a warm one (174 vs 173 ms
-    through the API, benchmarks/kvpark.py), so by default idle prefixes get a sixteenth of
-    the cache and the rest is parked. Without parking they get a quarter, and never less
+    202-228 with 4,096, 177 with 8,192). That cost is paid by every stream of a step, so
+    while several decode and prefixes can be parked (host RAM or disk), idle prefixes get a
+    sixteenth of the cache and the rest is parked (a parked conversation's next turn
+    restores it instead of recomputing it). Otherwise they get a quarter, and never less
     than one whole conversation: a smaller budget would evict the conversation that just
-    ended before its next turn. Running streams still take cells from idle prefixes
-    whenever they need them.
+    ended before its next turn, the turn a lone user waits for. Running streams still take
+    cells from idle prefixes whenever they need them.
     """
     if configured >= 0:
-        return configured
-    if parking:
-        return n_ctx // 16
-    return min(n_ctx, max(n_ctx // 4, n_ctx_per_seq))
+        return configured, configured
+    quiet = min(n_ctx, max(n_ctx // 4, n_ctx_per_seq))
+    return (n_ctx // 16 if parking else quiet), quiet
 
 
 def parks(s: EngineSettings) -> bool:
@@ -58,9 +60,9 @@ def parks(s: EngineSettings) -> bool:
 
 def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> str | None:
     """Why this configuration cannot keep a conversation's prefix between its turns, if so."""
-    budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq, parks(s))
-    if budget >= n_ctx_per_seq or (s.idle_kv_cells < 0 and parks(s)):
-        return None  # the default parks what does not fit, and restores it at once
+    _, budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq, parks(s))
+    if budget >= n_ctx_per_seq:
+        return None
     where = (
         "are parked in host RAM (park_bytes) and restored, or recomputed once that is full"
         if parks(s)
