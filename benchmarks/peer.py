@@ -378,11 +378,12 @@ def main(argv: list[str] | None = None) -> int:
                     result = asyncio.run(run_load(server, args))
                 except Exception as exc:
                     print(f"pair {k + 1} {server.name} failed: {exc!r}", flush=True)
-                    if server.name != "llama-server" or server.proc.poll() is None:
+                    if server.name != "llama-server":
                         break
                     # On the development machines llama-server was sometimes stopped from
                     # outside mid-run (it logged a clean exit): start it again, rerun once.
-                    print(f"llama-server exited ({server.proc.returncode}); restarting", flush=True)
+                    print("restarting llama-server", flush=True)
+                    server.stop()
                     server = start_peer(args, binary, model, work)
                     servers[1] = server
                     try:
