@@ -263,16 +263,8 @@ class Scheduler:
         self._last = None if held else (self.batch.n, want, now)
 
     def _trim(self, busy: bool) -> None:
-        """Park idle prefixes beyond the budget: the small one while streams share steps;
-        otherwise also room for the conversation that ended last (a lone user's next turn),
-        up to the large one. Older ones go first either way (LRU)."""
-        small, large = self.idle_cells
-        budget = small
-        if not busy and large > small:
-            idle = [s for s in self.slots.slots if not s.busy and s.tokens]
-            last = max(idle, key=lambda s: s.last_used, default=None)
-            budget = min(large, small + (len(last.tokens) if last is not None else 0))
-        self.slots.trim_idle(budget)
+        """Park idle prefixes beyond the budget (the smaller one while streams share steps)."""
+        self.slots.trim_idle(self.idle_cells[0] if busy else self.idle_cells[1])
 
     def fail(self, job: Job, exc: Exception) -> None:
         log.exception("request failed in the engine", exc_info=exc)

@@ -42,10 +42,10 @@ def idle_cell_budget(
     202-228 with 4,096, 177 with 8,192). That cost is paid by every stream of a step, so
     while several decode and prefixes can be parked (host RAM or disk), idle prefixes get a
     sixteenth of the cache and the rest is parked (a parked conversation's next turn
-    restores it instead of recomputing it). Otherwise the scheduler adds room for the
-    conversation that ended last, the turn a lone user waits for, up to the second figure:
-    a quarter, and never less than one whole conversation (without parking, that is the
-    budget). Running streams still take cells from idle prefixes whenever they need them.
+    restores it instead of recomputing it). Otherwise they get a quarter, and never less
+    than one whole conversation: a smaller budget would evict the conversation that just
+    ended before its next turn, the turn a lone user waits for. Running streams still take
+    cells from idle prefixes whenever they need them.
     """
     if configured >= 0:
         return configured, configured
