@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -115,6 +116,19 @@ class ChatboxClient:
         self.spec = spec
         self.timeout_s = timeout_s
         self.http = _http(spec, timeout_s)
+        # For count_tokens from worker threads. Kept, not made per call: building a client
+        # loads the CA bundle (an SSL context), which cost more CPU than the call itself
+        # and was the front's largest per-request cost in router mode.
+        self._sync: httpx.Client | None = None
+        self._sync_lock = threading.Lock()
+
+    def _sync_http(self) -> httpx.Client:
+        with self._sync_lock:
+            if self._sync is None:
+                secret = self.spec.secret
+                headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+                self._sync = httpx.Client(base_url=self.spec.url, headers=headers, timeout=5.0)
+            return self._sync
 
     async def health(self) -> Health:
         try:
@@ -153,10 +167,7 @@ class ChatboxClient:
     def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
         """Exact prompt tokens, asked synchronously (call from a worker thread)."""
         body = request_to_json(model, GenerationRequest(messages))
-        headers = {"Authorization": f"Bearer {self.spec.secret}"} if self.spec.secret else {}
-        resp = httpx.post(
-            self.spec.url + PREFIX + "/tokenize", json=body, headers=headers, timeout=5.0
-        )
+        resp = self._sync_http().post(PREFIX + "/tokenize", json=body)
         resp.raise_for_status()
         return int(resp.json()["tokens"])
 
@@ -172,6 +183,8 @@ class ChatboxClient:
 
     async def close(self) -> None:
         await self.http.aclose()
+        if self._sync is not None:
+            self._sync.close()
 
 
 def _parse_line(raw: str) -> StreamEvent | None:
