@@ -40,7 +40,7 @@ class EngineSettings:
     max_queue: int = 256  # waiting requests before submit() raises EngineBusyError
     prefill_stall_ratio: float = 1.6  # running streams' time per token may grow this much; 0: off
     prefill_chunk: int = 64  # prompt tokens per chunk while other streams are decoding
-    idle_kv_cells: int = -1  # idle prefixes kept live in KV (rest parked); -1: n_ctx/16 (see tuning)
+    idle_kv_cells: int = -1  # idle prefixes live in KV (rest parked); -1: see engine/tuning.py
     cpu_requant: bool = True  # on CPU, serve Q4_1/Q5_1 weights as a cached Q8_0 copy
     kv_dir: Path | None = None  # parked KV on disk (the app: <data_dir>/kv); None: RAM only
     park_disk_bytes: int = 4 * 1024**3  # disk for parked conversations, per model; 0: off

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from chatbox.engine.types import EngineStats
 
 log = logging.getLogger("chatbox.cluster")
 BACKOFF_MAX_S = 60.0
+BALANCE = 0.25  # how far past its share of the load a replica still takes new work
+PLACED_MAX = 100_000  # routed keys remembered (the oldest are forgotten: ~10 MB)
 
 
 def weight(key: str, url: str) -> int:
@@ -107,6 +111,8 @@ class Fleet:
         self.health_s = health_s
         self.queue_limit = queue_limit
         self.members: dict[str, Member] = {}
+        # routed keys -> the replica their last answer went to (where their KV is)
+        self._placed: OrderedDict[str, str] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         registry = metrics if metrics is not None else CollectorRegistry()
         self.spills = Counter(
@@ -169,17 +175,54 @@ class Fleet:
         return sorted(able, key=lambda m: weight(key, m.url), reverse=True)
 
     def pick(self, model: str, key: str, exclude: set[str]) -> Member | None:
-        """The preferred replica for key, or the next if it is past its queue limit."""
+        """Where key's next answer goes.
+
+        A key seen before goes where its last answer went (its KV is there) unless that
+        replica is past its queue limit; then to the next with room (a spill: a cold
+        prefill beats a long wait). A new key goes to the first replica in its hash order
+        that is under its queue limit and under its share of the load: consistent hashing
+        with bounded loads, a replica taking new conversations up to (1 + BALANCE) x its
+        slots' share of the model's running answers, so a burst of new conversations spreads
+        over the fleet instead of piling onto whichever replica most of them hash to.
+        """
         order = [m for m in self.order(model, key) if m.url not in exclude]
         if not order:
             return None
-        for member in order:
-            if member.inflight.get(model, 0) < member.slots + self.queue_limit:
-                if member is not order[0]:
-                    self.spills.labels(model).inc()
-                return member
+        placed = self._placed.get(key) if key else None
+        if placed is not None:
+            order.sort(key=lambda m: m.url != placed)  # stable: the rest keep hash order
+            for member in order:
+                if self._room(member, model):
+                    self._place(key, member, member is not order[0], model)
+                    return member
+        else:
+            total = sum(m.inflight.get(model, 0) for m in order) + 1
+            slots = sum(m.slots for m in order)
+            for member in order:
+                share = math.ceil((1 + BALANCE) * total * member.slots / slots)
+                if self._room(member, model) and member.inflight.get(model, 0) < share:
+                    self._place(key, member, member is not order[0], model)
+                    return member
+            for member in order:  # all over their share: the first with room in its queue
+                if self._room(member, model):
+                    self._place(key, member, member is not order[0], model)
+                    return member
         # All past their limit: the least queued (a replica's own full queue answers 429)
         return min(order, key=lambda m: m.inflight.get(model, 0) - m.slots)
+
+    def _room(self, member: Member, model: str) -> bool:
+        return member.inflight.get(model, 0) < member.slots + self.queue_limit
+
+    def _place(self, key: str, member: Member, spilled: bool, model: str) -> None:
+        """Remember where a key's answer went (the LRU of keys forgets the oldest)."""
+        if spilled:
+            self.spills.labels(model).inc()
+        if not key:
+            return
+        self._placed[key] = member.url
+        self._placed.move_to_end(key)
+        while len(self._placed) > PLACED_MAX:
+            self._placed.popitem(last=False)
 
     @contextmanager
     def lease(self, member: Member, model: str) -> Iterator[None]:

@@ -1,5 +1,5 @@
 """The fleet's capacity: admission over all replicas' slots, the local engine in the ring,
-spill past a replica's queue limit."""
+spill past a replica's queue limit, bounded load for bursts of new conversations."""
 
 from __future__ import annotations
 
@@ -191,6 +191,32 @@ def test_a_replica_past_its_queue_limit_spills_to_the_next_in_hash_order(
             assert (x.generate_calls, y.generate_calls) == (1, 1)
             assert spills(server) == 1
         wait_idle(server)
-        # x is free again: the conversation goes back to the replica it hashes to.
+        # x is free again, but the conversation's KV is on y now: its next turn follows it.
         assert ask(server.url, server.headers, second, "again", max_tokens=6)["status"]
-        assert (x.generate_calls, y.generate_calls) == (2, 1) and spills(server) == 1
+        assert (x.generate_calls, y.generate_calls) == (1, 2) and spills(server) == 1
+
+
+def test_a_burst_of_new_conversations_spreads_over_the_fleet(data_dir: Path) -> None:
+    with (
+        FakeReplica("slow", slots=4) as x,
+        FakeReplica("slow", slots=4) as y,
+        front(data_dir, [x.url, y.url]) as server,
+    ):
+        # all four prefer x (four: the admin's tier writes up to four answers at once)
+        convs = conversations_for(server, [x.url, y.url], 4)[:4]
+        with ExitStack() as stack:
+            for conv in convs:
+                stack.enter_context(answering(server, conv))
+            load = fleet(server.url, server.headers)
+            running = {url: load[url]["running"] + load[url]["queued"] for url in (x.url, y.url)}
+            # x takes new work up to 1.25x its half of the load, although x is every one's
+            # first choice and has room for them all (4 slots + a queue of 4): the third
+            # goes to y (x has 2 of 3, its share is ceil(1.25 x 3 / 2) = 2).
+            assert running == {x.url: 3, y.url: 1}, running
+        wait_idle(server)
+        # Each conversation's next turn goes where its first answer (and its KV) went.
+        before = (x.generate_calls, y.generate_calls)
+        for conv in convs:
+            assert ask(server.url, server.headers, conv, "again", max_tokens=4)["status"]
+        after = (x.generate_calls - before[0], y.generate_calls - before[1])
+        assert after == (running[x.url], running[y.url])
