@@ -28,10 +28,12 @@ from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import (
     ContextOverflowError,
     DoneEvent,
+    Engine,
     EngineBusyError,
     EngineError,
     EngineEvent,
     Generation,
+    GenerationRequest,
     GrammarError,
     TokenEvent,
 )
@@ -147,16 +149,25 @@ class ReplicaApp:
             models[name] = {**asdict(stats), "generated_tokens": int(generated or 0)}
         return {"models": models, "streams": self.streams}
 
-    async def _generate(self, receive: Receive, send: Send) -> None:
+    async def _request(
+        self, receive: Receive, send: Send
+    ) -> tuple[Engine, GenerationRequest] | None:
+        """The request's engine and request; None once a 400/404 has been sent."""
         try:
             model, request = request_from_json(await _body(receive))
         except ValueError as exc:
             await _json(send, 400, {"error": str(exc)})
-            return
+            return None
         if model not in self.pool.loaded():
             await _json(send, 404, {"error": f"this replica does not serve {model!r}"})
+            return None
+        return await self.pool.get(model), request
+
+    async def _generate(self, receive: Receive, send: Send) -> None:
+        got = await self._request(receive, send)
+        if got is None:
             return
-        engine = await self.pool.get(model)
+        engine, request = got
         try:
             gen = engine.submit(request)
         except ContextOverflowError as exc:
@@ -223,15 +234,10 @@ class ReplicaApp:
                 pumping.cancel()
 
     async def _tokenize(self, receive: Receive, send: Send) -> None:
-        try:
-            model, request = request_from_json(await _body(receive))
-        except ValueError as exc:
-            await _json(send, 400, {"error": str(exc)})
+        got = await self._request(receive, send)
+        if got is None:
             return
-        if model not in self.pool.loaded():
-            await _json(send, 404, {"error": f"this replica does not serve {model!r}"})
-            return
-        engine = await self.pool.get(model)
+        engine, request = got
         tokens = await asyncio.to_thread(engine.count_tokens, request.messages)
         await _json(send, 200, {"tokens": tokens})
 
