@@ -17,7 +17,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from chatbox.cpu import URGENT
 from chatbox.engine import speculative
 from chatbox.engine.batching import build_batch
 from chatbox.engine.forks import start_forks
@@ -84,8 +83,6 @@ class Scheduler:
         self._kv_starved = False
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
-        self._threads = 0  # the count set on the context (0: its initial counts)
-        self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -118,8 +115,8 @@ class Scheduler:
         order = 0
         while True:
             block = not (self.waiting or self.active)
-            if block:
-                self._last = None  # idle time is not part of any step
+            if block and self.tuner is not None:
+                self.tuner.idle()  # idle time is not part of any step
             while True:
                 try:
                     item = self.inbox.get(block=block)
@@ -196,11 +193,12 @@ class Scheduler:
         if not rows:
             return
         n_decode = sum(1 + len(job.draft) for job, _, _ in rows if job.pending is not None)
-        self._tune_threads()
-        t0 = self._last[2] if self._last is not None else time.perf_counter()
+        tuner = self.tuner
+        t0 = tuner.begin(self.batch.n, self.ctx.set_threads) if tuner else time.perf_counter()
         rc = self.ctx.decode(self.batch)
         while rc == DECODE_NO_KV_SPACE:
-            self._last = None  # an eviction and a retry: not a normal step
+            if tuner is not None:
+                tuner.idle()  # an eviction and a retry: not a normal step
             busy = [j.slot for j in self.active if j.slot is not None]
             if self.slots.evict_one(exclude=busy):
                 rc = self.ctx.decode(self.batch)
@@ -241,26 +239,6 @@ class Scheduler:
                 except Exception as exc:  # one bad request must not take the batch down
                     self.fail(job, exc)
             job.draft = []
-
-    def _tune_threads(self) -> None:
-        """Charge the previous step its time (start to this start) and pick this one's
-        thread count."""
-        tuner = self.tuner
-        if tuner is None:
-            return
-        now = time.perf_counter()
-        if self._last is not None:
-            n, threads, start = self._last
-            tuner.observe(n, threads, now - start)
-        want = tuner.choose(self.batch.n)
-        held = URGENT.held  # a person waits on other work in this process: leave it cores
-        if held:
-            want = min(want, max(1, tuner.cores - held))
-        if want != self._threads:
-            self.ctx.set_threads(want, want)
-            self._threads = want
-        # A step squeezed for someone else's work says nothing about its thread count.
-        self._last = None if held else (self.batch.n, want, now)
 
     def _trim(self, busy: bool) -> None:
         """Park idle prefixes beyond the budget (the smaller one while streams share steps)."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
+from chatbox.cpu import URGENT
 from chatbox.settings import EngineSettings
 
 
@@ -109,6 +112,30 @@ class ThreadTuner:
         self.cost: list[dict[int, float]] = [{} for _ in range(len(BUCKETS) + 1)]
         self.steps = [0] * (len(BUCKETS) + 1)
         self._turn = [0] * (len(BUCKETS) + 1)
+        self.threads = 0  # the count set on the context (0: its initial counts)
+        self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
+
+    def idle(self) -> None:
+        """The decode thread waited or retried: the step under way is not charged."""
+        self._last = None
+
+    def begin(self, n_tokens: int, set_threads: Callable[[int, int], None]) -> float:
+        """A step of n_tokens starts now: charge the previous one its time (start to this
+        start), set this one's thread count, and return the start time."""
+        now = time.perf_counter()
+        if self._last is not None:
+            n, threads, start = self._last
+            self.observe(n, threads, now - start)
+        want = self.choose(n_tokens)
+        held = URGENT.held  # a person waits on other work in this process: leave it cores
+        if held:
+            want = min(want, max(1, self.cores - held))
+        if want != self.threads:
+            set_threads(want, want)
+            self.threads = want
+        # A step squeezed for someone else's work says nothing about its thread count.
+        self._last = None if held else (n_tokens, want, now)
+        return now
 
     @staticmethod
     def bucket(n_tokens: int) -> int:

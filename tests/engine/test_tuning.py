@@ -164,10 +164,10 @@ async def test_urgent_work_in_the_process_gets_a_core_while_it_runs(tiny_gguf: P
         assert sched.tuner.choices == (2,)  # a configured count: nothing else is tried
         with URGENT.hold():
             during = await generate(engine, chat("Tell me about owls"))
-            squeezed = sched._threads
+            squeezed = sched.tuner.threads
         after = await generate(engine, chat("Tell me about owls"))
         assert squeezed == min(2, max(1, available_cores() - 1))
-        assert sched._threads == 2  # back to the configured count
+        assert sched.tuner.threads == 2  # back to the configured count
         assert during.text == after.text  # fewer threads, the same answer
     finally:
         await engine.stop()
