@@ -56,7 +56,9 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-async def start(data_dir: Path, model: str, streams: int, output: bool) -> Services:
+async def start(
+    data_dir: Path, model: str, streams: int, output: bool, runtime: str = "onnx"
+) -> Services:
     data_dir.mkdir(parents=True, exist_ok=True)
     policy = data_dir / "policy.toml"
     base = default_policy_path().read_text().replace('"gemma3-270m"', f'"{model}"')
@@ -71,6 +73,7 @@ async def start(data_dir: Path, model: str, streams: int, output: bool) -> Servi
         admin_password="bench-admin",
         policy_path=policy,
         engine=EngineSettings(n_parallel=streams, n_ctx=streams * 1024, n_ctx_per_seq=1024),
+        embedding_runtime=runtime,
     )
     services = await Services.start(settings)
     await services.models.engine(model)
@@ -123,7 +126,9 @@ async def check_latency(services: Services, user: User, n: int) -> list[float]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        services = await start(Path(tmp) / "on", args.model, args.streams, output=True)
+        services = await start(
+            Path(tmp) / "on", args.model, args.streams, True, args.embedding_runtime
+        )
         user = await services.store.users.create("bench", tier="paid")
         try:
             assert services.moderation is not None
@@ -138,30 +143,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "idle": {"p50": pct(idle, 50), "p99": pct(idle, 99), "n": len(idle)},
                 "decoding": {"p50": pct(busy, 50), "p99": pct(busy, 99), "n": len(busy)},
             }
-            await streams_run(services, user, args.streams, args.tokens)  # warm: both sides
-            rounds_on = [
-                await streams_run(services, user, args.streams, args.tokens)
-                for _ in range(args.rounds)
-            ]
         finally:
             await services.stop()
-        services = await start(Path(tmp) / "off", args.model, args.streams, output=False)
-        user = await services.store.users.create("bench", tier="paid")
-        try:
-            await streams_run(services, user, args.streams, args.tokens)
-            rounds_off = [
-                await streams_run(services, user, args.streams, args.tokens)
-                for _ in range(args.rounds)
-            ]
-        finally:
-            await services.stop()
+        # Throughput on vs off: interleaved pairs of fresh apps (off first in odd pairs), so
+        # drift on a noisy machine hits both sides alike.
+        rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+        for pair in range(args.rounds):
+            for output in (True, False) if pair % 2 == 0 else (False, True):
+                name = "on" if output else "off"
+                services = await start(
+                    Path(tmp) / f"{name}{pair}",
+                    args.model,
+                    args.streams,
+                    output,
+                    args.embedding_runtime,
+                )
+                user = await services.store.users.create("bench", tier="paid")
+                try:
+                    await streams_run(services, user, args.streams, args.tokens)  # warm
+                    rounds[name].append(
+                        await streams_run(services, user, args.streams, args.tokens)
+                    )
+                finally:
+                    await services.stop()
 
     def mean(rounds: list[dict[str, float]], key: str) -> float:
         return statistics.mean(r[key] for r in rounds)
 
     report["streams"] = {
-        name: {k: mean(rounds, k) for k in rounds[0]}
-        for name, rounds in (("on", rounds_on), ("off", rounds_off))
+        name: {k: mean(rounds[name], k) for k in rounds[name][0]} for name in ("on", "off")
     }
     return report
 
@@ -191,7 +201,8 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--checks", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved on/off pairs")
+    ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

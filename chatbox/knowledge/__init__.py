@@ -51,7 +51,10 @@ class Knowledge:
     ) -> None:
         self.store = store
         self.embedder = Embedder(
-            settings.embedding_model, settings.embedding_device, settings.embedding_threads
+            settings.embedding_model,
+            settings.embedding_device,
+            settings.embedding_threads,
+            onnx_cache=settings.cache_dir if settings.embedding_runtime == "onnx" else None,
         )
         self.index = VectorIndex(store, settings.knowledge_index_bytes)
         self.memory = MemoryService(store, self.embedder, self.index)

