@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -112,12 +113,18 @@ async def streams_run(services: Services, user: User, k: int, tokens: int) -> di
     }
 
 
-async def check_latency(services: Services, user: User, n: int) -> list[float]:
+async def check_latency(
+    services: Services, user: User, n: int, during: asyncio.Task[Any] | None = None
+) -> list[float]:
+    """n checks, one at a time (stopping early if `during` ends: only checks made while it
+    runs count)."""
     moderation = services.moderation
     assert moderation is not None
     texts = [t for _, t in read_labelled(HELDOUT)]
     out = []
     for i in range(n):
+        if during is not None and during.done():
+            break
         verdict = await moderation.check(user, texts[i % len(texts)] + f" ({i})", "input")
         out.append(verdict.elapsed_s * 1000)
     return out
@@ -135,37 +142,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["heldout"] = await evaluate(services.moderation.moderator)
             await check_latency(services, user, 30)  # warm up (first shapes, first calls)
             idle = await check_latency(services, user, args.checks)
-            load = asyncio.create_task(streams_run(services, user, args.streams, args.tokens))
+            # Long answers, so that every check below is made while all streams decode.
+            load = asyncio.create_task(streams_run(services, user, args.streams, args.tokens * 3))
             await asyncio.sleep(1.0)  # the streams are decoding
-            busy = await check_latency(services, user, args.checks // 3)
+            busy = await check_latency(services, user, args.checks, during=load)
             await load
             report["latency_ms"] = {
                 "idle": {"p50": pct(idle, 50), "p99": pct(idle, 99), "n": len(idle)},
                 "decoding": {"p50": pct(busy, 50), "p99": pct(busy, 99), "n": len(busy)},
             }
+            # Output moderation on vs off: interleaved pairs in the same app (the policy's
+            # switch flipped between rounds; off first in odd pairs), so drift on a noisy
+            # machine hits both sides alike; the ratio is the median of the pairs'.
+            moderation = services.moderation
+            policy = moderation.policy
+            rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+            await streams_run(services, user, args.streams, args.tokens)  # warm
+            for pair in range(args.rounds):
+                for output in (True, False) if pair % 2 == 0 else (False, True):
+                    moderation.policy = dataclasses.replace(policy, output=output)
+                    result = await streams_run(services, user, args.streams, args.tokens)
+                    rounds["on" if output else "off"].append(result)
+            moderation.policy = policy
         finally:
             await services.stop()
-        # Throughput on vs off: interleaved pairs of fresh apps (off first in odd pairs), so
-        # drift on a noisy machine hits both sides alike.
-        rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
-        for pair in range(args.rounds):
-            for output in (True, False) if pair % 2 == 0 else (False, True):
-                name = "on" if output else "off"
-                services = await start(
-                    Path(tmp) / f"{name}{pair}",
-                    args.model,
-                    args.streams,
-                    output,
-                    args.embedding_runtime,
-                )
-                user = await services.store.users.create("bench", tier="paid")
-                try:
-                    await streams_run(services, user, args.streams, args.tokens)  # warm
-                    rounds[name].append(
-                        await streams_run(services, user, args.streams, args.tokens)
-                    )
-                finally:
-                    await services.stop()
 
     def mean(rounds: list[dict[str, float]], key: str) -> float:
         return statistics.mean(r[key] for r in rounds)
@@ -173,6 +173,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report["streams"] = {
         name: {k: mean(rounds[name], k) for k in rounds[name][0]} for name in ("on", "off")
     }
+    report["pairs"] = [
+        [on["tokens_per_s"], off["tokens_per_s"]]
+        for on, off in zip(rounds["on"], rounds["off"], strict=True)
+    ]
+    report["throughput_ratio"] = statistics.median(
+        on["tokens_per_s"] / off["tokens_per_s"]
+        for on, off in zip(rounds["on"], rounds["off"], strict=True)
+    )
+    report["ttft_ratio"] = statistics.median(
+        on["ttft_p50_ms"] / off["ttft_p50_ms"]
+        for on, off in zip(rounds["on"], rounds["off"], strict=True)
+    )
     return report
 
 
@@ -192,7 +204,11 @@ def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"{name:<20}{row['ttft_p50_ms']:>12.0f}{row['ttft_max_ms']:>12.0f}"
             f"{row['tokens_per_s']:>10.1f}"
         )
-    print(f"throughput on/off: {on['tokens_per_s'] / off['tokens_per_s']:.1%}")
+    print("pairs (tokens/s on, off):", ", ".join(f"{a:.0f}/{b:.0f}" for a, b in r["pairs"]))
+    print(
+        f"on/off, median of {args.rounds} interleaved pairs: throughput "
+        f"{r['throughput_ratio']:.1%}, TTFT p50 {r['ttft_ratio']:.2f}x"
+    )
 
 
 def main() -> None:
@@ -201,13 +217,13 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--checks", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved on/off pairs")
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved on/off pairs")
     ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.quick:
-        args.checks, args.tokens, args.rounds = 60, 48, 1
+        args.checks, args.tokens, args.rounds = 60, 48, 2
     report = asyncio.run(run(args))
     print_report(report, args)
     if args.json:
