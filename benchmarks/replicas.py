@@ -1,6 +1,6 @@
 """Router-mode benchmark: one front before one vs two `chatbox replica` processes.
 
-    python benchmarks/replicas.py [--model smollm2|tiny] [--runs 3] [--tokens 64] [--json OUT]
+    python benchmarks/replicas.py [--model smollm2|tiny] [--runs 3] [--tokens 128] [--json OUT]
 
 Each replica runs one decode thread pinned to its own core (`taskset -c N`); the front is
 unpinned (it shares the cores, so its per-token cost limits the ratio: it is measured and
@@ -168,7 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp()) / "replica"

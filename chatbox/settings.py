@@ -44,9 +44,9 @@ class EngineSettings:
     cpu_requant: bool = True  # on CPU, serve Q4_1/Q5_1 weights as a cached Q8_0 copy
     kv_dir: Path | None = None  # parked KV on disk (the app: <data_dir>/kv); None: RAM only
     park_disk_bytes: int = 4 * 1024**3  # disk for parked conversations, per model; 0: off
-    # prompt-lookup decoding: most tokens guessed per step; 0: off. Off by default until it is
-    # shown not to slow plain chat on a quiet machine (a noisy run measured 0.7-0.9x there).
-    lookup_draft: int = 0
+    # prompt-lookup decoding: most tokens guessed per step; 0: off. On: answers that copy
+    # their context decode ~1.2x faster at one stream, plain chat is unchanged (README).
+    lookup_draft: int = 8
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,17 @@ def build_batch(
     rows: list[Row] = []
     decoding = [j for j in active if j.pending is not None and j.slot is not None]
     spare = (batch.capacity - len(decoding)) // max(1, len(decoding))
+    # No guesses in a step that also prefills: it is compute-bound already, so a guessed
+    # row costs what a prompt token does and delays the new answer's first token.
+    crowded = (
+        starved
+        or len(decoding) > MAX_DRAFT_STREAMS
+        or any(j.pending is None and j.slot is not None for j in active)
+    )
     for job in decoding:
         assert job.pending is not None and job.slot is not None
         pos, seq = len(job.slot.tokens), job.slot.seq
         row = batch.add(job.pending, pos, seq, True)
-        crowded = starved or len(decoding) > MAX_DRAFT_STREAMS
         job.draft = [] if crowded else speculative.draft(job, spare, n_ctx_per_seq)
         for k, tok in enumerate(job.draft):
             batch.add(tok, pos + 1 + k, seq, True)  # each guess gets its own logits row

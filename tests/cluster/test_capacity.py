@@ -154,6 +154,9 @@ def test_admission_counts_the_local_engine_with_the_replicas(
     ):
         here, _, there, also_there = conversations_for(server, [LOCAL, remote.url], 2)
         cli = ["replicas", "--front", server.url, "--key", server.api_key]
+        for conv in (there, also_there):  # one at a time: each lands where it hashes first
+            assert ask(server.url, server.headers, conv, "hi", max_tokens=2)["status"]
+        # ...and its next turn follows it there, even while that takes both of its slots.
         with answering(server, there), answering(server, also_there):
             assert remote.running == 2  # the replica's slots are full, the local ones free
             out = ask(server.url, server.headers, here, "hello", max_tokens=6)
@@ -209,10 +212,11 @@ def test_a_burst_of_new_conversations_spreads_over_the_fleet(data_dir: Path) -> 
                 stack.enter_context(answering(server, conv))
             load = fleet(server.url, server.headers)
             running = {url: load[url]["running"] + load[url]["queued"] for url in (x.url, y.url)}
-            # x takes new work up to 1.25x its half of the load, although x is every one's
-            # first choice and has room for them all (4 slots + a queue of 4): the third
-            # goes to y (x has 2 of 3, its share is ceil(1.25 x 3 / 2) = 2).
-            assert running == {x.url: 3, y.url: 1}, running
+            # x takes a new conversation only while under its half of the load, although x
+            # is every one's first choice and has room for them all (4 slots + a queue of
+            # 4): the second goes to y (x has 1 of 2, its share is ceil(2 / 2) = 1), the
+            # third to x, the fourth to y.
+            assert running == {x.url: 2, y.url: 2}, running
         wait_idle(server)
         # Each conversation's next turn goes where its first answer (and its KV) went.
         before = (x.generate_calls, y.generate_calls)

@@ -25,8 +25,17 @@ SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[LiveServer]:
+    from chatbox.chat.policy import default_policy_path
+
     data_dir: Path = tmp_path_factory.mktemp("console") / "data"
-    settings = test_settings(data_dir, console_sample_s=0.5, max_tokens=48)
+    # No rate limits: `load` below asks as fast as answers come, and a faster engine would
+    # otherwise spend the admin's requests-per-minute before the next test asks its own.
+    policy = data_dir.parent / "policy.toml"
+    text = default_policy_path().read_text()
+    for limit in ("rpm = 20\n", "rpm = 120\n", "tpm = 20000\n", "tpm = 200000\n"):
+        text = text.replace(limit, limit.split("=")[0] + "= 0\n")
+    policy.write_text(text)
+    settings = test_settings(data_dir, console_sample_s=0.5, max_tokens=48, policy_path=policy)
     registry = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
     registry.add(tiny_gguf, name="tiny", make_default=True, copy=False)
     with LiveServer(settings, registry) as live:
