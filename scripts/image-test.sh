@@ -236,9 +236,9 @@ echo "-- largest directories (MiB):"
   du -xms "$MNT"/* 2>/dev/null
   du -xms "$MNT"/opt/venv/lib/python3*/site-packages/* "$MNT"/usr/lib/x86_64-linux-gnu \
           "$MNT"/usr/lib/python3* "$MNT"/app 2>/dev/null
-} | sort -rn | head -n 20 | sed "s|$MNT||"
+} | sed "s|$MNT||" | sort -rn | sed -n '1,20p'  # sed reads it all: no SIGPIPE under pipefail
 echo "-- layers:"
-podman history --format '{{.Size}}\t{{.CreatedBy}}' "$IMAGE" | cut -c1-110 | head -n 14
+podman history --format '{{.Size}}\t{{.CreatedBy}}' "$IMAGE" | cut -c1-110 | sed -n '1,14p'
 
 for tool in gcc cc g++ c++ cmake make npm node nodejs; do
   [ ! -e "$MNT/usr/bin/$tool" ] || fail "the image carries a build tool: /usr/bin/$tool"
