@@ -3,10 +3,12 @@ generation whose answers are watched as they stream (the OpenAI-compatible API).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from chatbox.chat.admission import Ticket
 from chatbox.chat.errors import Refused
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.runs import TurnRun
@@ -88,6 +90,41 @@ def watch_answer(
         run.publish("moderation", {**moderation_event(verdict, run.turn_id), "direction": "output"})
 
     return moderation.watch(user, cut)
+
+
+async def relay_answer(
+    run: TurnRun,
+    generation: Generation,
+    ticket: Ticket,
+    watch: OutputWatch | None,
+    on_token: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[DoneEvent | None, str | None]:
+    """Pass an answer's tokens to its run as they come, checked beside the stream (never
+    before a token is shown; once cut, the rest is not shown), then the tail window. Returns
+    the engine's last event (None if it never came) and why relaying failed, if it did."""
+    done: DoneEvent | None = None
+    try:
+        async for event in generation:
+            if isinstance(event, TokenEvent):
+                if watch is not None and watch.blocked:
+                    continue  # already cut: what is left of the stream is not shown
+                ticket.mark_started()
+                run.publish("token", {"text": event.text})
+                if watch is not None:
+                    watch.feed(event.text)
+                if on_token is not None:
+                    await on_token()
+            elif isinstance(event, DoneEvent):
+                done = event
+        if watch is not None:
+            await watch.finish()  # the tail window, after the last token
+    except asyncio.CancelledError:
+        generation.cancel()
+        return done, "the server stopped while this answer was being written"
+    except Exception as exc:  # one failing request must not take the service down
+        generation.cancel()
+        return done, f"generation failed: {exc}"
+    return done, None
 
 
 async def note_output(

@@ -15,6 +15,7 @@ from chatbox.chat.moderated import (
     moderation_event,
     note_input,
     note_output,
+    relay_answer,
     screen_input,
     watch_answer,
 )
@@ -26,11 +27,9 @@ from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
-    DoneEvent,
     Engine,
     Generation,
     GenerationRequest,
-    TokenEvent,
 )
 from chatbox.moderation import Verdict
 from chatbox.observability import Telemetry
@@ -270,38 +269,21 @@ class ChatService(Conversations):
         return run
 
     async def _drive(self, run: TurnRun, generation: Generation, ticket: Ticket) -> None:
-        done: DoneEvent | None = None
-        error: str | None = None
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
-        try:
-            async for event in generation:
-                if isinstance(event, TokenEvent):
-                    if watch is not None and watch.blocked:
-                        continue  # already cut: what is left of the stream is not shown
-                    if not ticket.started:
-                        ticket.mark_started()
-                        announcer.cancel()
-                    run.publish("token", {"text": event.text})
-                    if watch is not None:
-                        watch.feed(event.text)  # checked beside the stream, never before it
-                    if time.monotonic() - last_flush >= self.settings.draft_flush_s:
-                        last_flush = time.monotonic()
-                        await self.store.turns.update_draft(run.turn_id, run.text)
-                elif isinstance(event, DoneEvent):
-                    done = event
-                    if event.timings is not None:
-                        t = event.timings
-                        self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)
-            if watch is not None:
-                await watch.finish()  # the tail window, after the last token
-        except asyncio.CancelledError:
-            generation.cancel()
-            error = "the server stopped while this answer was being written"
-        except Exception as exc:  # one failing request must not take the service down
-            generation.cancel()
-            error = f"generation failed: {exc}"
+
+        async def on_token() -> None:
+            nonlocal last_flush
+            announcer.cancel()  # it is answering: no more queue positions
+            if time.monotonic() - last_flush >= self.settings.draft_flush_s:
+                last_flush = time.monotonic()
+                await self.store.turns.update_draft(run.turn_id, run.text)
+
+        done, error = await relay_answer(run, generation, ticket, watch, on_token)
+        if done is not None and done.timings is not None:
+            t = done.timings
+            self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)
         announcer.cancel()
         if done is not None:
             status = _STATUS[done.finish_reason]

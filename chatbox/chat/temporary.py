@@ -18,13 +18,19 @@ from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.completions import check_fits, submit
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
 from chatbox.chat.models import ModelProvider
-from chatbox.chat.moderated import moderation_event, note_unsaved, screen_input, watch_answer
+from chatbox.chat.moderated import (
+    moderation_event,
+    note_unsaved,
+    relay_answer,
+    screen_input,
+    watch_answer,
+)
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.views import ModerationMark, run_marks
-from chatbox.engine.types import ChatMessage, DoneEvent, Generation, GenerationRequest, TokenEvent
+from chatbox.engine.types import ChatMessage, Generation, GenerationRequest
 from chatbox.moderation import ModerationService
 from chatbox.settings import Settings
 from chatbox.store import Store, User
@@ -188,29 +194,8 @@ class TemporaryChats:
     async def _drive(
         self, run: TurnRun, generation: Generation, ticket: Ticket, chat_id: str | None, asked: str
     ) -> None:
-        done: DoneEvent | None = None
-        error: str | None = None
         watch = watch_answer(self.moderation, ticket.user, run, generation)
-        try:
-            async for event in generation:
-                if isinstance(event, TokenEvent):
-                    if watch is not None and watch.blocked:
-                        continue  # already cut: what is left of the stream is not shown
-                    if not ticket.started:
-                        ticket.mark_started()
-                    run.publish("token", {"text": event.text})
-                    if watch is not None:
-                        watch.feed(event.text)  # checked beside the stream, never before it
-                elif isinstance(event, DoneEvent):
-                    done = event
-            if watch is not None:
-                await watch.finish()  # the tail window, after the last token
-        except asyncio.CancelledError:
-            generation.cancel()
-            error = "the server stopped while this answer was being written"
-        except Exception as exc:  # one failing request must not take the service down
-            generation.cancel()
-            error = f"generation failed: {exc}"
+        done, error = await relay_answer(run, generation, ticket, watch)
         await ticket.finish(done.usage if done is not None else None)
         cut = watch.verdict if watch is not None else None
         if watch is not None:

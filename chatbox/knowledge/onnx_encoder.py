@@ -18,6 +18,8 @@ import hashlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +111,7 @@ def _export(st_model: Any, path: Path) -> None:
     axes = {n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with warnings.catch_warnings(), torch.inference_mode():
+    with warnings.catch_warnings(), torch.inference_mode(), _removed_on_error(tmp):
         warnings.simplefilter("ignore")  # the exporter's notes on tracing and deprecations
         torch.onnx.export(
             Hidden(),
@@ -122,6 +124,15 @@ def _export(st_model: Any, path: Path) -> None:
             dynamo=False,
         )
     tmp.replace(path)
+
+
+@contextmanager
+def _removed_on_error(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def _session(path: Path, threads: int) -> Any:
