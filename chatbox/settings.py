@@ -18,6 +18,9 @@ def _default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "chatbox"
 
 
+EMBEDDING_RUNTIMES = ("onnx", "torch")
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "chatbox"
@@ -108,8 +111,9 @@ class Settings:
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"
-    # torch intra-op threads per encode (process-wide; 0: torch's default, every core). One
-    # keeps a message's moderation check fast while answers decode (see knowledge/embedder.py).
+    # threads per encode (ONNX Runtime's intra-op threads; torch's, process-wide, on the torch
+    # path; 0: the library's default, every core). One keeps a message's moderation check
+    # fast while answers decode (see knowledge/embedder.py).
     embedding_threads: int = 1
     # "onnx": on CPU, the model runs in ONNX Runtime (exported once into cache_dir and checked
     # against torch; ~2.5x faster for a message); "torch": sentence-transformers as shipped.
@@ -137,6 +141,11 @@ class Settings:
     def __post_init__(self) -> None:
         for cidr in self.trusted_proxies:  # fail at start, not on the first request
             ipaddress.ip_network(cidr, strict=False)
+        if self.embedding_runtime not in EMBEDDING_RUNTIMES:
+            raise ValueError(
+                f"embedding_runtime must be one of {', '.join(EMBEDDING_RUNTIMES)}, "
+                f"not {self.embedding_runtime!r}"
+            )
 
     @property
     def db_path(self) -> Path:

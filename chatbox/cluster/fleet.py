@@ -196,10 +196,6 @@ class Fleet:
         placed = self._placed.get(key) if key else None
         if placed is not None:
             order.sort(key=lambda m: m.url != placed)  # stable: the rest keep hash order
-            for member in order:
-                if self._room(member, model):
-                    self._place(key, member, member is not order[0], model)
-                    return member
         else:
             total = sum(m.inflight.get(model, 0) for m in order) + 1
             slots = sum(m.slots for m in order)
@@ -208,10 +204,11 @@ class Fleet:
                 if self._room(member, model) and member.inflight.get(model, 0) < share:
                     self._place(key, member, member is not order[0], model)
                     return member
-            for member in order:  # all over their share: the first with room in its queue
-                if self._room(member, model):
-                    self._place(key, member, member is not order[0], model)
-                    return member
+        # Its replica (or, for a new key, every one) is past its share: the first with room.
+        for member in order:
+            if self._room(member, model):
+                self._place(key, member, member is not order[0], model)
+                return member
         # All past their limit: the least queued (a replica's own full queue answers 429)
         return min(order, key=lambda m: m.inflight.get(model, 0) - m.slots)
 

@@ -6,8 +6,9 @@ thread with its own copy of the model (a fast tokenizer must not be shared betwe
 the urgent lane embeds what a person is waiting on (the message being moderated, a search,
 a fact), the background lane output-moderation windows, uploads and the embeddings API, so
 a message never waits behind windows being encoded. Requests waiting in a lane are coalesced
-into one batch. torch runs one intra-op thread per encode by default (`threads`): batches
-here are small, and more threads only fight the two lanes and the model's decode threads.
+into one batch. Each encode uses one thread by default (`threads`): batches here are small,
+and more threads only fight the two lanes and the model's decode threads. On CPU the forward
+pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_encoder.py).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Embedder:
         self.device = device
         # Where the ONNX graph is cached; None: torch only (see knowledge/onnx_encoder.py).
         self.onnx_cache = onnx_cache
-        self.threads = threads  # torch intra-op threads (0: torch's default, all cores)
+        self.threads = threads  # intra-op threads per encode (0: the library's default)
         self.dim = DIM
         self._urgent = _Lane("urgent")  # a person is waiting: a message, a search, a fact
         self._background = _Lane("background")  # answer windows, uploads, the API

@@ -88,3 +88,11 @@ def test_embedder_on_onnx_gives_the_vectors_torch_gives(tmp_path: Path) -> None:
     a, b, model = asyncio.run(both())
     assert isinstance(model, OnnxEncoder)
     assert np.abs(a - b).max() < 1e-4
+
+
+def test_an_unknown_runtime_is_refused_at_start() -> None:
+    from chatbox.settings import settings_from_env
+
+    assert settings_from_env({"CHATBOX_EMBEDDING_RUNTIME": "torch"}).embedding_runtime == "torch"
+    with pytest.raises(ValueError, match="embedding_runtime must be one of onnx, torch"):
+        settings_from_env({"CHATBOX_EMBEDDING_RUNTIME": "onxx"})
