@@ -44,15 +44,17 @@ MAX_BODY = 32 * 1024 * 1024
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-# Idle conversations a replica keeps cached by default, at least (the all-in-one server keeps
-# one per slot): a replica does nothing else, and the front's affinity sends each
-# conversation back to the replica that holds it, so a replica holds many users' chats.
+# Idle conversations a replica with a unified KV pool keeps cached by default, at least (the
+# all-in-one server keeps one per slot): a replica does nothing else, and the front's
+# affinity sends each conversation back to the replica that holds it, so a replica holds
+# many users' chats. With a stream per slot (the default) each extra sequence would cost a
+# whole stream of cells; idle conversations beyond the slots are parked and restored.
 REPLICA_CACHED_SEQS = 32
 
 
 def replica_engine_settings(engine: EngineSettings) -> EngineSettings:
     """A replica's engine defaults: settings left at their default (-1) get the replica's."""
-    if engine.n_cached_seqs >= 0:
+    if engine.n_cached_seqs >= 0 or not engine.kv_unified:
         return engine
     return replace(engine, n_cached_seqs=max(REPLICA_CACHED_SEQS, 4 * engine.n_parallel))
 

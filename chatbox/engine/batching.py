@@ -24,7 +24,6 @@ def build_batch(
     """Fill `batch` for the next step. While the KV cache is starved, streams run without
     guesses and prompts wait (the scheduler sets `starved` until something finishes)."""
     batch.clear()
-    rows: list[Row] = []
     decoding = [j for j in active if j.pending is not None and j.slot is not None]
     prefilling = sorted(
         (j for j in active if j.pending is None),
@@ -36,32 +35,39 @@ def build_batch(
     crowded = (
         starved or len(decoding) > MAX_DRAFT_STREAMS or any(j.slot is not None for j in prefilling)
     )
+    # What each job adds, decided in priority order; rows are then added in order of
+    # sequence id: with a stream per slot llama.cpp packs one pass per run of consecutive
+    # ids, taken in the order they first appear in the batch.
+    plan: list[tuple[Job, list[int], bool]] = []  # job, tokens, whether it is decoding
     for job in decoding:
         assert job.pending is not None and job.slot is not None
-        pos, seq = len(job.slot.tokens), job.slot.seq
-        row = batch.add(job.pending, pos, seq, True)
         job.draft = [] if crowded else speculative.draft(job, spare, n_ctx_per_seq)
-        for k, tok in enumerate(job.draft):
-            batch.add(tok, pos + 1 + k, seq, True)  # each guess gets its own logits row
-        rows.append((job, [job.pending], row))
-    room = batch.capacity - batch.n
-    budget = (
-        0
-        if (rows and starved)
-        else prefill_budget(pacer, [job for job, _, _ in rows], prefilling, room)
-    )
+        plan.append((job, [job.pending, *job.draft], True))
+    room = batch.capacity - sum(len(toks) for _, toks, _ in plan)
+    budget = 0 if (plan and starved) else prefill_budget(pacer, decoding, prefilling, room)
     for job in prefilling:
         if budget <= 0 or job.slot is None:
             break
         chunk = job.prompt[job.n_done : job.n_done + budget]
-        last = job.n_done + len(chunk) == len(job.prompt)
-        idx: int | None = None
+        plan.append((job, chunk, False))
+        budget -= len(chunk)
+    rows: list[Row] = []
+    for job, toks, is_decoding in sorted(plan, key=lambda p: p[0].slot.seq if p[0].slot else 0):
+        assert job.slot is not None
         seq = job.slot.seq
-        for k, tok in enumerate(chunk):
-            want = last and k == len(chunk) - 1
+        if is_decoding:  # the next token, then each guess with its own logits row
+            pos = len(job.slot.tokens)
+            row = batch.add(toks[0], pos, seq, True)
+            for k, tok in enumerate(toks[1:]):
+                batch.add(tok, pos + 1 + k, seq, True)
+            rows.append((job, toks[:1], row))
+            continue
+        last = job.n_done + len(toks) == len(job.prompt)
+        idx: int | None = None
+        for k, tok in enumerate(toks):
+            want = last and k == len(toks) - 1
             i = batch.add(tok, job.n_done + k, seq, want)
             if want:
                 idx = i
-        rows.append((job, chunk, idx))
-        budget -= len(chunk)
+        rows.append((job, toks, idx))
     return rows

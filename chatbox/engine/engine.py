@@ -185,11 +185,13 @@ class LlamaEngine:
             return
         s = self.settings
         n_parallel = max(1, s.n_parallel)
-        extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else n_parallel
+        extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else (n_parallel if s.kv_unified else 0)
         n_slots = min(n_parallel + extra, MAX_SEQS)
         cores = available_cores()
         threads, batch_threads = decode_threads(s.n_threads, cores)
-        n_ctx, per_seq = max(s.n_ctx, self.info.n_ctx_per_seq), self.info.n_ctx_per_seq
+        per_seq = self.info.n_ctx_per_seq
+        # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
+        n_ctx = max(s.n_ctx, per_seq) if s.kv_unified else n_slots * per_seq
         warning = prefix_cache_warning(s, n_ctx, per_seq)
         if warning:
             log.warning("%s: %s", self.info.name, warning)
@@ -201,6 +203,7 @@ class LlamaEngine:
             n_threads_batch=batch_threads,
             flash_attn=s.flash_attn,
             kv_type=s.kv_type,
+            kv_unified=s.kv_unified,
         )
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
@@ -216,7 +219,7 @@ class LlamaEngine:
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
             prefill_chunk=s.prefill_chunk,
-            idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq, parks(s)),
+            idle_cells=idle_cell_budget(s.idle_kv_cells, n_ctx, per_seq, parks(s), s.kv_unified),
             disk=disk,
             lookup_draft=s.lookup_draft,
             # A configured count is kept; by default the count is measured per kind of step.

@@ -168,6 +168,9 @@ class ContextParams:
     flash_attn: bool = False
     kv_type: str = "f16"
     n_threads_batch: int = 0  # for steps of several tokens; 0: n_threads
+    # One pool of cells shared by all sequences (seq_cp shares cells), or one stream of
+    # n_ctx / n_seq_max cells per sequence (attention scans only the sequence's own stream).
+    kv_unified: bool = True
 
 
 class Batch:
@@ -204,7 +207,7 @@ class Batch:
 
 
 class Context:
-    """A llama_context with a unified KV cache shared by up to n_seq_max sequences."""
+    """A llama_context for up to n_seq_max sequences, with one KV pool or a stream each."""
 
     def __init__(self, model: Model, p: ContextParams) -> None:
         params = llama_cpp.llama_context_default_params()
@@ -214,7 +217,7 @@ class Context:
         params.n_seq_max = p.n_seq_max
         params.n_threads = p.n_threads
         params.n_threads_batch = p.n_threads_batch or p.n_threads
-        params.kv_unified = True  # one pool of cells shared by all sequences (seq_cp is free)
+        params.kv_unified = p.kv_unified
         params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
         params.no_perf = True
         quantized_kv = p.kv_type not in ("f16", "f32")  # llama.cpp needs flash attention then
@@ -237,6 +240,7 @@ class Context:
         self.n_ctx = int(llama_cpp.llama_n_ctx(ptr))
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
+        self.kv_unified = p.kv_unified
 
     def warm_up(self) -> None:
         """Run one tiny decode so the first real request doesn't pay for buffer setup."""

@@ -67,7 +67,7 @@ class Scheduler:
         self.ctx = ctx
         self.n_parallel = n_parallel
         self.n_ctx_per_seq = n_ctx_per_seq
-        self.slots = SlotTable(ctx, n_slots, park_bytes, disk)
+        self.slots = SlotTable(ctx, n_slots, park_bytes, disk, shared=ctx.kv_unified)
         self.lookup_draft = lookup_draft  # most tokens guessed per stream per step; 0: off
         self.drafted = 0  # guessed tokens verified, and how many of them were right
         self.accepted = 0
@@ -187,6 +187,7 @@ class Scheduler:
                 self._trim(busy=True)  # steps are shared from now on
 
     def _step(self) -> None:
+        self.slots.arrange()  # streams: busy sequences on consecutive ids, one pass a step
         rows = build_batch(
             self.batch, self.active, self.pacer, self._kv_starved, self.n_ctx_per_seq
         )
@@ -200,7 +201,8 @@ class Scheduler:
             if tuner is not None:
                 tuner.idle()  # an eviction and a retry: not a normal step
             busy = [j.slot for j in self.active if j.slot is not None]
-            if self.slots.evict_one(exclude=busy):
+            # idle prefixes free cells only in a shared pool (a stream holds only its own)
+            if self.slots.shared and self.slots.evict_one(exclude=busy):
                 rc = self.ctx.decode(self.batch)
                 continue
             if n_decode and n_decode < len(rows):

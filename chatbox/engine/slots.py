@@ -2,8 +2,10 @@
 
 Every llama.cpp sequence id is a `Slot`. A slot is busy while a request runs in it; when the
 request ends its KV stays behind as a cached prefix (tagged with the conversation's cache
-key). Slots share KV cells through seq_cp in the unified cache; a small ledger of "cell
-groups" tracks how many distinct cells are in use.
+key). In a unified cache slots share KV cells through seq_cp, and a small ledger of "cell
+groups" tracks how many distinct cells are in use. With a stream per slot, a prefix is
+copied as state (llama.cpp copies across streams only whole buffers, and only at the next
+decode), and busy slots are kept on consecutive sequence ids (`arrange`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from chatbox.engine import streams
 from chatbox.engine.kvdisk import DiskEntry, DiskStore
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
@@ -100,9 +103,16 @@ class SlotAssignment:
 
 class SlotTable:
     def __init__(
-        self, kv: KvOps, n_slots: int, park_bytes: int = 0, disk: DiskStore | None = None
+        self,
+        kv: KvOps,
+        n_slots: int,
+        park_bytes: int = 0,
+        disk: DiskStore | None = None,
+        shared: bool = True,
     ) -> None:
         self.kv = kv
+        self.shared = shared  # one pool of cells (unified KV) or a stream per sequence id
+        self.moves = 0  # KV moved between streams to keep busy ids consecutive (arrange)
         self.disk = disk
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self.park_bytes = park_bytes
@@ -167,11 +177,7 @@ class SlotTable:
         own = next(
             (s for s in idle if cache_key and s.cache_key == cache_key and s.scope == scope), None
         )
-        if own is not None:
-            target = own
-        else:
-            empty = [s for s in idle if not s.tokens]
-            target = empty[0] if empty else min(idle, key=lambda s: s.last_used)
+        target = own if own is not None else self._spare(idle)
         best, best_n = None, 0
         for s in self.slots:
             n = reusable(
@@ -179,8 +185,10 @@ class SlotTable:
             )
             if n > best_n or (n == best_n and n > 0 and s is target):
                 best, best_n = s, n
-        if target is not best and target.tokens and target is not own:
-            self._park(target)  # reusing another conversation's idle slot: keep its KV in RAM
+        if target.tokens and target is not own:
+            # another conversation's idle slot: keep its KV in RAM (and on disk), also when
+            # only its public prefix is reused here (the rest of it is about to be cut)
+            self._park(target)
         parked = self.parked.get(cache_key) if cache_key else None
         if parked is None and cache_key is not None:
             parked = self._from_disk(cache_key, scope, prompt, best_n)
@@ -196,14 +204,49 @@ class SlotTable:
             source = "own" if best_n else "none"
             return self._claim(target, cache_key, scope, public, best_n, source)
         self._clear(target)
-        if best is not None and best_n > 0:
-            self.kv.seq_cp(best.seq, target.seq, 0, best_n)
-            self._seal(best)
-            target.tokens = list(best.tokens[:best_n])
-            target.segments = [list(seg) for seg in best.segments]
-            target.truncate(best_n)
+        if best is not None and best_n > 0 and self._copy(best, target, best_n):
             return self._claim(target, cache_key, scope, public, best_n, "copy")
         return self._claim(target, cache_key, scope, public, 0, "none")
+
+    def _spare(self, idle: list[Slot]) -> Slot:
+        """The idle slot a new conversation takes: an empty one (next to the busy ones, so
+        that `arrange` has less to move), else the least recently used."""
+        empty = [s for s in idle if not s.tokens]
+        if not empty:
+            return min(idle, key=lambda s: s.last_used)
+        busy = [s.seq for s in self.slots if s.busy]
+        if not busy or self.shared:
+            return empty[0]
+        lo, hi = min(busy), max(busy)
+        return min(empty, key=lambda s: min(abs(s.seq - lo), abs(s.seq - hi)))
+
+    def _copy(self, src: Slot, target: Slot, n: int) -> bool:
+        """Give the (cleared) target the first n tokens of src's KV."""
+        if self.shared:  # cells are shared, not copied
+            self.kv.seq_cp(src.seq, target.seq, 0, n)
+            self._seal(src)
+            target.tokens = list(src.tokens[:n])
+            target.segments = [list(seg) for seg in src.segments]
+            target.truncate(n)
+            return True
+        if not streams.copy_state(self.kv, src.seq, target.seq, n, len(src.tokens)):
+            return False
+        self.append(target, src.tokens[:n])
+        return True
+
+    def arrange(self) -> int:
+        """With a stream per slot, keep busy slots on consecutive sequence ids (see
+        streams.py). Returns how many slots moved."""
+        if self.shared:
+            return 0
+        moved = 0
+        for busy, idle in streams.moves(self.slots):
+            ok, kept = streams.swap(self.kv, busy, idle)
+            if not kept:
+                self._clear(idle)
+            moved += ok
+        self.moves += moved
+        return moved
 
     def _from_disk(
         self, key: str, scope: str | None, prompt: Sequence[int], best_n: int
@@ -228,15 +271,12 @@ class SlotTable:
         idle = [s for s in self.slots if not s.busy and s is not src]
         if not idle:
             return None
-        empty = [s for s in idle if not s.tokens]
-        target = empty[0] if empty else min(idle, key=lambda s: s.last_used)
+        target = self._spare(idle)
         if target.tokens:
             self._park(target)
         self._clear(target)
-        self.kv.seq_cp(src.seq, target.seq, 0, len(src.tokens))
-        self._seal(src)
-        target.tokens = list(src.tokens)
-        target.segments = [list(seg) for seg in src.segments]
+        if not self._copy(src, target, len(src.tokens)):
+            return None
         # No cache key: the conversation's cached prefix stays the first answer's.
         return self._claim(target, None, src.scope, src.public, len(src.tokens), "copy").slot
 
@@ -349,7 +389,8 @@ class SlotTable:
         self._clear(target)
         while not self.kv.seq_restore(target.seq, parked.data):
             self.kv.seq_rm(target.seq, -1, -1)
-            if not self.evict_one(exclude=(target,)):  # make room (restores need free cells)
+            # make room in the pool (restores need free cells); a stream holds only its own
+            if not self.shared or not self.evict_one(exclude=(target,)):
                 return False
         self._drop_parked(parked.cache_key)
         self.append(target, parked.tokens)

@@ -34,7 +34,7 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
 
 
 def idle_cell_budget(
-    configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool
+    configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool, unified: bool = True
 ) -> tuple[int, int]:
     """KV cells that idle cached prefixes may keep live (the rest are parked or dropped):
     (while two or more streams decode, otherwise).
@@ -49,9 +49,14 @@ def idle_cell_budget(
     than one whole conversation: a smaller budget would evict the conversation that just
     ended before its next turn, the turn a lone user waits for. Running streams still take
     cells from idle prefixes whenever they need them.
+
+    With a stream per slot, an idle slot's cells cost other streams nothing: idle prefixes
+    keep all of them until their slot is taken.
     """
     if configured >= 0:
         return configured, configured
+    if not unified:
+        return n_ctx, n_ctx
     quiet = min(n_ctx, max(n_ctx // 4, n_ctx_per_seq))
     return (n_ctx // 16 if parking else quiet), quiet
 
@@ -63,7 +68,7 @@ def parks(s: EngineSettings) -> bool:
 
 def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> str | None:
     """Why this configuration cannot keep a conversation's prefix between its turns, if so."""
-    _, budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq, parks(s))
+    _, budget = idle_cell_budget(s.idle_kv_cells, n_ctx, n_ctx_per_seq, parks(s), s.kv_unified)
     if budget >= n_ctx_per_seq:
         return None
     where = (

@@ -86,6 +86,45 @@ async def test_shared_system_prompt_is_reused_across_conversations(
     await assert_kv_consistent(tiny_engine)
 
 
+async def test_answers_moved_between_kv_streams_keep_their_kv(tiny_engine: LlamaEngine) -> None:
+    """With a stream per slot, short answers that end first leave holes among the busy
+    sequence ids; the engine moves running answers to close them. A moved conversation's
+    KV is intact: its next turn reuses it and sees the logits a cold prefill gives."""
+    await tiny_engine.clear_cache()
+    before = await tiny_engine.debug_call(lambda s: s.slots.moves)
+    lengths = [4, 30, 6, 30]  # the 4- and 6-token answers end first
+    held = await hold_scheduler(tiny_engine, 0.2)
+    gens = [
+        tiny_engine.submit(
+            GenerationRequest(
+                chat(PROMPTS[i]),
+                replace(GREEDY, max_tokens=n),
+                cache_key=f"m{i}",
+                cache_scope="tester",
+            )
+        )
+        for i, n in enumerate(lengths)
+    ]
+    results = await asyncio.gather(*(collect(g) for g in gens))
+    await held
+    assert all(r.done.finish_reason == "length" for r in results)
+    assert await tiny_engine.debug_call(lambda s: s.slots.moves) > before
+    await assert_kv_consistent(tiny_engine)
+    follow_ups = {
+        i: (*chat(PROMPTS[i]), *chat("x", results[i].text, "and then?")[1:]) for i in (1, 3)
+    }
+    warm = {
+        i: await generate(tiny_engine, msgs, cache_key=f"m{i}", capture_logits=1)
+        for i, msgs in follow_ups.items()
+    }
+    for i, msgs in follow_ups.items():
+        assert warm[i].done.usage.cached_tokens >= results[i].done.usage.prompt_tokens
+        await tiny_engine.clear_cache()
+        cold = await generate(tiny_engine, msgs, capture_logits=1)
+        assert cold.done.usage.cached_tokens == 0
+        assert np.max(np.abs(warm[i].logits[0] - cold.logits[0])) < LOGIT_TOL
+
+
 async def test_cancel_stops_and_frees_cells(tiny_engine: LlamaEngine) -> None:
     await tiny_engine.clear_cache()
     gen = tiny_engine.submit(
@@ -304,7 +343,7 @@ async def test_metrics_in_the_given_registry(tiny_gguf: Path) -> None:
         assert 'chatbox_engine_requests_total{finish_reason="length",model="tiny"} 1.0' in text
         assert 'chatbox_engine_generated_tokens_total{model="tiny"} 4.0' in text
         assert "chatbox_engine_time_to_first_token_seconds_bucket" in text
-        assert 'chatbox_engine_kv_cells_total{model="tiny"} 4096.0' in text
+        assert 'chatbox_engine_kv_cells_total{model="tiny"} 8192.0' in text  # 8 streams of 1,024
     finally:
         await engine.stop()
 

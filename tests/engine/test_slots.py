@@ -199,3 +199,120 @@ def test_parked_prefix_is_restored_only_for_its_scope() -> None:
     run(t, kv, list(range(1000, 1000 + MIN_PARK_TOKENS + 10)), "other", scope="alice")
     assert "conv" in t.parked
     assert run(t, kv, [*long, 5], "conv", scope="mallory") == 0
+
+
+def test_a_slot_taken_for_its_public_prefix_parks_its_conversation_first() -> None:
+    """The only idle slot is also the best match (the template): its conversation is parked
+    before the slot is cut to the template, so that conversation's next turn restores it."""
+    kv = FakeKv()
+    t = SlotTable(kv, 1, park_bytes=1 << 20)
+    template = list(range(10))
+    a = [*template, *range(100, 100 + MIN_PARK_TOKENS)]
+    run(t, kv, a, "a", scope="alice", public=len(template))
+    assert run(t, kv, [*template, 5, 6], "b", scope="bob", public=len(template)) == len(template)
+    assert "a" in t.parked
+    follow_up = [*a, 9000, 9001, 9002, 77]  # run() answered a with 9000..9002
+    assert run(t, kv, follow_up, "a", scope="alice", public=len(template)) == len(a) + 3
+
+
+class StreamKv:
+    """A KV cache with a stream per sequence id: each holds the token values it was given;
+    a state copy moves them, seq_cp across streams is not allowed (llama.cpp copies only
+    whole buffers, at the next decode)."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[int, list[int]] = {}
+        self.saves = 0
+
+    def put(self, seq: int, tokens: list[int]) -> None:
+        self.seqs.setdefault(seq, []).extend(tokens)
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        assert p1 == -1
+        del self.seqs.setdefault(seq, [])[max(p0, 0) :]
+        return True
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        raise AssertionError("seq_cp across streams")
+
+    def seq_save(self, seq: int) -> bytes:
+        self.saves += 1
+        return pickle.dumps(self.seqs.get(seq, []))
+
+    def seq_restore(self, seq: int, data: bytes) -> bool:
+        assert not self.seqs.get(seq), "restoring into a stream that is not empty"
+        self.seqs[seq] = pickle.loads(data)
+        return True
+
+
+def stream_run(t: SlotTable, kv: StreamKv, prompt: list[int], key: str, **kw: object) -> int:
+    adm = t.acquire(prompt, key, "u", **kw)  # type: ignore[arg-type]
+    assert adm is not None
+    new = [*prompt[adm.reused :], 7]
+    kv.put(adm.slot.seq, new)
+    t.append(adm.slot, new)
+    t.release(adm.slot, keep=True)
+    return adm.reused
+
+
+def test_streams_copy_a_shared_prefix_as_state() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 4, shared=False)
+    system = list(range(100, 140))
+    stream_run(t, kv, [*system, 1, 2, 3], "a")
+    assert stream_run(t, kv, [*system, 5, 6], "b") == len(system)
+    b = next(s for s in t.slots if s.cache_key == "b")
+    assert kv.seqs[b.seq] == b.tokens == [*system, 5, 6, 7]  # a's turn was cut off the copy
+    assert t.cells_used() == sum(len(s.tokens) for s in t.slots)  # nothing is shared
+
+
+def test_arrange_puts_busy_slots_on_consecutive_ids_and_moves_their_kv() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 6, shared=False)
+    busy = []
+    for i in range(4):
+        prompt = [50 * i + k for k in range(20)]
+        adm = t.acquire(prompt, f"c{i}", "u")
+        assert adm is not None and adm.reused == 0
+        kv.put(adm.slot.seq, prompt)
+        t.append(adm.slot, prompt)
+        busy.append(adm.slot)
+    assert sorted(s.seq for s in busy) == [0, 1, 2, 3]
+    t.release(busy[0], keep=True)  # c0 ends: busy ids 1, 2, 3 are still one run
+    assert t.arrange() == 0
+    t.release(busy[2], keep=True)  # c2 ends: 1, 3 leave a hole
+    assert t.arrange() == 1
+    running = [s for s in t.slots if s.busy]
+    ids = sorted(s.seq for s in running)
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+    for s in t.slots:  # every slot's KV (busy or cached) moved with it
+        assert kv.seqs.get(s.seq, []) == s.tokens
+    # the ended conversation is still cached where it now lives: its next turn reuses it
+    assert stream_run(t, kv, [*range(100, 120), 7, 8], "c2") == 20
+
+
+def test_random_ops_with_streams_keep_kv_and_slots_in_step() -> None:
+    rnd = random.Random(11)
+    kv = StreamKv()
+    t = SlotTable(kv, 6, park_bytes=1 << 16, shared=False)
+    bases = [[rnd.randrange(50) for _ in range(rnd.randrange(5, 60))] for _ in range(4)]
+    running: list[object] = []
+    for _ in range(400):
+        if running and rnd.random() < 0.45:
+            slot = running.pop(rnd.randrange(len(running)))
+            t.release(slot, keep=rnd.random() < 0.8)  # type: ignore[arg-type]
+        else:
+            base = rnd.choice(bases)
+            prompt = [*base[: rnd.randrange(1, len(base) + 1)], rnd.randrange(50)]
+            adm = t.acquire(prompt, rnd.choice(["a", "b", "c", "d", None]), "u")
+            if adm is not None:
+                assert kv.seqs.get(adm.slot.seq, []) == prompt[: adm.reused]
+                kv.put(adm.slot.seq, prompt[adm.reused :])
+                t.append(adm.slot, prompt[adm.reused :])
+                running.append(adm.slot)
+        t.arrange()
+        ids = sorted(s.seq for s in t.slots if s.busy)
+        assert not ids or ids == list(range(ids[0], ids[0] + len(ids)))
+        assert sorted(s.seq for s in t.slots) == list(range(6))
+        for s in t.slots:
+            assert kv.seqs.get(s.seq, []) == s.tokens
