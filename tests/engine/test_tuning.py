@@ -85,7 +85,7 @@ async def test_tokens_that_queue_up_behind_a_slow_consumer_arrive_joined(
         events = [ev async for ev in gen]
         tokens = [ev for ev in events if isinstance(ev, TokenEvent)]
         assert isinstance(events[-1], DoneEvent)
-        assert len(tokens) < len(fast.chunks)  # fewer events...
+        assert len(tokens) < fast.done.usage.completion_tokens  # fewer events than tokens...
         assert "".join(t.text for t in tokens) == fast.text  # ...the same answer
     finally:
         await engine.stop()
