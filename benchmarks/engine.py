@@ -139,9 +139,11 @@ def ceiling(engine: LlamaEngine, n: int, max_tokens: int, threads: int) -> dict[
     model = engine.model
     prompts = [engine.prompt_tokens(messages(i)) for i in range(n)]
     total = sum(len(p) for p in prompts)
+    unified = engine.settings.kv_unified  # the engine's KV layout: one pool or a stream each
     params = ContextParams(
-        n_ctx=4096,
+        n_ctx=4096 if unified else n * 1024,
         n_seq_max=n,
+        kv_unified=unified,
         n_batch=max(512, total),
         n_threads=threads,
         flash_attn=engine.settings.flash_attn,

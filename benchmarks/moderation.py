@@ -85,18 +85,21 @@ async def start(
 
 async def stream(
     services: Services, user: User, prompt: str, tokens: int
-) -> tuple[float, int, float]:
-    """(time to first token, tokens, seconds) of one answer."""
+) -> tuple[float, int, float, float]:
+    """(time to first token, tokens, seconds, seconds from the last token to the end) of one
+    answer."""
     options = TurnOptions(max_tokens=tokens, temperature=0.8, seed=len(prompt))
     t0 = time.perf_counter()
     _, generation, _ = await services.chat.complete((ChatMessage("user", prompt),), options, user)
-    ttft, n = float("nan"), 0
+    ttft, n, last = float("nan"), 0, t0
     async for event in generation:
         if isinstance(event, TokenEvent):
+            last = time.perf_counter()
             if n == 0:
-                ttft = time.perf_counter() - t0
+                ttft = last - t0
             n += 1
-    return ttft, n, time.perf_counter() - t0
+    end = time.perf_counter()
+    return ttft, n, end - t0, end - last
 
 
 async def streams_run(services: Services, user: User, k: int, tokens: int) -> dict[str, float]:
@@ -110,6 +113,7 @@ async def streams_run(services: Services, user: User, k: int, tokens: int) -> di
         "ttft_p50_ms": statistics.median(ttfts) * 1000,
         "ttft_max_ms": max(ttfts) * 1000,
         "tokens_per_s": sum(r[1] for r in results) / wall,
+        "tail_ms": statistics.mean(r[3] for r in results) * 1000,
     }
 
 
@@ -156,6 +160,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # machine hits both sides alike; the ratio is the median of the pairs'.
             moderation = services.moderation
             policy = moderation.policy
+            if args.stride:  # another window spacing than the shipped policy's
+                policy = dataclasses.replace(policy, stride_tokens=args.stride)
             rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
             await streams_run(services, user, args.streams, args.tokens)  # warm
             for pair in range(args.rounds):
@@ -198,11 +204,14 @@ def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"{name:<10} p50 {row['p50']:6.1f}   p99 {row['p99']:6.1f}   (n={row['n']})")
     on, off = r["streams"]["on"], r["streams"]["off"]
     print(f"\n{args.streams} concurrent streams, {args.tokens} tokens each, {args.model}")
-    print(f"{'output moderation':<20}{'TTFT p50 ms':>12}{'TTFT max ms':>12}{'tokens/s':>10}")
+    print(
+        f"{'output moderation':<20}{'TTFT p50 ms':>12}{'TTFT max ms':>12}{'tokens/s':>10}"
+        f"{'last token to end ms':>22}"
+    )
     for name, row in (("off", off), ("on", on)):
         print(
             f"{name:<20}{row['ttft_p50_ms']:>12.0f}{row['ttft_max_ms']:>12.0f}"
-            f"{row['tokens_per_s']:>10.1f}"
+            f"{row['tokens_per_s']:>10.1f}{row['tail_ms']:>22.0f}"
         )
     print("pairs (tokens/s on, off):", ", ".join(f"{a:.0f}/{b:.0f}" for a, b in r["pairs"]))
     print(
@@ -218,6 +227,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--checks", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=8, help="interleaved on/off pairs")
+    ap.add_argument("--stride", type=int, default=0, help="output windows every N tokens")
     ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)
