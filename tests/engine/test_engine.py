@@ -75,15 +75,30 @@ async def test_second_turn_reuses_the_cached_prefix(tiny_engine: LlamaEngine) ->
     assert int(np.argmax(warm.logits[0])) == int(np.argmax(cold.logits[0]))
 
 
+@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
 async def test_shared_system_prompt_is_reused_across_conversations(
-    tiny_engine: LlamaEngine,
+    tiny_gguf: Path, kv_unified: bool
 ) -> None:
-    system = "You are a helpful assistant. " * 20
-    a = await generate(tiny_engine, chat("first user", system=system), cache_key="a")
-    b = await generate(tiny_engine, chat("second user", system=system), cache_key="b")
-    assert a.done.usage.cached_tokens == 0
-    assert b.done.usage.cached_tokens > 100
-    await assert_kv_consistent(tiny_engine)
+    engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, kv_unified=kv_unified))
+    await engine.start()
+    try:
+        system = "You are a helpful assistant. " * 20
+        a = await generate(engine, chat("first user", system=system), cache_key="a")
+        b = await generate(engine, chat("second user", system=system), cache_key="b")
+        assert a.done.usage.cached_tokens == 0
+        assert b.done.usage.cached_tokens > 100
+        await assert_kv_consistent(engine)
+        # the copy answers like a cold prefill of the same prompt (within the rounding of
+        # f16 KV written in other chunks: a wrong or missing copy is off by whole units)
+        warm = await generate(engine, chat("third user", system=system), capture_logits=1)
+        assert warm.done.usage.cached_tokens > 100
+        await engine.clear_cache()
+        cold = await generate(engine, chat("third user", system=system), capture_logits=1)
+        assert cold.done.usage.cached_tokens == 0
+        assert np.max(np.abs(warm.logits[0] - cold.logits[0])) < 0.1
+        assert int(np.argmax(warm.logits[0])) == int(np.argmax(cold.logits[0]))
+    finally:
+        await engine.stop()
 
 
 async def test_answers_moved_between_kv_streams_keep_their_kv(tiny_engine: LlamaEngine) -> None:
@@ -260,9 +275,16 @@ async def test_generation_stops_at_the_sequence_limit(tiny_gguf: Path) -> None:
         await engine.stop()
 
 
-async def test_eviction_under_kv_pressure(tiny_gguf: Path) -> None:
+@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+async def test_eviction_under_kv_pressure(tiny_gguf: Path, kv_unified: bool) -> None:
     settings = replace(
-        TINY_SETTINGS, n_parallel=2, n_cached_seqs=6, n_ctx=512, n_ctx_per_seq=512, n_batch=128
+        TINY_SETTINGS,
+        n_parallel=2,
+        n_cached_seqs=6,
+        n_ctx=512,
+        n_ctx_per_seq=512,
+        n_batch=128,
+        kv_unified=kv_unified,
     )
     engine = LlamaEngine(tiny_gguf, "tiny", settings)
     await engine.start()
@@ -284,8 +306,16 @@ async def test_eviction_under_kv_pressure(tiny_gguf: Path) -> None:
         await engine.stop()
 
 
-async def test_random_workload_leaves_no_leak(tiny_gguf: Path) -> None:
-    settings = replace(TINY_SETTINGS, n_parallel=4, n_cached_seqs=4, n_ctx=1024, n_batch=64)
+@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+async def test_random_workload_leaves_no_leak(tiny_gguf: Path, kv_unified: bool) -> None:
+    settings = replace(
+        TINY_SETTINGS,
+        n_parallel=4,
+        n_cached_seqs=4,
+        n_ctx=1024,
+        n_batch=64,
+        kv_unified=kv_unified,
+    )
     engine = LlamaEngine(tiny_gguf, "tiny", settings)
     await engine.start()
     rnd = random.Random(1234)
