@@ -376,7 +376,6 @@ class Scheduler:
                 self.slots.release(slot, keep=False)
                 n += 1
         self.slots.parked.clear()
-        self.slots.parked_size = 0
         if self.slots.disk is not None:
             self.slots.disk.clear().wait()
         self._publish()

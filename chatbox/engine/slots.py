@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from chatbox.engine import streams
 from chatbox.engine.kvdisk import DiskEntry, DiskStore
+from chatbox.engine.parking import Parked, ParkedRam
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
 # When an idle conversation is trimmed out of the KV cache, its head stays live (its public
@@ -72,16 +72,6 @@ class Slot:
         self.segments = kept
 
 
-@dataclass
-class Parked:
-    cache_key: str
-    tokens: list[int]
-    data: bytes
-    scope: str | None = None
-    public: int = 0
-    persist: bool = True
-
-
 def reusable(
     n: int, held_scope: str | None, held_public: int, scope: str | None, public: int
 ) -> int:
@@ -116,8 +106,7 @@ class SlotTable:
         self.disk = disk
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self.park_bytes = park_bytes
-        self.parked: OrderedDict[str, Parked] = OrderedDict()
-        self.parked_size = 0
+        self.parked = ParkedRam(park_bytes)
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
 
@@ -290,7 +279,7 @@ class SlotTable:
         self._seal(slot)
         self.touch(slot)
         if key is not None:
-            self._drop_parked(key)
+            self.parked.drop(key)
         return SlotAssignment(slot, reused, source)
 
     def _cut(self, slot: Slot, n: int) -> bool:
@@ -369,21 +358,9 @@ class SlotTable:
         if to_disk and self.disk is not None:  # written by the disk's own thread
             entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
             self.disk.save(slot.cache_key, entry, data)
-        if len(data) > self.park_bytes:
-            return
-        self._drop_parked(slot.cache_key)
-        self.parked[slot.cache_key] = Parked(
-            slot.cache_key, list(slot.tokens), data, slot.scope, slot.public, slot.persist
+        self.parked.put(
+            Parked(slot.cache_key, list(slot.tokens), data, slot.scope, slot.public, slot.persist)
         )
-        self.parked_size += len(data)
-        while self.parked_size > self.park_bytes and self.parked:
-            _, old = self.parked.popitem(last=False)
-            self.parked_size -= len(old.data)
-
-    def _drop_parked(self, key: str) -> None:
-        old = self.parked.pop(key, None)
-        if old is not None:
-            self.parked_size -= len(old.data)
 
     def _restore(self, target: Slot, parked: Parked) -> bool:
         self._clear(target)
@@ -392,7 +369,7 @@ class SlotTable:
             # make room in the pool (restores need free cells); a stream holds only its own
             if not self.shared or not self.evict_one(exclude=(target,)):
                 return False
-        self._drop_parked(parked.cache_key)
+        self.parked.drop(parked.cache_key)
         self.append(target, parked.tokens)
         target.scope, target.public = parked.scope, parked.public
         return True
@@ -407,7 +384,7 @@ class SlotTable:
                     slot.forgotten = True
                 else:
                     self._clear(slot)
-        self._drop_parked(key)
+        self.parked.drop(key)
         return self.disk.forget(key) if self.disk is not None else None
 
     def park_all_to_disk(self) -> int:
