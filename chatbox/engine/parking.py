@@ -14,7 +14,6 @@ class Parked:
     data: bytes
     scope: str | None = None
     public: int = 0
-    persist: bool = True
 
 
 class ParkedRam:

@@ -27,16 +27,10 @@ MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
 HEAD_TOKENS = 128
 
 
-class KvOps(Protocol):
+class KvOps(streams.StateOps, Protocol):
     """The subset of llama.Context the slot table needs (a fake in unit tests)."""
 
-    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool: ...
-
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
-
-    def seq_save(self, seq: int) -> bytes: ...
-
-    def seq_restore(self, seq: int, data: bytes) -> bool: ...
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -344,23 +338,29 @@ class SlotTable:
         return True
 
     def _park(self, slot: Slot) -> None:
-        to_disk = self.disk is not None and slot.persist
-        if (self.park_bytes <= 0 and not to_disk) or slot.cache_key is None:
+        if self.park_bytes <= 0 and (self.disk is None or not slot.persist):
             return
-        if len(slot.tokens) < MIN_PARK_TOKENS:
-            return
+        data, key = self._saved(slot), slot.cache_key
+        if data and key is not None:
+            self._to_disk(slot, data)
+            self.parked.put(Parked(key, list(slot.tokens), data, slot.scope, slot.public))
+
+    def _saved(self, slot: Slot) -> bytes:
+        """The slot's KV as state bytes; empty when it is not worth parking (no key, shorter
+        than MIN_PARK_TOKENS) or llama.cpp could not save it."""
+        if slot.cache_key is None or len(slot.tokens) < MIN_PARK_TOKENS:
+            return b""
         try:
-            data = self.kv.seq_save(slot.seq)
+            return self.kv.seq_save(slot.seq)
         except Exception:
-            return
-        if not data:
-            return
-        if to_disk and self.disk is not None:  # written by the disk's own thread
-            entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
-            self.disk.save(slot.cache_key, entry, data)
-        self.parked.put(
-            Parked(slot.cache_key, list(slot.tokens), data, slot.scope, slot.public, slot.persist)
-        )
+            return b""
+
+    def _to_disk(self, slot: Slot, data: bytes) -> bool:
+        """Queue the slot's KV for the disk (written by the disk's own thread), if it may go."""
+        if self.disk is None or not slot.persist or slot.cache_key is None:
+            return False
+        self.disk.save(slot.cache_key, DiskEntry(list(slot.tokens), slot.scope, slot.public), data)
+        return True
 
     def _restore(self, target: Slot, parked: Parked) -> bool:
         self._clear(target)
@@ -389,20 +389,9 @@ class SlotTable:
 
     def park_all_to_disk(self) -> int:
         """Write every idle conversation's live KV to disk (before a shutdown); return how many."""
-        if self.disk is None:
-            return 0
         n = 0
         for slot in self.slots:
-            if slot.busy or not slot.persist or slot.cache_key is None:
-                continue
-            if len(slot.tokens) < MIN_PARK_TOKENS:
-                continue
-            try:
-                data = self.kv.seq_save(slot.seq)
-            except Exception:
-                continue
-            if data:
-                entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
-                self.disk.save(slot.cache_key, entry, data)
-                n += 1
+            if not slot.busy and self.disk is not None and slot.persist:
+                data = self._saved(slot)
+                n += bool(data) and self._to_disk(slot, data)
         return n

@@ -6,6 +6,7 @@ import asyncio
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,14 @@ from tests.engine.helpers import (
 
 PROMPTS = [f"Question {i}: tell me about the {w}." for i, w in enumerate("abcdefgh")]
 LOGIT_TOL = 2e-2
+# both KV layouts: a stream per slot (the default) and one unified pool
+LAYOUTS = pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+
+
+async def started(tiny_gguf: Path, **overrides: Any) -> LlamaEngine:
+    engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, **overrides))
+    await engine.start()
+    return engine
 
 
 async def test_generates_with_usage(tiny_engine: LlamaEngine) -> None:
@@ -75,12 +84,11 @@ async def test_second_turn_reuses_the_cached_prefix(tiny_engine: LlamaEngine) ->
     assert int(np.argmax(warm.logits[0])) == int(np.argmax(cold.logits[0]))
 
 
-@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+@LAYOUTS
 async def test_shared_system_prompt_is_reused_across_conversations(
     tiny_gguf: Path, kv_unified: bool
 ) -> None:
-    engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, kv_unified=kv_unified))
-    await engine.start()
+    engine = await started(tiny_gguf, kv_unified=kv_unified)
     try:
         system = "You are a helpful assistant. " * 20
         a = await generate(engine, chat("first user", system=system), cache_key="a")
@@ -275,19 +283,10 @@ async def test_generation_stops_at_the_sequence_limit(tiny_gguf: Path) -> None:
         await engine.stop()
 
 
-@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+@LAYOUTS
 async def test_eviction_under_kv_pressure(tiny_gguf: Path, kv_unified: bool) -> None:
-    settings = replace(
-        TINY_SETTINGS,
-        n_parallel=2,
-        n_cached_seqs=6,
-        n_ctx=512,
-        n_ctx_per_seq=512,
-        n_batch=128,
-        kv_unified=kv_unified,
-    )
-    engine = LlamaEngine(tiny_gguf, "tiny", settings)
-    await engine.start()
+    small = {"n_ctx": 512, "n_ctx_per_seq": 512, "n_batch": 128}
+    engine = await started(tiny_gguf, n_parallel=2, n_cached_seqs=6, kv_unified=kv_unified, **small)
     try:
         convs = [chat(f"{i} " + "lorem ipsum dolor " * 8) for i in range(8)]
         results = await asyncio.gather(
@@ -306,18 +305,10 @@ async def test_eviction_under_kv_pressure(tiny_gguf: Path, kv_unified: bool) -> 
         await engine.stop()
 
 
-@pytest.mark.parametrize("kv_unified", [False, True], ids=["streams", "pool"])
+@LAYOUTS
 async def test_random_workload_leaves_no_leak(tiny_gguf: Path, kv_unified: bool) -> None:
-    settings = replace(
-        TINY_SETTINGS,
-        n_parallel=4,
-        n_cached_seqs=4,
-        n_ctx=1024,
-        n_batch=64,
-        kv_unified=kv_unified,
-    )
-    engine = LlamaEngine(tiny_gguf, "tiny", settings)
-    await engine.start()
+    small = {"n_ctx": 1024, "n_batch": 64}
+    engine = await started(tiny_gguf, n_parallel=4, n_cached_seqs=4, kv_unified=kv_unified, **small)
     rnd = random.Random(1234)
     reasons: dict[str, int] = {}
 
