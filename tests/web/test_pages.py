@@ -20,6 +20,14 @@ def stream_url(body: str) -> str:
     return match.group(1)
 
 
+def read_answer(client: TestClient, body: str) -> None:
+    """Read a turn's answer to the end, if it is still streaming (the tiny model may have
+    finished it before the page was rendered)."""
+    match = re.search(r'sse-connect="([^"]+)"', body)
+    if match:
+        read_stream(client, match.group(1))
+
+
 def read_stream(client: TestClient, url: str, last_id: int | None = None) -> list[Event]:
     headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
     response = client.get(url, headers=headers)
@@ -85,7 +93,8 @@ def test_reconnect_with_last_event_id_resumes(client: TestClient) -> None:
     # Replaying a finished answer skips the steps: the final bubble holds the whole text.
     assert [e.event for e in events] == ["done"]
     done_id = int(events[-1].id or 0)
-    assert done_id > 3
+    # At least one event before done (the tiny model's tokens may arrive joined in a few).
+    assert done_id >= 2
     middle = done_id // 2
     resumed = read_stream(client, url, last_id=middle)
     assert all(int(e.id or 0) > middle for e in resumed)
@@ -129,7 +138,7 @@ def test_edit_makes_a_sibling_of_the_user_message(client: TestClient) -> None:
     )
     assert response.status_code == 200
     assert "Second version" in response.text and "First version" not in response.text
-    read_stream(client, stream_url(response.text))
+    read_answer(client, response.text)
     assert '<span class="branch-pos">2/2</span>' in client.get(f"/c/{conv_id}").text
 
 
@@ -220,7 +229,8 @@ def test_a_search_hit_on_an_old_branch_opens_that_branch(client: TestClient) -> 
         data={"content": "Tell me about pangolins"},
         headers=HX,
     )
-    read_stream(client, stream_url(response.text))
+    assert response.status_code == 200, response.text
+    read_answer(client, response.text)
     bubble = '<div class="plain">Tell me about aardvarks</div>'
     assert bubble not in client.get(f"/c/{conv_id}").text  # now on the second branch
     path, anchor = search_href(client, "aardvarks").split("#")
