@@ -57,9 +57,8 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-async def start(
-    data_dir: Path, model: str, streams: int, output: bool, runtime: str = "onnx"
-) -> Services:
+async def start(data_dir: Path, model: str, streams: int, runtime: str = "onnx") -> Services:
+    """An app on `model` with the shipped moderation policy (output on; the runs flip it)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     policy = data_dir / "policy.toml"
     base = default_policy_path().read_text().replace('"gemma3-270m"', f'"{model}"')
@@ -67,7 +66,7 @@ async def start(
     for limit in ("rpm = 120", "tpm = 200000", "monthly_tokens = 20000000"):  # no quota here
         base = base.replace(limit, limit.split("=")[0] + "= 0")
     base = base.replace("max_streams = 4", "max_streams = 64")
-    policy.write_text(base.replace("output = true", f"output = {str(output).lower()}"))
+    policy.write_text(base)
     settings = Settings(
         data_dir=data_dir,
         model=model,
@@ -137,9 +136,7 @@ async def check_latency(
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        services = await start(
-            Path(tmp) / "on", args.model, args.streams, True, args.embedding_runtime
-        )
+        services = await start(Path(tmp) / "app", args.model, args.streams, args.embedding_runtime)
         user = await services.store.users.create("bench", tier="paid")
         try:
             assert services.moderation is not None

@@ -18,12 +18,12 @@ def _default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "chatbox"
 
 
-EMBEDDING_RUNTIMES = ("onnx", "torch")
-
-
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "chatbox"
+
+
+EMBEDDING_RUNTIMES = ("onnx", "torch")  # see Settings.embedding_runtime
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,8 @@ class ChatService(Conversations):
 
         async def on_token() -> None:
             nonlocal last_flush
-            announcer.cancel()  # it is answering: no more queue positions
+            if not announcer.done():
+                announcer.cancel()  # it is answering: no more queue positions
             if time.monotonic() - last_flush >= self.settings.draft_flush_s:
                 last_flush = time.monotonic()
                 await self.store.turns.update_draft(run.turn_id, run.text)
