@@ -15,9 +15,15 @@ HX = {"HX-Request": "true"}
 
 
 def stream_url(body: str) -> str:
+    """The answer's SSE address: the streaming bubble's, or, where the tiny model finished
+    before a whole page was rendered (the bubble is then final), the newest answer's."""
     match = re.search(r'sse-connect="([^"]+)"', body)
-    assert match, body
-    return match.group(1)
+    if match:
+        return match.group(1)
+    answers = re.findall(r'class="turn assistant status-\w+" id="turn-([^"]+)"', body)
+    conv = re.search(r'"/ui/c/(c_[^/"]+)/', body)
+    assert answers and conv, body
+    return f"/ui/c/{conv.group(1)}/turns/{answers[-1]}/stream"
 
 
 def read_answer(client: TestClient, body: str) -> None:
@@ -84,6 +90,7 @@ def test_first_message_creates_the_chat_and_streams_html(client: TestClient) -> 
     assert 'class="conv-item active"' in page
     assert 'data-status="complete"' in page
     assert "sse-connect" not in page  # nothing running any more
+    assert read_stream(client, stream_url(page))[-1].data == final  # the final bubble again
 
 
 def test_reconnect_with_last_event_id_resumes(client: TestClient) -> None:
@@ -115,9 +122,10 @@ def test_regenerate_and_switch_branches(client: TestClient) -> None:
     answer_id = re.search(r'data-turn-id="([^"]+)"', first).group(1)  # type: ignore[union-attr]
     response = client.post(f"/ui/c/{conv_id}/turns/{answer_id}/regenerate", headers=HX)
     assert response.status_code == 200
-    assert 'class="turn assistant streaming"' in response.text
+    # A new answer (still streaming, or already done on the tiny model) replaces the old one.
+    assert re.search(r'class="turn assistant (streaming|status-complete)"', response.text)
     assert answer_id not in response.text  # the old answer is on the other branch now
-    read_stream(client, stream_url(response.text))
+    read_answer(client, response.text)
     page = client.get(f"/c/{conv_id}").text
     assert '<span class="branch-pos">2/2</span>' in page
     response = client.post(f"/ui/c/{conv_id}/branch", data={"turn_id": answer_id}, headers=HX)
