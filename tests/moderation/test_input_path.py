@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from litestar.testing import TestClient
 
@@ -69,3 +70,48 @@ def test_a_message_is_embedded_once_for_moderation_and_retrieval(
         assert [e.event for e in parse_sse(iter(r.text.split("\n")))][-1] == "done"
         assert asked.count(text) == 2  # moderation, then retrieval
         assert encoded.count(text) == 1  # ...but the model ran on it once
+
+
+async def test_answer_windows_are_served_one_at_a_time_each_holding_a_core() -> None:
+    """Eight answers' windows queued together: the first answer gets its verdict's vector
+    after one encode, not after all eight (a batch would make every answer wait for the
+    slowest), each vector is the one that text gets alone, and while encoding the lane
+    holds a core the engines leave free."""
+    from chatbox.cpu import URGENT
+
+    embedder = Embedder()
+    await embedder.load()
+    text = "the river bends past the mill and the hills " * 4
+    windows = [f"answer {i}: {text}" for i in range(8)]
+    held: list[int] = []
+    calls: list[int] = []
+
+    class Spy:  # the lane's model, recording each encode's size and the cores held
+        def __init__(self, model: object) -> None:
+            self.model = model
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.model, name)
+
+        def encode(self, texts: list[str], **options: object) -> object:
+            held.append(URGENT.held)
+            calls.append(len(texts))
+            return self.model.encode(texts, **options)  # type: ignore[attr-defined]
+
+    embedder._background.model = Spy(embedder._background.model)
+    order: list[int] = []
+
+    async def window(i: int) -> np.ndarray:
+        vector = await embedder.embed([windows[i]])
+        order.append(i)
+        return vector
+
+    try:
+        together = await asyncio.gather(*(window(i) for i in range(8)))
+        alone = [await embedder.embed([w]) for w in windows[:2]]
+    finally:
+        embedder.close()
+    assert calls[:8] == [1] * 8 and order == list(range(8))
+    assert all(h >= 1 for h in held) and URGENT.held == 0
+    for got, want in zip(together[:2], alone, strict=True):
+        assert float(got[0] @ want[0]) > 0.9999
