@@ -25,7 +25,7 @@ from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
-from chatbox.engine.registry import ModelRegistry
+from chatbox.engine.registry import FRESH_S, ModelRegistry
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService
@@ -61,12 +61,12 @@ class LocalModels:
         self.settings = settings
 
     def names(self) -> list[str]:
-        return [e.name for e in self.registry.entries() if e.available]
+        return [e.name for e in self.registry.entries(FRESH_S) if e.available]
 
     def default(self) -> str:
         if self.settings.model:
             return self.settings.model
-        entry = self.registry.resolve_default()
+        entry = self.registry.resolve_default(FRESH_S)
         if entry is None:
             raise NoModelError(no_model_message())
         return entry.name

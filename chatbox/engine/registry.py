@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -29,6 +30,13 @@ from chatbox.engine.manifest import (
     pip_install,
 )
 from chatbox.engine.modelfile import InvalidModelFile, read_model_file
+
+# How long the per-request questions (which models exist, the default) may reuse a listing
+# while registry.json is unchanged: building it reads the file, looks up each built-in
+# package and stats each model file (~1 ms on the event loop). A change to the file (an
+# admin's `chatbox models ...` in another process) is seen at once; a model file deleted
+# under it within this time. Admin operations always build a fresh one.
+FRESH_S = 2.0
 
 __all__ = [
     "ModelEntry",
@@ -101,6 +109,8 @@ class ModelRegistry:
         self.manifest_path = manifest if manifest is not None else default_manifest_path()
         self.manifest = Manifest.load(self.manifest_path)
         self._install = installer or pip_install
+        # (registry.json's (mtime_ns, size) or None, when built, the listing)
+        self._listing: tuple[tuple[int, int] | None, float, list[ModelEntry]] | None = None
 
     # -- persistence -------------------------------------------------------------------
 
@@ -123,6 +133,7 @@ class ModelRegistry:
         return data
 
     def _save(self, data: dict[str, Any]) -> None:
+        self._listing = None
         self.models_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".registry-", suffix=".json", dir=self.models_dir)
         try:
@@ -170,9 +181,22 @@ class ModelRegistry:
                 return str(candidate)
         return available[0] if available else None
 
-    def entries(self) -> list[ModelEntry]:
-        """Every known model, built-ins first, with availability and the default marked."""
-        return self._entries(self._load())
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.registry_path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def entries(self, max_age_s: float = 0.0) -> list[ModelEntry]:
+        """Every known model, built-ins first, with availability and the default marked;
+        a listing up to max_age_s old is reused while registry.json is unchanged."""
+        stamp, now = self._stamp(), time.monotonic()
+        listing = self._listing
+        if listing is None or listing[0] != stamp or now - listing[1] >= max_age_s:
+            listing = (stamp, now, self._entries(self._load()))
+            self._listing = listing
+        return list(listing[2])
 
     def names(self) -> list[str]:
         return [e.name for e in self.entries()]
@@ -186,9 +210,9 @@ class ModelRegistry:
         known = ", ".join(e.name for e in entries if e.available) or "none"
         raise ModelNotInstalled(f"no model named {name!r} (available: {known})")
 
-    def resolve_default(self) -> ModelEntry | None:
+    def resolve_default(self, max_age_s: float = 0.0) -> ModelEntry | None:
         """The registry default if available, else the manifest's, else the first available."""
-        for e in self.entries():
+        for e in self.entries(max_age_s):
             if e.is_default:
                 return e
         return None

@@ -229,3 +229,35 @@ def test_assembled_builtin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     (added,) = reg.add_package("chunkymodel-test")
     assert added.path == tmp_path / "models" / "chunky.gguf" and added.path.is_file()
     assert not reg.get("chunky").needs_assembly
+
+
+def test_the_per_request_listing_is_reused_until_the_registry_changes(
+    reg: ModelRegistry, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests ask which models exist with a short max age: the listing is built once, not
+    per request, yet a change made by another process (the CLI) is seen at once."""
+    reg.add(tiny_gguf, name="mine")
+    built = 0
+    real = ModelRegistry._entries
+
+    def counting(self: ModelRegistry, data: dict[str, object]) -> object:
+        nonlocal built
+        built += self is reg
+        return real(self, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ModelRegistry, "_entries", counting)
+    first = reg.entries()  # built now
+    for _ in range(20):
+        assert reg.entries(60) == first
+    assert built == 1
+    cli = ModelRegistry(reg.models_dir, installer=_no_pip)  # another process's view
+    cli.add(tiny_gguf, name="theirs", make_default=True)
+    names = [e.name for e in reg.entries(60)]
+    assert "theirs" in names and built == 2
+    assert reg.resolve_default(60) is not None and reg.resolve_default(60).name == "theirs"
+    # Admin operations never reuse one: a deleted file shows at once.
+    path = reg.get("mine").path
+    assert path is not None
+    path.unlink()
+    assert [e.available for e in reg.entries(60) if e.name == "mine"] == [True]  # cached
+    assert [e.available for e in reg.entries() if e.name == "mine"] == [False]
