@@ -74,6 +74,9 @@ class LocalModels:
     async def engine(self, name: str) -> Engine:
         return await self.pool.get(name)
 
+    def holds_kv(self, name: str) -> bool:
+        return name in self.pool.loaded()
+
     def stats(self, name: str) -> EngineStats | None:
         """A loaded engine's load now (None while it is not loaded)."""
         return self.pool.stats().get(name)

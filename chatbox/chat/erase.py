@@ -29,7 +29,7 @@ async def stop_runs(runs: dict[str, TurnRun], conv_ids: Sequence[str]) -> None:
 async def forget_kv(models: ModelProvider, conv_ids: Sequence[str]) -> None:
     """Drop the conversations' cached and parked KV from every loaded engine."""
     for name in models.names():
-        if models.stats(name) is None:  # not loaded: it holds nothing
+        if not models.holds_kv(name):  # not loaded: it holds nothing
             continue
         engine = await models.engine(name)
         # A local engine's async `forget` drops live, RAM and disk KV (its own model's files

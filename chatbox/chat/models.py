@@ -25,6 +25,11 @@ class ModelProvider(Protocol):
         """A loaded engine's load now (None while it is not loaded)."""
         ...
 
+    def holds_kv(self, name: str) -> bool:
+        """Whether an engine of the model may hold conversations' KV now (a loaded local
+        one; any replica that reported the model, even while none takes new work)."""
+        ...
+
 
 def resolve_model(models: ModelProvider, requested: str | None) -> str:
     """The installed model a request names (default: the default model), or UnknownModel."""

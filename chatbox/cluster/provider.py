@@ -56,6 +56,11 @@ class ClusterModels:
             return remote
         return await self.local.engine(name)
 
+    def holds_kv(self, name: str) -> bool:
+        # A remote model's replicas may hold KV while all of them drain or are ejected
+        # (then `stats` is None: none takes new work); the erasure asks each that answers.
+        return name in self.fleet.models() or self.local.holds_kv(name)
+
     def stats(self, name: str) -> EngineStats | None:
         if name in self.fleet.models():
             return self.fleet.stats(name)

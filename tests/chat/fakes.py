@@ -107,6 +107,9 @@ class FakeModels:
     def stats(self, name: str) -> EngineStats | None:
         return None
 
+    def holds_kv(self, name: str) -> bool:
+        return name in self.engines
+
 
 @dataclass
 class FakeUsage:

@@ -88,3 +88,23 @@ def test_a_forget_call_needs_the_replica_token(data_dir: Path, replica: Replica)
     resp = httpx.post(forget, json={"model": None, "cache_keys": [conv]}, headers=auth)
     assert resp.status_code == 200 and resp.json()["models"] == ["tiny"], resp.text
     assert cached([replica]) == {replica.url: 0}
+
+
+def test_a_delete_reaches_replicas_that_are_all_draining(
+    data_dir: Path, replica: Replica
+) -> None:
+    """A draining replica takes no new work but keeps the KV it holds: when every replica
+    of the model drains (none can take the model now), a deletion still drops it there."""
+    from click.testing import CliRunner
+
+    from chatbox.cli import main
+
+    with front(data_dir, [replica.url]) as server:
+        conv = new_conversation(server.url, server.headers)
+        assert ask(server.url, server.headers, conv, "hello", max_tokens=8)["kind"] == "done"
+        assert settled([replica], {replica.url: 1}) == {replica.url: 1}
+        cli = ["replicas", "--front", server.url, "--key", server.api_key]
+        out = CliRunner().invoke(main, [*cli, "drain", replica.url])
+        assert out.exit_code == 0 and "draining" in out.output, out.output
+        delete(server.url, server.headers, conv)
+        assert cached([replica]) == {replica.url: 0}
