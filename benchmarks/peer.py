@@ -253,10 +253,23 @@ def history(nonce: str, n_tokens: int) -> list[dict[str, str]]:
 
 
 async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
+    # A new connection for every request, to both servers: llama-server's HTTP library
+    # closes a kept-alive connection while the client may be sending the next request on
+    # it ("Server disconnected without sending a response"), which ended runs early.
+    openai_http: Any
+    try:  # the HTTP library the openai client is built on (httpx2 since openai 3)
+        import httpx2 as openai_http
+    except ImportError:
+        openai_http = httpx
+    limits = openai_http.Limits(max_keepalive_connections=0)
     client = AsyncOpenAI(
-        base_url=server.url + "/v1", api_key=server.key, timeout=600.0, max_retries=0
+        base_url=server.url + "/v1",
+        api_key=server.key,
+        timeout=600.0,
+        max_retries=0,
+        http_client=DefaultAsyncHttpxClient(limits=limits),
     )
     nonce = uuid.uuid4().hex[:8]  # fresh prompts: nothing cached from an earlier run
     n, mt = args.slots, args.max_tokens
@@ -355,8 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
     version = importlib.metadata.version("llama-cpp-python")
     built = build_peer(settings_from_env().cache_dir, version, args.jobs)
-    # Run a copy under another name: on the development machines something outside this
-    # benchmark stopped processes whose name holds `llama-server` mid-run.
+    # Run a copy under another name, so that stopping it never touches another llama-server.
     binary = built.with_name("cpp-peer")
     if not binary.exists() or binary.stat().st_mtime < built.stat().st_mtime:
         shutil.copy2(built, binary)
@@ -380,8 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"pair {k + 1} {server.name} failed: {exc!r}", flush=True)
                     if server.name != "llama-server":
                         break
-                    # On the development machines llama-server was sometimes stopped from
-                    # outside mid-run (it logged a clean exit): start it again, rerun once.
+                    # Start it afresh and run once more (a failed run is not counted).
                     print("restarting llama-server", flush=True)
                     server.stop()
                     server = start_peer(args, binary, model, work)
