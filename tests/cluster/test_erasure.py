@@ -90,9 +90,7 @@ def test_a_forget_call_needs_the_replica_token(data_dir: Path, replica: Replica)
     assert cached([replica]) == {replica.url: 0}
 
 
-def test_a_delete_reaches_replicas_that_are_all_draining(
-    data_dir: Path, replica: Replica
-) -> None:
+def test_a_delete_reaches_replicas_that_are_all_draining(data_dir: Path, replica: Replica) -> None:
     """A draining replica takes no new work but keeps the KV it holds: when every replica
     of the model drains (none can take the model now), a deletion still drops it there."""
     from click.testing import CliRunner
