@@ -86,7 +86,13 @@ def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> s
 # Steps are compared with steps of a similar size: a one-token step, a few streams, many
 # streams, a prefill chunk. Upper bounds of the batch sizes in each bucket.
 BUCKETS = (1, 4, 16, 64)
-EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count
+EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count, at first
+# A try that loses doubles the wait before the next, up to this: each try is a slower step
+# (one stream on 2 cores: a try every 24 steps cost ~2-4% of its tokens/s), and a steady
+# box needs few. A try that looks faster, or the count in use getting slower by half (the
+# box got busy), brings the wait back to EXPLORE_EVERY.
+MAX_EXPLORE_EVERY = 384
+SLOWER = 1.5
 SWITCH_MARGIN = 0.95  # another count must be at least 5% faster to take over
 
 
@@ -105,7 +111,8 @@ class ThreadTuner:
     threads collapsed to a few tokens/s. So each bucket of step sizes keeps a moving
     average of the time per step (decode start to the next decode start: the Python side
     of the loop counts too) for every count it has tried, uses the fastest, and every
-    EXPLORE_EVERY steps tries the next count once, so it follows the box's load.
+    EXPLORE_EVERY steps tries the next count once, so it follows the box's load; tries
+    that keep losing come less often (MAX_EXPLORE_EVERY).
     """
 
     def __init__(self, cores: int, initial: tuple[int, int], explore: bool = True) -> None:
@@ -117,6 +124,9 @@ class ThreadTuner:
         self.cost: list[dict[int, float]] = [{} for _ in range(len(BUCKETS) + 1)]
         self.steps = [0] * (len(BUCKETS) + 1)
         self._turn = [0] * (len(BUCKETS) + 1)
+        self.every = [EXPLORE_EVERY] * (len(BUCKETS) + 1)  # steps between tries, per bucket
+        self._since = [0] * (len(BUCKETS) + 1)  # steps since the last try
+        self._settled = [0.0] * (len(BUCKETS) + 1)  # the count in use's cost at the last try
         self.threads = 0  # the count set on the context (0: its initial counts)
         self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
 
@@ -153,7 +163,9 @@ class ThreadTuner:
         """The thread count for the next step of n_tokens tokens."""
         b = self.bucket(n_tokens)
         self.steps[b] += 1
-        if len(self.choices) > 1 and self.steps[b] % EXPLORE_EVERY == 0:
+        self._since[b] += 1
+        if len(self.choices) > 1 and self._since[b] >= self.every[b]:
+            self._since[b] = 0
             others = [c for c in self.choices if c != self.best[b]]
             self._turn[b] = (self._turn[b] + 1) % len(others)
             return others[self._turn[b]]
@@ -169,8 +181,21 @@ class ThreadTuner:
         alpha = 0.1 if threads == self.best[b] else 0.5
         costs[threads] = per_token if old is None else old + alpha * (per_token - old)
         best = costs.get(self.best[b])
-        if threads != self.best[b] and best is not None and costs[threads] < best * SWITCH_MARGIN:
+        if threads == self.best[b]:
+            if self._settled[b] and costs[threads] > self._settled[b] * SLOWER:
+                self.every[b] = EXPLORE_EVERY  # the box changed: look around again soon
+                self._settled[b] = costs[threads]
+            return
+        if best is None:
+            return
+        self._settled[b] = best
+        if per_token < best * SWITCH_MARGIN:  # promising (or a switch): keep trying often
+            self.every[b] = EXPLORE_EVERY
+        else:
+            self.every[b] = min(2 * self.every[b], MAX_EXPLORE_EVERY)
+        if costs[threads] < best * SWITCH_MARGIN:
             self.best[b] = threads
+            self._settled[b] = costs[threads]
 
     def summary(self) -> dict[str, int]:
         """The count in use per bucket, for logs and stats."""

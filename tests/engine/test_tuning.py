@@ -14,6 +14,7 @@ from chatbox.cpu import URGENT
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.tuning import (
     EXPLORE_EVERY,
+    MAX_EXPLORE_EVERY,
     ThreadTuner,
     available_cores,
     decode_threads,
@@ -108,28 +109,42 @@ def run_steps(tuner: ThreadTuner, steps: int, n_tokens: int, cost: dict[int, flo
     return used
 
 
+def tries(used: list[int], best: int) -> list[int]:
+    """The steps that tried another count than `best`."""
+    return [i for i, t in enumerate(used) if t != best]
+
+
 def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
     tuner = ThreadTuner(2, decode_threads(0, 2))
     assert thread_choices(2) == (2, 1)
-    # A lone stream starts on one thread; here two turn out faster, so it moves to two.
+    # A lone stream starts on one thread; here two turn out faster, so it moves to two
+    # at the first try (step 24) and then only tries one again, less and less often.
     used = run_steps(tuner, 100, 1, {1: 0.010, 2: 0.006})
-    assert used[0] == 1 and used[50:].count(1) == 2  # steps 72 and 96: the tries
-    # Batches of 8 start on two; two stay best: only the periodic tries use one.
-    used = run_steps(tuner, 96, 8, {1: 0.040, 2: 0.025})
-    assert used.count(1) == 96 // EXPLORE_EVERY
-    # The box gets busy (two threads collapse): batches move to one thread and stay.
+    assert used[:23] == [1] * 23 and used[23] == 2
+    assert tries(used[24:], 2) == [47 - 24, 95 - 24]  # after EXPLORE_EVERY steps, then twice
+    # Batches of 8 start on two; two stay best: each losing try doubles the wait before
+    # the next, up to MAX_EXPLORE_EVERY steps.
+    used = run_steps(tuner, 1200, 8, {1: 0.040, 2: 0.025})
+    at = tries(used, 2)
+    gaps = [b - a for a, b in zip([-1, *at], at, strict=False)]
+    e = EXPLORE_EVERY
+    assert (e, MAX_EXPLORE_EVERY) == (24, 384)
+    assert gaps == [e, 2 * e, 4 * e, 8 * e, 16 * e, MAX_EXPLORE_EVERY]
+    # The box gets busy (two threads collapse): batches move to one thread at once and stay.
     used = run_steps(tuner, 200, 8, {1: 0.045, 2: 0.300})
-    assert used[-2 * EXPLORE_EVERY :].count(2) == 2  # only the tries
+    assert used[1] == 1 and len(tries(used, 1)) <= 4
+    assert tuner.summary()["<=16"] == 1
     # ...and back when the load goes away; the one-token bucket was not disturbed.
-    used = run_steps(tuner, 200, 8, {1: 0.040, 2: 0.025})
-    assert used[-2 * EXPLORE_EVERY :].count(1) == 2
+    used = run_steps(tuner, 500, 8, {1: 0.040, 2: 0.025})
+    assert tuner.summary()["<=16"] == 2 and used[-50:].count(2) >= 49
     assert tuner.summary()["<=1"] == 2
 
 
 def test_a_difference_within_noise_does_not_flip_the_count() -> None:
     tuner = ThreadTuner(2, (2, 2))
     used = run_steps(tuner, 240, 8, {1: 0.0248, 2: 0.025})  # 1% apart
-    assert used.count(2) == 240 - 240 // EXPLORE_EVERY
+    assert tries(used, 2) == [23, 71, 167]  # each try lost: the waits doubled
+    assert tuner.summary()["<=16"] == 2
 
 
 def test_one_core_has_nothing_to_tune() -> None:
