@@ -178,7 +178,13 @@ class Conversations:
         branch shows that branch (down to its newest leaf) for this view only: reading
         never switches the active branch (nor while an answer is running)."""
         conv = await self.conversation(user, conv_id)
+        # The running answer is read before the turns: one that ends meanwhile is then
+        # either still shown as running (its stream replays the end) or found among the
+        # turns, never missing from both.
+        running = self._runs.get(conv.id)
         path = await self.store.turns.path(conv.id, conv.active_leaf_id)
+        if running is not None and any(t.id == running.turn_id for t in path):
+            running = None  # written already: shown as a turn
         shown_leaf = None
         if (
             show
@@ -208,7 +214,7 @@ class Conversations:
         return ConversationView(
             conversation=conv,
             turns=[TurnView(t, siblings[t.parent_id], marks.get(t.id)) for t in page],
-            running=self._runs.get(conv.id),
+            running=running,
             model=model,
             context_used=window.tokens,
             context_limit=engine.info.n_ctx_per_seq,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+import pytest
 from litestar.testing import TestClient
 
 from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong, TurnRun
@@ -91,6 +93,31 @@ def test_first_message_creates_the_chat_and_streams_html(client: TestClient) -> 
     assert 'data-status="complete"' in page
     assert "sse-connect" not in page  # nothing running any more
     assert read_stream(client, stream_url(page))[-1].data == final  # the final bubble again
+
+
+def test_a_page_rendered_while_the_answer_ends_still_shows_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer ends while the new chat's page is being put together (after its turns
+    were read): the page still shows it running, and its stream gives the final bubble; it
+    must not show the question with no answer at all."""
+    services = client.app.state.services
+    summaries = services.store.summaries
+    real = summaries.on_path
+
+    async def read_late(conv_id: str, path_ids: list[str]) -> object:
+        while conv_id in services.chat._runs:  # the turns were read; now the answer ends
+            await asyncio.sleep(0.005)
+        return await real(conv_id, path_ids)
+
+    monkeypatch.setattr(summaries, "on_path", read_late)
+    response = client.post("/ui/new/send", data={"content": "Hello there"}, headers=HX)
+    assert response.status_code == 200, response.text
+    # Running (as it nearly always is when the page starts), or already ended and written
+    # (the tiny model is quick): either way the answer is on the page.
+    assert re.search(r'class="turn assistant (streaming|status-complete)"', response.text)
+    final = read_stream(client, stream_url(response.text))[-1]
+    assert final.event == "done" and 'data-status="complete"' in final.data
 
 
 def test_reconnect_with_last_event_id_resumes(client: TestClient) -> None:
