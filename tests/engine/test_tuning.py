@@ -121,7 +121,7 @@ def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
     # at the first try (step 24) and then only tries one again, less and less often.
     used = run_steps(tuner, 100, 1, {1: 0.010, 2: 0.006})
     assert used[:23] == [1] * 23 and used[23] == 2
-    assert tries(used[24:], 2) == [47 - 24, 95 - 24]  # after EXPLORE_EVERY steps, then twice
+    assert tries(used[24:], 2) == [47 - 24, 95 - 24]  # 24 steps after the switch, then 48
     # Batches of 8 start on two; two stay best: each losing try doubles the wait before
     # the next, up to MAX_EXPLORE_EVERY steps.
     used = run_steps(tuner, 1200, 8, {1: 0.040, 2: 0.025})
