@@ -20,7 +20,13 @@ def _settings(ctx: click.Context) -> Settings:
 @click.option("--model", "models", multiple=True, required=True, help="A model to serve (repeat).")
 @click.option("--token", default=None, help="Shared secret (env: CHATBOX_REPLICA_TOKEN).")
 @click.option("--n-parallel", type=int, default=None, help="Sequences decoded together.")
-@click.option("--n-ctx", type=int, default=None, help="Total KV cells shared by all sequences.")
+@click.option(
+    "--n-ctx",
+    type=int,
+    default=None,
+    help="KV cells of the unified pool (CHATBOX_KV_UNIFIED=1); a KV stream per slot (the "
+    "default) holds --n-ctx-per-seq cells each.",
+)
 @click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
 @click.option("--gpu-layers", "n_gpu_layers", type=int, default=None, help="-1: all layers.")

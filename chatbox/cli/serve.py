@@ -12,7 +12,13 @@ from chatbox.settings import Settings, settings_from_env
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
 @click.option("--model", default=None, help="Model to serve by default (see `models list`).")
 @click.option("--n-parallel", type=int, default=None, help="Sequences decoded together.")
-@click.option("--n-ctx", type=int, default=None, help="Total KV cells shared by all sequences.")
+@click.option(
+    "--n-ctx",
+    type=int,
+    default=None,
+    help="KV cells of the unified pool (CHATBOX_KV_UNIFIED=1); a KV stream per slot (the "
+    "default) holds --n-ctx-per-seq cells each.",
+)
 @click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
 @click.option("--n-batch", type=int, default=None, help="Tokens per decode step.")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
