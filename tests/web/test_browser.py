@@ -34,7 +34,7 @@ STORY = "Write a very long story about a dragon who learns to bake bread. Make i
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("ui") / "data"
     settings, registry = on_smollm2(
-        data_dir, max_tokens=160, heartbeat_s=5.0, disconnect_grace_s=2.0, draft_flush_s=0.5
+        data_dir, max_tokens=400, heartbeat_s=5.0, disconnect_grace_s=2.0, draft_flush_s=0.5
     )
     with LiveServer(settings, registry) as live:
         yield live
@@ -136,6 +136,25 @@ def send(page: Any, text: str) -> None:
     page.press("#composer-input", "Enter")
 
 
+FINAL = "#turns > .turn.assistant[data-status]:not(.streaming)"
+
+
+def mark_answers(page: Any) -> None:
+    """Mark the answers on the page now, so `wait_new_answer` waits for one made after."""
+    page.evaluate(
+        "() => document.querySelectorAll('.turn.assistant').forEach(t => t.dataset.seen = '1')"
+    )
+
+
+def wait_new_answer(page: Any, timeout: int = 60_000) -> None:
+    """Wait for a finished answer that was not on the page at `mark_answers`.
+
+    Waiting for the streaming bubble first would race: a short answer from the tiny model can
+    stream and finish between two of Playwright's polls, so only the final bubble is awaited.
+    """
+    page.wait_for_selector(FINAL + ":not([data-seen])", timeout=timeout)
+
+
 def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> None:
     page.goto(server.url + "/")
     # Record the streaming bubble's text at every DOM change, so no frame is missed however
@@ -147,8 +166,7 @@ def test_reply_streams_in_steps_and_renders(server: LiveServer, page: Any) -> No
         ".observe(document.body, {subtree: true, childList: true, characterData: true}); }"
     )
     send(page, "Say hello, then name three colors as a bulleted list with one sentence on each.")
-    page.wait_for_selector(".turn.assistant.streaming")
-    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)", timeout=60_000)
+    wait_new_answer(page)
     snapshots: list[str] = page.evaluate("() => window.__growth")
     growing = sorted({len(t) for t in snapshots if t})
     assert len(growing) >= 2, f"the reply did not grow in steps: {snapshots}"
@@ -205,23 +223,22 @@ def test_stop_keeps_partial_answer_marked_stopped(server: LiveServer, page: Any)
 def test_regenerate_creates_a_branch_and_switches(server: LiveServer, page: Any) -> None:
     page.goto(server.url + "/")
     send(page, "Name one fruit.")
-    page.wait_for_selector(".turn.assistant.streaming")
-    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    wait_new_answer(page)
+    mark_answers(page)
     page.locator("#turns > .turn.assistant .regen").last.click()
-    page.wait_for_selector(".turn.assistant.streaming")
-    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    wait_new_answer(page)
     assert page.locator(".turn.assistant .branch-pos").inner_text() == "2/2"
     page.get_by_label("Previous version").click()
     page.wait_for_function(
         "() => document.querySelector('.turn.assistant .branch-pos')?.innerText === '1/2'"
     )
     # Editing the question makes a sibling of it, too.
+    mark_answers(page)
     page.locator(".turn.user button[aria-label='Edit message']").click()
     box = page.wait_for_selector(".edit-form textarea")
     box.fill("Name one vegetable.")
     box.press("Enter")
-    page.wait_for_selector(".turn.assistant.streaming")
-    page.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+    wait_new_answer(page)
     assert page.locator(".turn.user .branch-pos").inner_text() == "2/2"
     assert page.locator(".turn.user .plain").inner_text() == "Name one vegetable."
 
@@ -257,12 +274,12 @@ def test_the_ui_works_under_a_strict_csp(
         )
         pg.locator(".composer .stop").click()
         pg.wait_for_selector("#turns > .turn.assistant[data-status=stopped]", timeout=5_000)
+        mark_answers(pg)
         pg.locator(".turn.user button[aria-label='Edit message']").click()
         box = pg.wait_for_selector(".edit-form textarea")
         box.fill("Name one vegetable.")
         box.press("Enter")
-        pg.wait_for_selector(".turn.assistant.streaming")
-        pg.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+        wait_new_answer(pg)
         pg.get_by_label("Previous version").first.click()
         pg.wait_for_function(
             "() => document.querySelector('.turn.user .branch-pos')?.innerText === '1/2'"
@@ -310,8 +327,7 @@ def test_empty_message_and_phone_layout(
         assert "Type a message first" in alert, alert
         if pg.locator(".conv-item").count() == 0:  # run on its own: make a conversation
             send(pg, "Say hello.")
-            pg.wait_for_selector(".turn.assistant.streaming")
-            pg.wait_for_selector("#turns > .turn.assistant[data-status]:not(.streaming)")
+            wait_new_answer(pg)
         chat = pg.locator(".conv-item", has_text="Say hello").first
         pg.goto(server.url + chat.get_attribute("href"))
         pg.wait_for_selector("#turns > .turn.assistant")
