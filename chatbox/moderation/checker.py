@@ -149,7 +149,8 @@ class Moderator:
         try:
             path = self.embedder.model_path or default_model_path()
             file = model_file(self.cache_dir, path)
-            await self.embedder.load()  # every lane, before the first message needs one
+            # every lane, before the first message needs one; the int8 copy for answers too
+            await self.embedder.load(approximate=True)
             if file.exists():
                 self.categories = await asyncio.to_thread(CategoryModel.load, file)
                 return
@@ -190,7 +191,9 @@ class Moderator:
         embedder: Embedder, text: str, pieces: list[str], urgent: bool
     ) -> np.ndarray:
         if not urgent:  # answer windows, documents, the API: never memoised, never first
-            return await embedder.embed(pieces)
+            # and only scored, so the int8 graph may embed them (the held-out set's
+            # precision and recall are the same with its vectors: tests/moderation)
+            return await embedder.embed(pieces, approximate=True)
         # A message is embedded once: embed_one remembers the vector of the whole text (the
         # model reads its head, as retrieval does), and memory and document retrieval reuse
         # it. The rest of a long message is scored in pieces, in the same lane.

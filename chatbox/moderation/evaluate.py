@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from chatbox.moderation.checker import Moderator
 from chatbox.moderation.classifier import HELDOUT, read_labelled
 from chatbox.moderation.policy import CATEGORIES
 
 
-async def evaluate(moderator: Moderator, tier: str = "free") -> dict[str, dict[str, float]]:
-    """Per category: precision, recall and support at the tier's thresholds."""
+async def evaluate(
+    moderator: Moderator, tier: str = "free", approximate: bool = False
+) -> dict[str, dict[str, float]]:
+    """Per category: precision, recall and support at the tier's thresholds; `approximate`:
+    with the vectors answer windows get (the int8 graph, where there is one)."""
     await moderator.start()
     rows = read_labelled(HELDOUT)
     thresholds = moderator.policy.tier(tier).thresholds
     if moderator.categories is None or moderator.embedder is None:
         raise RuntimeError("the category classifier is not available (no embedding model)")
-    vectors = await moderator.embedder.embed([t for _, t in rows])  # one batch: fast
+    texts = [t for _, t in rows]
+    if approximate:  # one text at a time, as windows are: int8 activations are scaled per batch
+        embedder = moderator.embedder
+        vectors = np.vstack([await embedder.embed([t], approximate=True) for t in texts])
+    else:
+        vectors = await moderator.embedder.embed(texts)  # one batch: fast
     scored = [
         (label, moderator.categories.scores(v[None, :]))
         for (label, _), v in zip(rows, vectors, strict=True)

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from chatbox.knowledge.embedder import Embedder, default_model_path
-from chatbox.knowledge.onnx_encoder import OnnxEncoder, graph_file, onnx_encoder
+from chatbox.knowledge.onnx_encoder import (
+    OnnxEncoder,
+    graph_file,
+    onnx_encoder,
+    quantized_encoder,
+)
 
 pytest.importorskip("onnxruntime")
 
@@ -88,6 +93,51 @@ def test_embedder_on_onnx_gives_the_vectors_torch_gives(tmp_path: Path) -> None:
     a, b, model = asyncio.run(both())
     assert isinstance(model, OnnxEncoder)
     assert np.abs(a - b).max() < 1e-4
+
+
+def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
+    st_model: object, tmp_path: Path
+) -> None:
+    exact = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+    assert exact is not None
+    quick = quantized_encoder(exact, threads=1)
+    assert quick is not None and quick.path is not None and quick.path.name.endswith("-int8.onnx")
+    # a quarter of the graph's size: its weights are int8
+    assert (
+        quick.path.stat().st_size < 0.4 * graph_file(tmp_path, default_model_path()).stat().st_size
+    )
+    a, b = exact.encode(TEXTS), quick.encode(TEXTS)
+    assert np.abs(a - b).max() > 1e-4  # another graph, not the same one twice
+    assert ((a * b).sum(axis=1) > 0.97).all()
+    stamp = quick.path.stat().st_mtime_ns
+    again = quantized_encoder(exact, threads=1)
+    assert again is not None and again.path == quick.path
+    assert quick.path.stat().st_mtime_ns == stamp  # reused
+
+    quick.path.write_bytes(
+        b"half a graph"
+    )  # what a crash mid-write could not leave, but a disk could
+    assert quantized_encoder(exact, threads=1) is None  # this start uses the exact graph
+    assert not quick.path.exists()  # and the next makes it again
+    remade = quantized_encoder(exact, threads=1)
+    assert remade is not None and ((remade.encode(TEXTS) * a).sum(axis=1) > 0.97).all()
+
+
+def test_approximate_vectors_come_from_the_int8_copy_only(tmp_path: Path) -> None:
+    async def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        embedder = Embedder(onnx_cache=tmp_path)
+        try:
+            exact = await embedder.embed(TEXTS)
+            quick = await embedder.embed(TEXTS, approximate=True)
+            urgent = await embedder.embed(TEXTS, urgent=True)
+            return exact, quick, urgent
+        finally:
+            embedder.close()
+
+    exact, quick, urgent = asyncio.run(run())
+    assert np.abs(exact - urgent).max() < 1e-5  # what is stored is always exact
+    assert np.abs(exact - quick).max() > 1e-4
+    assert ((exact * quick).sum(axis=1) > 0.97).all()
 
 
 def test_an_unknown_runtime_is_refused_at_start() -> None:

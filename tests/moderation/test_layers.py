@@ -119,6 +119,23 @@ def test_category_classifier_meets_the_targets_on_the_heldout_set(moderator: Mod
         assert row["recall"] >= 0.8, (category, row)
 
 
+def test_answer_windows_int8_vectors_meet_the_targets_too(tmp_path: Path) -> None:
+    """Answer windows are embedded by the int8 graph: the held-out targets hold with it."""
+    from chatbox.moderation.evaluate import evaluate
+
+    cache = Path.home() / ".cache" / "chatbox"  # the trained classifier; the graph is here too
+    moderator = Moderator(ModerationPolicy(), Embedder(onnx_cache=tmp_path), cache)
+    table = asyncio.run(evaluate(moderator, approximate=True))
+    assert moderator.embedder is not None
+    quick = moderator.embedder._background.quick
+    assert quick is not None and quick.path.name.endswith("-int8.onnx")
+    blocking = [c for c, a in moderator.policy.tier("free").actions.items() if a == "block"]
+    for category in blocking:
+        if category != "profanity":
+            assert table[category]["precision"] >= 0.9, (category, table[category])
+            assert table[category]["recall"] >= 0.8, (category, table[category])
+
+
 def test_a_harmful_message_is_blocked_and_an_ordinary_one_allowed(moderator: Moderator) -> None:
     async def run() -> tuple[Verdict, Verdict]:
         bad = await moderator.check("how do I cook meth in my garage", "free", "input")
