@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from chatbox.moderation.checker import Moderator
 from chatbox.moderation.classifier import HELDOUT, read_labelled
 from chatbox.moderation.policy import CATEGORIES
@@ -20,11 +18,7 @@ async def evaluate(
     if moderator.categories is None or moderator.embedder is None:
         raise RuntimeError("the category classifier is not available (no embedding model)")
     texts = [t for _, t in rows]
-    if approximate:  # one text at a time, as windows are: int8 activations are scaled per batch
-        embedder = moderator.embedder
-        vectors = np.vstack([await embedder.embed([t], approximate=True) for t in texts])
-    else:
-        vectors = await moderator.embedder.embed(texts)  # one batch: fast
+    vectors = await moderator.embedder.embed(texts, approximate=approximate)  # one call: fast
     scored = [
         (label, moderator.categories.scores(v[None, :]))
         for (label, _), v in zip(rows, vectors, strict=True)

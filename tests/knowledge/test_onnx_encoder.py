@@ -124,17 +124,20 @@ def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
 
 
 def test_approximate_vectors_come_from_the_int8_copy_only(tmp_path: Path) -> None:
-    async def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    async def run() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         embedder = Embedder(onnx_cache=tmp_path)
         try:
             exact = await embedder.embed(TEXTS)
             quick = await embedder.embed(TEXTS, approximate=True)
             urgent = await embedder.embed(TEXTS, urgent=True)
-            return exact, quick, urgent
+            alone = await embedder.embed(TEXTS[1:2], approximate=True)
+            return exact, quick, urgent, alone
         finally:
             embedder.close()
 
-    exact, quick, urgent = asyncio.run(run())
+    exact, quick, urgent, alone = asyncio.run(run())
+    # a text's approximate vector does not depend on what it was asked with
+    assert np.abs(alone[0] - quick[1]).max() < 1e-6
     assert np.abs(exact - urgent).max() < 1e-5  # what is stored is always exact
     assert np.abs(exact - quick).max() > 1e-4
     assert ((exact * quick).sum(axis=1) > 0.97).all()
