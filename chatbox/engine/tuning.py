@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
 
 from chatbox.cpu import URGENT
 from chatbox.settings import EngineSettings
+
+log = logging.getLogger("chatbox.engine")
 
 
 def available_cores() -> int:
@@ -194,10 +197,22 @@ class ThreadTuner:
         else:
             self.every[b] = min(2 * self.every[b], MAX_EXPLORE_EVERY)
         if costs[threads] < best * SWITCH_MARGIN:
+            log.debug(
+                "steps of %s tokens now use %d threads instead of %d (%.2f against %.2f ms"
+                " a token)",
+                self.summary_names()[b],
+                threads,
+                self.best[b],
+                1000 * costs[threads],
+                1000 * best,
+            )
             self.best[b] = threads
             self._settled[b] = costs[threads]
 
+    @staticmethod
+    def summary_names() -> list[str]:
+        return [f"<={top}" for top in BUCKETS] + [f">{BUCKETS[-1]}"]
+
     def summary(self) -> dict[str, int]:
         """The count in use per bucket, for logs and stats."""
-        names = [f"<={top}" for top in BUCKETS] + [f">{BUCKETS[-1]}"]
-        return dict(zip(names, self.best, strict=True))
+        return dict(zip(self.summary_names(), self.best, strict=True))
