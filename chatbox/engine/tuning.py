@@ -23,17 +23,20 @@ def available_cores() -> int:
 
 
 def decode_threads(configured: int, cores: int) -> tuple[int, int]:
-    """llama.cpp threads for one-token steps and for batches of several tokens.
+    """llama.cpp threads for one-token steps and for batches of several tokens, to start
+    with (the ThreadTuner then measures the others).
 
-    A configured count is used for both. By default batches use every core, but a lone
-    stream's one-token steps leave one core to this process's Python side (the decode
-    thread's sampling and the event loop): llama.cpp's worker threads spin between steps,
-    so on a small machine a spinning worker and the event loop fight for the same core
-    (measured on 2 cores: one stream 136 tokens/s with one thread, 79 with two).
+    A configured count is used for both (and nothing else is tried). By default both use
+    every core. A lone stream's one-token steps used to start on one thread fewer, leaving a
+    core to the Python side (the decode thread's sampling and the event loop), when two
+    threads measured 79 tokens/s against 136 with one; since the event loop's per-token work
+    shrank, two threads are the faster start (measured on 2 cores, SmolLM2, one stream
+    through the engine: 90-97 tokens/s with two, 68-75 with one; through the server the
+    tuner moved one-token steps to two at its first try, 9.7 against 12.7 ms a token).
     """
     if configured > 0:
         return configured, configured
-    return max(1, cores - 1), cores
+    return cores, cores
 
 
 def idle_cell_budget(

@@ -93,8 +93,8 @@ async def test_tokens_that_queue_up_behind_a_slow_consumer_arrive_joined(
         engine.close()
 
 
-def test_lone_streams_leave_a_core_to_python_unless_threads_are_set() -> None:
-    assert decode_threads(0, 2) == (1, 2)
+def test_every_core_to_start_with_unless_threads_are_set() -> None:
+    assert decode_threads(0, 2) == (2, 2)
     assert decode_threads(0, 1) == (1, 1)
     assert decode_threads(3, 2) == (3, 3)
 
@@ -115,10 +115,10 @@ def tries(used: list[int], best: int) -> list[int]:
 
 
 def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
-    tuner = ThreadTuner(2, decode_threads(0, 2))
+    tuner = ThreadTuner(2, (1, 2))  # a lone stream starting on one thread (as it once did)
     assert thread_choices(2) == (2, 1)
-    # A lone stream starts on one thread; here two turn out faster, so it moves to two
-    # at the first try (step 24) and then only tries one again, less and less often.
+    # Here two turn out faster, so it moves to two at the first try (step 24) and then
+    # only tries one again, less and less often.
     used = run_steps(tuner, 100, 1, {1: 0.010, 2: 0.006})
     assert used[:23] == [1] * 23 and used[23] == 2
     assert tries(used[24:], 2) == [47 - 24, 95 - 24]  # 24 steps after the switch, then 48
