@@ -190,7 +190,7 @@ class Embedder:
         # and output moderation on: 92% of the throughput with moderation off, against 88%
         # when the background lane's encodes shared the decode workers' cores).
         with URGENT.hold():
-            if approximate and isinstance(model, OnnxEncoder):
+            if isinstance(model, OnnxEncoder) and model is not lane.model:  # the int8 copy
                 # One text at a time: int8 activations are scaled over the whole batch, so a
                 # text's vector (and verdict) would depend on what it was batched with.
                 vectors = np.vstack([model.encode([t]) for t in texts])

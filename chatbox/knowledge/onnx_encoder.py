@@ -145,6 +145,11 @@ def _removed_on_error(path: Path) -> Iterator[None]:
         raise
 
 
+class _FromQuantiser(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "onnxruntime" not in record.pathname
+
+
 def quantized_encoder(exact: OnnxEncoder, threads: int) -> OnnxEncoder | None:
     """An int8 copy of exact's graph (weights per channel, activations quantised as they
     run), or None if it cannot be made or its vectors stray from `exact`'s."""
@@ -157,16 +162,18 @@ def quantized_encoder(exact: OnnxEncoder, threads: int) -> OnnxEncoder | None:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            with warnings.catch_warnings(), _removed_on_error(tmp):
-                warnings.simplefilter("ignore")
-                # the quantiser logs a suggestion to pre-process the graph on the root logger
-                logging.disable(logging.WARNING)
-                try:
+            # The quantiser logs a suggestion to pre-process the graph on the root logger:
+            # that note (only the quantiser's) is dropped while it runs.
+            root, notes = logging.getLogger(), _FromQuantiser()
+            root.addFilter(notes)
+            try:
+                with warnings.catch_warnings(), _removed_on_error(tmp):
+                    warnings.simplefilter("ignore")
                     quantize_dynamic(
                         str(path), str(tmp), per_channel=True, weight_type=QuantType.QInt8
                     )
-                finally:
-                    logging.disable(logging.NOTSET)
+            finally:
+                root.removeFilter(notes)
             tmp.replace(target)
         encoder = OnnxEncoder(
             _session(target, threads), exact.tokenizer, exact.max_seq_length, target
