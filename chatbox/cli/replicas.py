@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from chatbox.cli.options import kv_options
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -19,15 +20,7 @@ def _settings(ctx: click.Context) -> Settings:
 @click.option("--port", type=int, default=9001, show_default=True)
 @click.option("--model", "models", multiple=True, required=True, help="A model to serve (repeat).")
 @click.option("--token", default=None, help="Shared secret (env: CHATBOX_REPLICA_TOKEN).")
-@click.option("--n-parallel", type=int, default=None, help="Sequences decoded together.")
-@click.option(
-    "--n-ctx",
-    type=int,
-    default=None,
-    help="KV cells of the unified pool (CHATBOX_KV_UNIFIED=1); a KV stream per slot (the "
-    "default) holds --n-ctx-per-seq cells each.",
-)
-@click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
+@kv_options
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
 @click.option("--gpu-layers", "n_gpu_layers", type=int, default=None, help="-1: all layers.")
 @click.option("--log-level", default="warning", show_default=True)

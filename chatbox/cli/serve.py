@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from chatbox.cli.options import kv_options
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -11,15 +12,7 @@ from chatbox.settings import Settings, settings_from_env
 @click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
 @click.option("--model", default=None, help="Model to serve by default (see `models list`).")
-@click.option("--n-parallel", type=int, default=None, help="Sequences decoded together.")
-@click.option(
-    "--n-ctx",
-    type=int,
-    default=None,
-    help="KV cells of the unified pool (CHATBOX_KV_UNIFIED=1); a KV stream per slot (the "
-    "default) holds --n-ctx-per-seq cells each.",
-)
-@click.option("--n-ctx-per-seq", type=int, default=None, help="Most tokens one conversation holds.")
+@kv_options
 @click.option("--n-batch", type=int, default=None, help="Tokens per decode step.")
 @click.option("--threads", "n_threads", type=int, default=None, help="CPU threads (0: all).")
 @click.option(
