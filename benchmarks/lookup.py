@@ -69,8 +69,8 @@ async def stream_rate(engine: LlamaEngine, prompts: list[str], n: int, tokens: i
 
 
 async def lookup(model: Path, settings: EngineSettings, reps: int, tokens: int) -> list[dict]:
-    # One engine, its lookup switched between runs: two engines side by side measured the
-    # second one loaded 2-5% slower whichever it was (its buffers, its own thread tuner).
+    # One engine, its lookup switched between runs: with two engines side by side, the one
+    # loaded second measured a few percent slower whichever it was (cause not isolated).
     k = settings.lookup_draft or 8
     engine = LlamaEngine(model, "m", replace(settings, lookup_draft=k))
     await engine.start()

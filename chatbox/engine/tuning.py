@@ -29,8 +29,8 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
     A configured count is used for both (and nothing else is tried). By default both use
     every core. A lone stream's one-token steps used to start on one thread fewer, leaving a
     core to the Python side (the decode thread's sampling and the event loop), when two
-    threads measured 79 tokens/s against 136 with one; since the event loop's per-token work
-    shrank, two threads are the faster start (measured on 2 cores, SmolLM2, one stream
+    threads measured 79 tokens/s against 136 with one; measured again with today's engine
+    and event loop, two threads are the faster start (2 cores, SmolLM2, one stream
     through the engine: 90-97 tokens/s with two, 68-75 with one; through the server the
     tuner moved one-token steps to two at its first try, 9.7 against 12.7 ms a token).
     """

@@ -93,8 +93,8 @@ def _shared_model(
         if threads > 0:
             import torch
 
-            # process-wide in torch: every thread's encodes use this many (set on every
-            # load, as a model loaded before may have been loaded with another count)
+            # Under OpenMP torch's count is per OS thread: set it in this (the lane's)
+            # thread on every load, also when the model was loaded by another thread.
             torch.set_num_threads(threads)
         if key not in _MODELS:
             from sentence_transformers import SentenceTransformer

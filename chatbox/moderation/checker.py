@@ -191,8 +191,8 @@ class Moderator:
         embedder: Embedder, text: str, pieces: list[str], urgent: bool
     ) -> np.ndarray:
         if not urgent:  # answer windows, documents, the API: never memoised, never first
-            # and only scored, so the int8 graph may embed them (the held-out set's
-            # precision and recall are the same with its vectors: tests/moderation)
+            # and only scored, so the int8 graph may embed them (the classifier meets the
+            # same held-out targets with its vectors: tests/moderation/test_layers.py)
             return await embedder.embed(pieces, approximate=True)
         # A message is embedded once: embed_one remembers the vector of the whole text (the
         # model reads its head, as retrieval does), and memory and document retrieval reuse
