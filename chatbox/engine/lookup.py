@@ -27,28 +27,36 @@ class Drafter:
 
     def __init__(self, tokens: Iterable[int], max_draft: int) -> None:
         self.max_draft = max_draft
-        self.hist: list[int] = []
+        self.hist: list[int] = list(tokens)
         # n -> n-gram -> the position right after its latest occurrence (excluding the
-        # n-gram that ends the history now, so a lookup never finds itself)
+        # n-gram that ends the history now, so a lookup never finds itself). Built when a
+        # draft is first asked for, not on admission: indexing a long prompt takes a few
+        # ms of the decode thread, which would delay the first token and every other
+        # stream's step, and a stream in a crowded batch never drafts at all.
         self._index: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(N_MIN, N_MAX + 1)
         }
+        self._indexed = 0  # the history positions up to here are in the index
         self.k = min(2, max_draft)  # start short: grows while guesses are all right
         self.rate = 1.0  # moving acceptance rate
         self._pause = 0
         self._pause_len = PAUSE_MIN
         self.drafted = 0
         self.accepted = 0
-        for t in tokens:
-            self.push(t)
 
     def push(self, token: int) -> None:
-        """Record a token of the history (a prompt token, or one the sampler chose)."""
-        hist, n_hist = self.hist, len(self.hist)
-        for n, index in self._index.items():
-            if n_hist >= n:
-                index[tuple(hist[n_hist - n :])] = n_hist
-        hist.append(token)
+        """Record a token of the history (one the sampler chose)."""
+        self.hist.append(token)
+
+    def _catch_up(self) -> None:
+        """Index the n-grams that end before the newest token, oldest first (so the latest
+        occurrence of each wins)."""
+        hist = self.hist
+        for pos in range(max(self._indexed, N_MIN), len(hist)):
+            for n, index in self._index.items():
+                if pos >= n:
+                    index[tuple(hist[pos - n : pos])] = pos
+        self._indexed = len(hist)
 
     def draft(self, room: int) -> list[int]:
         """Up to min(k, room) guessed tokens following the history (empty: none)."""
@@ -58,6 +66,7 @@ class Drafter:
         k = min(self.k, room)
         if k <= 0:
             return []
+        self._catch_up()
         hist, n_hist = self.hist, len(self.hist)
         for n in range(N_MAX, N_MIN - 1, -1):
             if n_hist < n:

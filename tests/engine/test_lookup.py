@@ -32,6 +32,35 @@ def test_drafter_guesses_what_followed_the_last_ngram() -> None:
     assert Drafter([7, 1, 2, 9, 1, 2], max_draft=8).draft(room=8) == []  # 2-token matches: no
 
 
+def reference_draft(hist: list[int], k: int) -> list[int]:
+    """What followed the latest earlier occurrence of the longest (4, then 3) final n-gram."""
+    for n in (4, 3):
+        if len(hist) < n:
+            continue
+        tail = hist[-n:]
+        for end in range(len(hist) - 1, n - 1, -1):  # the n-gram hist[end-n:end], newest first
+            if hist[end - n : end] == tail:
+                return hist[end : end + k]
+    return []
+
+
+def test_drafter_matches_a_brute_force_search_as_the_answer_grows() -> None:
+    # The index is built lazily (on the first draft, then caught up): drafts asked for at
+    # any point, between any number of pushes, must be what a full search finds.
+    rng = random.Random(7)
+    for _ in range(200):
+        hist = [rng.randrange(4) for _ in range(rng.randrange(0, 30))]
+        d = Drafter(hist, max_draft=8)
+        d.k = 8
+        for _ in range(20):
+            if rng.random() < 0.6:
+                assert d.draft(room=8) == reference_draft(hist, 8)
+            token = rng.randrange(4)
+            d.push(token)
+            hist.append(token)
+        assert d.draft(room=8) == reference_draft(hist, 8)
+
+
 def test_drafter_pauses_a_stream_whose_guesses_fail() -> None:
     d = Drafter([1, 2, 3, 4] * 4, max_draft=4)
     for _ in range(4):
