@@ -15,8 +15,8 @@ Moderation alone may use a copy with int8 weights (`quantized_encoder`): ~2.2x f
 (10 against 22 ms for an 86-token answer window on one core), vectors within cosine 0.97 of
 the exact ones (0.994 on average over the held-out set), and the category classifier
 meeting the same held-out targets (one category's precision 1.00 -> 0.95, the rest
-unchanged). Its vectors are never stored: memory,
-documents, search and the embeddings API keep the exact graph.
+unchanged). Its vectors are never stored: memory, documents, search and the embeddings API
+keep the exact graph.
 """
 
 from __future__ import annotations

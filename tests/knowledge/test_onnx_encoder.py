@@ -114,9 +114,8 @@ def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
     assert again is not None and again.path == quick.path
     assert quick.path.stat().st_mtime_ns == stamp  # reused
 
-    quick.path.write_bytes(
-        b"half a graph"
-    )  # what a crash mid-write could not leave, but a disk could
+    # What a crash mid-write could not leave (it is written aside, then renamed), but a disk could.
+    quick.path.write_bytes(b"half a graph")
     assert quantized_encoder(exact, threads=1) is None  # this start uses the exact graph
     assert not quick.path.exists()  # and the next makes it again
     remade = quantized_encoder(exact, threads=1)
