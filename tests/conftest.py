@@ -40,8 +40,14 @@ def smollm2_gguf() -> Path:
 
 
 def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> Settings:
-    """Small, fast settings for tests on this 2-core machine."""
+    """Small, fast settings for tests on this 2-core machine. Without a `policy_path` of its
+    own a test gets the shipped policy with answers left unchecked (`output = false`): the
+    tiny model's random text is scored like any answer, and the odd one crosses a blocking
+    threshold and is cut (one in a few thousand: enough to fail a test about something else
+    now and then). Tests of output moderation pass a policy that checks answers."""
     engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
+    if "policy_path" not in overrides:
+        overrides["policy_path"] = _unchecked_answers_policy(data_dir.parent)
     base = Settings(
         data_dir=data_dir,
         model=model,
@@ -56,6 +62,18 @@ def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> S
 
 
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def _unchecked_answers_policy(where: Path) -> Path:
+    """The shipped policy, with output moderation off (input checks stay on)."""
+    from chatbox.chat.policy import default_policy_path
+
+    text = default_policy_path().read_text()
+    assert "\noutput = true " in text, "the shipped policy no longer checks answers"
+    policy = where / "policy-answers-unchecked.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(text.replace("\noutput = true ", "\noutput = false ", 1))
+    return policy
 
 
 def on_smollm2(data_dir: Path, **overrides: object) -> tuple[Settings, ModelRegistry]:
