@@ -39,15 +39,21 @@ def smollm2_gguf() -> Path:
     return default_model_path()
 
 
-def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> Settings:
-    """Small, fast settings for tests on this 2-core machine. Without a `policy_path` of its
-    own a test gets the shipped policy with answers left unchecked (`output = false`): the
-    tiny model's random text is scored like any answer, and the odd one crosses a blocking
-    threshold and is cut (one in a few thousand: enough to fail a test about something else
-    now and then). Tests of output moderation pass a policy that checks answers."""
+def test_settings(
+    data_dir: Path, model: str = "tiny", check_answers: bool = False, **overrides: object
+) -> Settings:
+    """Small, fast settings for tests on this 2-core machine.
+
+    Answers are left unchecked (the policy's `[moderation] output = false`, on the shipped
+    policy or the test's own) unless `check_answers`: the tiny model's random text is scored
+    like any answer, and the odd one crosses a blocking threshold and is cut (one in a few
+    thousand: enough to fail a test about something else now and then). Tests of output
+    moderation ask for it."""
     engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
-    if "policy_path" not in overrides:
-        overrides["policy_path"] = _unchecked_answers_policy(data_dir.parent)
+    if not check_answers:
+        given = overrides.get("policy_path")
+        assert given is None or isinstance(given, Path)
+        overrides["policy_path"] = _answers_unchecked(given, data_dir.parent)
     base = Settings(
         data_dir=data_dir,
         model=model,
@@ -64,16 +70,28 @@ def test_settings(data_dir: Path, model: str = "tiny", **overrides: object) -> S
 test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
-def _unchecked_answers_policy(where: Path) -> Path:
-    """The shipped policy, with output moderation off (input checks stay on)."""
+def _answers_unchecked(policy: Path | None, where: Path) -> Path:
+    """A copy of the policy (the shipped one by default) with output moderation off."""
+    import re
+    import tomllib
+
     from chatbox.chat.policy import default_policy_path
 
-    text = default_policy_path().read_text()
-    assert "\noutput = true " in text, "the shipped policy no longer checks answers"
-    policy = where / "policy-answers-unchecked.toml"
-    policy.parent.mkdir(parents=True, exist_ok=True)
-    policy.write_text(text.replace("\noutput = true ", "\noutput = false ", 1))
-    return policy
+    source = policy or default_policy_path()
+    text = source.read_text()
+    head = re.search(r"^\[moderation\]\n", text, re.M)
+    if head is None:
+        text += "\n[moderation]\noutput = false\n"
+    else:  # the section's own `output` key goes; a new one opens it
+        end = re.search(r"^\[", text[head.end() :], re.M)
+        stop = head.end() + end.start() if end else len(text)
+        body = re.sub(r"^output\s*=.*\n", "", text[head.end() : stop], flags=re.M)
+        text = text[: head.end()] + "output = false\n" + body + text[stop:]
+    assert tomllib.loads(text)["moderation"]["output"] is False, source
+    copy = where / f"{source.stem}-answers-unchecked.toml"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(text)
+    return copy
 
 
 def on_smollm2(data_dir: Path, **overrides: object) -> tuple[Settings, ModelRegistry]:

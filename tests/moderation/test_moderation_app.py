@@ -44,7 +44,7 @@ def mod_settings(data_dir: Path) -> Settings:
     text = default_policy_path().read_text()
     text = text[: text.index("[moderation]")] + EXTRA  # the shipped policy, short windows
     policy.write_text(text)
-    return test_settings(data_dir, policy_path=policy, max_tokens=24)
+    return test_settings(data_dir, policy_path=policy, max_tokens=24, check_answers=True)
 
 
 @pytest.fixture

@@ -50,7 +50,9 @@ def box(data_dir: Path, registry: ModelRegistry) -> Iterator[tuple[TestClient, d
     policy.parent.mkdir(parents=True, exist_ok=True)
     text = default_policy_path().read_text()
     policy.write_text(text[: text.index("[moderation]")] + EXTRA)
-    settings: Settings = test_settings(data_dir, policy_path=policy, max_tokens=24)
+    settings: Settings = test_settings(
+        data_dir, policy_path=policy, max_tokens=24, check_answers=True
+    )
     admin = seed_user(settings)
     member = seed_user(settings, "ann", role="member", tier="free")
     with TestClient(create_app(settings, registry), timeout=60) as c:

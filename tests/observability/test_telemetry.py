@@ -137,7 +137,7 @@ def test_store_latency_and_turns_are_measured(tmp_path: Path, tiny_gguf: Path) -
 
 
 def test_knowledge_and_moderation_work_is_measured(tmp_path: Path, tiny_gguf: Path) -> None:
-    with gateway_box(tmp_path, tiny_gguf) as box:
+    with gateway_box(tmp_path, tiny_gguf, check_answers=True) as box:
         take_turn(box)
         manual = b"The Zephyr-9 pump must be descaled every 90 days.\n\n" * 20
         r = box.client.post(
