@@ -20,9 +20,11 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -101,18 +103,44 @@ async def stream(
     return ttft, n, end - t0, end - last
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, by group: the event loop (the main
+    thread), the embedder's lanes, and the rest (the engines' decode and worker threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    named = {t.native_id: t.name for t in threading.enumerate()}
+    out = {"event loop": 0.0, "embedder": 0.0, "engines and other": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = named.get(int(tid), "")
+        group = (
+            "event loop"
+            if name == "MainThread"
+            else "embedder"
+            if name.startswith("embedder-")
+            else "engines and other"
+        )
+        out[group] += (int(stat[11]) + int(stat[12])) / tick
+    return out
+
+
 async def streams_run(services: Services, user: User, k: int, tokens: int) -> dict[str, float]:
-    t0 = time.perf_counter()
+    cpu0, t0 = thread_cpu(), time.perf_counter()
     results = await asyncio.gather(
         *(stream(services, user, PROMPTS[i % len(PROMPTS)], tokens) for i in range(k))
     )
     wall = time.perf_counter() - t0
+    cpu = {f"cpu {g}": v - cpu0[g] for g, v in thread_cpu().items()}
     ttfts = [r[0] for r in results]
     return {
         "ttft_p50_ms": statistics.median(ttfts) * 1000,
         "ttft_max_ms": max(ttfts) * 1000,
         "tokens_per_s": sum(r[1] for r in results) / wall,
         "tail_ms": statistics.mean(r[3] for r in results) * 1000,
+        "wall_s": wall,
+        **cpu,
     }
 
 
@@ -226,6 +254,12 @@ def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"{row['tokens_per_s']:>10.1f}{row['tail_ms']:>22.0f}"
         )
     print("pairs (tokens/s on, off):", ", ".join(f"{a:.0f}/{b:.0f}" for a, b in r["pairs"]))
+    cpu = [k for k in on if k.startswith("cpu ")]
+    print(
+        "CPU a round (s), off -> on: "
+        + ", ".join(f"{k[4:]} {off[k]:.2f} -> {on[k]:.2f}" for k in cpu)
+        + f"; wall {off['wall_s']:.2f} -> {on['wall_s']:.2f}"
+    )
     if r["screening"]:
         done, seen = r["screened"]["finished"], sum(r["screened"].values())
         print(f"answer windows finished past the screen: {done} of {seen}")
