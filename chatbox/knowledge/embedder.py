@@ -204,6 +204,13 @@ class Embedder:
         """Whether `embed_screened` stops texts at the cut (the split graph is loaded)."""
         return self._background.split is not None
 
+    @property
+    def screen_key(self) -> str:
+        """What the vectors at the cut depend on (a classifier trained on them is named by
+        it); empty without a split graph."""
+        split = self._background.split
+        return split.key if split is not None else ""
+
     async def load(self, approximate: bool = False) -> None:
         """Load the model now (in each lane's thread) rather than on first use; `approximate`:
         the int8 copy too (made once, on first start, in a few seconds)."""

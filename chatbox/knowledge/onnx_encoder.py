@@ -98,6 +98,7 @@ class SplitEncoder:
 
     def __init__(self, front: Any, back: Any, cut: str, whole: OnnxEncoder) -> None:
         self._front, self._back, self.cut = front, back, cut
+        self.key = ""  # names the graph and runtime that make its vectors at the cut
         self.tokenizer = whole.tokenizer  # the whole graph's lane's: one per thread
         self.max_seq_length = whole.max_seq_length
         self._inputs = [i.name for i in front.get_inputs()]
@@ -269,6 +270,9 @@ def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder
                     onnx.utils.extract_model(str(path), str(tmp), ins, outs)
                 tmp.replace(part)
         split = SplitEncoder(_session(parts[0], threads), _session(parts[1], threads), cut, whole)
+        import onnxruntime
+
+        split.key = f"{parts[0].name} onnxruntime {onnxruntime.__version__}"
         for text in PROBES:
             _, partial = split.front(text)
             error = float(np.abs(split.back(partial) - whole.encode([text])[0]).max())

@@ -164,8 +164,10 @@ class Moderator:
             await self.embedder.load(approximate=True)
             self.categories = await self._trained(file, whole=True)
             if self.embedder.screens:
-                kind = f"screen{SCREEN_LAYERS}"
-                self.screen = await self._trained(model_file(self.cache_dir, path, kind), False)
+                kind, key = f"screen{SCREEN_LAYERS}", self.embedder.screen_key
+                self.screen = await self._trained(
+                    model_file(self.cache_dir, path, kind, key), whole=False
+                )
         except EmbeddingUnavailable:
             log.warning("no embedding model: moderation runs without the category classifier")
 

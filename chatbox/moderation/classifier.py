@@ -172,8 +172,13 @@ class CategoryModel:
             return cls(data["coef"], data["intercept"])
 
 
-def model_file(cache_dir: Path, embedding_model: Path, kind: str = "categories") -> Path:
-    """Where the trained weights live: named by the training set and the embedding model
-    (`kind`: "categories", or the screen's, named by where the graph is cut)."""
-    digest = hashlib.sha256(TRAIN.read_bytes() + str(embedding_model).encode()).hexdigest()
+def model_file(
+    cache_dir: Path, embedding_model: Path, kind: str = "categories", vectors: str = ""
+) -> Path:
+    """Where the trained weights live: named by the training set, the embedding model and
+    what else its vectors depend on (`kind`: "categories", or the screen's)."""
+    key = TRAIN.read_bytes() + str(embedding_model).encode()
+    if vectors:
+        key += f"|{vectors}".encode()
+    digest = hashlib.sha256(key).hexdigest()
     return cache_dir / "moderation" / f"{kind}-{digest[:16]}.npz"

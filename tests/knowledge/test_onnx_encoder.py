@@ -132,6 +132,8 @@ def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
     assert quick is not None and quick.path is not None
     split = split_encoder(quick, 3, threads=1)
     assert split is not None
+    # what a classifier of its vectors at the cut is named by: the graph and the runtime
+    assert "-int8-front3.onnx onnxruntime " in split.key
     for text in TEXTS:
         early, partial = split.front(text)
         whole = quick.encode([text])[0]
