@@ -96,13 +96,20 @@ def test_embedder_on_onnx_gives_the_vectors_torch_gives(tmp_path: Path) -> None:
     assert np.abs(a - b).max() < 1e-4
 
 
-def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
-    st_model: object, tmp_path: Path
-) -> None:
-    exact = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
+def exact_and_int8(st_model: object, cache: Path) -> tuple[OnnxEncoder, OnnxEncoder]:
+    """The exported graph and its int8 copy, made in `cache`."""
+    exact = onnx_encoder(st_model, default_model_path(), cache, threads=1)
     assert exact is not None
     quick = quantized_encoder(exact, threads=1)
     assert quick is not None and quick.path is not None and quick.path.name.endswith("-int8.onnx")
+    return exact, quick
+
+
+def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
+    st_model: object, tmp_path: Path
+) -> None:
+    exact, quick = exact_and_int8(st_model, tmp_path)
+    assert quick.path is not None
     # a quarter of the graph's size: its weights are int8
     assert (
         quick.path.stat().st_size < 0.4 * graph_file(tmp_path, default_model_path()).stat().st_size
@@ -126,10 +133,8 @@ def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
 def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
     st_model: object, tmp_path: Path
 ) -> None:
-    exact = onnx_encoder(st_model, default_model_path(), tmp_path, threads=1)
-    assert exact is not None
-    quick = quantized_encoder(exact, threads=1)
-    assert quick is not None and quick.path is not None
+    _, quick = exact_and_int8(st_model, tmp_path)
+    assert quick.path is not None
     split = split_encoder(quick, 3, threads=1)
     assert split is not None
     # what a classifier of its vectors at the cut is named by: the graph and the runtime
