@@ -188,7 +188,12 @@ class RemoteGeneration:
                     tried.discard(member.url)  # it may restart the answer itself
                     self.replicas.clear()
                 except ReplicaRefused as exc:
-                    self._done("error", error=str(exc))
+                    if self.text and exc.limit:
+                        # The answer so far fills the context (its text tokenised afresh
+                        # can take more tokens than were written): it ends here, at length.
+                        self._done("length")
+                    else:
+                        self._done("error", error=str(exc))
                     return
                 except ReplicaFailed as exc:
                     fleet.eject(member, str(exc))

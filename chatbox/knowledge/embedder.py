@@ -280,14 +280,9 @@ class Embedder:
         vectors at the cut. Without a split graph every row is whole."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), []
-        loop = asyncio.get_running_loop()
-        lane = self._background
-        future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
+        future: asyncio.Future[tuple[np.ndarray, int]] = asyncio.get_running_loop().create_future()
         item = _Pending(list(texts), future, True, keep)
-        at = next((i for i, p in enumerate(lane.queue) if len(p.texts) > SMALL), len(lane.queue))
-        lane.queue.insert(at, item)
-        if lane.draining is None or lane.draining.done():
-            lane.draining = asyncio.create_task(self._drain(lane))
+        self._enqueue(self._background, item, small=len(texts) <= SMALL)
         vectors, _ = await future
         assert item.whole is not None
         return vectors, item.whole
@@ -325,24 +320,25 @@ class Embedder:
         for start in range(0, len(texts), MAX_BATCH):
             part = list(texts[start : start + MAX_BATCH])
             future: asyncio.Future[tuple[np.ndarray, int]] = loop.create_future()
-            item = _Pending(part, future, approximate)
-            if len(texts) <= SMALL:
-                # A query (a chat turn, a search) goes before the slices of a big upload.
-                at = next(
-                    (i for i, p in enumerate(lane.queue) if len(p.texts) > SMALL), len(lane.queue)
-                )
-                lane.queue.insert(at, item)
-            else:
-                lane.queue.append(item)
+            self._enqueue(lane, _Pending(part, future, approximate), small=len(texts) <= SMALL)
             futures.append(future)
-        if lane.draining is None or lane.draining.done():
-            lane.draining = asyncio.create_task(self._drain(lane))
         results = await asyncio.gather(*futures)
         if self.on_embed is not None:
             purpose = "query" if len(texts) <= SMALL else "bulk"
             self.on_embed(purpose, len(texts), time.perf_counter() - t0)
         vectors = np.concatenate([v for v, _ in results]) if len(results) > 1 else results[0][0]
         return vectors, sum(n for _, n in results)
+
+    def _enqueue(self, lane: _Lane, item: _Pending, small: bool) -> None:
+        """Queue a request in a lane (a small one, e.g. a chat turn's or a search's, before the
+        slices of a big upload) and make sure the lane is draining."""
+        if small:
+            at = next((i for i, p in enumerate(lane.queue) if len(p.texts) > SMALL), None)
+            lane.queue.insert(len(lane.queue) if at is None else at, item)
+        else:
+            lane.queue.append(item)
+        if lane.draining is None or lane.draining.done():
+            lane.draining = asyncio.create_task(self._drain(lane))
 
     async def _drain(self, lane: _Lane) -> None:
         """Encode everything queued in a lane, one request (at most MAX_BATCH texts) at a

@@ -2,6 +2,8 @@
 
 "slow" speaks the replica protocol correctly, one token every `pace_s`, so an answer holds
 its slot for as long as a test needs (the tiny model writes thousands of tokens a second).
+"full" starts an answer and drops it after a few tokens, and refuses to continue one (413:
+the answer so far would not fit its context).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from chatbox.cluster.protocol import event_to_json, line
 from chatbox.engine.types import DoneEvent, TokenEvent, Usage
+
+FULL_AFTER = 5  # tokens a "full" replica writes before it drops the answer
 
 
 def health(slots: int) -> dict[str, Any]:
@@ -54,9 +58,16 @@ class FakeReplica:
                 if fake.misbehaviour == "slow":
                     self._slowly(int(body.get("sampling", {}).get("max_tokens", 16)))
                     return
+                if fake.misbehaviour == "full" and body.get("continue_text"):
+                    refusal = {"error": "too long", "prompt_tokens": 4090, "limit": 4096}
+                    self._send(json.dumps(refusal).encode(), "application/json", 413)
+                    return
+                if fake.misbehaviour == "full":  # a few tokens, then the connection drops
+                    self._slowly(FULL_AFTER, done=False)
+                    return
                 self._send(b"<html>502 bad gateway</html>\nnot json at all\n", "text/html")
 
-            def _slowly(self, max_tokens: int) -> None:
+            def _slowly(self, max_tokens: int, done: bool = True) -> None:
                 self.send_response(200)
                 self.send_header("content-type", "application/x-ndjson")
                 self.end_headers()
@@ -69,16 +80,17 @@ class FakeReplica:
                             return
                         self.wfile.write(line(event_to_json(TokenEvent("word "), i + 1)))
                         self.wfile.flush()
-                    done = DoneEvent("length", Usage(10, max_tokens, 0))
-                    self.wfile.write(line(event_to_json(done)))
+                    if done:
+                        end = DoneEvent("length", Usage(10, max_tokens, 0))
+                        self.wfile.write(line(event_to_json(end)))
                 except OSError:  # the front closed the stream: the cancel
                     pass
                 finally:
                     with fake.lock:
                         fake.running -= 1
 
-            def _send(self, body: bytes, kind: str) -> None:
-                self.send_response(200)
+            def _send(self, body: bytes, kind: str, status: int = 200) -> None:
+                self.send_response(status)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()

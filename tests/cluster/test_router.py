@@ -207,6 +207,26 @@ def test_a_front_without_the_token_gets_no_healthy_replica(
         assert stored_assistant_turns(server.url, server.headers, conv) == []
 
 
+def test_an_answer_too_long_to_continue_elsewhere_ends_at_length(data_dir: Path) -> None:
+    """A replica drops an answer; the next cannot fit the answer so far in its context (its
+    text can take more tokens than were written): the answer ends there, at length, and is
+    kept, rather than failing."""
+    from tests.cluster.fake import FULL_AFTER, FakeReplica
+
+    with (
+        FakeReplica("full", pace_s=0.01) as a,
+        FakeReplica("full", pace_s=0.01) as b,
+        front(data_dir, [a.url, b.url]) as server,
+    ):
+        conv = new_conversation(server.url, server.headers)
+        out = ask(server.url, server.headers, conv, "tell me a long story", max_tokens=4000)
+        assert out["status"] == "complete" and out["finish_reason"] == "length", out
+        assert out["usage"]["completion_tokens"] == FULL_AFTER
+        assert a.generate_calls + b.generate_calls == 2  # the start, and the continuation
+        [turn] = stored_assistant_turns(server.url, server.headers, conv)
+        assert turn["content"] == "word " * FULL_AFTER
+
+
 @pytest.mark.parametrize("misbehaviour", ["hang", "garbage"])
 def test_a_hanging_or_garbage_replica_is_ejected_without_hanging_the_front(
     data_dir: Path, replicas: list[Replica], misbehaviour: str
