@@ -167,6 +167,31 @@ def test_the_screen_lets_through_what_the_whole_graph_flags_and_stops_most_else(
     assert sum(not k for k in ordinary) >= 0.5 * len(ordinary)
 
 
+def test_an_answer_window_is_judged_through_the_screen(windows: Moderator) -> None:
+    """A harmful window goes past the screen and is blocked; an ordinary one stops at the
+    cut and is allowed (the check of an answer, direction "output")."""
+
+    async def run() -> tuple[Verdict, Verdict, dict[str, int]]:
+        await windows.start()
+        assert windows.embedder is not None and windows.screening
+        before = dict(windows.embedder.screened)
+        harmful = await windows.check(
+            "I will find where you live and hurt your whole family.", "free", "output"
+        )
+        ordinary = await windows.check(
+            "Bread is made from flour, water, salt and yeast, then kneaded and baked.",
+            "free",
+            "output",
+        )
+        after = windows.embedder.screened
+        return harmful, ordinary, {k: after[k] - before[k] for k in after}
+
+    harmful, ordinary, moved = asyncio.run(run())
+    assert harmful.blocked and harmful.category == "violence", harmful
+    assert ordinary.action == "allow" and max(ordinary.scores.values()) < 0.6, ordinary
+    assert moved == {"finished": 1, "stopped": 1}
+
+
 def test_a_policy_thresholded_below_the_screens_floor_is_not_screened(
     windows: Moderator,
 ) -> None:
