@@ -72,7 +72,7 @@ class OnnxEncoder:
             return_tensors="np",
         )
         feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
-        return _pooled(self.session.run(None, feeds)[0], feeds["attention_mask"])
+        return _pooled(self.session.run(None, feeds)[0], batch["attention_mask"])
 
 
 def _pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -89,6 +89,7 @@ class Partial:
     """A text part-way through a split graph: its inputs and the hidden states at the cut."""
 
     feeds: dict[str, np.ndarray]
+    mask: np.ndarray  # the tokenizer's attention mask (what the pooling averages over)
     hidden: np.ndarray
 
 
@@ -110,12 +111,13 @@ class SplitEncoder:
         )
         feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
         hidden: np.ndarray = self._front.run(None, feeds)[0]
-        return _pooled(hidden, feeds["attention_mask"])[0], Partial(feeds, hidden)
+        mask = np.asarray(batch["attention_mask"])
+        return _pooled(hidden, mask)[0], Partial(feeds, mask, hidden)
 
     def back(self, partial: Partial) -> np.ndarray:
         feeds = {name: partial.feeds[name] for name in self._back_inputs}
         hidden: np.ndarray = self._back.run(None, {**feeds, self.cut: partial.hidden})[0]
-        vector: np.ndarray = _pooled(hidden, partial.feeds["attention_mask"])[0]
+        vector: np.ndarray = _pooled(hidden, partial.mask)[0]
         return vector
 
 
