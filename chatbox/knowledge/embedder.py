@@ -341,8 +341,9 @@ class Embedder:
             lane.draining = asyncio.create_task(self._drain(lane))
 
     async def _drain(self, lane: _Lane) -> None:
-        """Encode everything queued in a lane, one request (at most MAX_BATCH texts) at a
-        time, in queue order (small requests are queued ahead of bulk ones)."""
+        """Encode everything queued in a lane, one request (at most MAX_BATCH texts, or a
+        screened request's texts one by one) at a time, in queue order (small requests are
+        queued ahead of bulk ones)."""
         loop = asyncio.get_running_loop()
         while lane.queue:
             item = lane.queue.pop(0)

@@ -63,7 +63,8 @@ class OnnxEncoder:
         self.max_seq_length = max_seq_length
         self._inputs = [i.name for i in session.get_inputs()]
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def tokenized(self, texts: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The graph's inputs for texts (padded to the longest) and their attention mask."""
         batch = self.tokenizer(
             texts,
             padding=True,
@@ -72,7 +73,11 @@ class OnnxEncoder:
             return_tensors="np",
         )
         feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
-        return _pooled(self.session.run(None, feeds)[0], batch["attention_mask"])
+        return feeds, np.asarray(batch["attention_mask"])
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        feeds, mask = self.tokenized(texts)
+        return _pooled(self.session.run(None, feeds)[0], mask)
 
 
 def _pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -97,21 +102,15 @@ class SplitEncoder:
     """A graph cut in two (`split_encoder`): `front` gives a text's vector at the cut and
     what `back` needs to finish it; `back` gives the vector the whole graph would."""
 
-    def __init__(self, front: Any, back: Any, cut: str, whole: OnnxEncoder) -> None:
+    def __init__(self, front: Any, back: Any, cut: str, whole: OnnxEncoder, key: str) -> None:
         self._front, self._back, self.cut = front, back, cut
-        self.key = ""  # names the graph and runtime that make its vectors at the cut
-        self.tokenizer = whole.tokenizer  # the whole graph's lane's: one per thread
-        self.max_seq_length = whole.max_seq_length
-        self._inputs = [i.name for i in front.get_inputs()]
+        self.key = key  # names the graph and runtime that make its vectors at the cut
+        self._whole = whole  # its tokenizer (the lane's own) and inputs are the front's
         self._back_inputs = [i.name for i in back.get_inputs() if i.name != cut]
 
     def front(self, text: str) -> tuple[np.ndarray, Partial]:
-        batch = self.tokenizer(
-            [text], truncation=True, max_length=self.max_seq_length, return_tensors="np"
-        )
-        feeds = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
+        feeds, mask = self._whole.tokenized([text])
         hidden: np.ndarray = self._front.run(None, feeds)[0]
-        mask = np.asarray(batch["attention_mask"])
         return _pooled(hidden, mask)[0], Partial(feeds, mask, hidden)
 
     def back(self, partial: Partial) -> np.ndarray:
@@ -271,10 +270,11 @@ def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder
                 with _removed_on_error(tmp):
                     onnx.utils.extract_model(str(path), str(tmp), ins, outs)
                 tmp.replace(part)
-        split = SplitEncoder(_session(parts[0], threads), _session(parts[1], threads), cut, whole)
         import onnxruntime
 
-        split.key = f"{parts[0].name} onnxruntime {onnxruntime.__version__}"
+        key = f"{parts[0].name} onnxruntime {onnxruntime.__version__}"
+        sessions = _session(parts[0], threads), _session(parts[1], threads)
+        split = SplitEncoder(*sessions, cut, whole, key)
         for text in PROBES:
             _, partial = split.front(text)
             error = float(np.abs(split.back(partial) - whole.encode([text])[0]).max())
