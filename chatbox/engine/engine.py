@@ -310,8 +310,10 @@ class LlamaEngine:
 
         def sink_for(index: int) -> Callable[[EngineEvent], None]:
             def sink(event: EngineEvent) -> None:
+                if event.index != index:  # one of n answers: say which
+                    event = replace(event, index=index)
                 try:
-                    loop.call_soon_threadsafe(events.put_nowait, replace(event, index=index))
+                    loop.call_soon_threadsafe(events.put_nowait, event)
                 except RuntimeError:  # the loop is gone: nobody is listening any more
                     for j in jobs:
                         j.cancelled = True

@@ -153,6 +153,21 @@ async def chunks(
         }
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
+    # Most chunks carry one token's text and nothing else: their JSON is written as the fixed
+    # head and that text, not encoded whole each time (this runs once per token on the event
+    # loop the decode threads share the cores with). The bytes are what frame() writes.
+    head = json.dumps(
+        {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model},
+        ensure_ascii=False,
+    )[:-1]
+
+    def text_chunk(index: int, text: str) -> bytes:
+        content = json.dumps(text, ensure_ascii=False)
+        return (
+            f'data: {head}, "choices": [{{"index": {index}, "delta": {{"content": {content}}}, '
+            f'"finish_reason": null}}]}}\n\n'
+        ).encode()
+
     def one(choice: Choice, delta: dict[str, Any], finish: str | None) -> bytes:
         body: dict[str, Any] = {"index": choice.index, "delta": delta, "finish_reason": finish}
         if shape.logprobs:
@@ -176,7 +191,10 @@ async def chunks(
             if isinstance(event, TokenEvent):
                 choice = choices[event.index]
                 for delta in choice.feed(event):
-                    yield one(choice, delta, None)
+                    if not shape.logprobs and delta.keys() == {"content"}:
+                        yield text_chunk(choice.index, delta["content"])
+                    else:
+                        yield one(choice, delta, None)
             elif isinstance(event, DoneEvent):
                 done = event
         if done is None or done.finish_reason == "error":
