@@ -10,6 +10,14 @@ checksum do not match is deleted on read. Writes run on a background thread so t
 thread never waits for the disk; deletes go through the same queue, so a delete is never
 overtaken by an older write. The directory is capped at `cap_bytes`, least recently used
 first (mtime, which a restore refreshes).
+
+The writer runs at the lowest CPU priority (nice 19): packing, checksumming and writing an
+1,800-token conversation's ~40 MB takes ~100 ms of CPU (400-500 ms of the writer's CPU in a
+round of the peer benchmark's load), and while answers decode llama.cpp's threads keep every
+core busy, so a writer at normal priority takes its share from them. Writes therefore wait
+for a quiet moment; past `pending_cap` bytes waiting, a new write is skipped (the conversation
+stays parked in RAM, or is recomputed), so a box that is never quiet does not queue the
+disk tier in memory without end.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 MAGIC = b"CBKV\x01"
 _HEAD = struct.Struct("<5sIIQI")  # magic, meta bytes, tokens, state bytes, crc32
 SUFFIX = ".kv"
+PENDING_CAP = 512 * 1024**2  # bytes of state queued for the writer before writes are skipped
+NICE = 19  # the writer's CPU priority: the lowest
 _SAMPLE = 1 << 20  # bytes of the model file's head and tail that go into its id
 
 
@@ -104,9 +114,12 @@ def _read(path: Path, want_data: bool) -> tuple[DiskEntry, bytes] | None:
 class DiskStore:
     """Parked KV files of one model in one directory, size-capped, written in the background."""
 
-    def __init__(self, root: Path, cap_bytes: int) -> None:
+    def __init__(self, root: Path, cap_bytes: int, pending_cap: int = PENDING_CAP) -> None:
         self.root = root
         self.cap_bytes = cap_bytes
+        self.pending_cap = pending_cap
+        self.pending = 0  # bytes of state queued and not yet written
+        self.skipped = 0  # writes skipped because pending_cap was reached
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()  # _sizes: the writer thread and the decode thread
@@ -156,7 +169,21 @@ class DiskStore:
         """Queue a write (replacing the key's file); returns at once."""
         if self.cap_bytes <= 0 or len(data) > self.cap_bytes:
             return
-        self._queue.put(lambda: self._write(key_name(cache_key), entry, data))
+        with self._lock:
+            if self.pending + len(data) > self.pending_cap:
+                self.skipped += 1
+                log.debug("parked KV writes are behind: not writing %s", key_name(cache_key))
+                return
+            self.pending += len(data)
+
+        def write() -> None:
+            try:
+                self._write(key_name(cache_key), entry, data)
+            finally:
+                with self._lock:
+                    self.pending -= len(data)
+
+        self._queue.put(write)
 
     def forget(self, cache_key: str) -> threading.Event:
         """Queue the deletion of a key's file, after any write already queued; set when done."""
@@ -191,6 +218,8 @@ class DiskStore:
 
     # -- the writer thread ---------------------------------------------------------------
     def _run(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):  # Linux: nice is per thread
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         while (job := self._queue.get()) is not None:
             try:
                 job()

@@ -4,6 +4,7 @@ its own scope; damaged files are ignored; the directory is size-capped LRU."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,3 +156,31 @@ def test_store_round_trip_and_lru_cap(tmp_path: Path) -> None:
     reopened = DiskStore(tmp_path, cap_bytes=2000)  # the index is rebuilt from the files
     assert "k0" in reopened and "k1" not in reopened
     reopened.close()
+
+
+def test_the_writer_runs_at_the_lowest_priority(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, cap_bytes=2000)
+    tid = store._thread.native_id
+    assert tid is not None
+    assert os.getpriority(os.PRIO_PROCESS, tid) == 19  # it never takes a core from decoding
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # only the writer
+    store.close()
+
+
+def test_writes_past_the_pending_cap_are_skipped_not_queued(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, cap_bytes=10_000, pending_cap=1200)
+    entry = DiskEntry([1, 2, 3], "alice", 0)
+    gate = threading.Event()
+    store._queue.put(gate.wait)  # a writer that cannot get the CPU (or the disk) for now
+    store.save("k0", entry, b"a" * 500)
+    store.save("k1", entry, b"b" * 500)
+    store.save("k2", entry, b"c" * 500)  # 1,500 bytes would be waiting: skipped
+    assert store.pending == 1000 and store.skipped == 1
+    gate.set()
+    store.forget("nothing").wait()
+    assert "k0" in store and "k1" in store and "k2" not in store
+    assert store.pending == 0
+    store.save("k2", entry, b"c" * 500)  # caught up: written again
+    store.forget("nothing").wait()
+    assert "k2" in store
+    store.close()
