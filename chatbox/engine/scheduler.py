@@ -83,6 +83,7 @@ class Scheduler:
         self._kv_starved = False
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
+        self._busy = False  # decoding, as last told to the disk tier
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -117,6 +118,8 @@ class Scheduler:
             block = not (self.waiting or self.active)
             if block and self.tuner is not None:
                 self.tuner.idle()  # idle time is not part of any step
+            if block:
+                self._decoding(False)
             while True:
                 try:
                     item = self.inbox.get(block=block)
@@ -137,6 +140,7 @@ class Scheduler:
                     except Exception as exc:
                         fut.set_exception(exc)
             try:
+                self._decoding(bool(self.waiting or self.active))
                 self._reap()
                 self._admit()
                 if self.active:
@@ -150,6 +154,13 @@ class Scheduler:
                         job.done = True
                         self.active.remove(job)
             self._publish()
+
+    def _decoding(self, busy: bool) -> None:
+        """Tell the disk tier whether the engine decodes (it writes in the pauses)."""
+        if busy != self._busy:
+            self._busy = busy
+            if self.slots.disk is not None:
+                self.slots.disk.decoding(busy)
 
     def _reap(self) -> None:
         for job in [j for j in self.active if j.cancelled]:

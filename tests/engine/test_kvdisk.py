@@ -9,7 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from chatbox.engine import kvdisk
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.kvdisk import SUFFIX, DiskEntry, DiskStore, key_name
 from chatbox.engine.types import ChatMessage, GenerationRequest
@@ -184,3 +186,35 @@ def test_writes_past_the_pending_cap_are_skipped_not_queued(tmp_path: Path) -> N
     store.forget("nothing").wait()
     assert "k2" in store
     store.close()
+
+
+def test_writes_wait_while_the_engine_decodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kvdisk, "CHUNK", 100)
+    monkeypatch.setattr(kvdisk, "TRICKLE_S", 30.0)  # under load: a piece now and then
+    store = DiskStore(tmp_path, cap_bytes=10_000)
+    entry = DiskEntry([1, 2, 3], "alice", 0)
+    store.decoding(True)
+    store.save("k0", entry, b"a" * 500)
+    done = store.forget("nothing")
+    assert not done.wait(0.5)  # five pieces to write: still waiting for a pause
+    assert "k0" not in store and not files(tmp_path)
+    store.decoding(False)  # the engine is idle: the rest goes at once
+    assert done.wait(5)
+    assert "k0" in store
+    assert store.load("k0") == (entry, b"a" * 500)
+    store.close()
+
+
+def test_shutdown_writes_what_waits_even_mid_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kvdisk, "TRICKLE_S", 30.0)
+    store = DiskStore(tmp_path, cap_bytes=10_000)
+    store.decoding(True)  # the engine stopped without saying it was idle
+    store.save("k0", DiskEntry([1], None, 0), b"z" * 300)
+    store.close()
+    reopened = DiskStore(tmp_path, cap_bytes=10_000)
+    assert reopened.load("k0") == (DiskEntry([1], None, 0), b"z" * 300)
+    reopened.close()
