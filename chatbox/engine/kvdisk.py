@@ -165,7 +165,8 @@ class DiskStore:
         return got
 
     def decoding(self, busy: bool) -> None:
-        """The engine started (True) or stopped (False) decoding: writes trickle meanwhile."""
+        """Whether the engine decodes (the scheduler says after every step): writes trickle
+        while it does."""
         if busy:
             self._quiet.clear()
         else:

@@ -83,7 +83,6 @@ class Scheduler:
         self._kv_starved = False
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
-        self._busy = False  # decoding, as last told to the disk tier
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -118,8 +117,6 @@ class Scheduler:
             block = not (self.waiting or self.active)
             if block and self.tuner is not None:
                 self.tuner.idle()  # idle time is not part of any step
-            if block:
-                self._decoding(False)
             while True:
                 try:
                     item = self.inbox.get(block=block)
@@ -140,7 +137,6 @@ class Scheduler:
                     except Exception as exc:
                         fut.set_exception(exc)
             try:
-                self._decoding(bool(self.waiting or self.active))
                 self._reap()
                 self._admit()
                 if self.active:
@@ -154,13 +150,8 @@ class Scheduler:
                         job.done = True
                         self.active.remove(job)
             self._publish()
-
-    def _decoding(self, busy: bool) -> None:
-        """Tell the disk tier whether the engine decodes (it writes in the pauses)."""
-        if busy != self._busy:
-            self._busy = busy
-            if self.slots.disk is not None:
-                self.slots.disk.decoding(busy)
+            if self.slots.disk is not None:  # the disk tier writes while nothing decodes
+                self.slots.disk.decoding(bool(self.waiting or self.active))
 
     def _reap(self) -> None:
         for job in [j for j in self.active if j.cancelled]:
