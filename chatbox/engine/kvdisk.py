@@ -16,10 +16,10 @@ Writing must not slow decoding down. Checksumming and writing an 1,800-token con
 every weight from for every token; written at once, while one stream decoded, the disk tier
 cost that stream ~6% (80.0 against 85.0 tokens/s, even with the writer at nice 19). So the
 state is written in 1 MiB pieces, each when the engine says it is idle (`decoding(False)`),
-or one every 0.1 s while it is not: a trickle of 10 MB/s under load, at full speed when quiet. The writer also
-runs at the lowest CPU priority. Past `pending_cap` bytes waiting, a new write is skipped
-(the conversation stays parked in RAM, or is recomputed), so a box that is never quiet does
-not queue the disk tier in memory without end.
+or one every 0.1 s while it is not: a trickle of 10 MB/s under load, at full speed when
+quiet. The writer also runs at the lowest CPU priority. Past `pending_cap` bytes waiting, a
+new write is skipped (the conversation stays parked in RAM, or is recomputed), so a box that
+is never quiet does not queue the disk tier in memory without end.
 """
 
 from __future__ import annotations
