@@ -14,7 +14,9 @@
    cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
 3. runs the same load through the official `openai` client against each, in interleaved
    pairs (the order alternates): one stream (8 requests one after another), 8 concurrent
-   streams, and a ~1,800-token history: the cold turn's and its follow-up turn's TTFT;
+   streams, and a ~1,800-token history: the cold turn's and its follow-up turn's TTFT
+   (sent at once, as a script would), then a third turn's after a pause (--pause, 2 s: a
+   person reading the answer; a reference column, no target);
 4. prints each run, then the median over pairs of chatbox / llama-server.
 Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
@@ -313,7 +315,7 @@ async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         )
         together_wall = time.perf_counter() - t0
         cpu2 = thread_cpu(server.proc.pid)
-        colds, follows, cached = [], [], []
+        colds, follows, paused, cached = [], [], [], []
         for rep in range(args.ttft_reps):
             turn1 = history(f"{nonce}-h{rep}", args.history_tokens)
             first = await stream(client, server.model, turn1, 16)
@@ -323,8 +325,16 @@ async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
                 {"role": "user", "content": "Thanks. Shorter, please?"},
             ]
             second = await stream(client, server.model, turn2, 16)
+            await asyncio.sleep(args.pause)  # a person reads the answer, then asks again
+            turn3 = [
+                *turn2,
+                {"role": "assistant", "content": second["text"]},
+                {"role": "user", "content": "And which point matters most?"},
+            ]
+            third = await stream(client, server.model, turn3, 16)
             colds.append(first["ttft"])
             follows.append(second["ttft"])
+            paused.append(third["ttft"])
             cached.append((second["prompt_tokens"], second["cached_tokens"]))
     finally:
         await client.close()
@@ -338,6 +348,7 @@ async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         / sum(r["tokens"] for r in together),
         "cold_ttft": statistics.median(colds),
         "followup_ttft": statistics.median(follows),
+        "paused_ttft": statistics.median(paused),
         "followup_prompt_cached": cached[-1],
     }
 
@@ -347,10 +358,11 @@ COLUMNS = [
     ("concurrent_tok_s", "8 streams tok/s", "{:.1f}"),
     ("cold_ttft", "cold TTFT s", "{:.3f}"),
     ("followup_ttft", "follow-up TTFT s", "{:.3f}"),
+    ("paused_ttft", "follow-up after a pause TTFT s", "{:.3f}"),
     ("serial_serving_ms", "1 stream serving CPU ms/token", "{:.3f}"),
     ("concurrent_serving_ms", "8 streams serving CPU ms/token", "{:.3f}"),
 ]
-REFERENCE = {"cold_ttft", "serial_serving_ms", "concurrent_serving_ms"}  # no target
+REFERENCE = {"cold_ttft", "paused_ttft", "serial_serving_ms", "concurrent_serving_ms"}  # no target
 
 
 def report(
@@ -391,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per answer")
     ap.add_argument("--history-tokens", type=int, default=1800)
     ap.add_argument("--ttft-reps", type=int, default=2, help="history conversations per run")
+    ap.add_argument(
+        "--pause", type=float, default=2.0, help="seconds before the third turn (a person reading)"
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="build jobs")
     ap.add_argument("--chatbox-arg", action="append", default=[], help="extra `serve` flag")
     ap.add_argument("--peer-arg", action="append", default=[], help="extra llama-server flag")

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from chatbox.engine.tuning import (
     parks,
     prefix_cache_warning,
 )
+from chatbox.engine.turns import turn_separator
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,
@@ -159,6 +161,7 @@ class LlamaEngine:
         self._public: dict[tuple[ChatMessage, ...], list[int]] = {}  # public_prefix probes
         self._prompts: dict[tuple[tuple[ChatMessage, ...], tuple[ToolSpec, ...]], tuple[int, ...]]
         self._prompts = {}
+        self._separator: tuple[int, ...] | None = None  # see turn_separator
         source = self.model.chat_template()
         if source is None:  # a base model: a plain transcript (see chat_template.py)
             self.template = ChatTemplate(TRANSCRIPT, self._bos_text, eos, TRANSCRIPT_STOPS)
@@ -276,6 +279,13 @@ class LlamaEngine:
             self._public[shared] = probe
         return common_prefix(probe, prompt)
 
+    def turn_separator(self) -> tuple[int, ...]:
+        """The template's tokens between an answer and the next user message (turns.py)."""
+        if self._separator is None:
+            text_tokens = partial(self.model.tokenize, add_special=False, parse_special=False)
+            self._separator = turn_separator(self.prompt_tokens, text_tokens)
+        return self._separator
+
     def submit(
         self, request: GenerationRequest, *, capture_logits: int = 0, ignore_eog: bool = False
     ) -> EngineGeneration:
@@ -321,6 +331,9 @@ class LlamaEngine:
             return sink
 
         public = self.public_prefix(request.messages[: request.shared_messages], prompt)
+        follows = request.cache_key and request.n <= 1 and not request.tools  # turns.py
+        follows = follows and not request.continue_text and not self.template.stops
+        separator = self.turn_separator() if follows else ()
         for i in range(max(1, request.n)):
             seed = request.sampling.seed
             jobs.append(
@@ -334,6 +347,7 @@ class LlamaEngine:
                     prompt=prompt,
                     sink=sink_for(i),
                     public=public,
+                    separator=() if i else separator,
                     capture_logits=0 if i else capture_logits,
                     ignore_eog=ignore_eog,
                     lstrip=bool(self.template.stops) and not request.continue_text,

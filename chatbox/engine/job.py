@@ -24,6 +24,7 @@ class Job:
     prompt: list[int]
     sink: Callable[[EngineEvent], None]  # thread-safe delivery to the asyncio side
     public: int = 0  # leading prompt tokens other scopes may share (GenerationRequest)
+    separator: tuple[int, ...] = ()  # the next turn's template tokens, warmed after (turns.py)
     order: int = 0
     capture_logits: int = 0  # test hook: keep the logits of the first N sampled positions
     ignore_eog: bool = False  # benchmark hook: run to max_tokens even past end-of-turn
@@ -37,6 +38,7 @@ class Job:
     sampler: Sampler | None = None
     stream: StopTextStream | None = None
     pending: int | None = None  # sampled token waiting to be decoded
+    last: int = -1  # the token sampled last
     drafter: Drafter | None = None  # prompt-lookup decoding (None: off)
     draft: list[int] = field(default_factory=list)  # guesses decoded after pending this step
     n_generated: int = 0

@@ -28,6 +28,7 @@ from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
 from chatbox.engine.slots import SlotTable
 from chatbox.engine.tuning import ThreadTuner
+from chatbox.engine.turns import TurnTails
 from chatbox.engine.types import (
     DoneEvent,
     EngineEvent,
@@ -83,6 +84,7 @@ class Scheduler:
         self._kv_starved = False
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
+        self.turns = TurnTails(n_ctx_per_seq)
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -119,7 +121,7 @@ class Scheduler:
                 self.tuner.idle()  # idle time is not part of any step
             while True:
                 try:
-                    item = self.inbox.get(block=block)
+                    item = self.inbox.get(block, self.turns.wait_s() if block else None)
                 except queue.Empty:
                     break
                 block = False
@@ -141,6 +143,8 @@ class Scheduler:
                 self._admit()
                 if self.active:
                     self._step()
+                elif not self.waiting and self.turns.pending:  # idle: warm the next turns
+                    self.turns.warm(self.ctx, self.batch, self.slots)
             except Exception as exc:  # a bug must not kill the thread or other engines
                 log.exception("engine step failed")
                 for job in list(self.active):
@@ -272,7 +276,7 @@ class Scheduler:
             job.logits.append(self.ctx.logits(idx))
         if job.forks:
             start_forks(job, idx, self)
-        tok = job.sampler.sample(self.ctx.ptr, idx)
+        tok = job.last = job.sampler.sample(self.ctx.ptr, idx)
         if job.request.sampling.logprobs >= 0 and tok not in self.model.eog_ids:
             logp, top = top_logprobs(self.ctx.logits(idx), tok, job.request.sampling.logprobs)
             piece = self.model.piece
@@ -314,6 +318,7 @@ class Scheduler:
             job.sampler = None
         if job.slot is not None:
             self.slots.release(job.slot, keep=reason in ("stop", "length"))
+            self.turns.note(job, reason)
             self._trim(busy=sum(1 for j in self.active if j is not job) >= 2)
         if job in self.active:
             self.active.remove(job)
