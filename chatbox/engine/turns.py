@@ -5,7 +5,7 @@ the next user message (ChatML: `<|im_end|>`, a newline, `<|im_start|>user`, a ne
 an answer cut at max_tokens also still owes the KV its last sampled token. On a long
 conversation each prompt token of a follow-up costs several one-token steps of attention
 (SmolLM2, 2 cores, a 1,886-token history: a 19-token follow-up took 181 ms of prefill,
-~9.5 ms a token), so once the engine has sat idle for `GRACE_S` after an answer, those
+~9.5 ms a token), so once the engine has sat idle for `GRACE_S` since its last answer ended, those
 tokens are decoded into the conversation's slot and its next turn prefills only what the
 person typed. A request that arrives sooner (a script, another user) finds the engine
 free: nothing is warmed while anything waits or runs.
@@ -70,6 +70,9 @@ class TurnTails:
         that ended at an end-of-turn token or at max_tokens, not at a stop string), queue its
         next turn's template tokens, after the answer's last sampled token when it was cut
         at max_tokens (that one is not in KV yet)."""
+        due = time.monotonic() + self.grace_s
+        for t in self.pending.values():  # the engine was busy until now: the pause restarts
+            t.due = due
         slot = job.slot
         if reason not in ("stop", "length") or not job.separator or slot is None:
             return
@@ -78,7 +81,6 @@ class TurnTails:
         tokens = [*([job.last] if reason == "length" else []), *job.separator]
         if len(slot.tokens) + len(tokens) >= self.n_ctx_per_seq:
             return
-        due = time.monotonic() + self.grace_s
         tail = Tail(slot, slot.cache_key, len(slot.tokens), slot.last_used, tokens, due)
         self.pending[id(slot)] = tail
 

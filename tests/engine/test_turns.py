@@ -31,8 +31,8 @@ async def test_the_separator_is_the_templates_turn_marker(tiny_engine: LlamaEngi
 
 
 async def test_an_idle_conversation_gets_its_next_turns_marker(tiny_engine: LlamaEngine) -> None:
-    """After the pause the slot holds the answer's last token and the marker; a request in
-    the pause (another conversation here) leaves the waiting conversation's marker due."""
+    """After a pause the slot holds the answer's last token and the marker; a request in
+    the pause (another conversation here) starts the pause again."""
     greedy = SamplingParams(temperature=0.0, max_tokens=6)
     r = await generate(tiny_engine, chat("Tell me about the sea."), greedy, cache_key="sea")
     owed = 1 if r.done.finish_reason == "length" else 0  # the last sampled token
@@ -42,6 +42,7 @@ async def test_an_idle_conversation_gets_its_next_turns_marker(tiny_engine: Llam
 
     (before,) = await tiny_engine.debug_call(held)
     await generate(tiny_engine, chat("Something else."), greedy, cache_key="other")
+    assert await tiny_engine.debug_call(held) == [before]  # the engine was busy just now
     await asyncio.sleep(PAUSE)
     await wait_idle(tiny_engine)
     (after,) = await tiny_engine.debug_call(held)
