@@ -347,7 +347,7 @@ class LlamaEngine:
                     prompt=prompt,
                     sink=sink_for(i),
                     public=public,
-                    separator=() if i else separator,
+                    separator=separator,  # () whenever n > 1
                     capture_logits=0 if i else capture_logits,
                     ignore_eog=ignore_eog,
                     lstrip=bool(self.template.stops) and not request.continue_text,

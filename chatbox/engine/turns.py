@@ -5,10 +5,10 @@ the next user message (ChatML: `<|im_end|>`, a newline, `<|im_start|>user`, a ne
 an answer cut at max_tokens also still owes the KV its last sampled token. On a long
 conversation each prompt token of a follow-up costs several one-token steps of attention
 (SmolLM2, 2 cores, a 1,886-token history: a 19-token follow-up took 181 ms of prefill,
-~9.5 ms a token), so once the engine has sat idle for `GRACE_S` since its last answer ended, those
-tokens are decoded into the conversation's slot and its next turn prefills only what the
-person typed. A request that arrives sooner (a script, another user) finds the engine
-free: nothing is warmed while anything waits or runs.
+~9.5 ms a token), so once the engine has sat idle for `GRACE_S` since its last answer
+ended, those tokens are decoded into the conversation's slot and its next turn prefills
+only what the person typed. Nothing is warmed while a request waits or runs, and one
+conversation at a time, so a request that arrives meanwhile waits for one short step.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ def turn_separator(
 @dataclass
 class Tail:
     slot: Slot
-    key: str
     held: int  # tokens the slot held when its answer ended
     stamp: int  # the slot's last_used then: a later claim changes it
     tokens: list[int]
@@ -76,13 +75,12 @@ class TurnTails:
         slot = job.slot
         if reason not in ("stop", "length") or not job.separator or slot is None:
             return
-        if job.stream is None or job.stream.stopped or slot.busy or slot.cache_key is None:
+        if job.stream is None or job.stream.stopped or slot.cache_key is None:
             return
         tokens = [*([job.last] if reason == "length" else []), *job.separator]
         if len(slot.tokens) + len(tokens) >= self.n_ctx_per_seq:
             return
-        tail = Tail(slot, slot.cache_key, len(slot.tokens), slot.last_used, tokens, due)
-        self.pending[id(slot)] = tail
+        self.pending[id(slot)] = Tail(slot, len(slot.tokens), slot.last_used, tokens, due)
 
     def wait_s(self) -> float | None:
         """Seconds until the earliest tail is due (None: nothing pending)."""
@@ -90,17 +88,17 @@ class TurnTails:
             return None
         return max(0.0, min(t.due for t in self.pending.values()) - time.monotonic())
 
-    def warm(self, ctx: Context, batch: Batch, table: SlotTable) -> int:
-        """Decode the earliest due tail whose slot is as its answer left it; return the
-        tokens decoded. One conversation a call: the scheduler looks at its inbox between
-        two, so a request that arrives waits for one short step at most."""
+    def warm(self, ctx: Context, batch: Batch, table: SlotTable) -> None:
+        """Decode the earliest due tail whose slot is as its answer left it. One
+        conversation a call: the scheduler looks at its inbox between two."""
         now = time.monotonic()
         for key, t in sorted(self.pending.items(), key=lambda kv: kv[1].due):
             if t.due > now:
-                return 0
+                return
             del self.pending[key]
             s = t.slot
-            fresh = not s.busy and s.cache_key == t.key and s.last_used == t.stamp
+            # a claim moves last_used; a clear drops the key; a cut shortens the tokens
+            fresh = not s.busy and s.last_used == t.stamp and s.cache_key is not None
             if not fresh or len(s.tokens) != t.held or len(t.tokens) > batch.capacity:
                 continue  # the slot was claimed, parked or cut since: nothing to warm
             batch.clear()
@@ -108,7 +106,6 @@ class TurnTails:
                 batch.add(tok, t.held + k, s.seq, False)
             if ctx.decode(batch) != DECODE_OK:  # whatever llama.cpp kept of it: not ours
                 ctx.seq_rm(s.seq, t.held, -1)
-                return 0
+                return
             table.append(s, t.tokens)
-            return len(t.tokens)
-        return 0
+            return
