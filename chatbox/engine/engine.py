@@ -318,15 +318,15 @@ class LlamaEngine:
 
         jobs: list[Job] = []
 
+        def gone() -> None:  # the loop is gone: nobody is listening any more
+            for j in jobs:
+                j.cancelled = True
+
         def sink_for(index: int) -> Callable[[EngineEvent], None]:
             def sink(event: EngineEvent) -> None:
                 if event.index != index:  # one of n answers: say which
                     event = replace(event, index=index)
-                try:
-                    loop.call_soon_threadsafe(events.put_nowait, event)
-                except RuntimeError:  # the loop is gone: nobody is listening any more
-                    for j in jobs:
-                        j.cancelled = True
+                sched.outbox.post(loop, events.put_nowait, event, gone)
 
             return sink
 

@@ -24,6 +24,7 @@ from chatbox.engine.job import Job, start_sampling, timings
 from chatbox.engine.kvdisk import DiskStore
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
 from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.outbox import Outbox
 from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
 from chatbox.engine.slots import SlotTable
@@ -85,6 +86,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
         self.turns = TurnTails(n_ctx_per_seq)
+        self.outbox = Outbox()  # a step's events reach each event loop in one wake-up
 
     # -- other threads -------------------------------------------------------------------
     def start(self) -> None:
@@ -114,6 +116,7 @@ class Scheduler:
 
     # -- the decode thread ---------------------------------------------------------------
     def _run(self) -> None:
+        self.outbox.owner = threading.get_ident()
         order = 0
         while True:
             block = not (self.waiting or self.active)
@@ -153,6 +156,7 @@ class Scheduler:
                     except Exception:
                         job.done = True
                         self.active.remove(job)
+            self.outbox.flush()
             self._publish()
             if self.slots.disk is not None:  # the disk tier writes while nothing decodes
                 self.slots.disk.decoding(bool(self.waiting or self.active))
@@ -355,6 +359,7 @@ class Scheduler:
         if n:
             log.info("parked %d idle conversation(s) on disk", n)
         self._publish()
+        self.outbox.flush()
 
     def _publish(self) -> None:
         used = self.slots.cells_used()

@@ -1,0 +1,59 @@
+"""Events from the decode thread to the event loops, handed over once per step.
+
+Every token of every stream used to wake its event loop on its own
+(`call_soon_threadsafe` writes to the loop's self-pipe). With 8 streams that is up to 8
+wake-ups a step, each landing on the cores llama.cpp's threads spin on. The scheduler now
+collects a step's events here and hands each loop all of them in one callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Delivery = tuple[Callable[[Any], None], Any, Callable[[], None]]
+
+
+def _deliver(items: list[Delivery]) -> None:
+    for deliver, item, _ in items:
+        deliver(item)
+
+
+class Outbox:
+    """Collects (deliver, item) pairs per event loop until `flush()` hands them over."""
+
+    def __init__(self) -> None:
+        self._pending: dict[asyncio.AbstractEventLoop, list[Delivery]] = {}
+        self.owner: int | None = None  # the decode thread's id; others deliver at once
+
+    def post(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[Any], None],
+        item: Any,
+        gone: Callable[[], None],
+    ) -> None:
+        """Queue `deliver(item)` to run on `loop`; `gone()` runs instead if it has closed."""
+        entry = (deliver, item, gone)
+        if threading.get_ident() != self.owner:  # not between steps: nothing will flush it
+            self._send(loop, [entry])
+            return
+        self._pending.setdefault(loop, []).append(entry)
+
+    def flush(self) -> None:
+        """Hand every loop its queued events (one wake-up per loop)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        for loop, items in pending.items():
+            self._send(loop, items)
+
+    @staticmethod
+    def _send(loop: asyncio.AbstractEventLoop, items: list[Delivery]) -> None:
+        try:
+            loop.call_soon_threadsafe(_deliver, items)
+        except RuntimeError:  # the loop is gone: nobody is listening any more
+            for _, _, gone in items:
+                gone()
