@@ -160,7 +160,7 @@ def ceiling(engine: LlamaEngine, n: int, max_tokens: int, threads: int) -> dict[
                 rows.append(batch.add(tok, k, s, k == len(p) - 1))
         assert ctx.decode(batch) == 0
         outs = [i for i in rows if batch.raw.logits[i]]
-        last = [samplers[s].sample(ctx.ptr, outs[s]) for s in range(n)]
+        last = [samplers[s].sample(ctx, outs[s]) for s in range(n)]
         ttft = time.perf_counter() - t0
         pos = [len(p) for p in prompts]
         for _ in range(max_tokens - 1):
@@ -169,7 +169,7 @@ def ceiling(engine: LlamaEngine, n: int, max_tokens: int, threads: int) -> dict[
                 batch.add(last[s], pos[s], s, True)
                 pos[s] += 1
             assert ctx.decode(batch) == 0
-            last = [samplers[s].sample(ctx.ptr, s) for s in range(n)]
+            last = [samplers[s].sample(ctx, s) for s in range(n)]
         wall = time.perf_counter() - t0
     finally:
         for smp in samplers:

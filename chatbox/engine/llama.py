@@ -44,6 +44,12 @@ KV_TYPES = {
 DECODE_OK = 0
 DECODE_NO_KV_SPACE = 1
 
+# llama_get_logits_ith returning the row's address as an int (llama_cpp's binding returns a
+# ctypes pointer object, which costs more to make and to view than the row costs to scan)
+_row_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+    ctypes.cast(llama_cpp.llama_get_logits_ith, ctypes.c_void_p).value or 0
+)
+
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -242,6 +248,7 @@ class Context:
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
         self.kv_unified = p.kv_unified
         self.n_threads, self.n_threads_batch = p.n_threads, p.n_threads_batch or p.n_threads
+        self._rows: dict[int, np.ndarray] = {}  # logits row address -> a view of it
 
     def warm_up(self) -> None:
         """Run one tiny decode so the first real request doesn't pay for buffer setup.
@@ -272,8 +279,25 @@ class Context:
 
     def logits(self, index: int) -> np.ndarray:
         """A copy of the logits row for batch row `index` (after a decode)."""
-        ptr = llama_cpp.llama_get_logits_ith(self.ptr, index)
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+        return self.row(index).copy()
+
+    def row(self, index: int) -> np.ndarray:
+        """The logits row for batch row `index` as a view, valid until the next decode.
+
+        llama.cpp keeps its output buffer from step to step, so the views of its rows are
+        kept by address and made once: the decode thread reads a row every step, with
+        everything of its own cold in the cache after the weights streamed through.
+        """
+        addr = _row_address(self.ptr, index)
+        if not addr:
+            raise LlamaError(f"no logits for batch row {index}")
+        view = self._rows.get(addr)
+        if view is None:
+            if len(self._rows) >= 1024:  # the buffer moved (grown): forget the old rows
+                self._rows.clear()
+            data = (ctypes.c_float * self.model.n_vocab).from_address(addr)
+            view = self._rows[addr] = np.frombuffer(memoryview(data), dtype=np.float32)
+        return view
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from chatbox.engine import job as engine_job
 from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.llama import Context
 from chatbox.engine.sampling import Sampler
 from chatbox.engine.types import (
     ContextOverflowError,
@@ -220,8 +221,8 @@ async def test_events_are_whole_utf8(
             super().__init__(params, n_vocab, vocab)
             self.script = iter(script)
 
-        def sample(self, ctx_ptr: object, index: int) -> int:
-            super().sample(ctx_ptr, index)
+        def sample(self, ctx: Context, index: int) -> int:
+            super().sample(ctx, index)
             return next(self.script)
 
     # job.start_sampling builds every request's sampler on the decode thread

@@ -16,7 +16,7 @@ def test_a_model_served_here_and_by_replicas_is_one_set_of_series() -> None:
     remote = RemoteModelMetrics(registry, lambda: [])
     ring = MetricRing(registry, interval_s=1.0, window_s=10.0)
     ring.sample(now=100.0)
-    local.tokens.inc(30)
+    local.clock.tokens += 30
     remote.tokens.labels("tiny").inc(20)
     remote.tokens.labels("big").inc(10)  # a model only replicas serve
     for v in (0.02, 0.03):

@@ -263,12 +263,16 @@ def test_the_ring_computes_rates_and_percentiles_from_the_registry() -> None:
     m = EngineMetrics("tiny", registry)
     ring = MetricRing(registry, interval_s=1.0, window_s=10.0)
     ring.sample(now=100.0)
-    m.tokens.inc(50)
+    m.clock.tokens += 50
     for v in (0.02, 0.03, 0.04, 2.0):
         m.ttft.observe(v)
+    for v in (0.009, 0.011, 0.012, 0.5):  # the decode thread's own clock (TokenClock)
+        m.clock.tpot(v)
     m.queue_depth.set(3)
     row = ring.sample(now=102.0)
     assert row["tokens_per_s|tiny"] == 25.0
+    assert 0.01 < row["tpot_p50_s|tiny"] <= 0.02
+    assert row["tpot_p99_s|tiny"] > 0.3
     assert row["queue_depth|tiny"] == 3
     assert 0.025 < row["ttft_p50_s|tiny"] <= 0.05
     assert row["ttft_p99_s|tiny"] > 1.0

@@ -1,0 +1,48 @@
+"""Sampler chains (sampling.py): the greedy shortcut picks what llama.cpp's greedy picks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import llama_cpp
+
+from chatbox.engine.llama import Batch, Context, ContextParams, Model
+from chatbox.engine.sampling import Sampler
+from chatbox.engine.types import SamplingParams
+
+
+def test_greedy_takes_the_argmax_that_llama_cpp_would(tiny_gguf: Path) -> None:
+    """Step by step along a greedy answer, the shortcut's token is the one llama.cpp's own
+    greedy chain samples from the same logits row; a chain with a penalty is still run."""
+    model = Model(tiny_gguf)
+    ctx = Context(model, ContextParams(n_ctx=256, n_seq_max=1, n_batch=64, n_threads=1))
+    batch = Batch(64)
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+    greedy = Sampler(SamplingParams(temperature=0.0), model.n_vocab, model.vocab)
+    penalised = Sampler(
+        SamplingParams(temperature=0.0, repeat_penalty=1.3), model.n_vocab, model.vocab
+    )
+    try:
+        assert greedy.argmax and not penalised.argmax
+        prompt = model.tokenize("<|im_start|>user\nCount to ten.<|im_end|>\n", parse_special=True)
+        for i, tok in enumerate(prompt):
+            batch.add(tok, i, 0, i == len(prompt) - 1)
+        assert ctx.decode(batch) == 0
+        pos, row, seen = len(prompt), batch.n - 1, set()
+        for _ in range(24):
+            tok = greedy.sample(ctx, row)
+            assert tok == llama_cpp.llama_sampler_sample(chain, ctx.ptr, row)
+            seen.add(tok)
+            batch.clear()
+            batch.add(tok, pos, 0, True)
+            assert ctx.decode(batch) == 0
+            pos, row = pos + 1, 0
+        assert len(seen) > 1  # the answer moved on: the rows compared were not all alike
+    finally:
+        llama_cpp.llama_sampler_free(chain)
+        greedy.free()
+        penalised.free()
+        batch.free()
+        ctx.close()
+        model.close()
