@@ -57,6 +57,9 @@ class EngineSettings:
     # prompt-lookup decoding: most tokens guessed per step; 0: off. On: answers that copy
     # their context decode ~1.2x faster at one stream, plain chat is unchanged (README).
     lookup_draft: int = 8
+    # An answer's tokens reach the event loop at most this often (its first token and its
+    # end at once; what came between arrives together); 0: every step (see engine/outbox.py)
+    stream_interval_s: float = 0.04
 
 
 @dataclass(frozen=True)

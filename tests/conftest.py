@@ -48,8 +48,14 @@ def test_settings(
     policy or the test's own) unless `check_answers`: the tiny model's random text is scored
     like any answer, and the odd one crosses a blocking threshold and is cut (one in a few
     thousand: enough to fail a test about something else now and then). Tests of output
-    moderation ask for it."""
-    engine = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
+    moderation ask for it.
+
+    Tokens reach the event loop every step (`stream_interval_s=0`): the tiny model decodes
+    a token in well under a millisecond, so at the default interval a whole answer would
+    arrive in two or three events, and tests that act mid-answer (stop, reattach) could not."""
+    engine = EngineSettings(
+        n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2, stream_interval_s=0
+    )
     if not check_answers:
         given = overrides.get("policy_path")
         assert given is None or isinstance(given, Path)

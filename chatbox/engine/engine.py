@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from prometheus_client import CollectorRegistry
 
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
+from chatbox.engine.generation import EngineGeneration
 from chatbox.engine.kvdisk import forget_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
+from chatbox.engine.prefixes import common_prefix
 from chatbox.engine.sampling import check_grammar
 from chatbox.engine.scheduler import Job, Scheduler
-from chatbox.engine.slots import common_prefix
 from chatbox.engine.tuning import (
     ThreadTuner,
     available_cores,
@@ -32,7 +32,6 @@ from chatbox.engine.turns import turn_separator
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,
-    DoneEvent,
     EngineBusyError,
     EngineError,
     EngineEvent,
@@ -41,106 +40,11 @@ from chatbox.engine.types import (
     ModelInfo,
     TokenEvent,
     ToolSpec,
-    Usage,
 )
 from chatbox.settings import EngineSettings
 
 MAX_SEQS = 256  # llama.cpp's LLAMA_MAX_SEQ
 log = logging.getLogger(__name__)
-
-
-class EngineGeneration:
-    """A running request: `async for event in gen`; `gen.cancel()` stops it next step.
-
-    Abandoning the iteration (break, aclose, garbage collection) cancels too.
-    """
-
-    def __init__(
-        self,
-        engine: LlamaEngine,
-        job: Job,
-        events: asyncio.Queue[EngineEvent],
-        jobs: list[Job] | None = None,
-    ) -> None:
-        self._engine = engine
-        self._job = job
-        self._jobs = jobs or [job]  # n answers: the first job and its forks
-        self._events = events
-        self._finished = False
-        self.prompt_tokens = len(job.prompt)
-
-    @property
-    def first_logits(self) -> list[np.ndarray]:
-        """Logits of the first sampled positions (only with submit(..., capture_logits=N))."""
-        return self._job.logits
-
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[EngineEvent]:
-        ended: dict[int, DoneEvent] = {}
-        held: EngineEvent | None = None
-        try:
-            while not self._finished:
-                if held is None:
-                    event = await self._events.get()
-                else:
-                    event, held = held, None
-                if isinstance(event, TokenEvent):
-                    event, held = _coalesce(event, self._events)
-                if isinstance(event, DoneEvent):
-                    ended[event.index] = event
-                    if len(ended) < len(self._jobs):
-                        continue
-                    self._finished = True
-                    event = _combined(ended) if len(ended) > 1 else event
-                yield event
-        finally:
-            if not self._finished:
-                self.cancel()
-
-    def cancel(self) -> None:
-        live = [j for j in self._jobs if not j.done and not j.cancelled]
-        for job in live:
-            job.cancelled = True
-        if live:
-            self._engine._wake()
-
-    def __del__(self) -> None:
-        try:
-            if not self._finished:
-                self.cancel()
-        except Exception:
-            pass
-
-
-def _coalesce(
-    event: TokenEvent, events: asyncio.Queue[EngineEvent]
-) -> tuple[TokenEvent, EngineEvent | None]:
-    """Join the tokens of one answer that queued up behind `event` (and the next event of
-    another kind, held back). A consumer that fell behind (a busy event loop under many
-    streams) then pays for one chunk per wake-up instead of one per token, and catches up
-    instead of taking CPU from the decode threads; the text and logprobs are unchanged."""
-    while not events.empty():
-        nxt = events.get_nowait()
-        if not isinstance(nxt, TokenEvent) or nxt.index != event.index:
-            return event, nxt
-        event = TokenEvent(event.text + nxt.text, event.index, event.logprobs + nxt.logprobs)
-    return event, None
-
-
-def _combined(ended: dict[int, DoneEvent]) -> DoneEvent:
-    """One DoneEvent for n answers: the prompt counted once, every answer's tokens."""
-    done = [ended[i] for i in sorted(ended)]
-    errors = [d for d in done if d.finish_reason == "error"]
-    first = errors[0] if errors else done[0]
-    usage = Usage(
-        first.usage.prompt_tokens,
-        sum(d.usage.completion_tokens for d in done),
-        done[0].usage.cached_tokens,
-    )
-    reasons = tuple(d.finish_reason for d in done)
-    return DoneEvent(first.finish_reason, usage, first.error, reasons)
 
 
 class LlamaEngine:
@@ -227,6 +131,7 @@ class LlamaEngine:
             lookup_draft=s.lookup_draft,
             # A configured count is kept; by default the count is measured per kind of step.
             tuner=ThreadTuner(cores, (threads, batch_threads), explore=s.n_threads <= 0),
+            stream_interval_s=s.stream_interval_s,
         )
         self._scheduler.start()
 
@@ -323,10 +228,15 @@ class LlamaEngine:
                 j.cancelled = True
 
         def sink_for(index: int) -> Callable[[EngineEvent], None]:
+            first = True  # an answer's first token and its end go out at once
+
             def sink(event: EngineEvent) -> None:
+                nonlocal first
                 if event.index != index:  # one of n answers: say which
                     event = replace(event, index=index)
-                sched.outbox.post(loop, events.put_nowait, event, gone)
+                urgent = first or not isinstance(event, TokenEvent)
+                first = False
+                sched.outbox.post(loop, events.put_nowait, event, gone, urgent)
 
             return sink
 
@@ -355,7 +265,7 @@ class LlamaEngine:
             )
         job = jobs[0]
         job.forks = jobs[1:]  # started from a copy of the first one's prefilled KV
-        gen = EngineGeneration(self, job, events, jobs)
+        gen = EngineGeneration(self._wake, job, events, jobs)
         sched.enqueue(job)
         return gen
 
@@ -373,7 +283,8 @@ class LlamaEngine:
         """seq -> (cached tokens per the slot table, per llama.cpp); they must agree."""
         if self._scheduler is None:
             return {}
-        return await asyncio.wrap_future(self._scheduler.call(self._scheduler.kv_report))
+        sched = self._scheduler
+        return await asyncio.wrap_future(sched.call(lambda: _kv_report(sched)))
 
     async def clear_cache(self) -> int:
         """Forget all idle cached prefixes (e.g. to measure a cold start)."""
@@ -398,3 +309,8 @@ class LlamaEngine:
         assert self._scheduler is not None
         sched = self._scheduler
         return await asyncio.wrap_future(sched.call(lambda: fn(sched)))
+
+
+def _kv_report(sched: Scheduler) -> dict[int, tuple[int, int]]:
+    """seq -> (tokens the slot table believes are cached, llama.cpp's pos_max + 1)."""
+    return {s.seq: (len(s.tokens), sched.ctx.seq_pos_max(s.seq) + 1) for s in sched.slots.slots}

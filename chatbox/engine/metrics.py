@@ -17,6 +17,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from chatbox.engine.types import EngineStats
+
 # Shared with the front's figures for answers from replicas (cluster), so the console can
 # merge the two histograms bucket by bucket
 TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -97,6 +99,14 @@ class EngineMetrics:
         self.clock = f.clocks.clock(model)  # per token: the decode thread's alone
         self.draft_tokens = f.draft_tokens.labels(model=model)
         self.draft_accepted = f.draft_accepted.labels(model=model)
+
+    def publish(self, stats: EngineStats) -> None:
+        """Set the gauges from the engine's stats."""
+        self.queue_depth.set(stats.queue_depth)
+        self.running.set(stats.running)
+        self.kv_used.set(stats.kv_cells_used)
+        self.kv_total.set(stats.kv_cells_total)
+        self.cached_prefixes.set(stats.cached_prefixes)
 
     def finished(self, reason: str) -> None:
         self._f.requests.labels(model=self.model, finish_reason=reason).inc()

@@ -10,10 +10,13 @@ streams stutter for long). Costs are learned online.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
 from chatbox.engine.types import GenerationRequest
+
+log = logging.getLogger("chatbox.engine.scheduler")  # one line a step, where it always was
 
 REFRESH_EVERY = 16  # a decode-only step at least this often keeps the baseline current
 MAX_STUTTER = 4.0  # a chunk should add at most this many decode steps' time to its step
@@ -75,6 +78,16 @@ class PrefillPacer:
 
     def observe(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
         """Learn from a finished step (n_prefill: prompt tokens it carried)."""
+        self._learn(n_decode, n_prefill, elapsed)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "step: %d decode, %d prefill tokens, %.1f ms; decode %.1f ms, token %.2f ms,"
+                " credit %.1f ms",
+                *(n_decode, n_prefill, elapsed * 1000, self.decode_time * 1000),
+                *(self.token_cost * 1000, self.credit * 1000),
+            )
+
+    def _learn(self, n_decode: int, n_prefill: int, elapsed: float) -> None:
         if n_prefill == 0:
             if n_decode:
                 a = 0.2 if self.decode_time else 1.0

@@ -67,6 +67,7 @@ class Scheduler:
         disk: DiskStore | None = None,
         lookup_draft: int = 0,
         tuner: ThreadTuner | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -89,7 +90,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
         self.turns = TurnTails(n_ctx_per_seq)
-        self.outbox = Outbox()  # a step's events reach each event loop in one wake-up
+        self.outbox = Outbox(stream_interval_s)  # a step's events: one wake-up per loop
         self._shape, self._published_at = (0, 0), 0.0  # what _publish last published, when
 
     # -- other threads -------------------------------------------------------------------
@@ -231,17 +232,6 @@ class Scheduler:
                 self.finish(job, "error", f"the model failed to decode (code {rc})")
             return
         self.pacer.observe(n_decode, self.batch.n - n_decode, elapsed)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "step: %d decode, %d prefill tokens, %.1f ms; decode %.1f ms, token %.2f ms,"
-                " credit %.1f ms",
-                n_decode,
-                self.batch.n - n_decode,
-                elapsed * 1000,
-                self.pacer.decode_time * 1000,
-                self.pacer.token_cost * 1000,
-                self.pacer.credit * 1000,
-            )
         for job, toks, idx in rows:
             assert job.slot is not None
             self.slots.append(job.slot, toks)
@@ -363,7 +353,7 @@ class Scheduler:
         if n:
             log.info("parked %d idle conversation(s) on disk", n)
         self._publish()
-        self.outbox.flush()
+        self.outbox.flush(force=True)
 
     def _publish(self, every: float = 0.0) -> None:
         """Make the stats and gauges current; with `every`, only if the queue or the running
@@ -373,22 +363,15 @@ class Scheduler:
         if every and shape == self._shape and now - self._published_at < every:
             return
         self._shape, self._published_at = shape, now
-        used = self.slots.cells_used()
-        cached = self.slots.cached_prefixes
         self.stats = EngineStats(
             queue_depth=len(self.waiting),
             running=len(self.active),
             slots_total=self.n_parallel,
-            kv_cells_used=used,
+            kv_cells_used=self.slots.cells_used(),
             kv_cells_total=self.ctx.n_ctx,
-            cached_prefixes=cached,
+            cached_prefixes=self.slots.cached_prefixes,
         )
-        m = self.metrics
-        m.queue_depth.set(len(self.waiting))
-        m.running.set(len(self.active))
-        m.kv_used.set(used)
-        m.kv_total.set(self.ctx.n_ctx)
-        m.cached_prefixes.set(cached)
+        self.metrics.publish(self.stats)
 
     # -- diagnostics (run via call()) ----------------------------------------------------
     def clear_cache(self) -> int:
@@ -410,7 +393,3 @@ class Scheduler:
         done = self.slots.forget(cache_key)
         self._publish()
         return done
-
-    def kv_report(self) -> dict[int, tuple[int, int]]:
-        """seq -> (tokens the slot table believes are cached, llama.cpp's pos_max + 1)."""
-        return {s.seq: (len(s.tokens), self.ctx.seq_pos_max(s.seq) + 1) for s in self.slots.slots}

@@ -19,6 +19,7 @@ from typing import Protocol
 from chatbox.engine import streams
 from chatbox.engine.kvdisk import DiskEntry, DiskStore
 from chatbox.engine.parking import Parked, ParkedRam
+from chatbox.engine.prefixes import common_prefix, reusable
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
 # When an idle conversation is trimmed out of the KV cache, its head stays live (its public
@@ -31,14 +32,6 @@ class KvOps(streams.StateOps, Protocol):
     """The subset of llama.Context the slot table needs (a fake in unit tests)."""
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass
@@ -66,16 +59,6 @@ class Slot:
         self.segments = kept
 
 
-def reusable(
-    n: int, held_scope: str | None, held_public: int, scope: str | None, public: int
-) -> int:
-    """How much of a common prefix of n tokens may be reused across these scopes: all of it
-    within one scope, only the public part (of both) across scopes or without one."""
-    if scope is not None and held_scope == scope:
-        return n
-    return min(n, public, held_public)
-
-
 @dataclass(frozen=True)
 class SlotAssignment:
     """A slot given to a request, and how much of its prompt was already in KV."""
@@ -101,6 +84,7 @@ class SlotTable:
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self.park_bytes = park_bytes
         self.parked = ParkedRam(park_bytes)
+        self.heads = streams.Heads()  # public heads' state, for streams (_copy)
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
 
@@ -166,7 +150,9 @@ class SlotTable:
             n = reusable(
                 min(common_prefix(s.tokens, prompt), limit), s.scope, s.public, scope, public
             )
-            if n > best_n or (n == best_n and n > 0 and s is target):
+            # of equal sources: the target itself, else the one cheapest to copy from
+            cheaper = best is not target and best is not None and len(s.tokens) < len(best.tokens)
+            if n > best_n or (n == best_n and n > 0 and (s is target or cheaper)):
                 best, best_n = s, n
         if target.tokens and target is not own:
             # another conversation's idle slot: keep its KV in RAM (and on disk), also when
@@ -187,7 +173,7 @@ class SlotTable:
             source = "own" if best_n else "none"
             return self._claim(target, cache_key, scope, public, best_n, source)
         self._clear(target)
-        if best is not None and best_n > 0 and self._copy(best, target, best_n):
+        if best is not None and best_n > 0 and self._copy(best, target, best_n, public):
             return self._claim(target, cache_key, scope, public, best_n, "copy")
         return self._claim(target, cache_key, scope, public, 0, "none")
 
@@ -203,8 +189,9 @@ class SlotTable:
         lo, hi = min(busy), max(busy)
         return min(empty, key=lambda s: min(abs(s.seq - lo), abs(s.seq - hi)))
 
-    def _copy(self, src: Slot, target: Slot, n: int) -> bool:
-        """Give the (cleared) target the first n tokens of src's KV."""
+    def _copy(self, src: Slot, target: Slot, n: int, public: int = 0) -> bool:
+        """Give the (cleared) target the first n tokens of src's KV (public for both: from
+        the heads' cache, with a stream per slot)."""
         if self.shared:  # cells are shared, not copied
             self.kv.seq_cp(src.seq, target.seq, 0, n)
             self._seal(src)
@@ -212,7 +199,13 @@ class SlotTable:
             target.segments = [list(seg) for seg in src.segments]
             target.truncate(n)
             return True
-        if not streams.copy_state(self.kv, src.seq, target.seq, n, len(src.tokens)):
+        if n <= min(public, src.public):
+            head = src.tokens[:n]
+            if not streams.copy_head(
+                self.kv, self.heads, src.seq, target.seq, head, len(src.tokens)
+            ):
+                return False
+        elif not streams.copy_state(self.kv, src.seq, target.seq, n, len(src.tokens)):
             return False
         self.append(target, src.tokens[:n])
         return True

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from chatbox.engine.job import Job
 from chatbox.engine.llama import DECODE_OK, Batch, Context
-from chatbox.engine.slots import Slot, SlotTable, common_prefix
+from chatbox.engine.prefixes import common_prefix
+from chatbox.engine.slots import Slot, SlotTable
 from chatbox.engine.types import ChatMessage, FinishReason
 
 GRACE_S = 0.5  # idle time after an answer before its turn's tokens are decoded

@@ -38,8 +38,15 @@ def smollm2_gguf() -> Path:
     return path
 
 
+# Tokens reach the event loop every step: see tests/conftest.py's test_settings.
 TINY_SETTINGS = EngineSettings(
-    n_parallel=8, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2, park_bytes=1 << 24
+    n_parallel=8,
+    n_ctx=4096,
+    n_ctx_per_seq=1024,
+    n_batch=256,
+    n_threads=2,
+    park_bytes=1 << 24,
+    stream_interval_s=0,
 )
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chatbox.engine.engine import EngineGeneration, LlamaEngine
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.generation import EngineGeneration
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.outbox import Outbox
 from chatbox.engine.types import ChatMessage, GenerationRequest, SamplingParams
+from tests.engine.conftest import TINY_SETTINGS
 from tests.engine.helpers import chat, collect, hold_scheduler
 
 
@@ -76,3 +80,52 @@ def test_a_closed_loop_cancels_instead() -> None:
     box.post(loop, print, "never", lambda: gone.append("cancelled"))
     box.flush()
     assert gone == ["cancelled"]
+
+
+async def test_an_interval_holds_tokens_until_it_passes_or_something_urgent_comes() -> None:
+    loop = asyncio.get_running_loop()
+    box = Outbox(interval_s=10.0)
+    got: list[str] = []
+    seen: list[list[str]] = []
+
+    def step() -> None:
+        box.owner = threading.get_ident()
+        box.post(loop, got.append, "first", lambda: None, urgent=True)
+        box.flush()  # urgent: handed over at once
+        for text in ("a", "b"):  # not urgent, and the interval has not passed: held
+            box.post(loop, got.append, text, lambda: None, urgent=False)
+            box.flush()
+        time.sleep(0.05)  # the loop is free to run whatever it was handed
+        seen.append(list(got))
+        box.post(loop, got.append, "done", lambda: None, urgent=True)
+        box.flush()  # an answer's end takes everything held with it
+
+    await asyncio.to_thread(step)
+    await asyncio.sleep(0)
+    assert seen == [["first"]]
+    assert got == ["first", "a", "b", "done"]
+
+
+async def test_an_answer_streams_in_fewer_events_at_an_interval_with_the_same_text(
+    tiny_gguf: Path, tiny_engine: LlamaEngine
+) -> None:
+    """At the default interval a fast answer arrives as its first token, then in a few
+    pieces: the same text as token by token (stream_interval_s=0)."""
+    slow = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, stream_interval_s=0.05))
+    await slow.start()
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=200)
+        msgs = chat("Tell me everything.")
+        each = await collect(tiny_engine.submit(GenerationRequest(msgs, greedy), ignore_eog=True))
+        await collect(slow.submit(GenerationRequest(chat("Hi."), greedy)))  # its end: a flush
+        held = await collect(slow.submit(GenerationRequest(msgs, greedy), ignore_eog=True))
+    finally:
+        await slow.stop()
+        slow.close()
+    assert held.text == each.text and held.done.usage.completion_tokens == 200
+    assert len(each.chunks) > 50  # token by token (a few may join on a busy loop)
+    # the first token at once, alone (not held for the interval with what follows it)
+    assert held.text.startswith(held.chunks[0]) and 0 < len(held.chunks[0]) <= 4
+    assert held.done.timings is not None
+    intervals = held.done.timings.decode_s / 0.05  # then a piece an interval, and the end
+    assert len(held.chunks) <= 3 + intervals < len(each.chunks) / 4

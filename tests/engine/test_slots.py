@@ -6,7 +6,8 @@ import itertools
 import pickle
 import random
 
-from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable, common_prefix
+from chatbox.engine.prefixes import common_prefix
+from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable
 
 
 class FakeKv:
@@ -316,3 +317,26 @@ def test_random_ops_with_streams_keep_kv_and_slots_in_step() -> None:
         assert sorted(s.seq for s in t.slots) == list(range(6))
         for s in t.slots:
             assert kv.seqs.get(s.seq, []) == s.tokens
+
+
+def test_a_public_head_is_copied_once_then_restored_from_the_heads_cache() -> None:
+    """Three users open with the same configured prompt: the second's head is saved out of
+    the first's stream, the third's restored from the cache without saving anyone's KV."""
+    kv = StreamKv()
+    t = SlotTable(kv, 4, shared=False)
+    head = list(range(100, 140))
+    adm = t.acquire([*head, *range(1, 200)], "a", "user-a", len(head))  # a long first chat
+    assert adm is not None
+    kv.put(adm.slot.seq, [*head, *range(1, 200)])
+    t.append(adm.slot, [*head, *range(1, 200)])
+    t.release(adm.slot, keep=True)
+    for user in ("user-b", "user-c"):
+        saves = kv.saves
+        adm = t.acquire([*head, 7, 8], user, user, len(head))
+        assert adm is not None and adm.reused == len(head)
+        assert kv.seqs[adm.slot.seq] == head  # exactly the head, nobody's text
+        copied = kv.saves - saves
+        kv.put(adm.slot.seq, [7, 8])
+        t.append(adm.slot, [7, 8])
+        t.release(adm.slot, keep=True)
+        assert copied == (2 if user == "user-b" else 0)  # a's stream and the head; none
