@@ -13,7 +13,8 @@
    --moderation keeps chatbox's default in and out checks); llama-server with `-t` = the
    cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
 3. runs the same load through the official `openai` client against each, in interleaved
-   pairs (the order alternates): one stream (8 requests one after another), 8 concurrent
+   pairs (the order alternates; before each run both servers sit idle until neither uses
+   CPU): one stream (8 requests one after another), 8 concurrent
    streams, and a ~1,800-token history: the cold turn's and its follow-up turn's TTFT
    (sent at once, as a script would), then a third turn's after a pause (--pause, 2 s: a
    person reading the answer; a reference column, no target);
@@ -229,6 +230,19 @@ def serving_cpu(before: dict[str, float], after: dict[str, float], compute: int)
     return sum(used[compute:])
 
 
+def settle(servers: list[Server], quiet_ms: float = 20.0, most_s: float = 30.0) -> None:
+    """Wait until no server uses more than quiet_ms of CPU in half a second: what one did
+    after its run (chatbox decodes the next turn's markers 0.5 s after the last answer
+    and writes parked KV to disk while idle) must not land in the other's run."""
+    deadline = time.monotonic() + most_s
+    while time.monotonic() < deadline:
+        before = [sum(thread_cpu(s.proc.pid).values()) for s in servers]
+        time.sleep(0.5)
+        after = [sum(thread_cpu(s.proc.pid).values()) for s in servers]
+        if all(b - a <= quiet_ms for a, b in zip(before, after, strict=True)):
+            return
+
+
 async def stream(
     client: Any, model: str, messages: list[dict[str, str]], max_tokens: int
 ) -> dict[str, Any]:
@@ -437,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             order = servers if k % 2 == 0 else servers[::-1]  # alternate who goes first
             got: dict[str, dict[str, Any]] = {}
             for server in order:
+                settle(servers)
                 try:
                     result = asyncio.run(run_load(server, args))
                 except Exception as exc:

@@ -227,6 +227,8 @@ class Scheduler:
             self.finish(victim, "error", "out of memory for this conversation; try again later")
             return
         elapsed = time.perf_counter() - t0
+        if tuner is not None:
+            tuner.end(elapsed)
         if rc != DECODE_OK:
             for job, _, _ in rows:
                 self.finish(job, "error", f"the model failed to decode (code {rc})")

@@ -98,6 +98,11 @@ EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread coun
 # box needs few. A try that looks faster, or the count in use getting slower by half (the
 # box got busy), brings the wait back to EXPLORE_EVERY.
 MAX_EXPLORE_EVERY = 384
+# ...but while fewer threads than cores are in use (something else on the box took a core
+# once), all of them are tried again at least this often: the load that made them lose
+# passes, and until a try sees that every step runs at up to half speed (8 streams on
+# 2 cores: ~110 against ~170 tokens/s for as long as 384 steps, rounds after the load).
+MAX_EXPLORE_FEWER = 48
 SLOWER = 1.5
 SWITCH_MARGIN = 0.95  # another count must be at least 5% faster to take over
 
@@ -115,10 +120,15 @@ class ThreadTuner:
     on the box) stalls the whole step: on 2 cores one stream ran at 136 tokens/s with one
     thread and 79 with two, while 8 streams ran best with two, and on a loaded box two
     threads collapsed to a few tokens/s. So each bucket of step sizes keeps a moving
-    average of the time per step (decode start to the next decode start: the Python side
-    of the loop counts too) for every count it has tried, uses the fastest, and every
+    average of the time per step for every count it has tried, uses the fastest, and every
     EXPLORE_EVERY steps tries the next count once, so it follows the box's load; tries
     that keep losing come less often (MAX_EXPLORE_EVERY).
+
+    A step's time is its llama_decode call's, where a thread that lost its core shows. It
+    once ran from one decode's start to the next, the Python side included; but the event
+    loops are woken only on some steps (engine/outbox.py), so a lone try of one thread
+    that missed a wake-up looked cheaper than the two-thread average that had them, and 8
+    streams went over to one thread (through the server: ~115 against ~150 tokens/s).
     """
 
     def __init__(self, cores: int, initial: tuple[int, int], explore: bool = True) -> None:
@@ -134,19 +144,14 @@ class ThreadTuner:
         self._since = [0] * (len(BUCKETS) + 1)  # steps since the last try
         self._settled = [0.0] * (len(BUCKETS) + 1)  # the count in use's cost at the last try
         self.threads = 0  # the count set on the context (0: its initial counts)
-        self._last: tuple[int, int, float] | None = None  # (tokens, threads, start) of a step
+        self._last: tuple[int, int] | None = None  # (tokens, threads) of the step under way
 
     def idle(self) -> None:
         """The decode thread waited or retried: the step under way is not charged."""
         self._last = None
 
     def begin(self, n_tokens: int, set_threads: Callable[[int, int], None]) -> float:
-        """A step of n_tokens starts now: charge the previous one its time (start to this
-        start), set this one's thread count, and return the start time."""
-        now = time.perf_counter()
-        if self._last is not None:
-            n, threads, start = self._last
-            self.observe(n, threads, now - start)
+        """A step of n_tokens starts now: set its thread count; return the start time."""
         want = self.choose(n_tokens)
         held = URGENT.held  # a person waits on other work in this process: leave it cores
         if held:
@@ -155,8 +160,15 @@ class ThreadTuner:
             set_threads(want, want)
             self.threads = want
         # A step squeezed for someone else's work says nothing about its thread count.
-        self._last = None if held else (n_tokens, want, now)
-        return now
+        self._last = None if held else (n_tokens, want)
+        return time.perf_counter()
+
+    def end(self, seconds: float) -> None:
+        """The step begun last spent `seconds` in llama_decode: charge its thread count."""
+        if self._last is not None:
+            n, threads = self._last
+            self._last = None
+            self.observe(n, threads, seconds)
 
     @staticmethod
     def bucket(n_tokens: int) -> int:
@@ -198,7 +210,8 @@ class ThreadTuner:
         if per_token < best * SWITCH_MARGIN:  # promising (or a switch): keep trying often
             self.every[b] = EXPLORE_EVERY
         else:
-            self.every[b] = min(2 * self.every[b], MAX_EXPLORE_EVERY)
+            most = MAX_EXPLORE_EVERY if self.best[b] == self.choices[0] else MAX_EXPLORE_FEWER
+            self.every[b] = min(2 * self.every[b], most)
         if costs[threads] < best * SWITCH_MARGIN:
             log.debug(
                 "steps of %s tokens now use %d threads instead of %d (%.2f against %.2f ms"

@@ -15,6 +15,7 @@ from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.tuning import (
     EXPLORE_EVERY,
     MAX_EXPLORE_EVERY,
+    MAX_EXPLORE_FEWER,
     ThreadTuner,
     available_cores,
     decode_threads,
@@ -130,9 +131,11 @@ def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
     e = EXPLORE_EVERY
     assert (e, MAX_EXPLORE_EVERY) == (24, 384)
     assert gaps == [e, 2 * e, 4 * e, 8 * e, 16 * e, MAX_EXPLORE_EVERY]
-    # The box gets busy (two threads collapse): batches move to one thread at once and stay.
+    # The box gets busy (two threads collapse): batches move to one thread at once and stay,
+    # trying two again every MAX_EXPLORE_FEWER steps (not backing off as far as above).
     used = run_steps(tuner, 200, 8, {1: 0.045, 2: 0.300})
-    assert used[1] == 1 and len(tries(used, 1)) <= 4
+    assert used[1] == 1 and tries(used, 1) == [0, 25, 73, 121, 169]
+    assert MAX_EXPLORE_FEWER == 48
     assert tuner.summary()["<=16"] == 1
     # ...and back when the load goes away; the one-token bucket was not disturbed.
     used = run_steps(tuner, 500, 8, {1: 0.040, 2: 0.025})
