@@ -24,11 +24,15 @@ def build_batch(
     """Fill `batch` for the next step. While the KV cache is starved, streams run without
     guesses and prompts wait (the scheduler sets `starved` until something finishes)."""
     batch.clear()
-    decoding = [j for j in active if j.pending is not None and j.slot is not None]
-    prefilling = sorted(
-        (j for j in active if j.pending is None),
-        key=lambda j: (j.request.priority, len(j.prompt) - j.n_done),
-    )
+    decoding: list[Job] = []
+    prefilling: list[Job] = []
+    for j in active:  # one pass and no sort for the usual step: the decode thread's time
+        if j.pending is None:
+            prefilling.append(j)
+        elif j.slot is not None:
+            decoding.append(j)
+    if len(prefilling) > 1:
+        prefilling.sort(key=lambda j: (j.request.priority, len(j.prompt) - j.n_done))
     spare = (batch.capacity - len(decoding)) // max(1, len(decoding))
     # No guesses in a step that also prefills: it is compute-bound already, so a guessed
     # row costs what a prompt token does and delays the new answer's first token.
@@ -52,7 +56,9 @@ def build_batch(
         plan.append((job, chunk, False))
         budget -= len(chunk)
     rows: list[Row] = []
-    for job, toks, is_decoding in sorted(plan, key=lambda p: p[0].slot.seq if p[0].slot else 0):
+    if len(plan) > 1:
+        plan.sort(key=lambda p: p[0].slot.seq if p[0].slot else 0)
+    for job, toks, is_decoding in plan:
         assert job.slot is not None
         seq = job.slot.seq
         if is_decoding:  # the next token, then each guess with its own logits row

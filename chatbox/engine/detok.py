@@ -21,7 +21,8 @@ class StopTextStream:
         self._max_stop = max((len(s) for s in self._stops), default=0)
         self._pending = ""  # decoded text not yet emitted (a possible stop prefix)
         self.stopped = False  # a stop string was found
-        self.emitted = ""  # everything emitted so far (for tests and usage)
+        self._started = False  # visible text was emitted (no copy of it is kept: `+=` on
+        # an attribute copies the whole string, every token of a long answer)
 
     def feed(self, piece: bytes) -> str:
         """Add one token's bytes; return the text that may be emitted now."""
@@ -67,7 +68,7 @@ class StopTextStream:
         return 0
 
     def _emit(self, text: str) -> str:
-        if self._lstrip and not self.emitted:
+        if self._lstrip and not self._started:
             text = text.lstrip()
-        self.emitted += text
+        self._started = self._started or bool(text)
         return text

@@ -167,10 +167,11 @@ class DiskStore:
     def decoding(self, busy: bool) -> None:
         """Whether the engine decodes (the scheduler says after every step): writes trickle
         while it does."""
-        if busy:
-            self._quiet.clear()
-        else:
-            self._quiet.set()
+        if busy == self._quiet.is_set():  # a change (an Event's set and clear take a lock)
+            if busy:
+                self._quiet.clear()
+            else:
+                self._quiet.set()
 
     def save(self, cache_key: str, entry: DiskEntry, data: bytes) -> None:
         """Queue a write (replacing the key's file); returns at once."""

@@ -127,7 +127,7 @@ class Scheduler:
             block = not (self.waiting or self.active)
             if block and self.tuner is not None:
                 self.tuner.idle()  # idle time is not part of any step
-            while True:
+            while block or not self.inbox.empty():  # (raising Empty costs every step)
                 try:
                     item = self.inbox.get(block, self.turns.wait_s() if block else None)
                 except queue.Empty:

@@ -85,6 +85,7 @@ class SlotTable:
         self.park_bytes = park_bytes
         self.parked = ParkedRam(park_bytes)
         self.heads = streams.Heads()  # public heads' state, for streams (_copy)
+        self._arranged = True  # busy slots are on consecutive ids (see arrange)
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
 
@@ -213,15 +214,16 @@ class SlotTable:
     def arrange(self) -> int:
         """With a stream per slot, keep busy slots on consecutive sequence ids (see
         streams.py). Returns how many slots moved."""
-        if self.shared:
+        if self.shared or self._arranged:  # nothing was claimed or released since
             return 0
-        moved = 0
-        for busy, idle in streams.moves(self.slots):
+        pairs, moved = streams.moves(self.slots), 0
+        for busy, idle in pairs:
             ok, kept = streams.swap(self.kv, busy, idle)
             if not kept:
                 self._clear(idle)
             moved += ok
         self.moves += moved
+        self._arranged = moved == len(pairs)
         return moved
 
     def _from_disk(
@@ -259,7 +261,7 @@ class SlotTable:
     def _claim(
         self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int, source: str
     ) -> SlotAssignment:
-        slot.busy = True
+        slot.busy, self._arranged = True, False
         slot.cache_key = key
         slot.scope = scope
         slot.public = public
@@ -291,7 +293,7 @@ class SlotTable:
     # -- release / eviction ------------------------------------------------------------
     def release(self, slot: Slot, keep: bool) -> None:
         """A request ended: keep its KV as a cached prefix, or free it (cancel/error)."""
-        slot.busy = False
+        slot.busy, self._arranged = False, False
         self._seal(slot)
         self.touch(slot)
         if not keep or slot.forgotten:
