@@ -13,11 +13,12 @@
    --moderation keeps chatbox's default in and out checks); llama-server with `-t` = the
    cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
 3. runs the same load through the official `openai` client against each, in interleaved
-   pairs (the order alternates; before each run both servers sit idle until neither uses
-   CPU): one stream (8 requests one after another), 8 concurrent
-   streams, and a ~1,800-token history: the cold turn's and its follow-up turn's TTFT
-   (sent at once, as a script would), then a third turn's after a pause (--pause, 2 s: a
-   person reading the answer; a reference column, no target);
+   pairs: one stream (8 requests one after another), 8 concurrent streams, and a
+   ~1,800-token history: the cold turn's and its follow-up turn's TTFT (sent at once, as a
+   script would), then a third turn's after a pause (--pause, 2 s: a person reading the
+   answer; a reference column, no target). The servers take turns part by part (who goes
+   first alternates), so that a slow minute on this shared machine lands on both, and
+   before each part both sit idle until neither uses CPU;
 4. prints each run, then the median over pairs of chatbox / llama-server.
 Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
@@ -294,7 +295,7 @@ def history(nonce: str, n_tokens: int) -> list[dict[str, str]]:
     return msgs
 
 
-async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+def openai_client(server: Server) -> Any:
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
     # A new connection for every request, to both servers: llama-server's HTTP library
@@ -306,29 +307,42 @@ async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         openai_http = httpx
     limits = openai_http.Limits(max_keepalive_connections=0)
-    client = AsyncOpenAI(
+    return AsyncOpenAI(
         base_url=server.url + "/v1",
         api_key=server.key,
         timeout=600.0,
         max_retries=0,
         http_client=DefaultAsyncHttpxClient(limits=limits),
     )
+
+
+PHASES = ("serial", "concurrent", "history")
+
+
+async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dict[str, Any]:
+    """One part of the load against one server: one stream, 8 streams, or the history's
+    cold, follow-up and paused turns."""
+    client = openai_client(server)
     nonce = uuid.uuid4().hex[:8]  # fresh prompts: nothing cached from an earlier run
     compute = args.threads or os.cpu_count() or 1
     n, mt = args.slots, args.max_tokens
     try:
         await stream(client, server.model, ask(nonce, 99), 8)  # warm-up
-        cpu0 = thread_cpu(server.proc.pid)
-        t0 = time.perf_counter()
-        serial = [await stream(client, server.model, ask(nonce, i), mt) for i in range(n)]
-        serial_wall = time.perf_counter() - t0
-        cpu1 = thread_cpu(server.proc.pid)
-        t0 = time.perf_counter()
-        together = await asyncio.gather(
-            *(stream(client, server.model, ask(nonce, n + i), mt) for i in range(n))
-        )
-        together_wall = time.perf_counter() - t0
-        cpu2 = thread_cpu(server.proc.pid)
+        if phase in ("serial", "concurrent"):
+            cpu0, t0 = thread_cpu(server.proc.pid), time.perf_counter()
+            if phase == "serial":
+                done = [await stream(client, server.model, ask(nonce, i), mt) for i in range(n)]
+            else:
+                done = await asyncio.gather(
+                    *(stream(client, server.model, ask(nonce, n + i), mt) for i in range(n))
+                )
+            wall, cpu1 = time.perf_counter() - t0, thread_cpu(server.proc.pid)
+            tokens = sum(r["tokens"] for r in done)
+            return {
+                f"{phase}_tok_s": tokens / wall,
+                f"{phase}_tokens_per_answer": statistics.mean(r["tokens"] for r in done),
+                f"{phase}_serving_ms": serving_cpu(cpu0, cpu1, compute) / tokens,
+            }
         colds, follows, paused, cached = [], [], [], []
         for rep in range(args.ttft_reps):
             turn1 = history(f"{nonce}-h{rep}", args.history_tokens)
@@ -353,13 +367,6 @@ async def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await client.close()
     return {
-        "serial_tok_s": sum(r["tokens"] for r in serial) / serial_wall,
-        "serial_tokens_per_answer": statistics.mean(r["tokens"] for r in serial),
-        "concurrent_tok_s": sum(r["tokens"] for r in together) / together_wall,
-        "concurrent_tokens_per_answer": statistics.mean(r["tokens"] for r in together),
-        "serial_serving_ms": serving_cpu(cpu0, cpu1, compute) / sum(r["tokens"] for r in serial),
-        "concurrent_serving_ms": serving_cpu(cpu1, cpu2, compute)
-        / sum(r["tokens"] for r in together),
         "cold_ttft": statistics.median(colds),
         "followup_ttft": statistics.median(follows),
         "paused_ttft": statistics.median(paused),
@@ -402,6 +409,33 @@ def report(
         goal = target if key not in REFERENCE else "(reference)"
         print(f"| {label} | {med:.2f}x | {spread} | {goal} |")
     return ratios
+
+
+def run_phase_retrying(
+    server: Server,
+    args: argparse.Namespace,
+    phase: str,
+    binary: Path,
+    model: Path,
+    work: Path,
+    servers: list[Server],
+) -> dict[str, Any] | None:
+    """run_phase; a llama-server that fails is started afresh and tried once more (a failed
+    part is not counted). None: no result."""
+    try:
+        return asyncio.run(run_phase(server, args, phase))
+    except Exception as exc:
+        print(f"{server.name} failed ({phase}): {exc!r}", flush=True)
+        if server.name != "llama-server":
+            return None
+    print("restarting llama-server", flush=True)
+    server.stop()
+    servers[1] = start_peer(args, binary, model, work)
+    try:
+        return asyncio.run(run_phase(servers[1], args, phase))
+    except Exception as again:
+        print(f"llama-server failed again ({phase}): {again!r}", flush=True)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,36 +482,27 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
         for k in range(args.pairs):
-            order = servers if k % 2 == 0 else servers[::-1]  # alternate who goes first
-            got: dict[str, dict[str, Any]] = {}
-            for server in order:
-                settle(servers)
-                try:
-                    result = asyncio.run(run_load(server, args))
-                except Exception as exc:
-                    print(f"pair {k + 1} {server.name} failed: {exc!r}", flush=True)
-                    if server.name != "llama-server":
+            got: dict[str, dict[str, Any]] = {"chatbox": {}, "llama-server": {}}
+            for i, phase in enumerate(PHASES):
+                order = servers if (k + i) % 2 == 0 else servers[::-1]  # who goes first
+                for server in order:
+                    settle(servers)
+                    result = run_phase_retrying(server, args, phase, binary, model, work, servers)
+                    if result is None:
                         break
-                    # Start it afresh and run once more (a failed run is not counted).
-                    print("restarting llama-server", flush=True)
-                    server.stop()
-                    server = start_peer(args, binary, model, work)
-                    servers[1] = server
-                    try:
-                        result = asyncio.run(run_load(server, args))
-                    except Exception as again:
-                        print(f"pair {k + 1} {server.name} failed again: {again!r}", flush=True)
-                        break
-                result.update(pair=k + 1, server=server.name)
-                runs.append(result)
-                got[server.name] = result
+                    got[server.name].update(result)
+            needed = [key for key, _, _ in COLUMNS] + ["followup_prompt_cached"]
+            if not all(key in r for r in got.values() for key in needed):
+                print(f"pair {k + 1} is incomplete: stopping", flush=True)
+                break
+            for name in ("chatbox", "llama-server"):
+                got[name].update(pair=k + 1, server=name)
+                runs.append(got[name])
                 print(
-                    f"pair {k + 1} {server.name}: "
-                    + ", ".join(f"{lbl} {fmt.format(result[key])}" for key, lbl, fmt in COLUMNS),
+                    f"pair {k + 1} {name}: "
+                    + ", ".join(f"{lbl} {fmt.format(got[name][key])}" for key, lbl, fmt in COLUMNS),
                     flush=True,
                 )
-            if len(got) < 2:
-                break
             pairs.append((got["chatbox"], got["llama-server"]))
     finally:
         for server in servers:
