@@ -384,6 +384,7 @@ class Scheduler:
                 self.slots.release(slot, keep=False)
                 n += 1
         self.slots.parked.clear()
+        self.slots.heads.clear()
         if self.slots.disk is not None:
             self.slots.disk.clear().wait()
         self._publish()

@@ -71,6 +71,10 @@ class Heads:
             self._states.move_to_end(tuple(tokens))
         return data
 
+    def clear(self) -> None:
+        self._states.clear()
+        self._bytes = 0
+
     def put(self, tokens: Sequence[int], data: bytes) -> None:
         key = tuple(tokens)
         if key in self._states or not data or len(data) > self.max_bytes:
