@@ -44,8 +44,9 @@ KV_TYPES = {
 DECODE_OK = 0
 DECODE_NO_KV_SPACE = 1
 
-# llama_get_logits_ith returning the row's address as an int (llama_cpp's binding returns a
-# ctypes pointer object, which costs more to make and to view than the row costs to scan)
+# llama_get_logits_ith returning the row's address as an int. llama_cpp's binding returns a
+# ctypes pointer; viewing it with np.ctypeslib.as_array took ~63 us right after a decode,
+# more than the ~28 us the argmax over the row took.
 _row_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
     ctypes.cast(llama_cpp.llama_get_logits_ith, ctypes.c_void_p).value or 0
 )

@@ -16,7 +16,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
     Slices are compared (in C) while halving the range where they first differ: admitting
     a request compares its prompt with every slot's tokens on the decode thread, and a loop
-    over 1,800 tokens in Python takes ~0.1 ms a slot there.
+    in Python over two 1,800-token prompts that differ at 1,700 took ~68 us (~23 us now).
     """
     n = min(len(a), len(b))
     x, y = list(a[:n]), list(b[:n])

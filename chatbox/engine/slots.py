@@ -84,7 +84,7 @@ class SlotTable:
         self.slots = [Slot(seq=i) for i in range(n_slots)]
         self.park_bytes = park_bytes
         self.parked = ParkedRam(park_bytes)
-        self.heads = streams.Heads()  # public heads' state, for streams (_copy)
+        self.heads = ParkedRam(streams.HEADS_BYTES)  # public heads' state (streams.copy_head)
         self._arranged = True  # busy slots are on consecutive ids (see arrange)
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)

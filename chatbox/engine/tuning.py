@@ -98,10 +98,10 @@ EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread coun
 # box needs few. A try that looks faster, or the count in use getting slower by half (the
 # box got busy), brings the wait back to EXPLORE_EVERY.
 MAX_EXPLORE_EVERY = 384
-# ...but while fewer threads than cores are in use (something else on the box took a core
-# once), all of them are tried again at least this often: the load that made them lose
-# passes, and until a try sees that every step runs at up to half speed (8 streams on
-# 2 cores: ~110 against ~170 tokens/s for as long as 384 steps, rounds after the load).
+# ...but while fewer threads than cores are in use (two threads were slowed for a while),
+# all of them are tried again at least this often: the load that made them lose passes,
+# and until a try sees that, every step runs slower (8 streams on 2 cores ran at 100-140
+# tokens/s on one thread against ~170 on two, for up to 384 steps after the load).
 MAX_EXPLORE_FEWER = 48
 SLOWER = 1.5
 SWITCH_MARGIN = 0.95  # another count must be at least 5% faster to take over
@@ -126,9 +126,8 @@ class ThreadTuner:
 
     A step's time is its llama_decode call's, where a thread that lost its core shows. It
     once ran from one decode's start to the next, the Python side included; but the event
-    loops are woken only on some steps (engine/outbox.py), so a lone try of one thread
-    that missed a wake-up looked cheaper than the two-thread average that had them, and 8
-    streams went over to one thread (through the server: ~115 against ~150 tokens/s).
+    loops are woken only on some steps (engine/outbox.py), so a lone try would be charged
+    a wake-up or not by chance, while the count in use averages them in.
     """
 
     def __init__(self, cores: int, initial: tuple[int, int], explore: bool = True) -> None:
