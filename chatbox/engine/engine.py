@@ -18,6 +18,7 @@ from chatbox.engine.kvdisk import forget_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.prefixes import common_prefix
+from chatbox.engine.retokenize import Retokenizer
 from chatbox.engine.sampling import check_grammar
 from chatbox.engine.scheduler import Job, Scheduler
 from chatbox.engine.tuning import (
@@ -66,6 +67,11 @@ class LlamaEngine:
         self._prompts: dict[tuple[tuple[ChatMessage, ...], tuple[ToolSpec, ...]], tuple[int, ...]]
         self._prompts = {}
         self._separator: tuple[int, ...] | None = None  # see turn_separator
+        self._retok = Retokenizer(
+            partial(self.model.tokenize, parse_special=True),
+            self.model.special_texts(),
+            enabled=self.model.pieces_split_first(),
+        )
         source = self.model.chat_template()
         if source is None:  # a base model: a plain transcript (see chat_template.py)
             self.template = ChatTemplate(TRANSCRIPT, self._bos_text, eos, TRANSCRIPT_STOPS)
@@ -158,7 +164,7 @@ class LlamaEngine:
             return list(hit)
         text = self.template.render(messages, add_generation_prompt=True, tools=tools)
         add_bos = self.model.add_bos and not (self._bos_text and text.startswith(self._bos_text))
-        tokens = self.model.tokenize(text, add_special=add_bos, parse_special=True)
+        tokens = self._retok.tokenize(text, add_bos)  # from where an earlier prompt differs
         if len(self._prompts) >= 64:
             self._prompts.clear()
         self._prompts[(messages, tools)] = tuple(tokens)

@@ -100,6 +100,7 @@ class Model:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(ptr))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
         self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
         self._pieces: dict[int, bytes] = {}
@@ -145,6 +146,25 @@ class Model:
         if n < 0:
             raise LlamaError("tokenization failed")
         return list(buf[:n])
+
+    def pieces_split_first(self) -> bool:
+        """Whether tokenize() tokenizes the text between special tokens piece by piece
+        with nothing carried across (BPE and SentencePiece vocabularies), and adds nothing
+        at the end (retokenize.py builds on both)."""
+        kind = int(llama_cpp.llama_vocab_type(self.vocab))
+        spm_bpe = (llama_cpp.LLAMA_VOCAB_TYPE_SPM, llama_cpp.LLAMA_VOCAB_TYPE_BPE)
+        return kind in spm_bpe and not self.add_eos
+
+    def special_texts(self) -> dict[int, str]:
+        """Control and user-defined tokens (the ones a text's literal markup becomes) and
+        their texts."""
+        wanted = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        get_attr = llama_cpp.llama_vocab_get_attr
+        return {
+            t: self.piece(t, special=True).decode("utf-8", "replace")
+            for t in range(self.n_vocab)
+            if get_attr(self.vocab, t) & wanted
+        }
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes a token stands for (control tokens render empty unless special)."""
