@@ -21,6 +21,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
+from chatbox.engine.prefixes import common_prefix
+
 log = logging.getLogger(__name__)
 
 MIN_CHARS = 2048  # shorter prompts tokenize in well under a millisecond: whole
@@ -28,21 +30,6 @@ KEEP = 16  # recent prompts remembered (per add_special), newest last
 CHECKS = 4  # incremental results compared with a whole tokenization first
 
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> tokens, parse_special on
-
-
-def common_chars(a: str, b: str) -> int:
-    """How many leading characters a and b share (slices compared in C, halving)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class Retokenizer:
@@ -75,10 +62,10 @@ class Retokenizer:
             if hit is not None:
                 recent.move_to_end(text)
                 return list(hit)
-            base = max(recent.items(), key=lambda kv: common_chars(kv[0], text), default=None)
+            base = max(recent.items(), key=lambda kv: common_prefix(kv[0], text), default=None)
         tokens: list[int] | None = None
         if base is not None:
-            cut = self._cut(base[0], base[1], common_chars(base[0], text))
+            cut = self._cut(base[0], base[1], common_prefix(base[0], text))
             if cut is not None:
                 k, at = cut
                 tokens = list(base[1][:k]) + self._tokenize(text[at:], False)

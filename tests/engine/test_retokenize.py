@@ -12,7 +12,8 @@ import pytest
 from chatbox.engine.chat_template import ChatTemplate
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.llama import Model
-from chatbox.engine.retokenize import CHECKS, MIN_CHARS, Retokenizer, common_chars
+from chatbox.engine.prefixes import common_prefix
+from chatbox.engine.retokenize import CHECKS, MIN_CHARS, Retokenizer
 from chatbox.engine.types import ChatMessage
 from tests.engine.conftest import TINY_SETTINGS
 
@@ -59,12 +60,12 @@ def assert_matches_whole(model: Model, prompts: list[str], add_special: bool) ->
     return r
 
 
-def test_common_chars() -> None:
-    assert common_chars("abcdef", "abcxef") == 3
-    assert common_chars("abc", "abc") == 3
-    assert common_chars("abc", "abcdef") == 3
-    assert common_chars("", "abc") == 0
-    assert common_chars("x" * 5000 + "a", "x" * 5000 + "b") == 5000
+def test_common_prefix_of_strings() -> None:
+    assert common_prefix("abcdef", "abcxef") == 3
+    assert common_prefix("abc", "abc") == 3
+    assert common_prefix("abc", "abcdef") == 3
+    assert common_prefix("", "abc") == 0
+    assert common_prefix("x" * 5000 + "a", "x" * 5000 + "b") == 5000
 
 
 def test_follow_up_prompts_tokenize_as_whole_and_reuse(tiny_gguf: Path) -> None:
