@@ -77,3 +77,8 @@ def build_batch(
                 idx = i
         rows.append((job, toks, idx))
     return rows
+
+
+def deepest(rows: list[Row]) -> int:
+    """The most KV cells a token of the step attends to (its sequence's length after it)."""
+    return max((len(j.slot.tokens) + len(t) for j, t, _ in rows if j.slot is not None), default=0)

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from chatbox.engine import speculative
-from chatbox.engine.batching import build_batch
+from chatbox.engine.batching import build_batch, deepest
 from chatbox.engine.forks import start_forks
 from chatbox.engine.job import Job, start_sampling, timings
 from chatbox.engine.kvdisk import DiskStore
@@ -210,7 +210,9 @@ class Scheduler:
             return
         n_decode = sum(1 + len(job.draft) for job, _, _ in rows if job.pending is not None)
         tuner = self.tuner
-        t0 = tuner.begin(self.batch.n, self.ctx.set_threads) if tuner else time.perf_counter()
+        t0 = time.perf_counter()
+        if tuner is not None:  # compared with steps of its size and depth
+            t0 = tuner.begin(self.batch.n, self.ctx.set_threads, deepest(rows))
         rc = self.ctx.decode(self.batch)
         while rc == DECODE_NO_KV_SPACE:
             if tuner is not None:

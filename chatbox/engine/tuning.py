@@ -92,6 +92,12 @@ def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> s
 # Steps are compared with steps of a similar size: a one-token step, a few streams, many
 # streams, a prefill chunk. Upper bounds of the batch sizes in each bucket.
 BUCKETS = (1, 4, 16, 64)
+# ...and of a similar depth (the most KV cells a token of the step attends to): a token's
+# attention grows with it, so a one-token step at an 1,900-token depth took ~22 ms against
+# ~10 ms at a short one (SmolLM2, 2 cores). Mixed in one average, a try of another count
+# that landed on a short step after a long conversation's steps looked faster by the
+# depth alone. Upper bounds; deeper steps form a class of their own.
+DEPTHS = (1024, 4096)
 EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count, at first
 # A try that loses doubles the wait before the next, up to this: each try is a slower step
 # (one stream on 2 cores: a try every 24 steps cost ~2-4% of its tokens/s), and a steady
@@ -135,23 +141,29 @@ class ThreadTuner:
         # A configured count is kept as it is (explore=False): nothing else is tried.
         self.choices = thread_choices(cores) if explore else (initial[1],)
         one, batch = initial
-        self.best = [one if b == 1 else batch for b in BUCKETS] + [batch]
-        self.cost: list[dict[int, float]] = [{} for _ in range(len(BUCKETS) + 1)]
-        self.steps = [0] * (len(BUCKETS) + 1)
-        self._turn = [0] * (len(BUCKETS) + 1)
-        self.every = [EXPLORE_EVERY] * (len(BUCKETS) + 1)  # steps between tries, per bucket
-        self._since = [0] * (len(BUCKETS) + 1)  # steps since the last try
-        self._settled = [0.0] * (len(BUCKETS) + 1)  # the count in use's cost at the last try
+        # buckets: every size at the shortest depth first, then at the next depth, ...
+        sizes = [one if b == 1 else batch for b in BUCKETS] + [batch]
+        n = len(sizes) * (len(DEPTHS) + 1)
+        self.best = sizes * (len(DEPTHS) + 1)
+        self.cost: list[dict[int, float]] = [{} for _ in range(n)]
+        self.steps = [0] * n
+        self._turn = [0] * n
+        self.every = [EXPLORE_EVERY] * n  # steps between tries, per bucket
+        self._since = [0] * n  # steps since the last try
+        self._settled = [0.0] * n  # the count in use's cost at the last try
         self.threads = 0  # the count set on the context (0: its initial counts)
-        self._last: tuple[int, int] | None = None  # (tokens, threads) of the step under way
+        self._last: tuple[int, int, int] | None = None  # (tokens, threads, depth) under way
 
     def idle(self) -> None:
         """The decode thread waited or retried: the step under way is not charged."""
         self._last = None
 
-    def begin(self, n_tokens: int, set_threads: Callable[[int, int], None]) -> float:
-        """A step of n_tokens starts now: set its thread count; return the start time."""
-        want = self.choose(n_tokens)
+    def begin(
+        self, n_tokens: int, set_threads: Callable[[int, int], None], depth: int = 0
+    ) -> float:
+        """A step of n_tokens, attending to at most `depth` cells, starts now: set its
+        thread count; return the start time."""
+        want = self.choose(n_tokens, depth)
         held = URGENT.held  # a person waits on other work in this process: leave it cores
         if held:
             want = min(want, max(1, self.cores - held))
@@ -159,26 +171,25 @@ class ThreadTuner:
             set_threads(want, want)
             self.threads = want
         # A step squeezed for someone else's work says nothing about its thread count.
-        self._last = None if held else (n_tokens, want)
+        self._last = None if held else (n_tokens, want, depth)
         return time.perf_counter()
 
     def end(self, seconds: float) -> None:
         """The step begun last spent `seconds` in llama_decode: charge its thread count."""
         if self._last is not None:
-            n, threads = self._last
+            n, threads, depth = self._last
             self._last = None
-            self.observe(n, threads, seconds)
+            self.observe(n, threads, seconds, depth)
 
     @staticmethod
-    def bucket(n_tokens: int) -> int:
-        for i, top in enumerate(BUCKETS):
-            if n_tokens <= top:
-                return i
-        return len(BUCKETS)
+    def bucket(n_tokens: int, depth: int = 0) -> int:
+        size = next((i for i, top in enumerate(BUCKETS) if n_tokens <= top), len(BUCKETS))
+        deep = next((i for i, top in enumerate(DEPTHS) if depth <= top), len(DEPTHS))
+        return size + deep * (len(BUCKETS) + 1)
 
-    def choose(self, n_tokens: int) -> int:
-        """The thread count for the next step of n_tokens tokens."""
-        b = self.bucket(n_tokens)
+    def choose(self, n_tokens: int, depth: int = 0) -> int:
+        """The thread count for the next step of n_tokens tokens at `depth`."""
+        b = self.bucket(n_tokens, depth)
         self.steps[b] += 1
         self._since[b] += 1
         if len(self.choices) > 1 and self._since[b] >= self.every[b]:
@@ -188,9 +199,9 @@ class ThreadTuner:
             return others[self._turn[b]]
         return self.best[b]
 
-    def observe(self, n_tokens: int, threads: int, seconds: float) -> None:
-        """A step of n_tokens tokens run with `threads` took `seconds` (start to next start)."""
-        b = self.bucket(n_tokens)
+    def observe(self, n_tokens: int, threads: int, seconds: float, depth: int = 0) -> None:
+        """A step of n_tokens tokens at `depth` run with `threads` took `seconds`."""
+        b = self.bucket(n_tokens, depth)
         per_token = seconds / max(1, n_tokens)
         costs = self.cost[b]
         old = costs.get(threads)
@@ -226,7 +237,8 @@ class ThreadTuner:
 
     @staticmethod
     def summary_names() -> list[str]:
-        return [f"<={top}" for top in BUCKETS] + [f">{BUCKETS[-1]}"]
+        sizes = [f"<={top}" for top in BUCKETS] + [f">{BUCKETS[-1]}"]
+        return sizes + [f"{s} past {d}" for d in DEPTHS for s in sizes]
 
     def summary(self) -> dict[str, int]:
         """The count in use per bucket, for logs and stats."""

@@ -100,13 +100,15 @@ def test_every_core_to_start_with_unless_threads_are_set() -> None:
     assert decode_threads(3, 2) == (3, 3)
 
 
-def run_steps(tuner: ThreadTuner, steps: int, n_tokens: int, cost: dict[int, float]) -> list[int]:
+def run_steps(
+    tuner: ThreadTuner, steps: int, n_tokens: int, cost: dict[int, float], depth: int = 0
+) -> list[int]:
     """Drive the tuner as the decode thread does; `cost`: seconds per step per count."""
     used = []
     for _ in range(steps):
-        threads = tuner.choose(n_tokens)
+        threads = tuner.choose(n_tokens, depth)
         used.append(threads)
-        tuner.observe(n_tokens, threads, cost[threads])
+        tuner.observe(n_tokens, threads, cost[threads], depth)
     return used
 
 
@@ -141,6 +143,21 @@ def test_the_thread_count_follows_what_is_measured_per_kind_of_step() -> None:
     used = run_steps(tuner, 500, 8, {1: 0.040, 2: 0.025})
     assert tuner.summary()["<=16"] == 2 and used[-50:].count(2) >= 49
     assert tuner.summary()["<=1"] == 2
+
+
+def test_steps_deep_in_a_long_conversation_do_not_decide_for_short_ones() -> None:
+    # One-token steps at an 1,900-token depth cost ~2x those of a short conversation. When
+    # both shared one average, a try of one thread on a short step right after a long
+    # conversation's turn looked faster and took over: 48 of the next 100 short steps ran
+    # on the slower count.
+    tuner = ThreadTuner(2, (2, 2))
+    deep = run_steps(tuner, 20, 1, {1: 0.035, 2: 0.022}, depth=1900)
+    short = run_steps(tuner, 100, 1, {1: 0.015, 2: 0.010}, depth=60)
+    assert deep == [2] * 20
+    assert short.count(1) <= 2 and tries(short, 2) == [23, 71]  # lone tries that lost
+    assert tuner.summary()["<=1"] == 2 and tuner.summary()["<=1 past 1024"] == 2
+    # the deepest class is its own too
+    assert ThreadTuner.bucket(1, 5000) != ThreadTuner.bucket(1, 2000) != ThreadTuner.bucket(1)
 
 
 def test_a_difference_within_noise_does_not_flip_the_count() -> None:
