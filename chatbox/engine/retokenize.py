@@ -51,7 +51,7 @@ class Retokenizer:
         }
         self._checks = CHECKS
         self._lock = threading.Lock()
-        self.reused = 0  # tokens taken from a previous prompt (for tests and the curious)
+        self.reused = 0  # tokens a cut kept from a previous prompt (checked ones too)
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         if not self.enabled or len(text) < MIN_CHARS:
@@ -69,10 +69,9 @@ class Retokenizer:
             if cut is not None:
                 k, at = cut
                 tokens = list(base[1][:k]) + self._tokenize(text[at:], False)
+                self.reused += k
                 if self._checks > 0:
                     tokens = self._check(text, add_special, tokens)
-                else:
-                    self.reused += k
         if tokens is None:
             tokens = self._tokenize(text, add_special)
         with self._lock:

@@ -125,7 +125,7 @@ class ThreadTuner:
     its core (to this process's event loop, to the moderation classifier, to anything else
     on the box) stalls the whole step: on 2 cores one stream ran at 136 tokens/s with one
     thread and 79 with two, while 8 streams ran best with two, and on a loaded box two
-    threads collapsed to a few tokens/s. So each bucket of step sizes keeps a moving
+    threads collapsed to a few tokens/s. So each bucket of step sizes and depths keeps a moving
     average of the time per step for every count it has tried, uses the fastest, and every
     EXPLORE_EVERY steps tries the next count once, so it follows the box's load; tries
     that keep losing come less often (MAX_EXPLORE_EVERY).

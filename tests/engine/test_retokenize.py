@@ -91,6 +91,21 @@ def test_conversations_that_differ_early_are_tokenized_whole(tiny_gguf: Path) ->
     assert r.reused == 0  # the only special token before the difference is within the margin
 
 
+def test_no_cut_at_a_special_token_within_a_margin_of_the_difference(tiny_gguf: Path) -> None:
+    model = Model(tiny_gguf, vocab_only=True)
+    template = ChatTemplate(model.chat_template() or "", "", "<|im_end|>")
+    r = retokenizer(model)
+    system = ChatMessage("system", "S")
+    a, b = (template.render((system, ChatMessage("user", c + "long " * 600)), True) for c in "AB")
+    # They differ 5 characters after the <|im_start|> of the user turn ("user\n"), closer
+    # than the longest special token: the cut is at the <|im_end|> before it.
+    assert r.tokenize(a, False) == model.tokenize(a, False, True)
+    want = model.tokenize(b, False, True)
+    assert r.tokenize(b, False) == want
+    ends = [i for i, t in enumerate(want) if model.piece(t, special=True) == b"<|im_end|>"]
+    assert r.reused == ends[0]
+
+
 def test_a_wrong_cut_is_caught_and_turns_it_off(tiny_gguf: Path) -> None:
     model = Model(tiny_gguf, vocab_only=True)
     template = ChatTemplate(model.chat_template() or "", "", "<|im_end|>")
@@ -140,5 +155,6 @@ async def test_engine_prompts_across_turns_match_whole_tokenization(tiny_gguf: P
             whole = engine.model.tokenize(text, add_special=engine.model.add_bos)
             assert engine.prompt_tokens(tuple(msgs)) == whole
             msgs += [ChatMessage("assistant", f"Answer {turn}."), ChatMessage("user", "More?")]
+        assert engine._retok.reused > 0  # the turns after the first were cut, not whole
     finally:
         engine.close()
