@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chatbox.engine.kvstate import State, read_state
+
 if TYPE_CHECKING:
     from chatbox.settings import EngineSettings
 
@@ -80,7 +82,7 @@ class DiskEntry:
     public: int
 
 
-def _read(path: Path, want_data: bool) -> tuple[DiskEntry, bytes] | None:
+def _read(path: Path, want_data: bool) -> tuple[DiskEntry, State] | None:
     """The entry (and state bytes), or None if the file is missing, short or corrupt."""
     try:
         with path.open("rb") as f:
@@ -94,8 +96,10 @@ def _read(path: Path, want_data: bool) -> tuple[DiskEntry, bytes] | None:
             ):
                 return None
             meta, toks = f.read(n_meta), f.read(4 * n_tok)
-            data = f.read(n_data) if want_data else b""
+            data = read_state(f, n_data) if want_data else b""  # state memory: kvstate.py
     except OSError:
+        return None
+    if data is None:
         return None
     if want_data and zlib.crc32(data, zlib.crc32(toks, zlib.crc32(meta))) != crc:
         return None
@@ -152,7 +156,7 @@ class DiskStore:
             self._drop(name)
         return got[0] if got else None
 
-    def load(self, cache_key: str) -> tuple[DiskEntry, bytes] | None:
+    def load(self, cache_key: str) -> tuple[DiskEntry, State] | None:
         """The entry and its verified state bytes; a bad file is deleted and None returned."""
         name = key_name(cache_key)
         got = _read(self.root / name, want_data=True)
@@ -173,7 +177,7 @@ class DiskStore:
             else:
                 self._quiet.set()
 
-    def save(self, cache_key: str, entry: DiskEntry, data: bytes) -> None:
+    def save(self, cache_key: str, entry: DiskEntry, data: State) -> None:
         """Queue a write (replacing the key's file); returns at once."""
         if self.cap_bytes <= 0 or len(data) > self.cap_bytes:
             return
@@ -235,7 +239,7 @@ class DiskStore:
             except Exception:  # a full disk must not stop later deletes
                 log.exception("parked KV disk operation failed")
 
-    def _write(self, name: str, entry: DiskEntry, data: bytes) -> None:
+    def _write(self, name: str, entry: DiskEntry, data: State) -> None:
         final = self.root / name
         tmp = self.root / (name + ".tmp")
         meta = json.dumps({"scope": entry.scope, "public": entry.public}).encode()

@@ -15,6 +15,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from chatbox.engine.kvstate import State, new_state, pointer
+
 log = logging.getLogger("chatbox.engine.llama_cpp")
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation. llama.cpp's
 # info is model-loading chatter (hundreds of lines per load): debug here, not the server log.
@@ -332,16 +334,19 @@ class Context:
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)
 
-    def seq_save(self, seq: int) -> bytes:
-        """The sequence's KV as bytes (for parking in host RAM)."""
+    def seq_save(self, seq: int) -> State:
+        """The sequence's KV as state (for parking in host RAM; see kvstate.py)."""
         size = int(llama_cpp.llama_state_seq_get_size(self.ptr, seq))
-        buf = (ctypes.c_uint8 * size)()
-        n = int(llama_cpp.llama_state_seq_get_data(self.ptr, buf, size, seq))
-        return bytes(memoryview(buf)[:n])
+        if size <= 0:
+            return b""
+        buf = new_state(size)
+        n = int(llama_cpp.llama_state_seq_get_data(self.ptr, pointer(buf), size, seq))
+        return buf if n == size else bytes(memoryview(buf)[:n])
 
-    def seq_restore(self, seq: int, data: bytes) -> bool:
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        return int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, len(data), seq)) > 0
+    def seq_restore(self, seq: int, data: State) -> bool:
+        n = len(data)
+        ok = n > 0 and llama_cpp.llama_state_seq_set_data(self.ptr, pointer(data), n, seq)
+        return int(ok) > 0
 
     def close(self) -> None:
         if self.ptr:

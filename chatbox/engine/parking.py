@@ -6,12 +6,14 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from chatbox.engine.kvstate import State
+
 
 @dataclass
 class Parked:
     cache_key: str
     tokens: list[int]
-    data: bytes
+    data: State
     scope: str | None = None
     public: int = 0
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from chatbox.engine import streams
 from chatbox.engine.kvdisk import DiskEntry, DiskStore
+from chatbox.engine.kvstate import State
 from chatbox.engine.parking import Parked, ParkedRam
 from chatbox.engine.prefixes import common_prefix, reusable
 
@@ -340,7 +341,7 @@ class SlotTable:
             self._to_disk(slot, data)
             self.parked.put(Parked(key, list(slot.tokens), data, slot.scope, slot.public))
 
-    def _saved(self, slot: Slot) -> bytes:
+    def _saved(self, slot: Slot) -> State:
         """The slot's KV as state bytes; empty when it is not worth parking (no key, shorter
         than MIN_PARK_TOKENS) or llama.cpp could not save it."""
         if slot.cache_key is None or len(slot.tokens) < MIN_PARK_TOKENS:
@@ -350,7 +351,7 @@ class SlotTable:
         except Exception:
             return b""
 
-    def _to_disk(self, slot: Slot, data: bytes) -> bool:
+    def _to_disk(self, slot: Slot, data: State) -> bool:
         """Queue the slot's KV for the disk (written by the disk's own thread), if it may go."""
         if self.disk is None or not slot.persist or slot.cache_key is None:
             return False

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+from chatbox.engine.kvstate import State
 from chatbox.engine.parking import Parked, ParkedRam
 
 HEADS_BYTES = 64 * 1024 * 1024  # state of public heads kept for new conversations
@@ -22,9 +23,9 @@ HEADS_BYTES = 64 * 1024 * 1024  # state of public heads kept for new conversatio
 class StateOps(Protocol):
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool: ...
 
-    def seq_save(self, seq: int) -> bytes: ...
+    def seq_save(self, seq: int) -> State: ...
 
-    def seq_restore(self, seq: int, data: bytes) -> bool: ...
+    def seq_restore(self, seq: int, data: State) -> bool: ...
 
 
 class StreamSlot(Protocol):
