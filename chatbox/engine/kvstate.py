@@ -4,9 +4,14 @@ A conversation's state is large (SmolLM2: ~23 KB a token, 44 MB for 1,900 tokens
 into a ctypes array and copied out as `bytes`, a 1,900-token save took 66 ms, of which
 llama.cpp's own copy was 5.6 ms: the rest was zero-filling and copying fresh memory, 4 KB
 page fault by page fault. Restoring copied it into a ctypes array again (37 ms; llama.cpp's
-read, 5 ms). State now lives in an anonymous mapping advised for transparent huge pages
-(2 MB pages: ~20 faults instead of ~11,000): the save took 9 ms, and a restore reads it in
-place (4.6 ms). Without the advice (as where the kernel offers no huge pages) it took 27 ms.
+read, 5 ms). State now lives in private anonymous mappings advised for transparent huge
+pages (2 MB pages: ~20 faults instead of ~11,000), and a restore reads it in place (5 ms).
+
+Fresh memory stays slow on a virtual machine whose host backs guest memory on first touch
+and takes freed memory back (free page reporting): on the 2-core box a save into new
+mappings took 9 ms or 90-140 ms by that alone. So the mappings of states that nobody holds
+any more are kept (`StatePool`, up to `KEEP_BYTES`) and the next save of a similar size
+writes into one of them.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ import contextlib
 import ctypes
 import io
 import mmap
+import sys
+import threading
+import weakref
 from typing import Any
 
-# What a save returns and a restore takes: a mapping from `new_state`, or bytes (a test's
-# fake, or a state that llama.cpp wrote shorter than it sized).
-State = bytes | mmap.mmap
+# What a save returns and a restore takes: a view of pooled memory, a mapping (read from
+# disk), or bytes (a test's fake, or a state llama.cpp wrote shorter than it sized).
+State = bytes | mmap.mmap | memoryview
+
+GRAIN = 2 * 1024 * 1024  # mappings are whole huge pages
+KEEP_BYTES = 128 * 1024 * 1024  # free mappings a pool keeps for later saves
 
 
 def new_state(size: int) -> mmap.mmap:
@@ -33,12 +44,64 @@ def new_state(size: int) -> mmap.mmap:
     return buf
 
 
+class StatePool:
+    """Hands out state memory, and takes a mapping back once nothing holds its view.
+
+    A view is given back by a finalizer when its last reference goes (in whichever
+    thread drops it: the decode thread, or the disk writer after writing it). A mapping
+    is reused only while nothing else references it: a `memoryview` made from a handed-out
+    view refers to the mapping itself, not to the view, and may outlive it.
+    """
+
+    def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
+        self.keep_bytes = keep_bytes
+        self.free_bytes = 0
+        self.reused = 0  # saves that wrote into kept memory
+        self._free: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+        self._unheld = self._refs([new_state(1)])[0]  # a kept mapping that nothing holds
+
+    @staticmethod
+    def _refs(maps: list[mmap.mmap]) -> list[int]:
+        return [sys.getrefcount(m) for m in maps]
+
+    def take(self, size: int) -> memoryview:
+        """`size` bytes of writable state memory (size > 0; contents undefined)."""
+        raw = None
+        with self._lock:
+            # the smallest kept mapping that holds it, if it wastes less than a quarter
+            refs = self._refs(self._free)
+            fits = [
+                m
+                for m, n in zip(self._free, refs, strict=True)
+                if n <= self._unheld and size <= len(m) <= size + size // 4 + GRAIN
+            ]
+            if fits:
+                raw = min(fits, key=len)
+                self._free.remove(raw)
+                self.free_bytes -= len(raw)
+                self.reused += 1
+        if raw is None:
+            raw = new_state(-(-size // GRAIN) * GRAIN)
+        view = memoryview(raw)[:size]
+        weakref.finalize(view, self._give, raw)
+        return view
+
+    def _give(self, raw: mmap.mmap) -> None:
+        with self._lock:
+            while self._free and self.free_bytes + len(raw) > self.keep_bytes:
+                self.free_bytes -= len(self._free.pop(0))  # the oldest kept goes first
+            if len(raw) <= self.keep_bytes:
+                self._free.append(raw)
+                self.free_bytes += len(raw)
+
+
 def pointer(data: State) -> Any:
     """A `uint8_t *` to the state's bytes for llama.cpp, without copying them (llama.cpp
-    only reads them; the caller keeps `data` alive for the call)."""
-    if isinstance(data, mmap.mmap):
-        return (ctypes.c_uint8 * len(data)).from_buffer(data)
-    return ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+    only reads through it, or writes into pooled memory; the caller keeps `data` alive)."""
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+    return (ctypes.c_uint8 * len(data)).from_buffer(data)
 
 
 def read_state(f: io.BufferedIOBase, size: int) -> State | None:

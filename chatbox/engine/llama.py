@@ -15,7 +15,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from chatbox.engine.kvstate import State, new_state, pointer
+from chatbox.engine.kvstate import State, StatePool, pointer
 
 log = logging.getLogger("chatbox.engine.llama_cpp")
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation. llama.cpp's
@@ -270,6 +270,7 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
         self.kv_unified = p.kv_unified
+        self.states = StatePool()  # memory that saved sequence state goes into (kvstate.py)
         self.n_threads, self.n_threads_batch = p.n_threads, p.n_threads_batch or p.n_threads
         self._rows: dict[int, np.ndarray] = {}  # logits row address -> a view of it
 
@@ -339,9 +340,9 @@ class Context:
         size = int(llama_cpp.llama_state_seq_get_size(self.ptr, seq))
         if size <= 0:
             return b""
-        buf = new_state(size)
+        buf = self.states.take(size)
         n = int(llama_cpp.llama_state_seq_get_data(self.ptr, pointer(buf), size, seq))
-        return buf if n == size else bytes(memoryview(buf)[:n])
+        return buf if n == size else bytes(buf[:n])
 
     def seq_restore(self, seq: int, data: State) -> bool:
         n = len(data)

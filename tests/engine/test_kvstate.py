@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import io
+from pathlib import Path
 
-from chatbox.engine.kvstate import new_state, pointer, read_state
+import numpy as np
+
+from chatbox.engine.kvstate import StatePool, new_state, pointer, read_state
+from chatbox.engine.llama import Batch, Context, ContextParams, Model
 
 
 def test_new_state_is_zeroed_writable_memory_of_the_size_asked() -> None:
@@ -35,3 +39,54 @@ def test_read_state_fills_new_memory_and_refuses_a_short_file() -> None:
     assert got is not None and bytes(got) == raw
     assert read_state(io.BufferedReader(io.BytesIO(raw[:-1])), len(raw)) is None
     assert read_state(io.BufferedReader(io.BytesIO(b"")), 0) == b""
+
+
+def test_a_pool_reuses_memory_only_once_nothing_holds_its_view() -> None:
+    pool = StatePool(keep_bytes=64 * 1024 * 1024)
+    first = pool.take(5 * 1024 * 1024)
+    first[:4] = b"keep"
+    held = memoryview(first)  # a disk write still reading it, say
+    del first
+    second = pool.take(5 * 1024 * 1024)
+    assert pool.reused == 0  # the first state's memory is still read through `held`
+    held.release()
+    del held, second
+    third = pool.take(5 * 1024 * 1024 - 100)  # a state of about the same size
+    assert pool.reused == 1 and len(third) == 5 * 1024 * 1024 - 100
+
+
+def test_a_pool_keeps_at_most_its_budget_and_no_mapping_far_too_big() -> None:
+    pool = StatePool(keep_bytes=8 * 1024 * 1024)
+    views = [pool.take(3 * 1024 * 1024) for _ in range(4)]  # 4 MB mappings each
+    del views
+    assert pool.free_bytes <= 8 * 1024 * 1024
+    small = pool.take(64 * 1024)  # would waste nearly all of a 4 MB mapping
+    assert pool.reused == 0 and len(small) == 64 * 1024
+
+
+def test_a_real_context_saves_into_pooled_memory_and_restores_the_same_kv(
+    tiny_gguf: Path,
+) -> None:
+    model = Model(tiny_gguf)
+    ctx = Context(model, ContextParams(n_ctx=512, n_seq_max=2, n_batch=64, n_threads=1))
+    batch = Batch(64)
+    try:
+        for i, tok in enumerate([1, 5, 9, 13, 17, 21, 25]):
+            batch.add(tok, i, 0, False)
+        assert ctx.decode(batch) == 0
+        saved = ctx.seq_save(0)
+        assert isinstance(saved, memoryview) and len(saved) > 0
+        assert ctx.seq_restore(1, saved)
+        del saved
+        assert ctx.seq_restore(1, ctx.seq_save(1))  # into a reused mapping, and back
+        assert ctx.states.reused >= 1
+        batch.clear()
+        batch.add(29, 7, 0, True)
+        batch.add(29, 7, 1, True)
+        assert ctx.decode(batch) == 0
+        # the restored sequence continues exactly as the original does
+        assert np.allclose(ctx.logits(0), ctx.logits(1), atol=1e-5)
+    finally:
+        batch.free()
+        ctx.close()
+        model.close()
