@@ -34,12 +34,14 @@ import struct
 import threading
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatbox.engine.kvstate import State, read_state
+from chatbox.engine.parking import Parked
+from chatbox.engine.prefixes import common_prefix
 
 if TYPE_CHECKING:
     from chatbox.settings import EngineSettings
@@ -167,6 +169,24 @@ class DiskStore:
         with contextlib.suppress(OSError):
             os.utime(self.root / name)  # recently used: last to be evicted
         return got
+
+    def better(
+        self, key: str, scope: str | None, prompt: Sequence[int], best_n: int
+    ) -> Parked | None:
+        """The prefix parked under key (another scope's never), read only if more of the
+        prompt than best_n tokens is in it."""
+        if key not in self:
+            return None
+        head = self.peek(key)
+        if head is None or head.scope != scope:
+            return None
+        if min(common_prefix(head.tokens, prompt), len(prompt) - 1) <= best_n:
+            return None
+        got = self.load(key)
+        if got is None or got[0].scope != scope:
+            return None
+        entry, data = got
+        return Parked(key, entry.tokens, data, entry.scope, entry.public)
 
     def decoding(self, busy: bool) -> None:
         """Whether the engine decodes (the scheduler says after every step): writes trickle

@@ -40,6 +40,15 @@ class ParkedRam:
             _, old = self._items.popitem(last=False)
             self.size -= len(old.data)
 
+    def holds(self, key: str, tokens: list[int], scope: str | None, public: int) -> bool:
+        """Whether key is parked with exactly these tokens, scope and public prefix."""
+        p = self._items.get(key)
+        return p is not None and (p.scope, p.public, p.tokens) == (scope, public, tokens)
+
+    def touch(self, key: str) -> None:
+        """Make key the most recently parked (the last to go past the budget)."""
+        self._items.move_to_end(key)
+
     def drop(self, key: str) -> None:
         old = self._items.pop(key, None)
         if old is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from chatbox.engine import speculative
 from chatbox.engine.batching import build_batch, deepest
 from chatbox.engine.forks import start_forks
+from chatbox.engine.idle import IdleWork
 from chatbox.engine.job import Job, start_sampling, timings
 from chatbox.engine.kvdisk import DiskStore
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
@@ -29,7 +30,6 @@ from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
 from chatbox.engine.slots import SlotTable
 from chatbox.engine.tuning import ThreadTuner
-from chatbox.engine.turns import TurnTails
 from chatbox.engine.types import (
     DoneEvent,
     EngineEvent,
@@ -89,7 +89,7 @@ class Scheduler:
         self._kv_starved = False
         self._thread: threading.Thread | None = None
         self.tuner = tuner  # None: the context's thread counts, as they are
-        self.turns = TurnTails(n_ctx_per_seq)
+        self.idle = IdleWork(n_ctx_per_seq, self.slots)  # work between answers
         self.outbox = Outbox(stream_interval_s)  # a step's events: one wake-up per loop
         self._shape, self._published_at = (0, 0), 0.0  # what _publish last published, when
 
@@ -129,7 +129,7 @@ class Scheduler:
                 self.tuner.idle()  # idle time is not part of any step
             while block or not self.inbox.empty():  # (raising Empty costs every step)
                 try:
-                    item = self.inbox.get(block, self.turns.wait_s() if block else None)
+                    item = self.inbox.get(block, self.idle.wait_s() if block else None)
                 except queue.Empty:
                     break
                 block = False
@@ -151,8 +151,8 @@ class Scheduler:
                 self._admit()
                 if self.active:
                     self._step()
-                elif not self.waiting and self.turns.pending:  # idle: warm the next turns
-                    self.turns.warm(self.ctx, self.batch, self.slots)
+                elif not self.waiting:  # idle: the next turns' markers, parking ahead
+                    self.idle.run(self.ctx, self.batch)
             except Exception as exc:  # a bug must not kill the thread or other engines
                 log.exception("engine step failed")
                 for job in list(self.active):
@@ -320,7 +320,7 @@ class Scheduler:
             job.sampler = None
         if job.slot is not None:
             self.slots.release(job.slot, keep=reason in ("stop", "length"))
-            self.turns.note(job, reason)
+            self.idle.ended(job, reason)
             self._trim(busy=sum(1 for j in self.active if j is not job) >= 2)
         if job in self.active:
             self.active.remove(job)

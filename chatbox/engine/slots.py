@@ -87,6 +87,7 @@ class SlotTable:
         self.parked = ParkedRam(park_bytes)
         self.heads = ParkedRam(streams.HEADS_BYTES)  # public heads' state (streams.copy_head)
         self._arranged = True  # busy slots are on consecutive ids (see arrange)
+        self._per_token = 0.0  # state bytes a token, as the last park measured
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
 
@@ -162,7 +163,7 @@ class SlotTable:
             self._park(target)
         parked = self.parked.get(cache_key) if cache_key else None
         if parked is None and cache_key is not None:
-            parked = self._from_disk(cache_key, scope, prompt, best_n)
+            parked = self.disk.better(cache_key, scope, prompt, best_n) if self.disk else None
         if parked is not None and parked.scope == scope:
             n_parked = min(common_prefix(parked.tokens, prompt), limit)
             if n_parked > best_n and self._restore(target, parked):
@@ -226,23 +227,6 @@ class SlotTable:
         self.moves += moved
         self._arranged = moved == len(pairs)
         return moved
-
-    def _from_disk(
-        self, key: str, scope: str | None, prompt: Sequence[int], best_n: int
-    ) -> Parked | None:
-        """A prefix parked on disk (another scope's never), read only if it beats best_n."""
-        if self.disk is None or key not in self.disk:
-            return None
-        head = self.disk.peek(key)
-        if head is None or head.scope != scope:
-            return None
-        if min(common_prefix(head.tokens, prompt), len(prompt) - 1) <= best_n:
-            return None
-        got = self.disk.load(key)
-        if got is None or got[0].scope != scope:
-            return None
-        entry, data = got
-        return Parked(key, entry.tokens, data, entry.scope, entry.public)
 
     def fork(self, src: Slot) -> Slot | None:
         """A busy slot holding a copy of src's KV (seq_cp, no prefill): another answer to
@@ -336,10 +320,31 @@ class SlotTable:
     def _park(self, slot: Slot) -> None:
         if self.park_bytes <= 0 and (self.disk is None or not slot.persist):
             return
-        data, key = self._saved(slot), slot.cache_key
+        key = slot.cache_key
+        if key is not None and self.parked.holds(key, slot.tokens, slot.scope, slot.public):
+            self.parked.touch(key)  # parked ahead (park_ahead) and unchanged since
+            return
+        data = self._saved(slot)
         if data and key is not None:
             self._to_disk(slot, data)
             self.parked.put(Parked(key, list(slot.tokens), data, slot.scope, slot.public))
+            self._per_token = len(data) / len(slot.tokens)
+
+    def park_ahead(self) -> bool:
+        """Park the least recently used idle live conversation that is not parked as it is,
+        keeping it live (idle.py). False when none is left, or it would push a parked one
+        out of the RAM budget."""
+        for slot in sorted(self.slots, key=lambda s: s.last_used):
+            key = slot.cache_key
+            if slot.busy or key is None or len(slot.tokens) < MIN_PARK_TOKENS:
+                continue
+            if self.parked.holds(key, slot.tokens, slot.scope, slot.public):
+                continue
+            if self.parked.size + len(slot.tokens) * self._per_token > self.park_bytes:
+                return False
+            self._park(slot)
+            return True
+        return False
 
     def _saved(self, slot: Slot) -> State:
         """The slot's KV as state bytes; empty when it is not worth parking (no key, shorter

@@ -340,3 +340,45 @@ def test_a_public_head_is_copied_once_then_restored_from_the_heads_cache() -> No
         t.append(adm.slot, [7, 8])
         t.release(adm.slot, keep=True)
         assert copied == (2 if user == "user-b" else 0)  # a's stream and the head; none
+
+
+def test_a_conversation_parked_ahead_costs_no_save_when_its_slot_is_taken() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 2, park_bytes=1 << 20, shared=False)
+    a = list(range(100, 160))
+    stream_run(t, kv, a, "a")
+    stream_run(t, kv, list(range(200, 260)), "b")
+    assert t.park_ahead() and t.park_ahead()  # both idle conversations, one a call
+    assert not t.park_ahead()  # nothing is left to park
+    saves = kv.saves
+    assert "a" in t.parked and any(s.cache_key == "a" for s in t.slots)  # and still live
+    stream_run(t, kv, list(range(300, 360)), "c")  # takes a's slot (least recently used)
+    assert kv.saves == saves  # a was saved already: its slot only had its KV dropped
+    assert stream_run(t, kv, [*a, 7, 1, 2], "a") == len(a) + 1  # a's next turn restores it
+    slot = next(s for s in t.slots if s.cache_key == "a")
+    assert kv.seqs[slot.seq] == slot.tokens  # the restored KV is what the slot says
+
+
+def test_a_conversation_that_went_on_after_parking_ahead_is_saved_again() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 1, park_bytes=1 << 20, shared=False)
+    a = list(range(100, 160))
+    stream_run(t, kv, a, "a")
+    assert t.park_ahead() and "a" in t.parked
+    longer = [*a, 7, 1, 2, 3]
+    assert stream_run(t, kv, longer, "a") == len(a) + 1  # live: its own slot
+    assert "a" not in t.parked  # the copy parked ahead is stale now, and gone
+    saves = kv.saves
+    stream_run(t, kv, list(range(300, 360)), "b")  # a is parked as it is now
+    assert kv.saves == saves + 1
+    assert stream_run(t, kv, [*longer, 7, 9], "a") == len(longer) + 1
+
+
+def test_parking_ahead_pushes_no_parked_conversation_out_of_the_budget() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 1, park_bytes=1 << 20, shared=False)
+    stream_run(t, kv, list(range(100, 160)), "a")
+    stream_run(t, kv, list(range(200, 260)), "b")  # a is parked: a save's size is known
+    t.parked.budget = t.park_bytes = t.parked.size + 10  # room for nothing more
+    assert not t.park_ahead()
+    assert "a" in t.parked and "b" not in t.parked
