@@ -18,7 +18,8 @@
    script would), then a third turn's after a pause (--pause, 2 s: a person reading the
    answer; a reference column, no target). The servers take turns part by part (who goes
    first alternates), so that a slow minute on this shared machine lands on both, and
-   before each part both sit idle until neither uses CPU;
+   before each part both sit idle until neither uses CPU; one untimed round of every part
+   on both servers goes first (--warmup: a fresh process's first requests are slow here);
 4. prints each run, then the median over pairs of chatbox / llama-server.
 Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
@@ -444,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--pairs", type=int, default=3, help="interleaved pairs of runs")
     ap.add_argument(
+        "--warmup", type=int, default=1, help="untimed rounds of every part on both servers"
+    )
+    ap.add_argument(
         "--threads", type=int, default=0, help="both (0: chatbox's default, llama-server all cores)"
     )
     ap.add_argument("--slots", type=int, default=8, help="-np / --n-parallel")
@@ -481,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
+        # Untimed first: a fresh process's first requests touch memory the VM backs on first
+        # use (llama-server's first 64-token answer here took 7.7 s, the next ones 0.7).
+        for _ in range(args.warmup):
+            for phase in PHASES:
+                for server in list(servers):
+                    settle(servers)
+                    run_phase_retrying(server, args, phase, binary, model, work, servers)
         for k in range(args.pairs):
             got: dict[str, dict[str, Any]] = {"chatbox": {}, "llama-server": {}}
             for i, phase in enumerate(PHASES):
