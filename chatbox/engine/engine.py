@@ -121,7 +121,7 @@ class LlamaEngine:
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
         self._ctx = ctx
-        disk = await asyncio.to_thread(open_store, s, self.model.path)
+        disk = await asyncio.to_thread(open_store, s, self.model.path, ctx.states)
         self._scheduler = Scheduler(
             self.model,
             ctx,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chatbox.engine.kvstate import State, read_state
+from chatbox.engine.kvstate import State, StatePool, read_state
 from chatbox.engine.parking import Parked
 from chatbox.engine.prefixes import common_prefix
 
@@ -84,7 +84,9 @@ class DiskEntry:
     public: int
 
 
-def _read(path: Path, want_data: bool) -> tuple[DiskEntry, State] | None:
+def _read(
+    path: Path, want_data: bool, states: StatePool | None = None
+) -> tuple[DiskEntry, State] | None:
     """The entry (and state bytes), or None if the file is missing, short or corrupt."""
     try:
         with path.open("rb") as f:
@@ -98,7 +100,7 @@ def _read(path: Path, want_data: bool) -> tuple[DiskEntry, State] | None:
             ):
                 return None
             meta, toks = f.read(n_meta), f.read(4 * n_tok)
-            data = read_state(f, n_data) if want_data else b""  # state memory: kvstate.py
+            data = read_state(f, n_data, states) if want_data else b""  # see kvstate.py
     except OSError:
         return None
     if data is None:
@@ -117,8 +119,15 @@ def _read(path: Path, want_data: bool) -> tuple[DiskEntry, State] | None:
 class DiskStore:
     """Parked KV files of one model in one directory, size-capped, written in the background."""
 
-    def __init__(self, root: Path, cap_bytes: int, pending_cap: int = PENDING_CAP) -> None:
+    def __init__(
+        self,
+        root: Path,
+        cap_bytes: int,
+        pending_cap: int = PENDING_CAP,
+        states: StatePool | None = None,
+    ) -> None:
         self.root = root
+        self.states = states  # the memory states are read into (the context's pool)
         self.cap_bytes = cap_bytes
         self.pending_cap = pending_cap
         self.pending = 0  # bytes of state queued and not yet written
@@ -161,7 +170,7 @@ class DiskStore:
     def load(self, cache_key: str) -> tuple[DiskEntry, State] | None:
         """The entry and its verified state bytes; a bad file is deleted and None returned."""
         name = key_name(cache_key)
-        got = _read(self.root / name, want_data=True)
+        got = _read(self.root / name, want_data=True, states=self.states)
         if got is None:
             log.warning("ignoring a damaged parked KV file %s", name)
             self._drop(name)
@@ -316,7 +325,9 @@ class DiskStore:
             self._sizes.pop(name, None)
 
 
-def open_store(settings: EngineSettings, model_path: Path) -> DiskStore | None:
+def open_store(
+    settings: EngineSettings, model_path: Path, states: StatePool | None = None
+) -> DiskStore | None:
     """The disk tier for a model under these settings (None: off, or the disk is unusable)."""
     if settings.kv_dir is None or settings.park_disk_bytes <= 0:
         return None
@@ -325,7 +336,7 @@ def open_store(settings: EngineSettings, model_path: Path) -> DiskStore | None:
     layout = f"{settings.kv_type}:{'fa' if fa else 'nofa'}"
     try:
         root = settings.kv_dir / model_id(model_path, layout)
-        return DiskStore(root, settings.park_disk_bytes)
+        return DiskStore(root, settings.park_disk_bytes, states=states)
     except OSError as exc:
         log.warning("parking KV on disk is off: %s", exc)
         return None

@@ -104,11 +104,12 @@ def pointer(data: State) -> Any:
     return (ctypes.c_uint8 * len(data)).from_buffer(data)
 
 
-def read_state(f: io.BufferedIOBase, size: int) -> State | None:
-    """`size` bytes of state from a file into new state memory; None if the file is short."""
+def read_state(f: io.BufferedIOBase, size: int, pool: StatePool | None = None) -> State | None:
+    """`size` bytes of state from a file into the pool's memory (or a new mapping); None
+    if the file is short."""
     if size == 0:
         return b""
-    buf = new_state(size)
+    buf = pool.take(size) if pool is not None else new_state(size)
     view = memoryview(buf)
     try:
         got = 0

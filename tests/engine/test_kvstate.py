@@ -90,3 +90,12 @@ def test_a_real_context_saves_into_pooled_memory_and_restores_the_same_kv(
         batch.free()
         ctx.close()
         model.close()
+
+
+def test_read_state_reads_into_the_pools_memory() -> None:
+    pool = StatePool()
+    raw = bytes(range(256)) * 4096
+    restored = pool.take(len(raw))
+    del restored  # a state restored and dropped: its mapping is kept
+    got = read_state(io.BufferedReader(io.BytesIO(raw)), len(raw), pool)
+    assert got is not None and bytes(got) == raw and pool.reused == 1
