@@ -10,6 +10,7 @@ import pytest
 
 from chatbox.engine.engine import LlamaEngine
 from chatbox.settings import EngineSettings
+from tests.engine.helpers import running
 from tests.tinymodel import make_tiny_gguf
 
 
@@ -52,10 +53,5 @@ TINY_SETTINGS = EngineSettings(
 
 @pytest.fixture
 async def tiny_engine(tiny_gguf: Path) -> AsyncIterator[LlamaEngine]:
-    engine = LlamaEngine(tiny_gguf, "tiny", TINY_SETTINGS)
-    await engine.start()
-    try:
+    async with running(tiny_gguf, TINY_SETTINGS) as engine:
         yield engine
-    finally:
-        await engine.stop()
-        engine.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +19,7 @@ from chatbox.engine.types import (
     SamplingParams,
     TokenEvent,
 )
+from chatbox.settings import EngineSettings
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 
@@ -26,6 +30,18 @@ class Result:
     done: DoneEvent
     chunks: list[str] = field(default_factory=list)
     logits: list[np.ndarray] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def running(path: Path, settings: EngineSettings) -> AsyncIterator[LlamaEngine]:
+    """An engine on the model at path, started, and stopped and closed afterwards."""
+    engine = LlamaEngine(path, "tiny", settings)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+        engine.close()
 
 
 def chat(*turns: str, system: str | None = None) -> tuple[ChatMessage, ...]:

@@ -15,7 +15,7 @@ from chatbox.engine.parking import Parked
 from chatbox.engine.scheduler import Scheduler
 from chatbox.engine.types import SamplingParams
 from tests.engine.conftest import TINY_SETTINGS
-from tests.engine.helpers import assert_kv_consistent, chat, generate, wait_idle
+from tests.engine.helpers import assert_kv_consistent, chat, generate, running, wait_idle
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 
@@ -28,13 +28,8 @@ def where(s: Scheduler, key: str) -> tuple[bool, Parked | None]:
 @pytest.fixture
 async def engine(tiny_gguf: Path) -> AsyncIterator[LlamaEngine]:
     """One slot: every other conversation takes it."""
-    engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, n_parallel=1))
-    await engine.start()
-    try:
+    async with running(tiny_gguf, replace(TINY_SETTINGS, n_parallel=1)) as engine:
         yield engine
-    finally:
-        await engine.stop()
-        engine.close()
 
 
 async def test_an_idle_conversation_is_parked_ahead_and_its_slot_taken_without_a_save(

@@ -23,6 +23,7 @@ from chatbox.knowledge.extraction import (
     grounded_facts,
 )
 from chatbox.settings import EngineSettings
+from tests.engine.helpers import running
 
 # The grammar bounds a fact to FACT_CHARS code points as llama.cpp reads the bytes; a random
 # model's invalid UTF-8 decodes to several U+FFFD each here, so the bound is looser below.
@@ -40,13 +41,8 @@ INPUTS = (
 @pytest.fixture
 async def tiny(tiny_gguf: Path) -> AsyncIterator[LlamaEngine]:
     settings = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_threads=2)
-    engine = LlamaEngine(tiny_gguf, "tiny", settings)
-    await engine.start()
-    try:
+    async with running(tiny_gguf, settings) as engine:
         yield engine
-    finally:
-        await engine.stop()
-        engine.close()
 
 
 def extractor(engine: Engine, max_tokens: int) -> Extractor:
