@@ -4,8 +4,8 @@ parking idle conversations ahead of need.
 With a KV stream per slot a finished conversation stays live in its slot until another
 conversation takes the slot; it is parked (its state saved to host RAM and disk) then, on
 the decode thread, while every running stream waits. A 1,900-token conversation's state is
-44 MB: 9 ms to save into memory already in use, 90-160 ms into fresh memory on a virtual
-machine that backs guest memory on first touch (kvstate.py). So once the engine has sat
+44 MB: 4-5 ms to save into memory the state pool kept, 90-160 ms into fresh memory on a
+virtual machine that backs guest memory on first touch (kvstate.py). So once the engine has sat
 idle for `PARK_AHEAD_S` after its last answer (after the turns' markers, which change what
 would be saved), idle conversations are saved one at a time, least recently used first,
 and stay live: taking such a slot later only drops its KV.
