@@ -232,16 +232,34 @@ def serving_cpu(before: dict[str, float], after: dict[str, float], compute: int)
     return sum(used[compute:])
 
 
-def settle(servers: list[Server], quiet_ms: float = 20.0, most_s: float = 30.0) -> None:
-    """Wait until no server uses more than quiet_ms of CPU in half a second: what one did
-    after its run (chatbox decodes the next turn's markers 0.5 s after the last answer
-    and writes parked KV to disk while idle) must not land in the other's run."""
+def written(pid: int) -> int:
+    """Bytes the process has written (write calls, to files or sockets), from /proc."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def settle(
+    servers: list[Server], quiet_ms: float = 20.0, quiet_bytes: int = 1 << 20, most_s: float = 60.0
+) -> None:
+    """Wait until no server uses more than quiet_ms of CPU or writes more than quiet_bytes
+    in half a second: what one did after its run (chatbox decodes the next turn's markers
+    0.5 s after the last answer, parks idle conversations ahead after 1 s and writes them
+    to disk while idle; a disk write waits on fsync using little CPU) must not land in the
+    other's run."""
     deadline = time.monotonic() + most_s
     while time.monotonic() < deadline:
-        before = [sum(thread_cpu(s.proc.pid).values()) for s in servers]
+        before = [(sum(thread_cpu(s.proc.pid).values()), written(s.proc.pid)) for s in servers]
         time.sleep(0.5)
-        after = [sum(thread_cpu(s.proc.pid).values()) for s in servers]
-        if all(b - a <= quiet_ms for a, b in zip(before, after, strict=True)):
+        after = [(sum(thread_cpu(s.proc.pid).values()), written(s.proc.pid)) for s in servers]
+        if all(
+            b[0] - a[0] <= quiet_ms and b[1] - a[1] <= quiet_bytes
+            for a, b in zip(before, after, strict=True)
+        ):
             return
 
 
