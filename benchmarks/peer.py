@@ -243,16 +243,32 @@ def written(pid: int) -> int:
     return 0
 
 
+def unwritten() -> int:
+    """Bytes of file data the kernel has yet to write out (Dirty + Writeback, /proc/meminfo)."""
+    total = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(("Dirty:", "Writeback:")):
+                total += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total
+
+
 def settle(
     servers: list[Server], quiet_ms: float = 20.0, quiet_bytes: int = 1 << 20, most_s: float = 60.0
 ) -> None:
     """Wait until no server uses more than quiet_ms of CPU or writes more than quiet_bytes
-    in half a second: what one did after its run (chatbox decodes the next turn's markers
-    0.5 s after the last answer, parks idle conversations ahead after 1 s and writes them
-    to disk while idle; a disk write waits on fsync using little CPU) must not land in the
-    other's run."""
+    in half a second, and the kernel has written out what they wrote: what one did after
+    its run (chatbox decodes the next turn's markers 0.5 s after the last answer, parks
+    idle conversations ahead after 1 s and writes them to disk while idle; a disk write
+    waits on fsync using little CPU, and the kernel's writeback is no process's) must not
+    land in the other's run."""
     deadline = time.monotonic() + most_s
     while time.monotonic() < deadline:
+        if unwritten() > 8 * quiet_bytes:
+            time.sleep(0.1)
+            continue
         before = [(sum(thread_cpu(s.proc.pid).values()), written(s.proc.pid)) for s in servers]
         time.sleep(0.5)
         after = [(sum(thread_cpu(s.proc.pid).values()), written(s.proc.pid)) for s in servers]
