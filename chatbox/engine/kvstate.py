@@ -29,7 +29,8 @@ from typing import Any
 # disk), or bytes (a test's fake, or a state llama.cpp wrote shorter than it sized).
 State = bytes | mmap.mmap | memoryview
 
-GRAIN = 2 * 1024 * 1024  # mappings are whole huge pages
+GRAIN = 2 * 1024 * 1024  # mappings of a huge page or more are whole huge pages
+PAGE = mmap.PAGESIZE  # smaller ones, whole pages (a head's state is well under 1 MB)
 KEEP_BYTES = 128 * 1024 * 1024  # free mappings a pool keeps for later saves
 
 
@@ -42,6 +43,12 @@ def new_state(size: int) -> mmap.mmap:
         with contextlib.suppress(OSError):  # the kernel may not offer huge pages
             buf.madvise(advice)
     return buf
+
+
+def mapped(size: int) -> int:
+    """The size of the mapping a state of `size` bytes gets."""
+    grain = GRAIN if size >= GRAIN else PAGE
+    return -(-size // grain) * grain
 
 
 class StatePool:
@@ -70,11 +77,12 @@ class StatePool:
         raw = None
         with self._lock:
             # the smallest kept mapping that holds it, if it wastes less than a quarter
+            want = mapped(size)
             refs = self._refs(self._free)
             fits = [
                 m
                 for m, n in zip(self._free, refs, strict=True)
-                if n <= self._unheld and size <= len(m) <= size + size // 4 + GRAIN
+                if n <= self._unheld and want <= len(m) <= want + size // 4
             ]
             if fits:
                 raw = min(fits, key=len)
@@ -82,7 +90,7 @@ class StatePool:
                 self.free_bytes -= len(raw)
                 self.reused += 1
         if raw is None:
-            raw = new_state(-(-size // GRAIN) * GRAIN)
+            raw = new_state(mapped(size))
         view = memoryview(raw)[:size]
         weakref.finalize(view, self._give, raw)
         return view

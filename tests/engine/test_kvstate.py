@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatbox.engine.kvstate import StatePool, new_state, pointer, read_state
+from chatbox.engine.kvstate import GRAIN, PAGE, StatePool, mapped, new_state, pointer, read_state
 from chatbox.engine.llama import Batch, Context, ContextParams, Model
 
 
@@ -99,3 +99,10 @@ def test_read_state_reads_into_the_pools_memory() -> None:
     del restored  # a state restored and dropped: its mapping is kept
     got = read_state(io.BufferedReader(io.BytesIO(raw)), len(raw), pool)
     assert got is not None and bytes(got) == raw and pool.reused == 1
+
+
+def test_a_small_state_is_not_given_a_huge_page() -> None:
+    # a 30-token head is ~0.7 MB: a 2 MB mapping each would triple what the heads' budget holds
+    assert mapped(700_000) < 710_000 and mapped(700_000) % PAGE == 0
+    assert mapped(GRAIN) == GRAIN and mapped(GRAIN + 1) == 2 * GRAIN
+    assert len(StatePool().take(700_000).obj) == mapped(700_000)
