@@ -18,8 +18,9 @@
    script would), then a third turn's after a pause (--pause, 2 s: a person reading the
    answer; a reference column, no target). The servers take turns part by part (who goes
    first alternates), so that a slow minute on this shared machine lands on both, and
-   before each part both sit idle until neither uses CPU; one untimed round of every part
-   on both servers goes first (--warmup: a fresh process's first requests are slow here);
+   before each part both sit idle until neither uses CPU nor writes, and the kernel has
+   written out what they wrote; one untimed round of every part on both servers goes
+   first (--warmup: a fresh process's first requests are slow here);
 4. prints each run, then the median over pairs of chatbox / llama-server.
 Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
@@ -519,8 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
-        # Untimed first: a fresh process's first requests touch memory the VM backs on first
-        # use (llama-server's first 64-token answer here took 7.7 s, the next ones 0.7).
+        # Untimed first: a fresh process's first requests are slow here (llama-server's
+        # first 64-token answer took 7.7 s, the next ones 0.7; the cause was not found).
         for _ in range(args.warmup):
             for phase in PHASES:
                 for server in list(servers):

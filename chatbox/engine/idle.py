@@ -55,7 +55,7 @@ class IdleWork:
 
     def run(self, ctx: Context, batch: Batch) -> None:
         """One piece of the work that is due: the scheduler reads its inbox between two."""
-        if self.turns.pending and self.turns.wait_s() == 0.0:
+        if self.turns.wait_s() == 0.0:  # a tail is due (None: none is pending)
             self.turns.warm(ctx, batch, self.slots)
         elif self._ahead and time.monotonic() >= self._ended_at + self.park_ahead_s:
             self._ahead = self.slots.park_ahead()

@@ -84,9 +84,7 @@ class DiskEntry:
     public: int
 
 
-def _read(
-    path: Path, want_data: bool, states: StatePool | None = None
-) -> tuple[DiskEntry, State] | None:
+def _read(path: Path, want_data: bool, states: StatePool) -> tuple[DiskEntry, State] | None:
     """The entry (and state bytes), or None if the file is missing, short or corrupt."""
     try:
         with path.open("rb") as f:
@@ -127,7 +125,7 @@ class DiskStore:
         states: StatePool | None = None,
     ) -> None:
         self.root = root
-        self.states = states  # the memory states are read into (the context's pool)
+        self.states = states or StatePool()  # the memory states are read into (kvstate.py)
         self.cap_bytes = cap_bytes
         self.pending_cap = pending_cap
         self.pending = 0  # bytes of state queued and not yet written
@@ -162,7 +160,7 @@ class DiskStore:
         with self._lock:
             if name not in self._sizes:
                 return None
-        got = _read(self.root / name, want_data=False)
+        got = _read(self.root / name, False, self.states)
         if got is None:
             self._drop(name)
         return got[0] if got else None
@@ -170,7 +168,7 @@ class DiskStore:
     def load(self, cache_key: str) -> tuple[DiskEntry, State] | None:
         """The entry and its verified state bytes; a bad file is deleted and None returned."""
         name = key_name(cache_key)
-        got = _read(self.root / name, want_data=True, states=self.states)
+        got = _read(self.root / name, True, self.states)
         if got is None:
             log.warning("ignoring a damaged parked KV file %s", name)
             self._drop(name)

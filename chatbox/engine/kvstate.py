@@ -1,17 +1,18 @@
 """Memory for llama.cpp sequence state: parked conversations, copies between KV streams.
 
 A conversation's state is large (SmolLM2: ~23 KB a token, 44 MB for 1,900 tokens). Saved
-into a ctypes array and copied out as `bytes`, a 1,900-token save took 66 ms, of which
+into a ctypes array and copied out as `bytes`, a 1,900-token save took 47-66 ms, of which
 llama.cpp's own copy was 5.6 ms: the rest was zero-filling and copying fresh memory, 4 KB
-page fault by page fault. Restoring copied it into a ctypes array again (37 ms; llama.cpp's
-read, 5 ms). State now lives in private anonymous mappings advised for transparent huge
-pages (2 MB pages: ~20 faults instead of ~11,000), and a restore reads it in place (5 ms).
+page fault by page fault. Restoring copied it into a ctypes array again (36-47 ms;
+llama.cpp's read, 5 ms). State now lives in private anonymous mappings advised for
+transparent huge pages (2 MB pages: ~20 faults instead of ~11,000), and a restore reads it
+in place (4-6 ms).
 
-Fresh memory stays slow on a virtual machine whose host backs guest memory on first touch
-and takes freed memory back (free page reporting): on the 2-core box a save into new
-mappings took 9 ms or 90-140 ms by that alone. So the mappings of states that nobody holds
-any more are kept (`StatePool`, up to `KEEP_BYTES`) and the next save of a similar size
-writes into one of them.
+Fresh memory stays slow on this VM (reasoned to be its host backing guest memory on first
+touch; not measured apart): on the 2-core box a save into a new mapping took 90-160 ms,
+into one just unmapped and mapped again 9 ms, into a kept one 4-5 ms. So the
+mappings of states that nobody holds any more are kept (`StatePool`, up to `KEEP_BYTES`)
+and the next save or disk read of a similar size writes into one of them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import threading
 import weakref
 from typing import Any
 
-# What a save returns and a restore takes: a view of pooled memory, a mapping (read from
-# disk), or bytes (a test's fake, or a state llama.cpp wrote shorter than it sized).
-State = bytes | mmap.mmap | memoryview
+# What a save returns and a restore takes: a view of pooled memory, or bytes (a test's
+# fake, or a state llama.cpp wrote shorter than it sized).
+State = bytes | memoryview
 
 GRAIN = 2 * 1024 * 1024  # mappings of a huge page or more are whole huge pages
 PAGE = mmap.PAGESIZE  # smaller ones, whole pages (a head's state is well under 1 MB)
@@ -112,12 +113,11 @@ def pointer(data: State) -> Any:
     return (ctypes.c_uint8 * len(data)).from_buffer(data)
 
 
-def read_state(f: io.BufferedIOBase, size: int, pool: StatePool | None = None) -> State | None:
-    """`size` bytes of state from a file into the pool's memory (or a new mapping); None
-    if the file is short."""
+def read_state(f: io.BufferedIOBase, size: int, pool: StatePool) -> State | None:
+    """`size` bytes of state from a file into the pool's memory; None if the file is short."""
     if size == 0:
         return b""
-    buf = pool.take(size) if pool is not None else new_state(size)
+    buf = pool.take(size)
     view = memoryview(buf)
     try:
         got = 0

@@ -332,8 +332,11 @@ class SlotTable:
 
     def park_ahead(self) -> bool:
         """Park the least recently used idle live conversation that is not parked as it is,
-        keeping it live (idle.py). False when none is left, or it would push a parked one
-        out of the RAM budget."""
+        keeping it live (idle.py). False when none is left, when it would push a parked
+        one out of the RAM budget, or when it could not be parked in RAM (parking off, a
+        state bigger than the budget, a failed save): the idle loop would try it again."""
+        if self.park_bytes <= 0:
+            return False
         for slot in sorted(self.slots, key=lambda s: s.last_used):
             key = slot.cache_key
             if slot.busy or key is None or len(slot.tokens) < MIN_PARK_TOKENS:
@@ -343,7 +346,7 @@ class SlotTable:
             if self.parked.size + len(slot.tokens) * self._per_token > self.park_bytes:
                 return False
             self._park(slot)
-            return True
+            return self.parked.holds(key, slot.tokens, slot.scope, slot.public)
         return False
 
     def _saved(self, slot: Slot) -> State:

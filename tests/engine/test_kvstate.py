@@ -33,12 +33,13 @@ def test_pointer_reads_the_state_in_place_for_both_kinds() -> None:
     assert p[0] == 255
 
 
-def test_read_state_fills_new_memory_and_refuses_a_short_file() -> None:
+def test_read_state_fills_state_memory_and_refuses_a_short_file() -> None:
     raw = bytes(range(200)) * 5000  # ~1 MB, read in more than one piece by a small buffer
-    got = read_state(io.BufferedReader(io.BytesIO(raw), buffer_size=4096), len(raw))
+    pool = StatePool()
+    got = read_state(io.BufferedReader(io.BytesIO(raw), buffer_size=4096), len(raw), pool)
     assert got is not None and bytes(got) == raw
-    assert read_state(io.BufferedReader(io.BytesIO(raw[:-1])), len(raw)) is None
-    assert read_state(io.BufferedReader(io.BytesIO(b"")), 0) == b""
+    assert read_state(io.BufferedReader(io.BytesIO(raw[:-1])), len(raw), pool) is None
+    assert read_state(io.BufferedReader(io.BytesIO(b"")), 0, pool) == b""
 
 
 def test_a_pool_reuses_memory_only_once_nothing_holds_its_view() -> None:

@@ -382,3 +382,17 @@ def test_parking_ahead_pushes_no_parked_conversation_out_of_the_budget() -> None
     t.parked.budget = t.park_bytes = t.parked.size + 10  # room for nothing more
     assert not t.park_ahead()
     assert "a" in t.parked and "b" not in t.parked
+
+
+def test_parking_ahead_reports_no_work_where_nothing_can_be_parked_in_ram() -> None:
+    # the idle loop runs park_ahead again at once while it says it did some: with RAM
+    # parking off, or a state that does not fit the budget, it must say it did none
+    kv = StreamKv()
+    off = SlotTable(kv, 1, park_bytes=0, shared=False)
+    stream_run(off, kv, list(range(100, 160)), "a")
+    assert not off.park_ahead()
+    tiny = SlotTable(kv, 1, park_bytes=8, shared=False)  # no state fits in 8 bytes
+    stream_run(tiny, kv, list(range(100, 160)), "a")
+    saves = kv.saves
+    assert not tiny.park_ahead()
+    assert kv.saves == saves + 1  # it tried once, and says so
