@@ -109,10 +109,11 @@ def serial_baseline(
         str(path),
         n_ctx=2048,
         n_batch=512,
+        n_ubatch=engine.settings.n_ubatch,
         n_threads=threads,
         verbose=False,
         n_gpu_layers=0,
-        flash_attn=engine.settings.flash_attn,  # the same kernels as the engine
+        flash_attn=bool(engine.settings.flash_attn),  # the same kernels as the engine
     )
     bias = {int(t): -1e9 for t in engine.model.eog_ids}
     t0 = time.perf_counter()
@@ -146,7 +147,8 @@ def ceiling(engine: LlamaEngine, n: int, max_tokens: int, threads: int) -> dict[
         kv_unified=unified,
         n_batch=max(512, total),
         n_threads=threads,
-        flash_attn=engine.settings.flash_attn,
+        n_ubatch=engine.settings.n_ubatch,
+        flash_attn=bool(engine.settings.flash_attn),
         kv_type=engine.settings.kv_type,
     )
     ctx = Context(model, params)
@@ -303,7 +305,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         n_ctx_per_seq=4096,
         n_batch=512,
         n_threads=args.threads,
-        flash_attn=not args.no_flash_attn,
+        flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
     )
     engine = LlamaEngine(path, path.stem, settings)
     await engine.start()
@@ -313,7 +315,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         "shipped_model": str(shipped),
         "quick": quick,
         "threads": threads,
-        "flash_attn": settings.flash_attn,
+        "flash_attn": engine.settings.flash_attn,  # as decided for this model and machine
         "reps": reps,
     }
     try:
@@ -398,7 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke test)")
     ap.add_argument("--model", default=None, help="GGUF path, or 'tiny' (default: SmolLM2)")
     ap.add_argument("--reps", type=int, default=0, help="runs per row, best kept (0: auto)")
-    ap.add_argument("--no-flash-attn", action="store_true", help="disable flash attention")
+    ap.add_argument(
+        "--flash-attn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="flash attention (auto: as the engine decides for this machine)",
+    )
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores)")
     ap.add_argument(
         "--no-requant",

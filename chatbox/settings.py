@@ -39,9 +39,13 @@ class EngineSettings:
     # sequences share through seq_cp, and idle prefixes may outnumber the slots.
     kv_unified: bool = False
     n_batch: int = 512  # tokens per llama_decode step (decode + prefill chunks)
+    n_ubatch: int = 0  # tokens per compute pass; 0: n_batch, at most 256 without flash attention
     n_threads: int = 0  # 0: all cores
     n_gpu_layers: int = -1  # -1: all layers, where llama.cpp was built with GPU support
-    flash_attn: bool = True  # on CPU too: masked cells of other sequences are skipped
+    # None: chosen for the hardware (engine/tuning.py `attention`): on with GPU offload, a
+    # unified pool or a quantized KV cache; off on CPU with a stream per slot, where
+    # llama.cpp's CPU flash attention costs ~3x as much per cached token (README).
+    flash_attn: bool | None = None
     kv_type: str = "f16"  # f16, q8_0, q4_0
     park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
     # extra sequence ids that only hold cached prefixes; -1: n_parallel in a unified pool,
@@ -211,6 +215,8 @@ class Settings:
 
 def _coerce(raw: str, kind: Any) -> Any:
     text = str(kind)
+    if "None" in text and raw.strip().lower() in {"auto", "none"}:
+        return None  # an optional setting left to the default
     if text.startswith("tuple"):  # comma-separated
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     if "bool" in text:

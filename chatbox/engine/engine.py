@@ -23,6 +23,7 @@ from chatbox.engine.sampling import check_grammar
 from chatbox.engine.scheduler import Job, Scheduler
 from chatbox.engine.tuning import (
     ThreadTuner,
+    attention,
     available_cores,
     decode_threads,
     idle_cell_budget,
@@ -58,7 +59,6 @@ class LlamaEngine:
         settings: EngineSettings,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self.settings = settings
         self.model = Model(Path(path), n_gpu_layers=settings.n_gpu_layers)
         bos = self.model.piece(self.model.bos, special=True).decode("utf-8", "replace")
         eos = self.model.piece(self.model.eos, special=True).decode("utf-8", "replace")
@@ -81,6 +81,8 @@ class LlamaEngine:
         per_seq = min(settings.n_ctx_per_seq, settings.n_ctx)
         if train > 0:
             per_seq = min(per_seq, train)
+        # the attention kernel as decided for this model on this hardware
+        self.settings = attention(settings, self.model.offloaded, self.model.n_head, per_seq)
         self.info = ModelInfo(
             name=name,
             path=str(path),
@@ -108,13 +110,16 @@ class LlamaEngine:
         warning = prefix_cache_warning(s, n_ctx, per_seq)
         if warning:
             log.warning("%s: %s", self.info.name, warning)
+        kernel = "flash" if s.flash_attn else "plain"
+        log.info("%s: %s attention, passes of %d tokens", self.info.name, kernel, s.n_ubatch)
         params = ContextParams(
             n_ctx=n_ctx,
             n_seq_max=n_slots,
             n_batch=s.n_batch,
             n_threads=threads,
             n_threads_batch=batch_threads,
-            flash_attn=s.flash_attn,
+            n_ubatch=s.n_ubatch,
+            flash_attn=bool(s.flash_attn),
             kv_type=s.kv_type,
             kv_unified=s.kv_unified,
         )

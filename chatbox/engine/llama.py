@@ -92,6 +92,7 @@ class Model:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if supports_gpu_offload() else 0
+        self.offloaded = params.n_gpu_layers != 0  # some layers run on a GPU
         params.vocab_only = vocab_only
         self.path = Path(path)
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
@@ -101,6 +102,7 @@ class Model:
         self.vocab = llama_cpp.llama_model_get_vocab(ptr)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(ptr))
+        self.n_head = int(llama_cpp.llama_model_n_head(ptr))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
         self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
@@ -197,6 +199,7 @@ class ContextParams:
     flash_attn: bool = False
     kv_type: str = "f16"
     n_threads_batch: int = 0  # for steps of several tokens; 0: n_threads
+    n_ubatch: int = 0  # tokens per compute pass (a step is split into these); 0: n_batch
     # One pool of cells shared by all sequences (seq_cp shares cells), or one stream of
     # n_ctx / n_seq_max cells per sequence (attention scans only the sequence's own stream).
     kv_unified: bool = True
@@ -242,7 +245,7 @@ class Context:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = p.n_ctx
         params.n_batch = p.n_batch
-        params.n_ubatch = p.n_batch
+        params.n_ubatch = min(p.n_ubatch, p.n_batch) if p.n_ubatch > 0 else p.n_batch
         params.n_seq_max = p.n_seq_max
         params.n_threads = p.n_threads
         params.n_threads_batch = p.n_threads_batch or p.n_threads

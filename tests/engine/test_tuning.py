@@ -16,7 +16,10 @@ from chatbox.engine.tuning import (
     EXPLORE_EVERY,
     MAX_EXPLORE_EVERY,
     MAX_EXPLORE_FEWER,
+    SCORES_BYTES,
+    UBATCH_NO_FLASH,
     ThreadTuner,
+    attention,
     available_cores,
     decode_threads,
     prefix_cache_warning,
@@ -67,6 +70,46 @@ async def test_a_budget_below_one_conversation_is_reported_at_startup(
         assert warned and "recomputed on every turn" in warned[0]
         parked = prefix_cache_warning(replace(tight, park_bytes=1 << 20), 1024, 1024)
         assert parked is not None and "parked in host RAM" in parked
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+def test_plain_attention_on_cpu_with_a_stream_per_slot_and_flash_attention_elsewhere() -> None:
+    cpu = EngineSettings(n_batch=512, kv_unified=False)
+    chosen = attention(cpu, offloaded=False, n_head=9, n_ctx_per_seq=4096)
+    assert chosen.flash_attn is False and chosen.n_ubatch == UBATCH_NO_FLASH
+    # flash attention where it pays: a GPU, a shared pool (it skips other conversations'
+    # cells), a quantized cache (llama.cpp needs it); passes stay whole batches then
+    for case, offloaded in [
+        (cpu, True),
+        (replace(cpu, kv_unified=True), False),
+        (replace(cpu, kv_type="q8_0"), False),
+    ]:
+        got = attention(case, offloaded=offloaded, n_head=9, n_ctx_per_seq=4096)
+        assert got.flash_attn is True and got.n_ubatch == 512
+    # a context so deep that plain attention's scores would not fit the budget
+    deep = SCORES_BYTES // (UBATCH_NO_FLASH * 32 * 4) * 2
+    assert attention(cpu, offloaded=False, n_head=32, n_ctx_per_seq=deep).flash_attn is True
+    # what the admin set stands, and a pass is never larger than a step
+    forced = attention(replace(cpu, flash_attn=True, n_ubatch=1024), False, 9, 4096)
+    assert forced.flash_attn is True and forced.n_ubatch == 512
+    assert attention(replace(cpu, flash_attn=False), True, 9, 4096).flash_attn is False
+
+
+async def test_plain_attention_in_split_passes_keeps_the_prefix_cache(tiny_gguf: Path) -> None:
+    # a 512-token step in two passes
+    settings = replace(SMALL, n_batch=512, n_parallel=2, n_ctx=4096, n_ctx_per_seq=2048)
+    engine = await started(tiny_gguf, settings)
+    try:
+        assert engine.settings.flash_attn is False and engine.settings.n_ubatch == 256
+        first = chat("Remember these notes. " + "The meeting moved to Tuesday. " * 40)
+        r1 = await generate(engine, first, cache_key="conv")
+        assert r1.done.finish_reason == "length" and r1.done.usage.prompt_tokens > 512
+        second = (*first, *chat("x", r1.text, "And the time?")[1:])
+        r2 = await generate(engine, second, cache_key="conv")
+        assert r2.done.usage.cached_tokens >= r1.done.usage.prompt_tokens - 1
+        assert r2.done.finish_reason == "length"
     finally:
         await engine.stop()
         engine.close()
