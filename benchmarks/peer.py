@@ -16,11 +16,14 @@
    pairs: one stream (8 requests one after another), 8 concurrent streams, and a
    ~1,800-token history: the cold turn's and its follow-up turn's TTFT (sent at once, as a
    script would), then a third turn's after a pause (--pause, 2 s: a person reading the
-   answer; a reference column, no target). The servers take turns part by part (who goes
-   first alternates), so that a slow minute on this shared machine lands on both, and
-   before each part both sit idle until neither uses CPU nor writes, and the kernel has
-   written out what they wrote; one untimed round of every part on both servers goes
-   first (--warmup: a fresh process's first requests are slow here);
+   answer; a reference column, no target); and 8 concurrent follow-up turns on ~1,000-token
+   conversations (--deep-tokens; prefilled one by one first; a reference column: answers
+   decoded deep in the KV cache, as in a conversation's later turns). The servers take
+   turns part by part (who goes first alternates), so that a slow minute on this shared
+   machine lands on both, and before each part both sit idle until neither uses CPU nor
+   writes, and the kernel has written out what they wrote; one untimed round of every
+   part on both servers goes first (--warmup: a fresh process's first requests are slow
+   here);
 4. prints each run, then the median over pairs of chatbox / llama-server.
 Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
@@ -352,7 +355,7 @@ def openai_client(server: Server) -> Any:
     )
 
 
-PHASES = ("serial", "concurrent", "history")
+PHASES = ("serial", "concurrent", "history", "deep")
 
 
 async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dict[str, Any]:
@@ -379,6 +382,21 @@ async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dic
                 f"{phase}_tokens_per_answer": statistics.mean(r["tokens"] for r in done),
                 f"{phase}_serving_ms": serving_cpu(cpu0, cpu1, compute) / tokens,
             }
+        if phase == "deep":  # 8 people mid-conversation: answers decode deep in their KV
+            turns = [history(f"{nonce}-d{i}", args.deep_tokens) for i in range(n)]
+            firsts = [await stream(client, server.model, t, 1) for t in turns]  # prefill
+            follow = [
+                [
+                    *t,
+                    {"role": "assistant", "content": f["text"]},
+                    {"role": "user", "content": f"Tell me more about point {i}."},
+                ]
+                for i, (t, f) in enumerate(zip(turns, firsts, strict=True))
+            ]
+            t0 = time.perf_counter()
+            done = await asyncio.gather(*(stream(client, server.model, f, mt) for f in follow))
+            wall = time.perf_counter() - t0
+            return {"deep_tok_s": sum(r["tokens"] for r in done) / wall}
         colds, follows, paused, cached = [], [], [], []
         for rep in range(args.ttft_reps):
             turn1 = history(f"{nonce}-h{rep}", args.history_tokens)
@@ -413,13 +431,15 @@ async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dic
 COLUMNS = [
     ("serial_tok_s", "1 stream tok/s", "{:.1f}"),
     ("concurrent_tok_s", "8 streams tok/s", "{:.1f}"),
+    ("deep_tok_s", "8 streams deep tok/s", "{:.1f}"),
     ("cold_ttft", "cold TTFT s", "{:.3f}"),
     ("followup_ttft", "follow-up TTFT s", "{:.3f}"),
     ("paused_ttft", "follow-up after a pause TTFT s", "{:.3f}"),
     ("serial_serving_ms", "1 stream serving CPU ms/token", "{:.3f}"),
     ("concurrent_serving_ms", "8 streams serving CPU ms/token", "{:.3f}"),
 ]
-REFERENCE = {"cold_ttft", "paused_ttft", "serial_serving_ms", "concurrent_serving_ms"}  # no target
+# reference columns: no target
+REFERENCE = {"deep_tok_s", "cold_ttft", "paused_ttft", "serial_serving_ms", "concurrent_serving_ms"}
 
 
 def report(
@@ -489,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=16384, help="-c / --n-ctx")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per answer")
     ap.add_argument("--history-tokens", type=int, default=1800)
+    ap.add_argument(
+        "--deep-tokens", type=int, default=1000, help="history of each deep stream (reference)"
+    )
     ap.add_argument("--ttft-reps", type=int, default=2, help="history conversations per run")
     ap.add_argument(
         "--pause", type=float, default=2.0, help="seconds before the third turn (a person reading)"
