@@ -22,7 +22,11 @@ from chatbox.settings import Settings, settings_from_env
     default=None,
     help="Layers offloaded to the GPU (-1: all, where built with GPU support).",
 )
-@click.option("--flash-attn/--no-flash-attn", default=None, help="Use flash attention.")
+@click.option(
+    "--flash-attn/--no-flash-attn",
+    default=None,
+    help="Flash attention (default: chosen for the hardware; off on CPU with a stream a slot).",
+)
 @click.option(
     "--kv-type",
     type=click.Choice(["f16", "q8_0", "q4_0"]),

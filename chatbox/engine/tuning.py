@@ -1,4 +1,5 @@
-"""How a context is shaped from the settings: threads, and the idle prefix-cache budget."""
+"""How a context is shaped from the settings: threads, the attention kernel, and the idle
+prefix-cache budget."""
 
 from __future__ import annotations
 
@@ -61,12 +62,14 @@ def attention(
     follow-up 85 against 153 (2 cores, SmolLM2-135M Q8_0). Plain attention pads every
     stream to 256 cells, so below ~200 tokens flash attention is faster by 3-20%.
     """
+    quantized = s.kv_type not in ("f16", "f32")  # llama.cpp needs flash attention for it
     fa = s.flash_attn
     if fa is None:
         ubatch = min(s.n_ubatch or s.n_batch, UBATCH_NO_FLASH)
         scores = n_ctx_per_seq * ubatch * max(1, n_head) * 4
         # a unified pool: flash attention skips other conversations' cells (plain scans them)
-        fa = offloaded or s.kv_unified or s.kv_type not in ("f16", "f32") or scores > SCORES_BYTES
+        fa = offloaded or s.kv_unified or scores > SCORES_BYTES
+    fa = fa or quantized
     ubatch = s.n_ubatch if s.n_ubatch > 0 else (s.n_batch if fa else UBATCH_NO_FLASH)
     return replace(s, flash_attn=fa, n_ubatch=min(ubatch, s.n_batch))
 

@@ -95,6 +95,8 @@ def test_plain_attention_on_cpu_with_a_stream_per_slot_and_flash_attention_elsew
     forced = attention(replace(cpu, flash_attn=True, n_ubatch=1024), False, 9, 4096)
     assert forced.flash_attn is True and forced.n_ubatch == 512
     assert attention(replace(cpu, flash_attn=False), True, 9, 4096).flash_attn is False
+    # ...but a quantized cache has no plain-attention layout in llama.cpp
+    assert attention(replace(cpu, flash_attn=False, kv_type="q8_0"), False, 9, 4096).flash_attn
 
 
 async def test_plain_attention_in_split_passes_keeps_the_prefix_cache(tiny_gguf: Path) -> None:
