@@ -2,11 +2,10 @@
 
 Every llama.cpp sequence id is a `Slot`. A slot is busy while a request runs in it; when the
 request ends its KV stays behind as a cached prefix (tagged with the conversation's cache
-key). In a unified cache slots share KV cells through seq_cp, and a small ledger of "cell
-groups" tracks how many distinct cells are in use. With a stream per slot, a prefix is
-copied as state (llama.cpp copies across streams only whole buffers, and only at the next
-decode), and busy slots are kept on consecutive sequence ids (`arrange`).
-"""
+key). In a unified cache slots share KV cells through seq_cp, and a ledger of "cell groups"
+tracks how many distinct cells are in use. With a stream per slot, a prefix is copied as
+state (llama.cpp copies across streams only whole buffers, at the next decode), and busy
+slots are kept on consecutive sequence ids (`arrange`)."""
 
 from __future__ import annotations
 
