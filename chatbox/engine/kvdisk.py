@@ -326,12 +326,12 @@ class DiskStore:
 def open_store(
     settings: EngineSettings, model_path: Path, states: StatePool | None = None
 ) -> DiskStore | None:
-    """The disk tier for a model under these settings (None: off, or the disk is unusable)."""
+    """The disk tier for a model under these settings, as the engine decided them
+    (`tuning.attention`); None: off, or the disk is unusable."""
     if settings.kv_dir is None or settings.park_disk_bytes <= 0:
         return None
-    # flash attention (forced on for quantized KV) changes the V layout of the saved state
-    fa = settings.flash_attn or settings.kv_type not in ("f16", "f32")
-    layout = f"{settings.kv_type}:{'fa' if fa else 'nofa'}"
+    # flash attention changes the V layout of the saved state
+    layout = f"{settings.kv_type}:{'fa' if settings.flash_attn else 'nofa'}"
     try:
         root = settings.kv_dir / model_id(model_path, layout)
         return DiskStore(root, settings.park_disk_bytes, states=states)

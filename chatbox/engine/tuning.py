@@ -62,16 +62,15 @@ def attention(
     follow-up 85 against 153 (2 cores, SmolLM2-135M Q8_0). Plain attention pads every
     stream to 256 cells, so below ~200 tokens flash attention is faster by 3-28%.
     """
-    quantized = s.kv_type not in ("f16", "f32")  # llama.cpp needs flash attention for it
+    plain_pass = min(s.n_ubatch or UBATCH_NO_FLASH, s.n_batch)
     fa = s.flash_attn
     if fa is None:
-        tokens = min(s.n_ubatch or s.n_batch, UBATCH_NO_FLASH)  # a plain pass's queries
-        scores = n_ctx_per_seq * tokens * max(1, n_head) * 4
+        scores = n_ctx_per_seq * plain_pass * max(1, n_head) * 4
         # a unified pool: flash attention skips other conversations' cells (plain scans them)
         fa = offloaded or s.kv_unified or scores > SCORES_BYTES
-    fa = fa or quantized
-    ubatch = s.n_ubatch if s.n_ubatch > 0 else (s.n_batch if fa else UBATCH_NO_FLASH)
-    return replace(s, flash_attn=fa, n_ubatch=min(ubatch, s.n_batch))
+    fa = fa or s.kv_type not in ("f16", "f32")  # llama.cpp needs it for a quantized cache
+    ubatch = min(s.n_ubatch or s.n_batch, s.n_batch) if fa else plain_pass
+    return replace(s, flash_attn=fa, n_ubatch=ubatch)
 
 
 def idle_cell_budget(
