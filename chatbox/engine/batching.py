@@ -7,6 +7,7 @@ from chatbox.engine import speculative
 from chatbox.engine.job import Job
 from chatbox.engine.llama import Batch
 from chatbox.engine.pacing import PrefillPacer, prefill_budget
+from chatbox.engine.stepcost import StepCosts
 
 # Guesses pay only while a step is small. With more streams decoding, a CPU step is
 # compute-bound and every guessed row costs nearly what a real token does (measured on 2
@@ -19,10 +20,16 @@ Row = tuple[Job, list[int], int | None]
 
 
 def build_batch(
-    batch: Batch, active: list[Job], pacer: PrefillPacer, starved: bool, n_ctx_per_seq: int
+    batch: Batch,
+    active: list[Job],
+    pacer: PrefillPacer,
+    starved: bool,
+    n_ctx_per_seq: int,
+    costs: StepCosts | None = None,
 ) -> list[Row]:
     """Fill `batch` for the next step. While the KV cache is starved, streams run without
-    guesses and prompts wait (the scheduler sets `starved` until something finishes)."""
+    guesses and prompts wait (the scheduler sets `starved` until something finishes).
+    With `costs`, a stream guesses only as far as its guesses pay for their rows."""
     batch.clear()
     decoding: list[Job] = []
     prefilling: list[Job] = []
@@ -43,9 +50,13 @@ def build_batch(
     # sequence id: with a stream per slot llama.cpp packs one pass per run of consecutive
     # ids, taken in the order they first appear in the batch.
     plan: list[tuple[Job, list[int], bool]] = []  # job, tokens, whether it is decoding
+    cost = None
+    if costs is not None and not crowded and decoding:
+        n, depth = len(decoding), 1 + max(len(j.slot.tokens) for j in decoding if j.slot)
+        cost = lambda k: costs.ratio(n, n, k, depth)  # noqa: E731
     for job in decoding:
         assert job.pending is not None and job.slot is not None
-        job.draft = [] if crowded else speculative.draft(job, spare, n_ctx_per_seq)
+        job.draft = [] if crowded else speculative.draft(job, spare, n_ctx_per_seq, cost)
         plan.append((job, [job.pending, *job.draft], True))
     room = batch.capacity - sum(len(toks) for _, toks, _ in plan)
     budget = 0 if (plan and starved) else prefill_budget(pacer, decoding, prefilling, room)

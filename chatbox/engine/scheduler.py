@@ -29,6 +29,7 @@ from chatbox.engine.outbox import Outbox
 from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
 from chatbox.engine.slots import SlotTable
+from chatbox.engine.stepcost import StepCosts
 from chatbox.engine.tuning import ThreadTuner
 from chatbox.engine.types import (
     DoneEvent,
@@ -75,8 +76,8 @@ class Scheduler:
         self.n_ctx_per_seq = n_ctx_per_seq
         self.slots = SlotTable(ctx, n_slots, park_bytes, disk, shared=ctx.kv_unified)
         self.lookup_draft = lookup_draft  # most tokens guessed per stream per step; 0: off
-        self.drafted = 0  # guessed tokens verified, and how many of them were right
-        self.accepted = 0
+        self.drafted = self.accepted = 0  # guessed tokens verified, and how many were right
+        self.costs = StepCosts()  # what a step costs by size: whether guesses pay
         self.metrics = metrics
         self.batch = Batch(ctx.n_batch)
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -204,15 +205,15 @@ class Scheduler:
     def _step(self) -> None:
         self.slots.arrange()  # streams: busy sequences on consecutive ids, one pass a step
         rows = build_batch(
-            self.batch, self.active, self.pacer, self._kv_starved, self.n_ctx_per_seq
+            self.batch, self.active, self.pacer, self._kv_starved, self.n_ctx_per_seq, self.costs
         )
         if not rows:
             return
         n_decode = sum(1 + len(job.draft) for job, _, _ in rows if job.pending is not None)
-        tuner = self.tuner
+        tuner, depth = self.tuner, deepest(rows)
         t0 = time.perf_counter()
         if tuner is not None:  # compared with steps of its size and depth
-            t0 = tuner.begin(self.batch.n, self.ctx.set_threads, deepest(rows))
+            t0 = tuner.begin(self.batch.n, self.ctx.set_threads, depth)
         rc = self.ctx.decode(self.batch)
         while rc == DECODE_NO_KV_SPACE:
             if tuner is not None:
@@ -231,6 +232,7 @@ class Scheduler:
         elapsed = time.perf_counter() - t0
         if tuner is not None:
             tuner.end(elapsed)
+        self.costs.observe(self.batch.n, len(rows), depth, elapsed)
         if rc != DECODE_OK:
             for job, _, _ in rows:
                 self.finish(job, "error", f"the model failed to decode (code {rc})")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from chatbox.engine.job import Job
 from chatbox.engine.llama import Context
+from chatbox.engine.lookup import StepRatio
 from chatbox.engine.slots import SlotTable
 from chatbox.engine.types import FinishReason
 
@@ -20,13 +21,14 @@ from chatbox.engine.types import FinishReason
 SampleRow = Callable[[Job, int], tuple[int, FinishReason | None]]
 
 
-def draft(job: Job, spare: int, n_ctx_per_seq: int) -> list[int]:
-    """Prompt-lookup guesses to decode after job.pending (within the batch and limits)."""
+def draft(job: Job, spare: int, n_ctx_per_seq: int, cost: StepRatio | None = None) -> list[int]:
+    """Prompt-lookup guesses to decode after job.pending (within the batch and limits, and
+    only as many as pay for their rows where `cost` says what rows cost)."""
     if job.drafter is None or job.slot is None:
         return []
     left = job.request.sampling.max_tokens - job.n_generated - 1
     room = min(spare, left, n_ctx_per_seq - len(job.slot.tokens) - 2)
-    return job.drafter.draft(room) if room > 0 else []
+    return job.drafter.draft(room, cost) if room > 0 else []
 
 
 def verify(

@@ -72,6 +72,50 @@ def test_drafter_pauses_a_stream_whose_guesses_fail() -> None:
     assert d2.draft(room=8) == [1, 2, 3, 4]
 
 
+def cpu_cost(k: int) -> float:
+    """Step time with k guessed rows, in one-token steps: as measured on 2 cores
+    (SmolLM2 Q8_0: 1 token 7.1 ms, 2 tokens 15.2, 3 tokens 17.1, 4 or more ~18.6-19.3)."""
+    return (1.0, 2.14, 2.41, 2.62)[k] if k < 4 else 2.7
+
+
+def test_a_guess_goes_only_as_far_as_it_pays() -> None:
+    d = Drafter([1, 2, 3, 4, 5, 6, 7, 8, 9] * 3, max_draft=8)
+    d.k = 8
+    # Right guesses so far: the longest guess has the most tokens per step time.
+    for _ in range(6):
+        d.record(4, 4)
+    assert d.q > 0.9
+    assert d.draft(room=8, cost=cpu_cost) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert d.worth(8, lambda k: 1.0 + 0.02 * k) == 8  # rows nearly free (a GPU): all of them
+    # One guess of four right, again and again: q ~0.5. On a GPU guessing still pays; on
+    # this CPU, where one guessed row doubles the step, no length of guess does.
+    for _ in range(8):
+        d.record(4, 1)
+    assert 0.4 < d.q < 0.6
+    assert d.worth(8, lambda k: 1.0 + 0.02 * k) > 0
+    assert d.worth(8, cpu_cost) == 0
+    assert d.worth(8, lambda k: None) == 8  # a cost not measured yet: guess and measure it
+
+
+def test_a_stream_whose_guesses_do_not_pay_rests_then_probes() -> None:
+    d = Drafter([1, 2, 3, 4, 5, 6, 7, 8, 9] * 3, max_draft=8)
+    for _ in range(8):
+        d.record(2, 1)  # half the guesses right: not paused for its rate (q ~0.5)
+    assert d.draft(room=8) == [1, 2]
+    assert d.draft(room=8, cost=cpu_cost) == []  # declined: the rows cost more than they gain
+    skipped = 0
+    while not d.draft(room=8, cost=cpu_cost):
+        skipped += 1
+        assert skipped < 100
+    assert skipped >= 16  # a pause, then one guess whatever it costs (measures q and cost)
+    d.record(2, 0)
+    assert d.draft(room=8, cost=cpu_cost) == []  # wrong again: a longer pause
+    again = 0
+    while not d.draft(room=8, cost=cpu_cost):
+        again += 1
+    assert again > skipped
+
+
 def greedy_tokens(r: Result) -> list[int]:
     return [int(np.argmax(row)) for row in r.logits]
 

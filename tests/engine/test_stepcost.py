@@ -1,0 +1,42 @@
+"""Step costs by size: what guessed rows add to a step, from measured steps only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.stepcost import StepCosts
+from chatbox.engine.types import GenerationRequest, SamplingParams
+from tests.engine.conftest import TINY_SETTINGS
+from tests.engine.helpers import chat, collect
+
+
+def test_a_ratio_needs_both_sizes_measured_at_the_same_depth() -> None:
+    c = StepCosts()
+    assert c.ratio(1, 1, 1, 100) is None
+    c.observe(1, 1, 100, 0.007)
+    assert c.ratio(1, 1, 1, 100) is None  # 2-token steps not seen yet
+    c.observe(2, 1, 100, 0.015)
+    assert c.ratio(1, 1, 1, 100) == 0.015 / 0.007
+    assert c.ratio(1, 1, 1, 3000) is None  # a deep step is another class
+    c.observe(2, 2, 100, 0.030)  # two sequences are not one sequence with a guess
+    assert c.ratio(1, 1, 1, 100) == 0.015 / 0.007
+    for _ in range(40):  # the box got slower: the average follows
+        c.observe(2, 1, 100, 0.021)
+    ratio = c.ratio(1, 1, 1, 100)
+    assert ratio is not None and abs(ratio - 3.0) < 0.01
+    c.observe(200, 1, 100, 0.5)  # a prefill step: not kept
+    assert c.ratio(1, 1, 199, 100) is None
+
+
+async def test_the_scheduler_learns_step_costs_from_its_own_steps(tiny_gguf: Path) -> None:
+    engine = LlamaEngine(tiny_gguf, "tiny", TINY_SETTINGS)
+    await engine.start()
+    try:
+        req = GenerationRequest(chat("hello there"), SamplingParams(max_tokens=12))
+        await collect(engine.submit(req, ignore_eog=True))
+        one = await engine.debug_call(lambda s: s.costs._seconds.get((1, 1, 0)))
+    finally:
+        await engine.stop()
+        engine.close()
+    assert one is not None and 0 < one < 1.0  # a one-token step, as llama_decode took it
