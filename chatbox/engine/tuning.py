@@ -60,7 +60,11 @@ def attention(
     matrix products) costs about a third as much per cached token: at an 1,900-token depth
     a one-token step took 12.6 against 23.3 ms, 8 streams 72 against 127, a 19-token
     follow-up 85 against 153 (2 cores, SmolLM2-135M Q8_0). Plain attention pads every
-    stream to 256 cells, so below ~200 tokens flash attention is faster by 3-28%.
+    stream to 256 cells, so below ~200 tokens flash attention is faster by 3-28%. A step
+    attends every stream of a pass as deep as its deepest (flash attention skips the masked
+    cells): 8 streams, one 1,889 tokens deep and seven at 64, took 64-71 ms plain against
+    35 with flash attention (4 deep and 4 shallow: 61 against 52); splitting such a step
+    into a pass per depth brought it to 41-44 ms, not to parity, so it is not done.
     """
     plain_pass = min(s.n_ubatch or UBATCH_NO_FLASH, s.n_batch)
     fa = s.flash_attn
