@@ -52,8 +52,8 @@ def build_batch(
     plan: list[tuple[Job, list[int], bool]] = []  # job, tokens, whether it is decoding
     cost = None
     if costs is not None and not crowded and decoding:
-        n, depth = len(decoding), 1 + max(len(j.slot.tokens) for j in decoding if j.slot)
-        cost = lambda k: costs.ratio(n, n, k, depth)  # noqa: E731
+        depth = 1 + max(len(j.slot.tokens) for j in decoding if j.slot)
+        cost = costs.for_step(len(decoding), depth)
     for job in decoding:
         assert job.pending is not None and job.slot is not None
         job.draft = [] if crowded else speculative.draft(job, spare, n_ctx_per_seq, cost)

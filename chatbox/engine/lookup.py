@@ -16,15 +16,14 @@ so both its acceptance and the step's cost are measured afresh.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+
+from chatbox.engine.stepcost import StepRatio
 
 N_MAX = 4  # longest n-gram matched (longer first: more specific)
 N_MIN = 3  # shorter matches are too often a coincidence in plain prose
 MIN_RATE = 0.3  # acceptance below this (over recent drafts) pauses drafting
 PAUSE_MIN, PAUSE_MAX = 16, 512  # tokens without drafting after a poor run
-
-# How many times a step costs with k guessed rows more (None: not measured yet).
-StepRatio = Callable[[int], float | None]
 
 
 class Drafter:

@@ -334,15 +334,8 @@ class Scheduler:
         job.forks = []
         if tail:
             self._emit(job, TokenEvent(tail, logprobs=tuple(job.held)))
-        self._emit(
-            job,
-            DoneEvent(
-                reason,
-                Usage(len(job.prompt), job.n_generated, job.cached),
-                error,
-                timings=timings(job),
-            ),
-        )
+        usage = Usage(len(job.prompt), job.n_generated, job.cached)
+        self._emit(job, DoneEvent(reason, usage, error, timings=timings(job)))
 
     @staticmethod
     def _emit(job: Job, event: EngineEvent) -> None:

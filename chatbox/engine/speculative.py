@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from chatbox.engine.job import Job
 from chatbox.engine.llama import Context
-from chatbox.engine.lookup import StepRatio
 from chatbox.engine.slots import SlotTable
+from chatbox.engine.stepcost import StepRatio
 from chatbox.engine.types import FinishReason
 
 # Sample one logits row of a job: the token, and why the job ends (None: it goes on).

@@ -3,7 +3,7 @@
 Prompt-lookup guesses ride in the step as extra rows. Whether they pay depends on the
 device: on a GPU a few more rows cost almost nothing, on a CPU they can cost a whole step.
 Measured in-process on 2 cores (SmolLM2-135M Q8_0, one sequence): 1 token 7.1 ms, 2 tokens
-15.2, 3 tokens 17.1, 4 tokens 18.6, 8 tokens 19.3 (llama.cpp's batched matrix kernel takes
+15.4, 3 tokens 16.5, 4 tokens 18.4, 8 tokens 19.7 (llama.cpp's batched matrix kernel takes
 over from 2 rows), so one guessed token doubles the step and pays only if it is nearly
 always right. So the step's time is learned per size, and a stream guesses only as far as
 the tokens it expects to gain outweigh what the rows add (`lookup.Drafter.worth`).
@@ -11,7 +11,12 @@ the tokens it expects to gain outweigh what the rows add (`lookup.Drafter.worth`
 
 from __future__ import annotations
 
-from chatbox.engine.tuning import DEPTHS
+from collections.abc import Callable
+
+from chatbox.engine.tuning import depth_class
+
+# How many times a step costs with k guessed rows more (None: not measured yet).
+StepRatio = Callable[[int], float | None]
 
 ALPHA = 0.2  # weight of the newest step in a moving average (the box's load drifts)
 MAX_TOKENS = 64  # steps larger than this are prefill: no guesses ride in them
@@ -20,8 +25,7 @@ MAX_TOKENS = 64  # steps larger than this are prefill: no guesses ride in them
 def _key(n_tokens: int, n_seqs: int, depth: int) -> tuple[int, int, int]:
     # Rows of one sequence are cheaper than as many sequences (each attends on its own), and
     # a deep step costs more per row: compare like with like.
-    deep = next((i for i, top in enumerate(DEPTHS) if depth <= top), len(DEPTHS))
-    return n_tokens, min(n_seqs, 3), deep
+    return n_tokens, min(n_seqs, 3), depth_class(depth)
 
 
 class StepCosts:
@@ -47,3 +51,7 @@ class StepCosts:
         if not base or more is None:
             return None
         return more / base
+
+    def for_step(self, n_streams: int, depth: int) -> StepRatio:
+        """What k guessed rows add to a step of n_streams one-token streams at `depth`."""
+        return lambda k: self.ratio(n_streams, n_streams, k, depth)

@@ -136,6 +136,13 @@ BUCKETS = (1, 4, 16, 64)
 # that landed on a short step after a long conversation's steps looked faster by the
 # depth alone. Upper bounds; deeper steps form a class of their own.
 DEPTHS = (1024, 4096)
+
+
+def depth_class(depth: int) -> int:
+    """0 up to DEPTHS[0] cells, 1 up to DEPTHS[1], ..., len(DEPTHS) deeper."""
+    return next((i for i, top in enumerate(DEPTHS) if depth <= top), len(DEPTHS))
+
+
 EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count, at first
 # A try that loses doubles the wait before the next, up to this: each try is a slower step
 # (one stream on 2 cores: a try every 24 steps cost ~2-4% of its tokens/s), and a steady
@@ -222,8 +229,7 @@ class ThreadTuner:
     @staticmethod
     def bucket(n_tokens: int, depth: int = 0) -> int:
         size = next((i for i, top in enumerate(BUCKETS) if n_tokens <= top), len(BUCKETS))
-        deep = next((i for i, top in enumerate(DEPTHS) if depth <= top), len(DEPTHS))
-        return size + deep * (len(BUCKETS) + 1)
+        return size + depth_class(depth) * (len(BUCKETS) + 1)
 
     def choose(self, n_tokens: int, depth: int = 0) -> int:
         """The thread count for the next step of n_tokens tokens at `depth`."""

@@ -35,8 +35,10 @@ async def test_the_scheduler_learns_step_costs_from_its_own_steps(tiny_gguf: Pat
     try:
         req = GenerationRequest(chat("hello there"), SamplingParams(max_tokens=12))
         await collect(engine.submit(req, ignore_eog=True))
-        one = await engine.debug_call(lambda s: s.costs._seconds.get((1, 1, 0)))
+        one = await engine.debug_call(lambda s: s.costs.ratio(1, 1, 0, 64))
+        two = await engine.debug_call(lambda s: s.costs.ratio(1, 1, 1, 64))
     finally:
         await engine.stop()
         engine.close()
-    assert one is not None and 0 < one < 1.0  # a one-token step, as llama_decode took it
+    assert one == 1.0  # one-token steps were timed (a ratio to themselves)
+    assert two is None  # no step of two rows in one sequence ran: nothing to compare
