@@ -10,7 +10,7 @@ import numpy as np
 
 from chatbox.engine.detok import StopTextStream
 from chatbox.engine.llama import Model
-from chatbox.engine.lookup import Drafter
+from chatbox.engine.lookup import Drafter, Prior
 from chatbox.engine.sampling import Sampler
 from chatbox.engine.slots import Slot
 from chatbox.engine.types import EngineEvent, GenerationRequest, Timings, TokenLogprob
@@ -53,16 +53,19 @@ class Job:
         return (self.request.priority, self.order) < (other.request.priority, other.order)
 
 
-def start_sampling(job: Job, model: Model, *, see_prompt: bool, lookup_draft: int = 0) -> None:
+def start_sampling(
+    job: Job, model: Model, see_prompt: bool, lookup_draft: int = 0, prior: Prior | None = None
+) -> None:
     """Give a job that just got its slot a sampler chain, a stop-text stream and (when
-    prompt-lookup decoding is on) a drafter. `see_prompt` lets repetition penalties see
-    the prompt's tail; forks (forks.py) start without it and without a drafter."""
+    prompt-lookup decoding is on) a drafter, its estimates starting from `prior`.
+    `see_prompt` lets repetition penalties see the prompt's tail; forks (forks.py) start
+    without it and without a drafter."""
     job.sampler = Sampler(job.request.sampling, model.n_vocab, model.vocab)
     if see_prompt:
         job.sampler.accept_prompt(job.prompt)
     job.stream = StopTextStream(job.request.sampling.stop, job.lstrip)
     if lookup_draft > 0:
-        job.drafter = Drafter(job.prompt, lookup_draft)
+        job.drafter = Drafter(job.prompt, lookup_draft, prior)
 
 
 def timings(job: Job) -> Timings:

@@ -26,11 +26,26 @@ MIN_RATE = 0.3  # acceptance below this (over recent drafts) pauses drafting
 PAUSE_MIN, PAUSE_MAX = 16, 512  # tokens without drafting after a poor run
 
 
+class Prior:
+    """How often guesses have been right lately, over every stream: where a new stream's
+    estimate starts, so that a run of plain-prose answers does not pay for a doomed first
+    guess each (a new stream's own record takes over within a few drafts)."""
+
+    def __init__(self) -> None:
+        self.right, self.cut = 1.0, 0.25  # optimistic until anything is measured
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Fold in one verified draft (slower than a stream's own sums: many streams)."""
+        self.right = 0.9 * self.right + 0.1 * accepted
+        self.cut = 0.9 * self.cut + 0.1 * (accepted < drafted)
+
+
 class Drafter:
     """One stream's n-gram index over prompt + answer, and its acceptance bookkeeping."""
 
-    def __init__(self, tokens: Iterable[int], max_draft: int) -> None:
+    def __init__(self, tokens: Iterable[int], max_draft: int, prior: Prior | None = None) -> None:
         self.max_draft = max_draft
+        self.prior = prior
         self.hist: list[int] = list(tokens)
         # n -> n-gram -> the position right after its latest occurrence (excluding the
         # n-gram that ends the history now, so a lookup never finds itself). Built when a
@@ -45,7 +60,7 @@ class Drafter:
         self.rate = 1.0  # moving acceptance rate
         # Each guess is taken as right with probability q once those before it were: q from
         # moving sums of right guesses and of drafts cut short (optimistic at first).
-        self._right, self._cut = 1.0, 0.25
+        self._right, self._cut = (prior.right, prior.cut) if prior else (1.0, 0.25)
         self._probe = False  # the next draft is made whatever it costs (after a pause)
         self._ratio: float | None = None  # what the last draft's rows cost, in plain steps
         self._pause = 0
@@ -133,6 +148,8 @@ class Drafter:
             return
         self.drafted += drafted
         self.accepted += accepted
+        if self.prior is not None:
+            self.prior.record(drafted, accepted)
         self.rate = 0.7 * self.rate + 0.3 * (accepted / drafted)
         self._right = 0.7 * self._right + 0.3 * accepted
         self._cut = 0.7 * self._cut + 0.3 * (accepted < drafted)

@@ -24,6 +24,7 @@ from chatbox.engine.idle import IdleWork
 from chatbox.engine.job import Job, start_sampling, timings
 from chatbox.engine.kvdisk import DiskStore
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
+from chatbox.engine.lookup import Prior
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.outbox import Outbox
 from chatbox.engine.pacing import PrefillPacer
@@ -78,6 +79,7 @@ class Scheduler:
         self.lookup_draft = lookup_draft  # most tokens guessed per stream per step; 0: off
         self.drafted = self.accepted = 0  # guessed tokens verified, and how many were right
         self.costs = StepCosts()  # what a step costs by size: whether guesses pay
+        self.prior = Prior()  # how often guesses come true lately: a new stream's start
         self.metrics = metrics
         self.batch = Batch(ctx.n_batch)
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -193,7 +195,7 @@ class Scheduler:
             adm.slot.persist = job.request.persist
             self.active.append(job)
             try:
-                start_sampling(job, self.model, see_prompt=True, lookup_draft=self.lookup_draft)
+                start_sampling(job, self.model, True, self.lookup_draft, self.prior)
             except Exception as exc:
                 self.fail(job, exc)
                 continue

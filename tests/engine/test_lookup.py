@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.lookup import Drafter
+from chatbox.engine.lookup import Drafter, Prior
 from chatbox.engine.types import GenerationRequest, SamplingParams
 from chatbox.settings import EngineSettings
 from tests.engine.conftest import TINY_SETTINGS
@@ -114,6 +114,27 @@ def test_a_stream_whose_guesses_do_not_pay_rests_then_probes() -> None:
     while not d.draft(room=8, cost=cpu_cost):
         again += 1
     assert again > skipped
+
+
+def test_a_new_stream_starts_from_what_guesses_were_worth_lately() -> None:
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9] * 3
+    prior = Prior()
+    fresh = Drafter(prompt, max_draft=8, prior=prior)
+    assert fresh.draft(room=8, cost=cpu_cost) == [1, 2]  # nothing known yet: optimistic
+    # Streams of plain prose: their guesses come true once in a while.
+    for _ in range(6):
+        plain = Drafter(prompt, max_draft=8, prior=prior)
+        for _ in range(4):
+            plain.record(2, 0)
+    after = Drafter(prompt, max_draft=8, prior=prior)
+    assert after.q < 0.3
+    assert after.draft(room=8, cost=cpu_cost) == []  # no doomed first guess
+    # Where guesses then come true again (answers that copy), new streams guess at once.
+    for _ in range(12):
+        copier = Drafter(prompt, max_draft=8, prior=prior)
+        copier.record(4, 4)
+    assert Drafter(prompt, max_draft=8, prior=prior).draft(room=8, cost=cpu_cost) == [1, 2]
+    assert Drafter(prompt, max_draft=8).q == fresh.q  # without a prior: the optimistic start
 
 
 def greedy_tokens(r: Result) -> list[int]:
