@@ -152,6 +152,8 @@ class Services:
         engine = settings.engine
         if engine.kv_dir is None:  # idle conversations' KV, parked under the data directory
             engine = replace(engine, kv_dir=settings.data_dir / "kv")
+        if engine.kernel_cache is None:  # which attention kernel is faster on this machine
+            engine = replace(engine, kernel_cache=settings.cache_dir / "kernels.json")
         pool = EnginePool(resolve, engine, metrics)
         fleet = Fleet(
             settings.replica_token,

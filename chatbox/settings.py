@@ -43,9 +43,11 @@ class EngineSettings:
     n_threads: int = 0  # 0: all cores
     n_gpu_layers: int = -1  # -1: all layers, where llama.cpp was built with GPU support
     # None: chosen for the hardware (engine/tuning.py `attention`): on with GPU offload, a
-    # unified pool or a quantized KV cache; off on CPU with a stream per slot, where
-    # llama.cpp's CPU flash attention costs ~3x as much per cached token (README).
+    # unified pool or a quantized KV cache; on CPU with a stream per slot, whichever kernel
+    # is faster on this processor, timed at the first start and remembered in kernel_cache
+    # (engine/kernels.py; the app: <cache_dir>/kernels.json; None: plain attention).
     flash_attn: bool | None = None
+    kernel_cache: Path | None = None
     kv_type: str = "f16"  # f16, q8_0, q4_0
     park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
     # extra sequence ids that only hold cached prefixes; -1: n_parallel in a unified pool,

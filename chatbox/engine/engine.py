@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.generation import EngineGeneration
+from chatbox.engine.kernels import choose
 from chatbox.engine.kvdisk import forget_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
@@ -83,6 +84,11 @@ class LlamaEngine:
             per_seq = min(per_seq, train)
         # the attention kernel as decided for this model on this hardware
         self.settings = attention(settings, self.model.offloaded, self.model.n_head, per_seq)
+        # where that left the choice open (plain attention by default on CPU), it is timed
+        # at start: which kernel wins depends on the processor (kernels.py)
+        self._timed = settings.kernel_cache is not None and settings.flash_attn is None
+        self._timed = self._timed and not self.settings.flash_attn
+        self._flash = attention(replace(settings, flash_attn=True), False, 1, per_seq)
         self.info = ModelInfo(
             name=name,
             path=str(path),
@@ -105,6 +111,10 @@ class LlamaEngine:
         cores = available_cores()
         threads, batch_threads = decode_threads(s.n_threads, cores)
         per_seq = self.info.n_ctx_per_seq
+        if self._timed:
+            self._timed, ubatches = False, (s.n_ubatch, self._flash.n_ubatch)
+            if await asyncio.to_thread(choose, self.model, threads, *ubatches, s.kernel_cache):
+                self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
         n_ctx = max(s.n_ctx, per_seq) if s.kv_unified else n_slots * per_seq
         warning = prefix_cache_warning(s, n_ctx, per_seq)

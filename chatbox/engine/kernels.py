@@ -1,0 +1,166 @@
+"""Which attention kernel is faster here: timed once per model, machine and build, on the
+shapes of a chat load, and remembered.
+
+On CPU with a stream per slot llama.cpp can attend either way, and which one wins depends
+on the processor. On one 2-core machine plain attention took 12.6 ms a step at a 1,900-
+token depth against 23.3 with flash attention; on another (AMD EPYC, also 2 cores)
+flash attention was 14-18% faster for new conversations (8.8 against 10.2 ms, 8 streams
+30 against 36.5) and the two were even deeper in. So where the settings and the hardware
+leave the choice open (`tuning.attention`), the engine times both kernels on a small
+context: one and 8 streams decoding shallow and deep, and a follow-up turn's prompt, and
+keeps the one with the lower geometric mean of those times. The verdict is kept in a file
+(`EngineSettings.kernel_cache`), so only a model's first start on a machine pays (a few
+seconds on 2 cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import llama_cpp
+
+from chatbox.engine.llama import Batch, Context, ContextParams, Model
+
+log = logging.getLogger("chatbox.engine")
+
+SEQS = 8  # streams decoding together in the batched shapes
+SHALLOW, DEEP, FOLLOW = 64, 512, 16  # depths of a new and of a long conversation; a prompt
+CELLS = 1024  # per stream: DEEP, a follow-up and the steps timed after it fit
+REPS, WARM = 6, 2  # timed steps per shape (the median is kept), after untimed ones
+SHAPES = ("1 stream shallow", "8 streams shallow", "1 stream deep", "8 streams deep", "follow-up")
+
+
+def machine_key(model_path: Path, threads: int) -> str:
+    """What the verdict depends on: the model file, the processor, the build, the threads."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                cpu += line
+    except OSError:
+        pass
+    st = model_path.stat()
+    raw = f"{model_path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{cpu}:{threads}"
+    raw += f":{getattr(llama_cpp, '__version__', '')}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def _fill(ctx: Context, batch: Batch, seq: int, start: int, end: int) -> None:
+    """Decode filler tokens into seq at positions start..end-1 (the values do not matter:
+    the kernels' cost does not depend on them)."""
+    for lo in range(start, end, batch.capacity):
+        batch.clear()
+        hi = min(end, lo + batch.capacity)
+        for pos in range(lo, hi):
+            batch.add(100 + pos % 50, pos, seq, pos == hi - 1)
+        if ctx.decode(batch) != 0:
+            raise RuntimeError("llama_decode failed while timing the attention kernels")
+
+
+def _steps(ctx: Context, batch: Batch, seqs: int, pos: int, tokens: int) -> float:
+    """Median seconds of a step adding `tokens` to each of `seqs` streams at depth pos (each
+    step's cells are removed again, so every step sees the same depth)."""
+    times = []
+    for rep in range(WARM + REPS):
+        batch.clear()
+        for seq in range(seqs):
+            for i in range(tokens):
+                batch.add(200 + rep, pos + i, seq, i == tokens - 1)
+        t0 = time.perf_counter()
+        if ctx.decode(batch) != 0:
+            raise RuntimeError("llama_decode failed while timing the attention kernels")
+        if rep >= WARM:
+            times.append(time.perf_counter() - t0)
+        for seq in range(seqs):
+            ctx.seq_rm(seq, pos, -1)
+    return statistics.median(times)
+
+
+def _copy_to_all(ctx: Context) -> None:
+    """Every stream holds what stream 0 holds (a copy across streams: no recomputing)."""
+    for seq in range(1, SEQS):
+        ctx.seq_rm(seq, -1, -1)
+        ctx.seq_cp(0, seq, -1, -1)
+
+
+def time_kernel(model: Model, threads: int, flash: bool, ubatch: int) -> list[float]:
+    """Seconds per step of each of SHAPES with one kernel."""
+    params = ContextParams(
+        n_ctx=SEQS * CELLS,
+        n_seq_max=SEQS,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_ubatch=ubatch,
+        flash_attn=flash,
+        kv_unified=False,
+    )
+    ctx = Context(model, params)
+    batch = Batch(512)
+    try:
+        ctx.warm_up()
+        _fill(ctx, batch, 0, 0, SHALLOW)
+        _copy_to_all(ctx)
+        out = [_steps(ctx, batch, 1, SHALLOW, 1), _steps(ctx, batch, SEQS, SHALLOW, 1)]
+        _fill(ctx, batch, 0, SHALLOW, DEEP)
+        _copy_to_all(ctx)
+        out += [_steps(ctx, batch, 1, DEEP, 1), _steps(ctx, batch, SEQS, DEEP, 1)]
+        return [*out, _steps(ctx, batch, 1, DEEP, FOLLOW)]
+    finally:
+        batch.free()
+        ctx.close()
+
+
+def faster_is_flash(plain: list[float], flash: list[float]) -> tuple[bool, float]:
+    """Whether flash attention wins, and its geometric-mean time ratio to plain attention."""
+    ratio = statistics.geometric_mean([f / p for f, p in zip(flash, plain, strict=True)])
+    return ratio < 1.0, ratio
+
+
+def choose(
+    model: Model, threads: int, plain_ubatch: int, flash_ubatch: int, cache: Path | None
+) -> bool:
+    """True: flash attention is the faster kernel here (timed now or remembered)."""
+    key = machine_key(Path(model.path), threads)
+    known: dict[str, dict[str, object]] = {}
+    if cache is not None and cache.is_file():
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+    entry = known.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("flash"), bool):
+        return bool(entry["flash"])
+    plain = time_kernel(model, threads, False, plain_ubatch)
+    flash = time_kernel(model, threads, True, flash_ubatch)
+    use_flash, ratio = faster_is_flash(plain, flash)
+    rows = zip(SHAPES, plain, flash, strict=True)
+    table = ", ".join(f"{name} {p * 1e3:.1f}/{f * 1e3:.1f} ms" for name, p, f in rows)
+    log.info("attention kernels, plain/flash: %s: flash at %.2fx of plain", table, ratio)
+    if cache is not None:
+        # forget models that are gone (a deleted model, a test's temporary file)
+        known = {
+            k: v
+            for k, v in known.items()
+            if isinstance(v, dict) and Path(str(v.get("model"))).exists()
+        }
+        known[key] = {
+            "flash": use_flash,
+            "ratio": round(ratio, 3),
+            "plain_ms": [round(t * 1e3, 2) for t in plain],
+            "flash_ms": [round(t * 1e3, 2) for t in flash],
+            "model": str(model.path),
+        }
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps(known, indent=1))
+            tmp.replace(cache)
+        except OSError as exc:
+            log.warning("could not remember the attention kernel: %s", exc)
+    return use_flash

@@ -1,0 +1,112 @@
+"""The attention kernel timed on this machine: the faster one is kept, remembered, and
+served; what an admin set is never second-guessed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chatbox.engine import kernels
+from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.kernels import SHAPES, choose, faster_is_flash, machine_key, time_kernel
+from chatbox.engine.llama import Model
+from chatbox.settings import EngineSettings
+from tests.engine.helpers import GREEDY, chat, generate
+
+SETTINGS = EngineSettings(
+    n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=512, n_threads=2, park_bytes=0
+)
+
+
+def test_the_kernel_with_the_lower_geometric_mean_wins() -> None:
+    # as timed on an AMD EPYC (2 cores): flash faster for new conversations, plain deeper in
+    plain = [10.2, 36.5, 13.9, 119.0, 85.0]
+    flash = [8.8, 30.0, 19.2, 120.9, 80.0]
+    use_flash, ratio = faster_is_flash(plain, flash)
+    assert use_flash and 0.9 < ratio < 1.0
+    # as timed on another 2-core machine, where plain attention was far cheaper deep in
+    use_flash, ratio = faster_is_flash([7.1, 36.0, 12.6, 72.0, 85.0], [6.9, 34.0, 23.3, 127, 153])
+    assert not use_flash and ratio > 1.2
+
+
+def test_both_kernels_are_timed_on_every_shape(tiny_gguf: Path) -> None:
+    model = Model(tiny_gguf)
+    try:
+        for flash, ubatch in ((False, 256), (True, 512)):
+            times = time_kernel(model, 1, flash, ubatch)
+            assert len(times) == len(SHAPES) and all(0 < t < 5 for t in times)
+    finally:
+        model.close()
+
+
+def test_the_verdict_is_remembered_per_model_and_machine(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "kernels.json"
+    model = Model(tiny_gguf)
+    try:
+        verdict = choose(model, 1, 256, 512, cache)
+        entry = json.loads(cache.read_text())[machine_key(tiny_gguf, 1)]
+        assert entry["flash"] is verdict and len(entry["plain_ms"]) == len(SHAPES)
+
+        def not_again(*_: object) -> list[float]:
+            raise AssertionError("timed again")
+
+        monkeypatch.setattr(kernels, "time_kernel", not_again)
+        assert choose(model, 1, 256, 512, cache) is verdict  # remembered: nothing timed
+        assert machine_key(tiny_gguf, 2) != machine_key(tiny_gguf, 1)  # other threads: anew
+        cache.write_text("{not json")  # a damaged file is timed afresh, not an error
+        with pytest.raises(AssertionError, match="timed again"):
+            choose(model, 1, 256, 512, cache)
+    finally:
+        model.close()
+
+
+def remember(cache: Path, model: Path, threads: int, flash: bool) -> None:
+    cache.write_text(json.dumps({machine_key(model, threads): {"flash": flash}}))
+
+
+async def answer(engine: LlamaEngine) -> str:
+    await engine.start()
+    try:
+        return (await generate(engine, chat("Count to five."), sampling=GREEDY)).text
+    finally:
+        await engine.stop()
+
+
+async def test_the_engine_serves_with_the_faster_kernel(tiny_gguf: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "kernels.json"
+    texts = {}
+    for flash in (True, False):
+        remember(cache, tiny_gguf, 2, flash)
+        engine = LlamaEngine(tiny_gguf, "tiny", replace(SETTINGS, kernel_cache=cache))
+        try:
+            texts[flash] = await answer(engine)
+            assert engine.settings.flash_attn is flash
+            assert engine.settings.n_ubatch == (512 if flash else 256)  # plain: 256-token passes
+        finally:
+            engine.close()
+    assert texts[True] and texts[False]
+
+
+async def test_a_configured_kernel_is_never_timed(tiny_gguf: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "kernels.json"
+    for configured in (True, False):
+        settings = replace(SETTINGS, kernel_cache=cache, flash_attn=configured)
+        engine = LlamaEngine(tiny_gguf, "tiny", settings)
+        try:
+            assert await answer(engine)
+            assert engine.settings.flash_attn is configured
+        finally:
+            engine.close()
+    # a quantized cache needs flash attention: nothing to time either
+    engine = LlamaEngine(tiny_gguf, "tiny", replace(SETTINGS, kernel_cache=cache, kv_type="q8_0"))
+    try:
+        assert await answer(engine)
+        assert engine.settings.flash_attn is True
+    finally:
+        engine.close()
+    assert not cache.exists()
