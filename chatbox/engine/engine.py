@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.generation import EngineGeneration
-from chatbox.engine.kernels import choose
+from chatbox.engine.kernels import choose_apart
 from chatbox.engine.kvdisk import forget_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
@@ -113,7 +113,8 @@ class LlamaEngine:
         per_seq = self.info.n_ctx_per_seq
         if self._timed:
             self._timed, ubatches = False, (s.n_ubatch, self._flash.n_ubatch)
-            if await asyncio.to_thread(choose, self.model, threads, *ubatches, s.kernel_cache):
+            timing = partial(choose_apart, self.model, threads, *ubatches, s.kernel_cache)
+            if await asyncio.to_thread(timing):
                 self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
         n_ctx = max(s.n_ctx, per_seq) if s.kv_unified else n_slots * per_seq

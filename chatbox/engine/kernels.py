@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -164,3 +165,26 @@ def choose(
         except OSError as exc:
             log.warning("could not remember the attention kernel: %s", exc)
     return use_flash
+
+
+def choose_apart(
+    model: Model, threads: int, plain_ubatch: int, flash_ubatch: int, cache: Path | None
+) -> bool:
+    """choose() on a thread of its own that ends with it (False where timing fails).
+
+    libgomp gives every thread that starts a parallel region its own team of workers, kept
+    until that thread exits: timed on a pool thread that lives on, the team would outlast
+    the timing, and with more workers than cores libgomp stops spinning at barriers, so
+    every later step pays for waking them (one stream at 56 tokens/s instead of 80)."""
+    out: list[bool] = []
+
+    def run() -> None:
+        try:
+            out.append(choose(model, threads, plain_ubatch, flash_ubatch, cache))
+        except Exception as exc:  # a failed timing must not keep the model from serving
+            log.warning("timing the attention kernels failed (plain attention): %s", exc)
+
+    worker = threading.Thread(target=run, name="chatbox-kernel-timing", daemon=True)
+    worker.start()
+    worker.join()
+    return bool(out and out[0])

@@ -52,7 +52,10 @@ UBATCH_NO_FLASH = 256
 def attention(
     s: EngineSettings, offloaded: bool, n_head: int, n_ctx_per_seq: int
 ) -> EngineSettings:
-    """The settings with flash attention and the compute pass (n_ubatch) decided.
+    """The settings with flash attention and the compute pass (n_ubatch) decided. Where
+    plain attention comes out of this by default (CPU, a stream per slot), the engine times
+    both kernels at start and may switch to flash attention (kernels.py): the figures below
+    are one machine's, and on another (an AMD EPYC) flash attention was the faster.
 
     llama.cpp turns flash attention on wherever the device has the kernel (llama-server's
     default). On CPU its kernel walks the cached tokens one at a time; with a stream per
