@@ -4,6 +4,8 @@ served; what an admin set is never second-guessed."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +13,14 @@ import pytest
 
 from chatbox.engine import kernels
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.kernels import SHAPES, choose, faster_is_flash, machine_key, time_kernel
+from chatbox.engine.kernels import (
+    SHAPES,
+    choose,
+    choose_apart,
+    faster_is_flash,
+    machine_key,
+    time_kernel,
+)
 from chatbox.engine.llama import Model
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import GREEDY, chat, generate
@@ -61,6 +70,27 @@ def test_the_verdict_is_remembered_per_model_and_machine(
         cache.write_text("{not json")  # a damaged file is timed afresh, not an error
         with pytest.raises(AssertionError, match="timed again"):
             choose(model, 1, 256, 512, cache)
+    finally:
+        model.close()
+
+
+def threads_now() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_the_timing_leaves_no_worker_threads_behind(tiny_gguf: Path, tmp_path: Path) -> None:
+    # llama.cpp's OpenMP workers belong to the thread that started them: left running, they
+    # would outnumber the cores and slow every later step
+    model = Model(tiny_gguf)
+    try:
+        before = threads_now()
+        choose_apart(model, 2, 256, 512, tmp_path / "kernels.json")
+        deadline = time.monotonic() + 5  # the workers are told to exit; they may take a moment
+        while threads_now() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threads_now() == before
+        assert (tmp_path / "kernels.json").is_file()
     finally:
         model.close()
 
