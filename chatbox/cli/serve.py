@@ -25,7 +25,7 @@ from chatbox.settings import Settings, settings_from_env
 @click.option(
     "--flash-attn/--no-flash-attn",
     default=None,
-    help="Flash attention (default: chosen for the hardware; off on CPU with a stream a slot).",
+    help="Flash attention (default: chosen for the hardware; on CPU, the faster one, timed).",
 )
 @click.option(
     "--kv-type",
