@@ -13,14 +13,6 @@ import pytest
 
 from chatbox.engine import kernels
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.kernels import (
-    SHAPES,
-    choose,
-    choose_apart,
-    faster_is_flash,
-    machine_key,
-    time_kernel,
-)
 from chatbox.engine.llama import Model
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import GREEDY, chat, generate
@@ -34,10 +26,12 @@ def test_the_kernel_with_the_lower_geometric_mean_wins() -> None:
     # as timed on an AMD EPYC (2 cores): flash faster for new conversations, plain deeper in
     plain = [10.2, 36.5, 13.9, 119.0, 85.0]
     flash = [8.8, 30.0, 19.2, 120.9, 80.0]
-    use_flash, ratio = faster_is_flash(plain, flash)
+    use_flash, ratio = kernels.faster_is_flash(plain, flash)
     assert use_flash and 0.9 < ratio < 1.0
     # as timed on another 2-core machine, where plain attention was far cheaper deep in
-    use_flash, ratio = faster_is_flash([7.1, 36.0, 12.6, 72.0, 85.0], [6.9, 34.0, 23.3, 127, 153])
+    use_flash, ratio = kernels.faster_is_flash(
+        [7.1, 36.0, 12.6, 72.0, 85.0], [6.9, 34.0, 23.3, 127, 153]
+    )
     assert not use_flash and ratio > 1.2
 
 
@@ -45,8 +39,8 @@ def test_both_kernels_are_timed_on_every_shape(tiny_gguf: Path) -> None:
     model = Model(tiny_gguf)
     try:
         for flash, ubatch in ((False, 256), (True, 512)):
-            times = time_kernel(model, 1, flash, ubatch)
-            assert len(times) == len(SHAPES) and all(0 < t < 5 for t in times)
+            times = kernels.time_kernel(model, 1, flash, ubatch)
+            assert len(times) == len(kernels.SHAPES) and all(0 < t < 5 for t in times)
     finally:
         model.close()
 
@@ -57,19 +51,20 @@ def test_the_verdict_is_remembered_per_model_and_machine(
     cache = tmp_path / "kernels.json"
     model = Model(tiny_gguf)
     try:
-        verdict = choose(model, 1, 256, 512, cache)
-        entry = json.loads(cache.read_text())[machine_key(tiny_gguf, 1)]
-        assert entry["flash"] is verdict and len(entry["plain_ms"]) == len(SHAPES)
+        verdict = kernels.choose(model, 1, 256, 512, cache)
+        entry = json.loads(cache.read_text())[kernels.machine_key(tiny_gguf, 1)]
+        assert entry["flash"] is verdict and len(entry["plain_ms"]) == len(kernels.SHAPES)
 
         def not_again(*_: object) -> list[float]:
             raise AssertionError("timed again")
 
         monkeypatch.setattr(kernels, "time_kernel", not_again)
-        assert choose(model, 1, 256, 512, cache) is verdict  # remembered: nothing timed
-        assert machine_key(tiny_gguf, 2) != machine_key(tiny_gguf, 1)  # other threads: anew
+        assert kernels.choose(model, 1, 256, 512, cache) is verdict  # remembered: nothing timed
+        key = kernels.machine_key
+        assert key(tiny_gguf, 2) != key(tiny_gguf, 1)  # other threads: timed anew
         cache.write_text("{not json")  # a damaged file is timed afresh, not an error
         with pytest.raises(AssertionError, match="timed again"):
-            choose(model, 1, 256, 512, cache)
+            kernels.choose(model, 1, 256, 512, cache)
     finally:
         model.close()
 
@@ -85,7 +80,7 @@ def test_the_timing_leaves_no_worker_threads_behind(tiny_gguf: Path, tmp_path: P
     model = Model(tiny_gguf)
     try:
         before = threads_now()
-        choose_apart(model, 2, 256, 512, tmp_path / "kernels.json")
+        kernels.choose_apart(model, 2, 256, 512, tmp_path / "kernels.json")
         deadline = time.monotonic() + 5  # the workers are told to exit; they may take a moment
         while threads_now() > before and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -96,7 +91,7 @@ def test_the_timing_leaves_no_worker_threads_behind(tiny_gguf: Path, tmp_path: P
 
 
 def remember(cache: Path, model: Path, threads: int, flash: bool) -> None:
-    cache.write_text(json.dumps({machine_key(model, threads): {"flash": flash}}))
+    cache.write_text(json.dumps({kernels.machine_key(model, threads): {"flash": flash}}))
 
 
 async def answer(engine: LlamaEngine) -> str:
