@@ -86,8 +86,8 @@ class LlamaEngine:
         self.settings = attention(settings, self.model.offloaded, self.model.n_head, per_seq)
         # where that left the choice open (plain attention by default on CPU), it is timed
         # at start: which kernel wins depends on the processor (kernels.py)
-        self._timed = settings.kernel_cache is not None and settings.flash_attn is None
-        self._timed = self._timed and not self.settings.flash_attn
+        open_choice = settings.flash_attn is None and not self.settings.flash_attn
+        self._timed = open_choice and settings.kernel_cache is not None
         self._flash = attention(replace(settings, flash_attn=True), False, 1, per_seq)
         self.info = ModelInfo(
             name=name,

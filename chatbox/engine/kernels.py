@@ -5,7 +5,7 @@ On CPU with a stream per slot llama.cpp can attend either way, and which one win
 on the processor. On one 2-core machine plain attention took 12.6 ms a step at a 1,900-
 token depth against 23.3 with flash attention; on another (AMD EPYC, also 2 cores)
 flash attention was 14-18% faster for new conversations (8.8 against 10.2 ms, 8 streams
-30 against 36.5) and the two were even deeper in. So where the settings and the hardware
+30 against 36.5) and the two were about even deeper in. So where the settings and the hardware
 leave the choice open (`tuning.attention`), the engine times both kernels on a small
 context: one and 8 streams decoding shallow and deep, and a follow-up turn's prompt, and
 keeps the one with the lower geometric mean of those times. The verdict is kept in a file
