@@ -309,6 +309,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         n_batch=512,
         n_threads=args.threads,
         flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
+        # auto: the kernel the server would use on this machine (timed once, remembered)
+        kernel_cache=settings_from_env().cache_dir / "kernels.json",
     )
     engine = LlamaEngine(path, path.stem, settings)
     await engine.start()
