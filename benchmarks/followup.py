@@ -120,7 +120,7 @@ def main() -> None:
     print("|---|" + "---|" * len(keys))
     for flash, row in rows.items():
         name = "flash" if flash else "plain"
-        print(f"| {name} | " + " | ".join(f"{row[k]:.1f}" for k in keys) + " |")
+        print(f"| {name} | " + " | ".join(f"{row[k]:.2f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

@@ -26,3 +26,24 @@ def test_benchmark_quick_smoke(tmp_path: Path) -> None:
     assert [row["streams"] for row in data["throughput"]] == [1, 4, 8]
     assert data["second_turn"]["warm_ttft"] > 0
     assert data["long_prompt_stall"]["tpot_without"] > 0
+
+
+def test_followup_benchmark_times_both_kernels(tmp_path: Path) -> None:
+    from tests.tinymodel import make_tiny_gguf
+
+    model = make_tiny_gguf(tmp_path / "tiny.gguf")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "followup.py"), "--model", str(model),
+         "--depth", "100", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| flash") or
+            line.startswith("| plain")]  # fmt: skip
+    assert len(rows) == 2
+    for row in rows:  # a time for each size and for the split, all positive
+        cells = [float(c) for c in row.strip("|").split("|")[1:]]
+        assert len(cells) == 5 and all(c > 0 for c in cells)
