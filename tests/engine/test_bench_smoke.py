@@ -10,16 +10,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_benchmark_quick_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "engine.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "engine.py"), "--quick", "--model", "tiny",
-         "--json", str(out)],
+def run_benchmark(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """benchmarks/<script> run as a user would, from the repository root."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
         cwd=ROOT,
-    )  # fmt: skip
+    )
+
+
+def test_benchmark_quick_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "engine.json"
+    proc = run_benchmark("engine.py", "--quick", "--model", "tiny", "--json", str(out), timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "streams" in proc.stdout and "second turn" in proc.stdout
     data = json.loads(out.read_text())
@@ -32,14 +36,9 @@ def test_followup_benchmark_times_both_kernels(tmp_path: Path) -> None:
     from tests.tinymodel import make_tiny_gguf
 
     model = make_tiny_gguf(tmp_path / "tiny.gguf")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "followup.py"), "--model", str(model),
-         "--depth", "100", "--reps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )  # fmt: skip
+    proc = run_benchmark(
+        "followup.py", "--model", str(model), "--depth", "100", "--reps", "1", timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| flash") or
             line.startswith("| plain")]  # fmt: skip
