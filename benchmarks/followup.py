@@ -5,8 +5,9 @@
 Loads chatbox's serving copy of the default model (the Q8_0 file `chatbox serve` loads on
 CPU) into a context laid out as the server's (8 sequences, a KV stream each, n_ubatch 512),
 prefills one sequence to --depth tokens, then times one `llama_decode` of 1, 5, 14 and 19
-new tokens there (the 19: a ChatML follow-up, "<|im_end|>\\n<|im_start|>user\\n" + a short
-message + the generation prompt), and the same 19 in two passes of 5 (the template's part,
+new tokens there (19: the size of a ChatML follow-up, "<|im_end|>\\n<|im_start|>user\\n" +
+a short message + the generation prompt; a decode's cost does not depend on which tokens),
+and the same 19 in two passes of 5 (the template's part,
 what `engine/turns.py` decodes while the person reads) then 14. Each timed decode is rolled
 back before the next. Medians over --reps after two untimed rounds, per kernel (flash
 attention, plain; the two contexts take turns round by round), in milliseconds. The
