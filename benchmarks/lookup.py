@@ -34,7 +34,7 @@ from chatbox.engine.types import (  # noqa: E402
     SamplingParams,
     TokenEvent,
 )
-from chatbox.settings import EngineSettings, Settings  # noqa: E402
+from chatbox.settings import EngineSettings, settings_from_env  # noqa: E402
 
 CODE = "\n".join(
     f"def step_{i}(state, value):\n    total = state.get('total', 0) + value * {i}\n"
@@ -114,7 +114,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
     model = Path(args.model) if args.model else default_model()
     settings = EngineSettings(n_parallel=8, n_ctx=8192, n_ctx_per_seq=4096, n_batch=512)
     # the attention kernel the server would use on this machine (timed once, remembered)
-    settings = replace(settings, kernel_cache=Settings().cache_dir / "kernels.json")
+    settings = replace(settings, kernel_cache=settings_from_env().cache_dir / "kernels.json")
     look = await lookup(model, settings, args.reps, args.tokens)
     print(f"\nprompt-lookup decoding, tokens/s (median of {args.reps}, off/on interleaved)")
     print("| workload | streams | off | on | speedup | pairs' range |\n|---|---|---|---|---|---|")

@@ -11,6 +11,12 @@ context: one and 8 streams decoding shallow and deep, and a follow-up turn's pro
 keeps the one with the lower geometric mean of those times. The verdict is kept in a file
 (`EngineSettings.kernel_cache`), so only a model's first start on a machine pays (a few
 seconds on 2 cores).
+
+What the shapes leave out: ggml's CPU flash kernel tiles only prompts of 64 tokens or more
+and takes shorter ones a query row at a time over every cell, so deeper than DEEP a short
+follow-up costs up to twice plain attention's time (19 tokens 1,890 deep on the EPYC: 163
+against 81 ms, `benchmarks/followup.py`). The shapes weigh the decode steps, most of a
+turn's time, at the depths of the load the issue's targets measure.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from chatbox.engine.llama import Batch, Context, ContextParams, Model
+from chatbox.engine.llama import DECODE_OK, Batch, Context, ContextParams, Model
 
 log = logging.getLogger("chatbox.engine")
 
@@ -51,6 +57,11 @@ def machine_key(model_path: Path, threads: int) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
+def _decode(ctx: Context, batch: Batch) -> None:
+    if ctx.decode(batch) != DECODE_OK:
+        raise RuntimeError("llama_decode failed while timing the attention kernels")
+
+
 def _fill(ctx: Context, batch: Batch, seq: int, start: int, end: int) -> None:
     """Decode filler tokens into seq at positions start..end-1 (the values do not matter:
     the kernels' cost does not depend on them)."""
@@ -59,8 +70,7 @@ def _fill(ctx: Context, batch: Batch, seq: int, start: int, end: int) -> None:
         hi = min(end, lo + batch.capacity)
         for pos in range(lo, hi):
             batch.add(100 + pos % 50, pos, seq, pos == hi - 1)
-        if ctx.decode(batch) != 0:
-            raise RuntimeError("llama_decode failed while timing the attention kernels")
+        _decode(ctx, batch)
 
 
 def _steps(ctx: Context, batch: Batch, seqs: int, pos: int, tokens: int) -> float:
@@ -73,8 +83,7 @@ def _steps(ctx: Context, batch: Batch, seqs: int, pos: int, tokens: int) -> floa
             for i in range(tokens):
                 batch.add(200 + rep, pos + i, seq, i == tokens - 1)
         t0 = time.perf_counter()
-        if ctx.decode(batch) != 0:
-            raise RuntimeError("llama_decode failed while timing the attention kernels")
+        _decode(ctx, batch)
         if rep >= WARM:
             times.append(time.perf_counter() - t0)
         for seq in range(seqs):

@@ -121,7 +121,7 @@ def test_a_new_stream_starts_from_what_guesses_were_worth_lately() -> None:
     prior = Prior()
     fresh = Drafter(prompt, max_draft=8, prior=prior)
     assert fresh.draft(room=8, cost=cpu_cost) == [1, 2]  # nothing known yet: optimistic
-    # Streams of plain prose: their guesses come true once in a while.
+    # Streams of plain prose: none of their guesses comes true.
     for _ in range(6):
         plain = Drafter(prompt, max_draft=8, prior=prior)
         for _ in range(4):

@@ -34,9 +34,9 @@ STORY = "Write a very long story about a dragon who learns to bake bread. Make i
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data_dir: Path = tmp_path_factory.mktemp("ui") / "data"
     # One llama.cpp thread: Chromium renders on the same two cores here (a user's browser
-    # runs on their own machine). With two OpenMP threads and the browser busy, a thread
-    # waiting at a barrier for one the kernel descheduled made single-token steps take up
-    # to 3 s, so a stop waited that long for the step in flight to end.
+    # runs on their own machine). With two OpenMP threads, the browser and two busy loops
+    # beside this module, single-token steps took up to 3 s (a thread waits at a barrier
+    # for one the kernel descheduled), and a stop waits for the step in flight to end.
     settings, registry = on_smollm2(
         data_dir,
         max_tokens=400,
