@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from chatbox.engine.engine import LlamaEngine
@@ -30,7 +31,9 @@ def test_a_ratio_needs_both_sizes_measured_at_the_same_depth() -> None:
 
 
 async def test_the_scheduler_learns_step_costs_from_its_own_steps(tiny_gguf: Path) -> None:
-    engine = LlamaEngine(tiny_gguf, "tiny", TINY_SETTINGS)
+    # Guesses off: the tiny model's random answer repeats an n-gram now and then, and a
+    # guess would add a two-row step by chance (it did once in CI).
+    engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, lookup_draft=0))
     await engine.start()
     try:
         req = GenerationRequest(chat("hello there"), SamplingParams(max_tokens=12))
