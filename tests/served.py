@@ -1,0 +1,184 @@
+"""`chatbox serve` as a user starts it: the console script in a subprocess, with the shipped
+policy and the default logging unless a test says otherwise.
+
+    with Served(tmp_path, model=tiny_gguf) as box:
+        key = box.user("ann")               # a member with an API key (the CLI's `users add`)
+        httpx.post(box.url + "/v1/...", headers=box.auth(key))
+        box.kill(); box.start()             # SIGKILL, then the same data directory again
+        assert "secret" not in box.log()    # everything the process wrote, stdout and stderr
+
+`model` is a GGUF registered as the default with the CLI (`models add --link --default`); None
+serves the shipped default model. `policy` is a path to a policy file; "no-output-moderation"
+serves the shipped policy with output moderation off (random tiny-model text must not be cut
+in tests of something else); None serves the shipped policy as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+ADMIN_PASSWORD = "served-admin-password"
+CHATBOX = str(Path(sys.executable).parent / "chatbox")  # the console script pip installed
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Served:
+    """One `chatbox serve` process over one data directory (restartable)."""
+
+    def __init__(
+        self,
+        where: Path,
+        *,
+        model: Path | None = None,
+        policy: Path | str | None = "no-output-moderation",
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        small: bool = True,
+    ) -> None:
+        self.where = where
+        self.data_dir = where / "data"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = args
+        self.log_path = where / "served.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
+        self.env.update(
+            CHATBOX_ADMIN_PASSWORD=ADMIN_PASSWORD,
+            CHATBOX_CACHE_DIR=str(where / "cache"),
+        )
+        if small:  # the shape the in-process tests use on this 2-core machine
+            self.env.update(
+                CHATBOX_N_PARALLEL="4",
+                CHATBOX_N_CTX="4096",
+                CHATBOX_N_CTX_PER_SEQ="1024",
+                CHATBOX_N_THREADS="2",
+            )
+        if policy == "no-output-moderation":
+            policy = self._policy_without_output_checks()
+        if policy is not None:
+            self.env["CHATBOX_POLICY_PATH"] = str(policy)
+        self.env.update(env or {})
+        if model is not None:
+            self.cli("models", "add", str(model), "--name", "tiny", "--link", "--default")
+        self.admin_key = self.cli("keys", "create", "--user", "admin").strip().splitlines()[-1]
+
+    def _policy_without_output_checks(self) -> Path:
+        from tests.conftest import _answers_unchecked
+
+        return _answers_unchecked(None, self.where)
+
+    # -- the CLI, on the same data directory -------------------------------------------------
+    def cli(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        """Run `chatbox --data-dir DIR ARGS…` and return its stdout."""
+        done = subprocess.run(
+            [CHATBOX, "--data-dir", str(self.data_dir), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            input=input,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"chatbox {' '.join(args)}: {done.stderr or done.stdout}")
+        return done.stdout
+
+    def user(self, name: str, role: str = "member", tier: str = "free") -> str:
+        """Add a person with a password (their name twice) and return a new API key."""
+        self.cli("users", "add", name, "--role", role, "--tier", tier, "--password", name * 2)
+        return self.cli("keys", "create", "--user", name).strip().splitlines()[-1]
+
+    @staticmethod
+    def auth(key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return self.auth(self.admin_key)
+
+    # -- the process ----------------------------------------------------------------------
+    def start(self, timeout_s: float = 180.0) -> Served:
+        """Start `chatbox serve` and wait until /readyz says ready."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [CHATBOX, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
+             *self.args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"chatbox serve exited:\n{self.log()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.kill()
+        raise AssertionError(f"chatbox serve not ready in {timeout_s} s:\n{self.log()[-4000:]}")
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """A clean stop (SIGTERM, as a service manager sends); returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise AssertionError("chatbox serve did not stop on SIGTERM") from None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash a power cut or the OOM killer causes."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def log(self) -> str:
+        """Everything the process wrote so far (stdout and stderr, every start)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def files(self) -> list[Path]:
+        """Every file under the data directory."""
+        return [p for p in self.data_dir.rglob("*") if p.is_file()]
+
+    def __enter__(self) -> Served:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop() if kind is None else self.kill()
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    """Files under `root` whose bytes contain `secret` (as `grep -rac` would find it)."""
+    needle = secret.encode()
+    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
