@@ -190,7 +190,9 @@ class Services:
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
         admin = ModelAdmin(registry, pool, policy, accounts.audit)
-        data = DataService(store, chat, settings, kv_forget=kv_files_forget(engine.kv_dir))
+        data = DataService(
+            store, chat, settings, kv_forget=kv_files_forget(engine.kv_dir), knowledge=knowledge
+        )
         data.start()  # the retention sweeper
         return cls(
             settings,

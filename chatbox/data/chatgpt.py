@@ -1,6 +1,8 @@
 """ChatGPT's data-export shape (`conversations.json`): writing it, and reading it back
 strictly. A file that is not that shape, or is larger, deeper or longer than the limits,
-is refused as a whole with a message that says where and why."""
+is refused as a whole with a message that says where and why; what a valid file holds that
+chatbox cannot keep (images, recordings, tool messages, impossible times) is left out and
+counted in an `ImportReport`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 import time
 import zipfile
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chatbox.chat.errors import InvalidInput
@@ -18,6 +20,15 @@ from chatbox.store import Conversation, Turn
 from chatbox.store.transfer import ConversationIn, TurnIn
 
 ROLES = ("user", "assistant")
+EXAMPLES = 3  # examples kept per kind of thing left out
+FUTURE_SLACK_S = 86_400.0  # a time up to a day ahead of this clock is a skewed clock, kept
+# Parts that are a file in ChatGPT's export (not in conversations.json): what each is, in words.
+ASSETS = {
+    "image_asset_pointer": "image",
+    "audio_asset_pointer": "voice recording",
+    "real_time_user_audio_video_asset_pointer": "voice or video recording",
+    "video_container_asset_pointer": "video",
+}
 
 
 class ImportRefused(InvalidInput):
@@ -35,6 +46,60 @@ class Limits:
     max_system_prompt_chars: int
     max_conversations: int = 10_000
     max_messages: int = 200_000  # in all conversations together
+
+
+@dataclass
+class Dropped:
+    """One kind of thing an import left out: how many, why, and where a few of them were."""
+
+    kind: str
+    reason: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "count": self.count,
+            "examples": self.examples,
+        }
+
+
+@dataclass
+class ImportReport:
+    """What an import took in and what it left out (by kind, with a few examples)."""
+
+    conversations: int = 0
+    messages: int = 0
+    documents: int = 0
+    memories: int = 0
+    dropped: dict[str, Dropped] = field(default_factory=dict)
+
+    def drop(self, kind: str, reason: str, where: str) -> None:
+        entry = self.dropped.setdefault(kind, Dropped(kind, reason))
+        entry.count += 1
+        if len(entry.examples) < EXAMPLES:
+            entry.examples.append(where)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "conversations": self.conversations,
+            "messages": self.messages,
+            "documents": self.documents,
+            "memories": self.memories,
+            "dropped": [d.as_dict() for d in self.dropped.values()],
+        }
+
+
+@dataclass
+class Parsed:
+    """A checked export: its conversations (with the id each had in the file), and what
+    reading it left out."""
+
+    conversations: list[ConversationIn]
+    source_ids: list[str | None]
+    report: ImportReport
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -104,9 +169,11 @@ def unpack(data: bytes, max_bytes: int) -> bytes:
     return body
 
 
-def parse(data: bytes, limits: Limits) -> list[ConversationIn]:
-    """Every conversation of a ChatGPT export, checked whole before anything is stored."""
+def parse(data: bytes, limits: Limits, now: float | None = None) -> Parsed:
+    """Every conversation of a ChatGPT export, checked whole before anything is stored
+    (`now`: the import's time, which stands in for a time that cannot be right)."""
     body = unpack(data, limits.max_bytes)
+    at = time.time() if now is None else now
     try:
         raw = json.loads(body)
     except RecursionError as exc:
@@ -121,25 +188,66 @@ def parse(data: bytes, limits: Limits) -> list[ConversationIn]:
         raise ImportRefused(
             f"{len(raw):,} conversations; the limit is {limits.max_conversations:,}"
         )
-    out, total = [], 0
+    out, sources, total = [], [], 0
+    report = ImportReport()
     for i, item in enumerate(raw):
-        conv = _conversation(item, limits, f"conversation {i + 1}")
+        conv = _conversation(item, limits, f"conversation {i + 1}", report, at)
         total += len(conv.turns)
         if total > limits.max_messages:
             raise ImportRefused(f"over {limits.max_messages:,} messages in all")
         out.append(conv)
-    return out
+        source = item.get("conversation_id", item.get("id"))
+        sources.append(source if isinstance(source, str) else None)
+    return Parsed(out, sources, report)
 
 
-def _time(value: Any, where: str, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ImportRefused(f"{where}: a time must be a number of seconds")
-    return float(value)
+@dataclass(frozen=True)
+class _Clock:
+    """Checks a time read from the file: a number, and a date this clock can stand behind."""
+
+    report: ImportReport
+    now: float
+
+    def __call__(self, value: Any, where: str, name: str, default: float) -> float:
+        if value is None:
+            return default
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ImportRefused(f"{where}: {name} must be a number of seconds")
+        if not 0 <= value <= self.now + FUTURE_SLACK_S:
+            self.report.drop(
+                "impossible time",
+                "a time before 1970 or in the future; the nearest sound time is kept instead",
+                f"{where}: {name} {value!r}",
+            )
+            return default
+        return float(value)
 
 
-def _text(message: dict[str, Any], where: str) -> str:
+def _part(part: Any, report: ImportReport, where: str) -> str | None:
+    """The text of one part of a message, or None (reported) for one without text."""
+    if isinstance(part, str):
+        return part
+    kind = part.get("content_type") if isinstance(part, dict) else None
+    if kind == "audio_transcription" and isinstance(part.get("text"), str):
+        return str(part["text"])  # what was said in a voice chat: its words come across
+    if isinstance(kind, str) and kind in ASSETS:
+        what = ASSETS[kind]
+        report.drop(
+            what,
+            f"the {what} is a separate file of the export; chatbox imports the text only",
+            where,
+        )
+    else:
+        name = kind[:40] if isinstance(kind, str) else type(part).__name__
+        report.drop(f"{name} part", "not text; chatbox imports the text only", where)
+    return None
+
+
+def _text(message: dict[str, Any], where: str, report: ImportReport) -> str:
     content = message.get("content")
     if content is None:
         return ""
@@ -153,11 +261,30 @@ def _text(message: dict[str, Any], where: str) -> str:
         return text
     if not isinstance(parts, list):
         raise ImportRefused(f"{where}: content parts must be a list")
-    # Images and other attachments are objects among the parts; only text comes across.
-    return "\n".join(p for p in parts if isinstance(p, str))
+    texts = (_part(p, report, where) for p in parts)
+    return "\n".join(t for t in texts if t is not None)
 
 
-def _conversation(item: Any, limits: Limits, where: str) -> ConversationIn:
+def _dropped_message(
+    report: ImportReport, message: dict[str, Any], role: str, text: str, where: str
+) -> None:
+    """Report a message that does not become a turn, when it held anything at all."""
+    content = message.get("content")
+    kind = content.get("content_type") if isinstance(content, dict) else None
+    if text.strip():
+        if role == "system":
+            reason = "only a first system message becomes the conversation's system prompt"
+            report.drop("system message", reason, where)
+        else:
+            reason = "chatbox keeps your messages and the assistant's answers only"
+            report.drop(f"{role[:40]} message", reason, where)
+    elif role in ROLES and isinstance(kind, str) and kind not in ("text", "multimodal_text"):
+        report.drop(f"{kind[:40]} message", "holds no text chatbox can import", where)
+
+
+def _conversation(
+    item: Any, limits: Limits, where: str, report: ImportReport, now: float
+) -> ConversationIn:
     if not isinstance(item, dict):
         raise ImportRefused(f"{where} is not an object")
     mapping = item.get("mapping")
@@ -168,9 +295,11 @@ def _conversation(item: Any, limits: Limits, where: str) -> ConversationIn:
         raise ImportRefused(f"{where}: title must be a string")
     if title and len(title) > limits.max_title_chars:
         raise ImportRefused(f"{where}: the title is over {limits.max_title_chars:,} characters")
-    now = time.time()
-    created = _time(item.get("create_time"), where, now)
-    updated = _time(item.get("update_time"), where, created)
+    if title:
+        where = f"{where} ({title[:40]!r})"
+    clock = _Clock(report, now)
+    created = clock(item.get("create_time"), where, "create_time", now)
+    updated = clock(item.get("update_time"), where, "update_time", created)
     nodes: dict[str, dict[str, Any]] = {}
     for key, node in mapping.items():
         if not isinstance(node, dict):
@@ -183,7 +312,7 @@ def _conversation(item: Any, limits: Limits, where: str) -> ConversationIn:
             raise ImportRefused(f"{where}: node {key[:40]!r} has a message that is not an object")
         nodes[key] = node
     order = _tree_order(nodes, where)
-    return _turns(item, nodes, order, limits, where, title or None, created, updated)
+    return _turns(item, nodes, order, limits, where, title or None, (created, updated), clock)
 
 
 def _tree_order(nodes: dict[str, dict[str, Any]], where: str) -> list[str]:
@@ -208,9 +337,10 @@ def _turns(
     limits: Limits,
     where: str,
     title: str | None,
-    created: float,
-    updated: float,
+    times: tuple[float, float],
+    clock: _Clock,
 ) -> ConversationIn:
+    created, updated = times
     kept: dict[str, int | None] = {}  # node id -> index of its nearest kept ancestor-or-self
     turns: list[TurnIn] = []
     system: str | None = None
@@ -227,7 +357,7 @@ def _turns(
         role = author.get("role") if isinstance(author, dict) else None
         if not isinstance(role, str):
             raise ImportRefused(f"{at}: author.role must be a string")
-        text = _text(message, at)
+        text = _text(message, at, clock.report)
         if len(text) > limits.max_message_chars:
             raise ImportRefused(f"{at}: over {limits.max_message_chars:,} characters")
         if role == "system" and above is None and not turns and text.strip():
@@ -236,6 +366,7 @@ def _turns(
             system = text
             continue
         if role not in ROLES or not text.strip():
+            _dropped_message(clock.report, message, role, text, at)
             continue  # tools, hidden and image-only messages: their children move up
         meta = message.get("metadata")
         model = meta.get("model_slug") if isinstance(meta, dict) else None
@@ -244,7 +375,7 @@ def _turns(
                 role,
                 text,
                 above,
-                _time(message.get("create_time"), at, created),
+                clock(message.get("create_time"), at, "create_time", created),
                 model if isinstance(model, str) and len(model) <= 200 else None,
             )
         )

@@ -1,5 +1,6 @@
 """A user's data as one zip: conversations.json (ChatGPT's export shape), a Markdown file
-per conversation with every branch, their documents' text and their memory facts."""
+per conversation with every branch, their documents' text and their memory facts; and
+reading the documents and facts back from such a zip (an import restores them)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatbox.data.chatgpt import to_chatgpt
+from chatbox.data.chatgpt import ImportRefused, to_chatgpt
 from chatbox.store import Conversation, Document, Memory, Turn, User
 
 SLACK = 16  # characters of whitespace a chunk may have lost at its start
@@ -33,7 +34,10 @@ def slug(text: str | None, fallback: str) -> str:
 
 
 def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    except (OverflowError, ValueError, OSError):  # a time no calendar holds
+        return "an unknown time"
 
 
 def branches(turns: list[Turn]) -> list[list[Turn]]:
@@ -147,3 +151,84 @@ def build_zip(data: ExportData, now: float | None = None) -> bytes:
             f"{len(docs)} documents (documents/), {len(facts)} memory facts (memory.json).\n",
         )
     return buf.getvalue()
+
+
+# -- reading an export's documents and memory back -----------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentIn:
+    name: str
+    text: str
+    conversation_id: str | None  # the id it had in the export
+
+
+@dataclass(frozen=True)
+class FactIn:
+    text: str
+    source: str
+    conversation_id: str | None  # the id it had in the export
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a chatbox export holds besides its conversations."""
+
+    documents: list[DocumentIn]
+    facts: list[FactIn]
+
+
+def _json_member(zf: zipfile.ZipFile, name: str, budget: list[int]) -> Any:
+    body = _member(zf, name, budget)
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ImportRefused(f"{name} is not valid JSON") from exc
+
+
+def _member(zf: zipfile.ZipFile, name: str, budget: list[int]) -> bytes:
+    """A member's bytes, counted against the budget of unpacked bytes left."""
+    with zf.open(name) as member:
+        body = member.read(budget[0] + 1)
+    budget[0] -= len(body)
+    if budget[0] < 0:
+        raise ImportRefused("the export unpacks to too many bytes")
+    return body
+
+
+def _str(item: dict[str, Any], key: str) -> str | None:
+    value = item.get(key)
+    return value if isinstance(value, str) else None
+
+
+def read_extras(data: bytes, max_bytes: int) -> Extras:
+    """The documents (as text) and memory facts of a chatbox export zip; none for any other
+    file (read no further than max_bytes unpacked in all)."""
+    if not data.startswith(b"PK"):
+        return Extras([], [])
+    budget = [max_bytes]
+    docs: list[DocumentIn] = []
+    facts: list[FactIn] = []
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            names = set(zf.namelist())
+            if "documents/index.json" in names:
+                index = _json_member(zf, "documents/index.json", budget)
+                for item in index if isinstance(index, list) else []:
+                    file = _str(item, "file") if isinstance(item, dict) else None
+                    if file is None or file not in names or not file.startswith("documents/"):
+                        raise ImportRefused("documents/index.json names a file the zip lacks")
+                    text = _member(zf, file, budget).decode("utf-8", errors="replace")
+                    name = _str(item, "name") or file.rsplit("/", 1)[-1]
+                    docs.append(DocumentIn(name, text, _str(item, "conversation_id")))
+            if "memory.json" in names:
+                raw = _json_member(zf, "memory.json", budget)
+                for item in raw if isinstance(raw, list) else []:
+                    fact = _str(item, "text") if isinstance(item, dict) else None
+                    if fact is None:
+                        raise ImportRefused("memory.json: each fact needs its text")
+                    source = "extracted" if item.get("source") == "extracted" else "explicit"
+                    facts.append(FactIn(fact, source, _str(item, "conversation_id")))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, RuntimeError, EOFError) as exc:
+        raise ImportRefused(f"not a readable zip file ({exc})") from exc
+    return Extras(docs, facts)

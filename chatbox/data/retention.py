@@ -1,5 +1,6 @@
-"""Retention: each tier keeps a conversation `retention_days` after its last activity; the
-sweeper erases the ones past that (and finishes any deletion left half done)."""
+"""Retention: each tier keeps a conversation `retention_days` after its last activity (an
+imported one at least that long after its import); the sweeper erases the ones past that
+(and finishes any deletion left half done, but not an import still being written)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 
 from chatbox.chat.policy import Policy
 from chatbox.store.erasure import Erased, ErasureRepo, Idle
+from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox.data")
 DAY_S = 86_400.0
+IMPORT_LEASE_S = 3_600.0  # a hidden import this young is still being written, not a crash's
 Clock = Callable[[], float]
 Erase = Callable[[str, Sequence[str]], Awaitable[Erased]]  # (user id, conversation ids)
 
@@ -63,7 +66,8 @@ def keeps(policy: Policy, tier: str) -> str:
         return "Nothing: chats are temporary and no content is stored."
     if t.retention_days > 0:
         return (
-            f"Conversations are erased {t.retention_days} days after their last message; "
+            f"Conversations are erased {t.retention_days} days after their last message "
+            "(an imported one no sooner than that after its import); "
             "you can delete any of them sooner."
         )
     return "Conversations are kept until you delete them."
@@ -76,6 +80,7 @@ class Retention:
         self, erasure: ErasureRepo, policy: Policy, erase: Erase, clock: Clock = time.time
     ) -> None:
         self.erasure = erasure
+        self.transfer = TransferRepo(erasure.db)
         self.policy = policy
         self.erase = erase
         self.clock = clock
@@ -86,13 +91,16 @@ class Retention:
         for tier in await self.erasure.tiers_in_use():
             days = self.policy.tier(tier).retention_days
             if days > 0:
-                idle = await self.erasure.idle(tier, now - days * DAY_S)
-                out += [Expired(c, tier, days) for c in idle]
+                cutoff = now - days * DAY_S
+                idle = await self.erasure.idle(tier, cutoff)
+                fresh = await self.transfer.imported_after([c.id for c in idle], cutoff)
+                out += [Expired(c, tier, days) for c in idle if c.id not in fresh]
         return out
 
     async def run(self, dry_run: bool = False) -> RetentionReport:
         report = RetentionReport(await self.plan(), dry_run=dry_run)
-        pending = await self.erasure.pending()
+        writing = await self.transfer.being_imported(self.clock() - IMPORT_LEASE_S)
+        pending = [p for p in await self.erasure.pending() if p[1] not in writing]
         report.unfinished = len(pending)
         if dry_run:
             return report

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chatbox.accounts import UserAdmin
@@ -17,17 +17,36 @@ from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import turn_messages
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.temporary import TemporaryChat, TemporaryChats, keeps_nothing
-from chatbox.data.chatgpt import Limits, parse
-from chatbox.data.export import ExportData, build_zip
+from chatbox.data.chatgpt import ImportReport, Limits, parse
+from chatbox.data.export import ExportData, Extras, build_zip, read_extras
 from chatbox.data.retention import Retention, RetentionReport, Sweeper, keeps
+from chatbox.knowledge import Knowledge
+from chatbox.knowledge.errors import KnowledgeError
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
-from chatbox.store.transfer import TransferRepo
+from chatbox.store.records import new_id
+from chatbox.store.transfer import ImportLost, TransferRepo
 
 log = logging.getLogger("chatbox.data")
 RETENTION_HEADER = "x-chatbox-retention"
 KvForget = Callable[[str], object]  # drop a conversation's parked KV files (no engine needed)
+MAX_IMPORTED_FACTS = 10_000  # memory facts one import restores
+
+
+@dataclass(frozen=True)
+class Imported:
+    """An import's outcome: the new conversations, and what came in and what was left out."""
+
+    conversation_ids: list[str]
+    report: ImportReport
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "imported": len(self.conversation_ids),
+            "conversation_ids": self.conversation_ids,
+            **self.report.as_dict(),
+        }
 
 
 def wants_none(header: str | None) -> bool:
@@ -99,11 +118,14 @@ class DataService:
         settings: Settings,
         kv_forget: KvForget | None = None,
         clock: Callable[[], float] = time.time,
+        knowledge: Knowledge | None = None,
     ) -> None:
         self.store = store
         self.chat = chat
         self.settings = settings
         self.kv_forget = kv_forget
+        self.clock = clock
+        self.knowledge = knowledge  # where an export's documents and memory facts go back
         self.transfer = TransferRepo(store.db)
         self.policy = chat.gate.policy
         self.temporary = TemporaryChats(
@@ -204,9 +226,66 @@ class DataService:
             await UserAdmin(self.store, actor).audit.record(actor, "user.export", user)
         return await export_zip(self.store, user)
 
-    async def import_chatgpt(self, user: User, data: bytes) -> list[str]:
-        """Import a ChatGPT conversations.json (or its zip): all of it, or nothing."""
-        convs = await asyncio.to_thread(parse, data, import_limits(self.settings))
-        if not convs:
+    async def import_chatgpt(self, user: User, data: bytes) -> Imported:
+        """Import a ChatGPT conversations.json (or its zip), or a chatbox export (its
+        documents and memory facts too): every conversation or none; what a file holds that
+        chatbox cannot keep is left out and reported. Refused where nothing may be stored."""
+        if await keeps_nothing(self.store, self.policy, user):
+            raise InvalidInput(
+                "import refused: your account stores no conversations (zero-data-retention)",
+                "file",
+            )
+        now = self.clock()
+        limits = import_limits(self.settings)
+        parsed = await asyncio.to_thread(parse, data, limits, now)
+        extras = await asyncio.to_thread(read_extras, data, limits.max_bytes)
+        if not parsed.conversations and not extras.documents and not extras.facts:
             raise InvalidInput("import refused: the file holds no conversations", "file")
-        return await self.transfer.import_conversations(user.id, convs)
+        ids = [new_id("c") for _ in parsed.conversations]
+        try:
+            await self.transfer.import_conversations(user.id, parsed.conversations, now, ids)
+        except BaseException as exc:
+            # What was written is hidden; erase it (a crash leaves it to the sweeper).
+            await asyncio.shield(self._erase(user.id, ids))
+            if isinstance(exc, ImportLost):
+                raise InvalidInput(f"import interrupted: {exc}", "file") from exc
+            raise
+        report = parsed.report
+        report.conversations = len(ids)
+        report.messages = sum(len(c.turns) for c in parsed.conversations)
+        renamed = {src: new for src, new in zip(parsed.source_ids, ids, strict=True) if src}
+        await self._restore(user, extras, renamed, report)
+        return Imported(ids, report)
+
+    async def _restore(
+        self, user: User, extras: Extras, renamed: dict[str, str], report: ImportReport
+    ) -> None:
+        """An export's documents and memory facts, for this user, through the same services
+        (limits, moderation, embedding) as an upload or a remembered fact."""
+        if self.knowledge is None:
+            for doc in extras.documents:
+                report.drop("document", "this server keeps no documents", doc.name)
+            for fact in extras.facts:
+                report.drop("memory fact", "this server keeps no memory", fact.text[:80])
+            return
+        for doc in extras.documents:
+            conv = renamed.get(doc.conversation_id or "")
+            try:
+                await self.knowledge.documents.ingest(
+                    user.id, conv, doc.name, "text/plain", doc.text.encode()
+                )
+            except KnowledgeError as exc:
+                report.drop("document", str(exc), doc.name)
+            else:
+                report.documents += 1
+        for n, fact in enumerate(extras.facts):
+            if n >= MAX_IMPORTED_FACTS:
+                report.drop("memory fact", f"over {MAX_IMPORTED_FACTS:,} facts", fact.text[:80])
+                continue
+            conv = renamed.get(fact.conversation_id or "")
+            try:
+                changes = await self.knowledge.memory.add(user.id, [fact.text], fact.source, conv)
+            except KnowledgeError as exc:
+                report.drop("memory fact", str(exc), fact.text[:80])
+            else:
+                report.memories += len(changes)

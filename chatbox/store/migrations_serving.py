@@ -239,3 +239,24 @@ async def _teams(conn: aiosqlite.Connection) -> None:
         CREATE INDEX conversations_by_workspace ON conversations (workspace_id, deleted_at)
         """,
     )
+
+
+@migration("0011_import_staging")
+async def _import_staging(conn: aiosqlite.Connection) -> None:
+    # An import is written in short transactions, hidden (deleted_at set, importing = 1) until
+    # all of it is in; a crash leaves it hidden, and the sweeper erases it as a deletion.
+    # Retention counts an imported conversation from `imported_at` as well as its last turn.
+    await _script(
+        conn,
+        """
+        ALTER TABLE conversations ADD COLUMN imported_at REAL;
+        ALTER TABLE conversations ADD COLUMN importing INTEGER NOT NULL DEFAULT 0;
+        DROP TRIGGER turns_not_into_deleted
+        """,
+    )
+    await conn.execute(
+        """CREATE TRIGGER turns_not_into_deleted BEFORE INSERT ON turns
+        WHEN (SELECT deleted_at IS NOT NULL AND (importing = 0 OR erased_at IS NOT NULL)
+              FROM conversations WHERE id = new.conversation_id)
+        BEGIN SELECT RAISE(ABORT, 'the conversation was deleted'); END"""
+    )

@@ -87,12 +87,14 @@ class DataController(Controller):
         settings: SettingsDep,
         user: UserDep,
     ) -> dict[str, Any]:
-        """Import a ChatGPT export (multipart field `file`: conversations.json or the zip)."""
+        """Import a ChatGPT export (multipart field `file`: conversations.json or the zip) or
+        a chatbox export zip (its documents and memory facts too). The answer counts what came
+        in (`imported` conversations, `messages`, `documents`, `memories`) and lists what was
+        left out (`dropped`: kind, reason, count and a few examples each)."""
         form = await read_upload(request, settings.max_import_bytes)
         if form.file is None:
             raise InvalidInput("send the export as multipart/form-data in a field named 'file'")
-        ids = await data_service.import_chatgpt(user, form.file.data)
-        return {"imported": len(ids), "conversation_ids": ids}
+        return (await data_service.import_chatgpt(user, form.file.data)).as_dict()
 
     @get("/users/me/retention")
     async def retention(self, data_service: DataServiceDep, user: UserDep) -> dict[str, Any]:

@@ -96,13 +96,13 @@ class DataPagesController(Controller):
         settings: SettingsDep,
         user: UserDep,
     ) -> Response[str]:
-        """Import a ChatGPT export (conversations.json or its zip)."""
+        """Import a ChatGPT export (conversations.json or its zip) or a chatbox export; the
+        result says what came in and what was left out, and why."""
         form = await read_upload(request, settings.max_import_bytes)
         if form.file is None:
             raise InvalidInput("choose the conversations.json (or the zip) to import")
-        ids = await data_service.import_chatgpt(user, form.file.data)
-        n = len(ids)
-        return _notice(request, f"Imported {n} conversation{'s' if n != 1 else ''}.")
+        done = await data_service.import_chatgpt(user, form.file.data)
+        return html(request, "_import_result.html", 200, None, result=done.as_dict())
 
     @post("/ui/settings/delete", status_code=200)
     async def delete_account(
