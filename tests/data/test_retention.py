@@ -109,6 +109,8 @@ def test_what_a_tier_keeps_in_words() -> None:
 
 
 def test_the_sweeper_runs_in_the_app(tmp_path: Path, settings, registry, embedder) -> None:  # type: ignore[no-untyped-def]
+    """The sweeper erases a conversation quiet for 400 days, and keeps one imported today
+    whose own times are 400 days old (retention counts it from its import)."""
     from litestar.testing import TestClient
 
     from chatbox.app import create_app
@@ -145,12 +147,34 @@ def test_the_sweeper_runs_in_the_app(tmp_path: Path, settings, registry, embedde
         body = json.dumps(old).encode()
         r = c.post("/v1/users/me/import", files={"file": ("c.json", body)}, headers=bob)
         assert r.status_code == 201, r.text
+        imported = r.json()["conversation_ids"]
         fresh = c.post("/v1/conversations", json={"title": "today"}, headers=bob).json()["id"]
+        bob_id = app.call(app.services.store.users.get_by_name, "bob").id
+        quiet = conv("quiet for 400 days", (T0 - time.time()) / DAY_S + 400)
+        transfer = TransferRepo(app.services.store.db)
+        app.call(transfer.import_conversations, bob_id, [quiet])  # its own times only
         deadline = time.monotonic() + 20
-        while len(c.get("/v1/conversations", headers=bob).json()["data"]) > 1:
+        while len(c.get("/v1/conversations", headers=bob).json()["data"]) > 2:
             assert time.monotonic() < deadline, "the sweeper did not run"
             time.sleep(0.1)
-        left = [x["id"] for x in c.get("/v1/conversations", headers=bob).json()["data"]]
-        assert left == [fresh]
+        left = {x["id"] for x in c.get("/v1/conversations", headers=bob).json()["data"]}
+        assert left == {fresh, *imported}
         assert "30 days" in c.get("/v1/users/me/retention", headers=bob).json()["keeps"]
         assert app.services.data is not None
+
+
+async def test_an_import_counts_from_its_import_time(store: Store) -> None:
+    """History imported today with year-old times is kept `retention_days` from today."""
+    fay = await store.users.create("fay", tier="free")
+    transfer = TransferRepo(store.db)
+    await transfer.import_conversations(fay.id, [conv("from ChatGPT", 400)], imported_at=T0)
+    erasure = ErasureRepo(store.db)
+    now = [T0 + DAY_S]
+    retention = Retention(erasure, POLICY, erasure.conversations, clock=lambda: now[0])
+    assert (await retention.run()).erased.conversations == 0
+    assert await live_titles(store, fay.id) == {"from ChatGPT"}
+    shown = await TransferRepo(store.db).conversations(fay.id)
+    assert shown[0].updated_at == T0 - 400 * DAY_S  # its own times stay, for display
+    now[0] = T0 + 31 * DAY_S
+    assert (await retention.run()).erased.conversations == 1
+    assert await live_titles(store, fay.id) == set()
