@@ -72,7 +72,14 @@ def test_import_switch_and_delete_through_the_ui(app: App) -> None:
                     "id": "u",
                     "message": {
                         "author": {"role": "user"},
-                        "content": {"content_type": "text", "parts": ["hi from elsewhere"]},
+                        "content": {
+                            "content_type": "multimodal_text",
+                            "parts": [
+                                {"content_type": "image_asset_pointer", "asset_pointer": "x"},
+                                {"content_type": "image_asset_pointer", "asset_pointer": "y"},
+                                "hi from elsewhere",
+                            ],
+                        },
                     },
                     "parent": "r",
                     "children": [],
@@ -85,7 +92,8 @@ def test_import_switch_and_delete_through_the_ui(app: App) -> None:
         files={"file": ("conversations.json", json.dumps(export).encode())},
         headers={**app.bob, **HX},
     )
-    assert r.status_code == 200 and "Imported 1 conversation." in r.text
+    assert r.status_code == 200 and "Imported 1 conversation (1 message)." in r.text
+    assert "Left out" in r.text and "2 images" in r.text and "imports the text only" in r.text
     bad = c.post(
         "/ui/settings/import", files={"file": ("c.json", b"[1, 2]")}, headers={**app.bob, **HX}
     )

@@ -4,9 +4,13 @@ refused whole with a clear message."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import time
 import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +207,118 @@ def test_too_large_and_too_long_are_refused(app: App) -> None:
     )
     assert r.status_code == 422 and "characters" in r.text
     assert c.get("/v1/conversations", headers=app.bob).json()["data"] == []
+
+
+def _message(role: str, content: dict[str, Any], children: list[str], parent: str) -> Any:
+    return {
+        "message": {"author": {"role": role}, "content": content},
+        "parent": parent,
+        "children": children,
+    }
+
+
+def test_an_import_reports_what_it_left_out(app: App) -> None:
+    """A voice chat's words come across; its recording, an image, a tool's output and a
+    second system message are left out, each counted with its reason and examples."""
+    voice = {
+        "content_type": "multimodal_text",
+        "parts": [
+            {"content_type": "audio_transcription", "text": "what do otters eat"},
+            {"content_type": "audio_asset_pointer", "asset_pointer": "sediment://file_1"},
+        ],
+    }
+    picture = {
+        "content_type": "multimodal_text",
+        "parts": [
+            {"content_type": "image_asset_pointer", "asset_pointer": "file-service://x"},
+            "and what is this?",
+        ],
+    }
+    mapping = {
+        "r": {"message": None, "parent": None, "children": ["v"]},
+        "v": _message("user", voice, ["t"], "r"),
+        "t": _message("tool", {"content_type": "text", "parts": ["search results"]}, ["s"], "v"),
+        "s": _message("system", {"content_type": "text", "parts": ["be terse"]}, ["a"], "t"),
+        "a": _message("assistant", {"content_type": "text", "parts": ["Fish."]}, ["p"], "s"),
+        "p": _message("user", picture, [], "a"),
+    }
+    body = json.dumps([{"title": "Voice chat", "current_node": "p", "mapping": mapping}])
+    r = app.client.post(
+        "/v1/users/me/import", files={"file": ("c.json", body.encode())}, headers=app.bob
+    )
+    assert r.status_code == 201, r.text
+    done = r.json()
+    assert (done["imported"], done["messages"]) == (1, 3)
+    dropped = {d["kind"]: d for d in done["dropped"]}
+    assert set(dropped) == {"voice recording", "image", "tool message", "system message"}
+    assert all(d["count"] == 1 and d["reason"] for d in dropped.values())
+    assert "'Voice chat'" in dropped["image"]["examples"][0]
+    conv = app.client.get(f"/v1/conversations/{done['conversation_ids'][0]}", headers=app.bob)
+    texts = [t["content"] for t in conv.json()["turns"]]
+    assert texts == ["what do otters eat", "Fish.", "and what is this?"]
+
+
+async def test_an_import_is_written_in_short_transactions_hidden_until_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many small transactions, none of it visible before the last; an import cut short
+    stays hidden and the sweeper erases it once it is clearly not being written."""
+    from chatbox.chat.policy import Policy
+    from chatbox.data.retention import IMPORT_LEASE_S, Retention
+    from chatbox.store import Store
+    from chatbox.store import transfer as transfer_module
+    from chatbox.store.erasure import ErasureRepo
+    from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
+
+    monkeypatch.setattr(transfer_module, "IMPORT_ROWS", 5)
+    store = await Store.open(tmp_path / "i.db")
+    try:
+        ann = await store.users.create("ann")
+        repo = TransferRepo(store.db)
+        convs = [
+            ConversationIn(f"chat {n}", None, 1.0, 2.0, [TurnIn("user", f"w{n}", None, 1.5)], 0)
+            for n in range(20)
+        ]
+        seen: list[int] = []  # conversations visible as each write transaction begins
+        real = store.db.transaction
+
+        async def visible() -> int:
+            return len(await repo.conversations(ann.id))
+
+        @contextlib.asynccontextmanager
+        async def watched() -> AsyncIterator[Any]:
+            seen.append(await visible())
+            async with real() as tx:
+                yield tx
+
+        monkeypatch.setattr(store.db, "transaction", watched)
+        ids = await repo.import_conversations(ann.id, convs, imported_at=10.0)
+        assert len(seen) >= 9  # 40 rows, 5 a transaction, then one that shows them all
+        assert seen == [0] * len(seen)
+        assert await visible() == 20 and len(ids) == 20
+
+        real_batches = transfer_module._batches
+
+        def cut_short(*args: Any) -> Any:
+            for n, batch in enumerate(real_batches(*args)):
+                if n == 2:
+                    raise OSError("disk full")  # as a crash would leave it
+                yield batch
+
+        monkeypatch.setattr(transfer_module, "_batches", cut_short)
+        with pytest.raises(OSError):
+            await repo.import_conversations(ann.id, convs, imported_at=10.0)
+        assert await visible() == 20  # none of the cut import shows
+        rows = await repo.content_rows()
+        assert rows["conversations"] > 20
+
+        erasure = ErasureRepo(store.db)
+        now = [time.time()]
+        retention = Retention(erasure, Policy.from_dict({}), erasure.conversations, lambda: now[0])
+        assert (await retention.run()).unfinished == 0  # maybe still being written
+        now[0] += IMPORT_LEASE_S + 1
+        report = await retention.run()
+        assert report.unfinished == rows["conversations"] - 20 and report.erased.turns > 0
+        assert await visible() == 20
+    finally:
+        await store.close()
