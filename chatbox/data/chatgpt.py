@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import time
 import zipfile
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,7 @@ from chatbox.store import Conversation, Turn
 from chatbox.store.transfer import ConversationIn, TurnIn
 
 ROLES = ("user", "assistant")
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 EXAMPLES = 3  # examples kept per kind of thing left out
 FUTURE_SLACK_S = 86_400.0  # a time up to a day ahead of this clock is a skewed clock, kept
 # Parts that are a file in ChatGPT's export (not in conversations.json): what each is, in words.
@@ -169,35 +172,71 @@ def unpack(data: bytes, max_bytes: int) -> bytes:
     return body
 
 
+def _skip(text: str, at: int) -> int:
+    """Where the JSON whitespace from `at` ends."""
+    space = _SPACE.match(text, at)
+    return space.end() if space else at
+
+
+def _items(body: bytes) -> Iterator[Any]:
+    """The conversations of the file, one at a time: a top-level list is decoded item by
+    item, so that the thread reading it lets the server's event loop run between items and
+    each item's objects can go once it is read (json.loads of 50 MB holds the interpreter
+    for over a second, then its garbage collection for as long again)."""
+    text = body.decode(json.detect_encoding(body), "surrogatepass")
+    at = _skip(text, 0)
+    if not text.startswith("[", at):
+        raw = json.loads(text)
+        if isinstance(raw, dict) and isinstance(raw.get("conversations"), list):
+            yield from raw["conversations"]
+            return
+        raise ImportRefused("expected a list of conversations (ChatGPT's conversations.json)")
+    decoder = json.JSONDecoder()
+    at = _skip(text, at + 1)
+    if text.startswith("]", at):
+        at += 1
+    else:
+        while True:
+            item, at = decoder.raw_decode(text, at)
+            yield item
+            at = _skip(text, at)
+            if text.startswith(",", at):
+                at = _skip(text, at + 1)
+                continue
+            if text.startswith("]", at):
+                at += 1
+                break
+            raise ValueError(f"expected ',' or ']' at character {at}")
+    if _skip(text, at) != len(text):
+        raise ValueError(f"extra data at character {at}")
+
+
 def parse(data: bytes, limits: Limits, now: float | None = None) -> Parsed:
     """Every conversation of a ChatGPT export, checked whole before anything is stored
     (`now`: the import's time, which stands in for a time that cannot be right)."""
     body = unpack(data, limits.max_bytes)
     at = time.time() if now is None else now
+    out: list[ConversationIn] = []
+    sources: list[str | None] = []
+    total = 0
+    report = ImportReport()
     try:
-        raw = json.loads(body)
+        for i, item in enumerate(_items(body)):
+            if i >= limits.max_conversations:
+                raise ImportRefused(
+                    f"over {limits.max_conversations:,} conversations; that is the limit"
+                )
+            conv = _conversation(item, limits, f"conversation {i + 1}", report, at)
+            total += len(conv.turns)
+            if total > limits.max_messages:
+                raise ImportRefused(f"over {limits.max_messages:,} messages in all")
+            out.append(conv)
+            source = item.get("conversation_id", item.get("id"))
+            sources.append(source if isinstance(source, str) else None)
     except RecursionError as exc:
         raise ImportRefused("the JSON is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise ImportRefused(f"not valid JSON ({str(exc)[:120]})") from exc
-    if isinstance(raw, dict) and isinstance(raw.get("conversations"), list):
-        raw = raw["conversations"]
-    if not isinstance(raw, list):
-        raise ImportRefused("expected a list of conversations (ChatGPT's conversations.json)")
-    if len(raw) > limits.max_conversations:
-        raise ImportRefused(
-            f"{len(raw):,} conversations; the limit is {limits.max_conversations:,}"
-        )
-    out, sources, total = [], [], 0
-    report = ImportReport()
-    for i, item in enumerate(raw):
-        conv = _conversation(item, limits, f"conversation {i + 1}", report, at)
-        total += len(conv.turns)
-        if total > limits.max_messages:
-            raise ImportRefused(f"over {limits.max_messages:,} messages in all")
-        out.append(conv)
-        source = item.get("conversation_id", item.get("id"))
-        sources.append(source if isinstance(source, str) else None)
     return Parsed(out, sources, report)
 
 

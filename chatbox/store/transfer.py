@@ -35,8 +35,8 @@ class ConversationIn:
     current: int | None  # index of the active leaf
 
 
-IMPORT_ROWS = 500  # rows per import transaction
-IMPORT_CHARS = 500_000  # characters per import transaction (indexing them is the cost)
+IMPORT_ROWS = 250  # rows per import transaction
+IMPORT_CHARS = 100_000  # characters per import transaction (indexing them is the cost)
 
 
 class ImportLost(Exception):
