@@ -264,13 +264,13 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
     """Many small transactions, none of it visible before the last; an import cut short
     stays hidden and the sweeper erases it once it is clearly not being written."""
     from chatbox.chat.policy import Policy
-    from chatbox.data.retention import IMPORT_LEASE_S, Retention
+    from chatbox.data import retention as retention_module
     from chatbox.store import Store
     from chatbox.store import transfer as transfer_module
     from chatbox.store.erasure import ErasureRepo
     from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
 
-    monkeypatch.setattr(transfer_module, "IMPORT_ROWS", 5)
+    monkeypatch.setattr(transfer_module, "IMPORT_ROWS", 5, raising=False)
     store = await Store.open(tmp_path / "i.db")
     try:
         ann = await store.users.create("ann")
@@ -292,7 +292,7 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
                 yield tx
 
         monkeypatch.setattr(store.db, "transaction", watched)
-        ids = await repo.import_conversations(ann.id, convs, imported_at=10.0)
+        ids = await repo.import_conversations(ann.id, convs)
         assert len(seen) >= 9  # 40 rows, 5 a transaction, then one that shows them all
         assert seen == [0] * len(seen)
         assert await visible() == 20 and len(ids) == 20
@@ -307,16 +307,18 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
 
         monkeypatch.setattr(transfer_module, "_batches", cut_short)
         with pytest.raises(OSError):
-            await repo.import_conversations(ann.id, convs, imported_at=10.0)
+            await repo.import_conversations(ann.id, convs)
         assert await visible() == 20  # none of the cut import shows
         rows = await repo.content_rows()
         assert rows["conversations"] > 20
 
         erasure = ErasureRepo(store.db)
         now = [time.time()]
-        retention = Retention(erasure, Policy.from_dict({}), erasure.conversations, lambda: now[0])
+        retention = retention_module.Retention(
+            erasure, Policy.from_dict({}), erasure.conversations, lambda: now[0]
+        )
         assert (await retention.run()).unfinished == 0  # maybe still being written
-        now[0] += IMPORT_LEASE_S + 1
+        now[0] += retention_module.IMPORT_LEASE_S + 1
         report = await retention.run()
         assert report.unfinished == rows["conversations"] - 20 and report.erased.turns > 0
         assert await visible() == 20
