@@ -25,7 +25,7 @@
    part on both servers goes first (--warmup: a fresh process's first requests are slow
    here);
 4. prints each run, then the median over pairs of chatbox / llama-server.
-Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
+Targets: >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
 
 from __future__ import annotations

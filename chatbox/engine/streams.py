@@ -64,9 +64,8 @@ def copy_head(
     """Copy the public head `tokens` (the first of src's `held`: the template around the
     configured prompts, never a user's text) into the empty stream dst.
 
-    Out of src it costs a save of all of src (a 100-token conversation in ~1.5 ms, an
-    1,800-token one in ~60 ms, on 2 cores), so the head's state is kept in `heads` once
-    copied, and restored from there next time (~0.1 ms for 30 tokens).
+    Out of src it costs a save of all of src (~60 ms for an 1,800-token conversation on 2
+    cores), so the head's state is kept in `heads` once copied, and restored from there.
     """
     key = head_key(tokens)
     kept = heads.get(key)

@@ -229,10 +229,8 @@ class Embedder:
         self, lane: _Lane, texts: list[str], approximate: bool = False
     ) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync(lane, approximate)
-        # The engines leave this encode a core meanwhile (measured with 8 streams decoding
-        # and output moderation on: 92% of the throughput with moderation off, against 88%
-        # when the background lane's encodes shared the decode workers' cores; with the
-        # int8 copy, runs without the hold gave 93.2-93.6%, within the noise of runs with it).
+        # The engines leave this encode a core meanwhile: an encode that shares a core with
+        # a spinning decode worker stalls every step it overlaps.
         with URGENT.hold():
             if isinstance(model, OnnxEncoder) and model is not lane.model:  # the int8 copy
                 # One text at a time: int8 activations are scaled over the whole batch, so a

@@ -1,8 +1,8 @@
-"""The embedding model run by ONNX Runtime instead of torch: the same vectors, ~2.5x sooner.
+"""The embedding model run by ONNX Runtime instead of torch: the same vectors, sooner.
 
-A message is a dozen tokens; torch's eager forward of MiniLM spends most of its ~12 ms in
-per-operator dispatch and unfused kernels, which ONNX Runtime's graph optimiser removes
-(fused attention, layer norm and GELU): ~5 ms on one core. That is what keeps a message's
+A message is a dozen tokens, and torch's eager forward of MiniLM spends most of its time on
+it in per-operator dispatch and unfused kernels, which ONNX Runtime's graph optimiser removes
+(fused attention, layer norm and GELU: ~5 ms a message on one core). That is what keeps a message's
 moderation check inside its budget while answers decode on the same cores.
 
 The graph is exported once from the sentence-transformers files (torch's exporter), cached
