@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -74,9 +75,7 @@ async def test_a_loading_model_says_so_and_counts_who_waits(tiny_gguf: Path) -> 
     gate.set()
     assert await first is await second
     assert pool.state("tiny") == "loaded" and pool.waiting("tiny") == 0
-    try:
+    with contextlib.suppress(FileNotFoundError):
         await pool.get("broken")
-    except FileNotFoundError:
-        pass
     assert pool.state("broken") == "failed: no such file: broken.gguf"
     await pool.stop_all()
