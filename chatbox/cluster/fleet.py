@@ -284,8 +284,10 @@ class Fleet:
         try:
             member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)
         except (ReplicaFailed, TimeoutError) as exc:
-            member.state = "down"
-            member.last_error = str(exc) or "health check timed out"
+            error = str(exc) or "health check timed out"
+            if member.state != "down" or member.last_error != error:
+                log.warning("replica %s is down: %s", member.url, error)
+            member.state, member.last_error = "down", error
             return
         if member.state != "healthy":
             log.info("replica %s is healthy (%s)", member.url, ", ".join(member.health.models))
