@@ -21,7 +21,7 @@ Plus an OpenAI-API follow-up (/v1/chat/completions with the same messages plus o
 warm vs parked in RAM. Each configuration is its own server, run one after another (never
 two at once), each with a short warm-up turn first. Medians of --reps; the table gives the
 TTFT, its ratio to warm (of the same API) and the cached tokens the server reported.
-Target (issue 12): parked and after-restart TTFT <= 2x warm, and far below cold.
+Target: parked and after-restart TTFT <= 2x warm, and far below cold.
 Results go to benchmarks/results/kvpark.json. Prompt-lookup decoding: benchmarks/lookup.py.
 """
 

@@ -25,7 +25,7 @@
    part on both servers goes first (--warmup: a fresh process's first requests are slow
    here);
 4. prints each run, then the median over pairs of chatbox / llama-server.
-Targets (issue 10): >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
+Targets: >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
 
 from __future__ import annotations
@@ -543,8 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
-        # Untimed first: a fresh process's first requests are slow here (llama-server's
-        # first 64-token answer took 7.7 s, the next ones 0.7; the cause was not found).
+        # Untimed first: a fresh process's first requests can be ten times slower than the
+        # next ones, which would decide a pair on its own.
         for _ in range(args.warmup):
             for phase in PHASES:
                 for server in list(servers):

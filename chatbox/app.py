@@ -71,7 +71,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         running.services = services
         app.state.services = services  # for tests and debugging; handlers use Provide
         try:
-            await services.models.engine(services.models.default())  # load before serving
+            services.start_preload()  # /readyz says ready once the default models are loaded
             yield
         finally:
             running.services = None

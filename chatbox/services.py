@@ -7,6 +7,7 @@ receives these services through dependency injection (see `chatbox.app`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -119,6 +120,8 @@ class Services:
     moderation: ModerationService | None = None  # checks, the review queue
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
+    policy: Policy | None = None  # tiers, limits, routing
+    _preload: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(
@@ -209,10 +212,53 @@ class Services:
             moderation=moderation,
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
+            policy=policy,
         )
+
+    def default_models(self) -> list[str]:
+        """The models users get without picking one: the default and each tier's, those
+        that are installed (a tier naming a missing model is logged at start, not waited for)."""
+        try:
+            names = [self.models.default()]
+        except NoModelError:
+            names = []
+        tiers = self.policy.tiers.values() if self.policy is not None else []
+        names += [t.model for t in tiers if t.model]
+        known = set(self.models.names())
+        return [n for n in dict.fromkeys(names) if n in known]
+
+    def start_preload(self) -> None:
+        """Load the default models in the background, the default first, so that the first
+        message of each tier finds its model ready (`/readyz` waits for them)."""
+        tiers = self.policy.tiers.items() if self.policy is not None else []
+        known = set(self.models.names())
+        for tier, rule in tiers:
+            if rule.model and rule.model not in known:
+                log.warning("tier %s names model %s, which is not installed", tier, rule.model)
+
+        async def load_all() -> None:
+            for name in self.default_models():
+                try:
+                    await self.models.engine(name)
+                except Exception:  # the state says it failed; a send retries the load
+                    log.exception("could not load model %s", name)
+
+        self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
+
+    def model_states(self) -> dict[str, str]:
+        """Each default model's state ("loaded", "loading", "failed: …")."""
+        return {name: self.models.state(name) for name in self.default_models()}
+
+    def loading(self) -> dict[str, int]:
+        """Models loading now, with the callers (sends, the preload) waiting for each."""
+        names = self.models.names()
+        return {n: self.models.waiting(n) for n in names if self.models.state(n) == "loading"}
 
     async def stop(self) -> None:
         """Stop answers (saved as interrupted), background work, engines, then the store."""
+        if self._preload is not None:
+            self._preload.cancel()
+            await asyncio.gather(self._preload, return_exceptions=True)
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
@@ -223,9 +269,10 @@ class Services:
         await self.telemetry.stop()
 
     async def health(self) -> dict[str, bool]:
-        """Readiness checks: the default model is loaded and the database takes writes."""
+        """Readiness checks: every default model is loaded and the database takes writes."""
+        states = self.model_states()
         return {
-            "model_loaded": self.models.default_loaded(),
+            "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
             "database_writable": await self.store.db.writable(),
         }
 

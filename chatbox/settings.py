@@ -34,9 +34,8 @@ class EngineSettings:
     n_ctx: int = 16384  # KV cells of the unified pool (kv_unified); see n_ctx_per_seq
     n_ctx_per_seq: int = 4096  # the most one conversation may hold (a slot's own stream)
     # False: each slot has its own KV stream of n_ctx_per_seq cells, as llama-server keeps
-    # them, so a token's attention scans only its own conversation (8 streams decode 1.4x
-    # faster at a 256-token context on 2 cores, README). True: one pool of n_ctx cells that
-    # sequences share through seq_cp, and idle prefixes may outnumber the slots.
+    # them, so a token's attention scans only its own conversation. True: one pool of n_ctx
+    # cells that sequences share through seq_cp, and idle prefixes may outnumber the slots.
     kv_unified: bool = False
     n_batch: int = 512  # tokens per llama_decode step (decode + prefill chunks)
     n_ubatch: int = 0  # tokens per compute pass; 0: n_batch, at most 256 without flash attention
@@ -60,8 +59,8 @@ class EngineSettings:
     cpu_requant: bool = True  # on CPU, serve Q4_1/Q5_1 weights as a cached Q8_0 copy
     kv_dir: Path | None = None  # parked KV on disk (the app: <data_dir>/kv); None: RAM only
     park_disk_bytes: int = 4 * 1024**3  # disk for parked conversations, per model; 0: off
-    # prompt-lookup decoding: most tokens guessed per step; 0: off. On: answers that copy
-    # their context decode ~1.2x faster at one stream, plain chat is unchanged (README).
+    # prompt-lookup decoding: most tokens guessed per step; 0: off. Answers that copy their
+    # context decode faster; guesses are made only where they pay (docs/benchmarks.md).
     lookup_draft: int = 8
     # An answer's tokens reach the event loop at most this often (its first token and its
     # end at once; what came between arrives together); 0: every step (see engine/outbox.py)
@@ -132,7 +131,7 @@ class Settings:
     # fast while answers decode (see knowledge/embedder.py).
     embedding_threads: int = 1
     # "onnx": on CPU, the model runs in ONNX Runtime (exported once into cache_dir and checked
-    # against torch; ~2.5x faster for a message); "torch": sentence-transformers as shipped.
+    # against torch; faster for a short message); "torch": sentence-transformers as shipped.
     embedding_runtime: str = "onnx"
     knowledge_tokens: int = 768  # prompt budget for memory facts plus document passages
     memory_top_k: int = 6

@@ -82,9 +82,64 @@
     }
   });
 
+  // A send shows the user's bubble at once; while it waits (a model loading, a queue) the
+  // answer's place says why, so a slow first message is never a silent wait.
+  let pending = null;
+  function bubble(cls, build) {
+    const a = document.createElement("article");
+    a.className = "turn pending " + cls;
+    build(a);
+    return a;
+  }
+  async function explainWait(form, note) {
+    if (!pending || !note.isConnected) return;
+    try {
+      const r = await fetch(form.dataset.loadingUrl, { headers: { accept: "application/json" } });
+      const loading = r.ok ? (await r.json()).loading : {};
+      const names = Object.keys(loading);
+      if (names.length) {
+        const waiting = Math.max(...names.map((n) => loading[n]));
+        note.textContent = "Loading the model " + names.join(", ") + "… " +
+          (waiting > 1 ? waiting + " messages are waiting for it." : "Your message will be answered once it is ready.");
+      }
+    } catch (err) { /* the note keeps saying it is sending */ }
+    pending.timer = setTimeout(() => explainWait(form, note), 1000);
+  }
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const form = e.detail.elt;
+    if (!form || form.id !== "composer") return;
+    const text = (form.querySelector("#composer-input")?.value || "").trim();
+    const turns = $("#turns");
+    if (!text || !turns) return;
+    const mine = bubble("user", (a) => {
+      const b = document.createElement("div");
+      b.className = "bubble";
+      const p = document.createElement("div");
+      p.className = "plain";
+      p.textContent = text;
+      b.append(p);
+      a.append(b);
+    });
+    const note = document.createElement("p");
+    note.className = "muted wait-note";
+    note.textContent = "Sending…";
+    const answer = bubble("assistant", (a) => { a.setAttribute("role", "status"); a.append(note); });
+    turns.append(mine, answer);
+    toBottom();
+    pending = { nodes: [mine, answer], timer: setTimeout(() => explainWait(form, note), 400) };
+  });
+  function clearPending() {
+    if (!pending) return;
+    clearTimeout(pending.timer);
+    pending.nodes.forEach((n) => n.remove());
+    pending = null;
+  }
+  document.addEventListener("htmx:beforeSwap", (e) => { if (e.detail.elt?.id === "composer") clearPending(); });
+
   // The message box empties once a send is accepted; an error keeps the text.
   document.addEventListener("htmx:afterRequest", (e) => {
     const form = e.detail.elt;
+    if (form && form.id === "composer") clearPending();
     if (form && form.id === "attach-form") {
       form.reset(); // the same file can be picked again
       if (e.detail.successful) $("#alerts") && ($("#alerts").innerHTML = "");

@@ -1,4 +1,4 @@
-"""No two modules of chatbox import each other (the layers of docs/DESIGN point one way).
+"""No two modules of chatbox import each other (the layers of docs/architecture.md point one way).
 
 Every import statement counts: at the top, under `if TYPE_CHECKING:`, and inside functions
 (a lazy import is still a dependency). `from chatbox.x import y` counts as importing the

@@ -235,6 +235,10 @@ class OpenAIClient:
             raise ReplicaFailed(f"/v1/models: not an OpenAI answer ({exc})") from exc
         if self.names:
             models = {n: 0 for n, remote in self.names.items() if remote in ids or not ids}
+            if not models:
+                mapped = ", ".join(f"{n}={r}" for n, r in self.names.items())
+                served = ", ".join(ids) or "nothing"
+                raise ReplicaFailed(f"serves none of {mapped} (it serves {served})")
         else:
             models = dict.fromkeys(ids, 0)
         return Health(models, self.spec.slots or 1)

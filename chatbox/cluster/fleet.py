@@ -32,10 +32,10 @@ from chatbox.engine.types import EngineStats
 log = logging.getLogger("chatbox.cluster")
 BACKOFF_MAX_S = 60.0
 # How far past its share of the load a replica still takes a new conversation. 0: none, so a
-# burst of new conversations splits evenly (with 8 equal answers on 2 replicas, 0.25 let the
-# split be 5/3, and the fleet finished when the replica with 5 did: ~1.1x one replica instead
-# of ~1.6x). Nothing is lost to affinity: a new key has nothing cached anywhere, and where
-# its answer went is remembered, so its later turns follow it.
+# burst of new conversations splits evenly (8 answers on 2 replicas split 4/4, since the
+# fleet finishes only when its busiest replica does). Nothing is lost to affinity: a new key
+# has nothing cached anywhere, and where its answer went is remembered, so its later turns
+# follow it.
 BALANCE = 0.0
 PLACED_MAX = 100_000  # routed keys remembered (the oldest are forgotten: ~10 MB)
 
@@ -284,8 +284,10 @@ class Fleet:
         try:
             member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)
         except (ReplicaFailed, TimeoutError) as exc:
-            member.state = "down"
-            member.last_error = str(exc) or "health check timed out"
+            error = str(exc) or "health check timed out"
+            if member.state != "down" or member.last_error != error:
+                log.warning("replica %s is down: %s", member.url, error)
+            member.state, member.last_error = "down", error
             return
         if member.state != "healthy":
             log.info("replica %s is healthy (%s)", member.url, ", ".join(member.health.models))

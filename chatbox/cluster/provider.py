@@ -66,6 +66,17 @@ class ClusterModels:
             return self.fleet.stats(name)
         return self.local.stats(name)
 
+    def state(self, name: str) -> str:
+        """ "loaded", "loading", "failed: <why>", "not loaded" or, for a model replicas
+        serve, "no healthy replica"."""
+        if name in self.fleet.models() or not self.use_local:
+            return "loaded" if self.fleet.stats(name) is not None else "no healthy replica"
+        return self.pool.state(name)
+
+    def waiting(self, name: str) -> int:
+        """Sends waiting for this model to load here (0 for a remote one)."""
+        return 0 if name in self.fleet.models() else self.pool.waiting(name)
+
     def default_loaded(self) -> bool:
         try:
             name = self.default()

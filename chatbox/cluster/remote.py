@@ -207,6 +207,7 @@ class RemoteGeneration:
     async def _stream(self, member: Member) -> bool:
         """Stream from one replica; True once the answer is done."""
         request = self.request
+        before = self.tokens  # what the client had received when this replica took over
         if self.text:
             request = replace(
                 request,
@@ -236,15 +237,7 @@ class RemoteGeneration:
                 else:
                     streamed.inc(max(0, event.usage.completion_tokens - counted))
                     figures.done(event.usage, counted)
-                    if not self.prompt_tokens and not request.continue_text:
-                        self.prompt_tokens = event.usage.prompt_tokens
-                    if len(self.replicas) == 1 and event.usage.completion_tokens:
-                        self.tokens = event.usage.completion_tokens
-                    elif request.continue_text and event.usage.prompt_tokens > self.prompt_tokens:
-                        # The continued prompt holds the partial answer: its tokens, counted
-                        # by the tokenizer rather than by events, plus what this replica wrote.
-                        partial = event.usage.prompt_tokens - self.prompt_tokens
-                        self.tokens = partial + event.usage.completion_tokens
+                    self._count(request, event.usage, before)
                     self.engine.fleet.succeeded(
                         member, event.usage.prompt_tokens, event.usage.cached_tokens
                     )
@@ -255,6 +248,21 @@ class RemoteGeneration:
             self.text, self.tokens = "", 0  # the notice is shown; the answer starts over
             raise
         return False
+
+    def _count(self, request: GenerationRequest, usage: Usage, before: int) -> None:
+        """Charge as without a failover: the original prompt once, and the answer's tokens,
+        never past its `max_tokens`."""
+        if not request.continue_text:
+            self.prompt_tokens = self.prompt_tokens or usage.prompt_tokens
+            self.tokens = usage.completion_tokens or self.tokens
+        elif self.prompt_tokens and usage.prompt_tokens > self.prompt_tokens:
+            # The continued prompt holds the partial answer: its tokens, counted by the
+            # tokenizer rather than by events, plus what this replica wrote.
+            self.tokens = usage.prompt_tokens - self.prompt_tokens + usage.completion_tokens
+        else:  # the first replica never said its prompt's size (an OpenAI server's stream)
+            self.prompt_tokens = max(0, usage.prompt_tokens - before)
+            self.tokens = before + usage.completion_tokens
+        self.tokens = min(self.tokens, self.request.sampling.max_tokens)
 
     def _no_replica(self, tried: set[str], busy: bool) -> str:
         if busy and not self.text:

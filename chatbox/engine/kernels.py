@@ -1,22 +1,20 @@
 """Which attention kernel is faster here: timed once per model, machine and build, on the
 shapes of a chat load, and remembered.
 
-On CPU with a stream per slot llama.cpp can attend either way, and which one wins depends
-on the processor. On one 2-core machine plain attention took 12.6 ms a step at a 1,900-
-token depth against 23.3 with flash attention; on another (AMD EPYC, also 2 cores)
-flash attention was 14-18% faster for new conversations (8.8 against 10.2 ms, 8 streams
-30 against 36.5) and the two were about even deeper in. So where the settings and the hardware
-leave the choice open (`tuning.attention`), the engine times both kernels on a small
-context: one and 8 streams decoding shallow and deep, and a follow-up turn's prompt, and
-keeps the one with the lower geometric mean of those times. The verdict is kept in a file
+On CPU with a stream per slot llama.cpp can attend either way, and which one wins depends on
+the processor: on one 2-core machine plain attention cost half as much deep in a
+conversation, on another flash attention was the faster for new conversations and about even
+deeper in. So where the settings and the hardware leave the choice open
+(`tuning.attention`), the engine times both kernels on a small context: one and 8 streams
+decoding shallow and deep, and a follow-up turn's prompt, and keeps the one with the lower
+geometric mean of those times. The verdict is kept in a file
 (`EngineSettings.kernel_cache`), so only a model's first start on a machine pays (a few
 seconds on 2 cores).
 
 What the shapes leave out: ggml's CPU flash kernel tiles only prompts of 64 tokens or more
 and takes shorter ones a query row at a time over every cell, so deeper than DEEP a short
-follow-up costs up to twice plain attention's time (19 tokens 1,890 deep on the EPYC: 163
-against 81 ms, `benchmarks/followup.py`). The shapes weigh the decode steps, most of a
-turn's time, at the depths of the load the issue's targets measure.
+follow-up costs up to twice plain attention's time (`benchmarks/followup.py`). The shapes
+weigh the decode steps, most of a turn's time, at the depths of a chat load.
 """
 
 from __future__ import annotations
@@ -184,7 +182,7 @@ def choose_apart(
     libgomp gives every thread that starts a parallel region its own team of workers, kept
     until that thread exits: timed on a pool thread that lives on, the team would outlast
     the timing, and with more workers than cores libgomp stops spinning at barriers, so
-    every later step pays for waking them (one stream at 56 tokens/s instead of 80)."""
+    every later step would pay for waking them."""
     out: list[bool] = []
 
     def run() -> None:

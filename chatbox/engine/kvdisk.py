@@ -11,15 +11,13 @@ thread never waits for the disk; deletes go through the same queue, so a delete 
 overtaken by an older write. The directory is capped at `cap_bytes`, least recently used
 first (mtime, which a restore refreshes).
 
-Writing must not slow decoding down. Checksumming and writing an 1,800-token conversation's
-~40 MB takes ~100 ms of CPU and streams those bytes through the memory that llama.cpp reads
-every weight from for every token; written at once, while one stream decoded, the disk tier
-cost that stream ~6% (80.0 against 85.0 tokens/s, even with the writer at nice 19). So the
-state is written in 1 MiB pieces, each when the engine says it is idle (`decoding(False)`),
-or one every 0.1 s while it is not: a trickle of 10 MB/s under load, at full speed when
-quiet. The writer also runs at the lowest CPU priority. Past `pending_cap` bytes waiting, a
-new write is skipped (the conversation stays parked in RAM, or is recomputed), so a box that
-is never quiet does not queue the disk tier in memory without end.
+Writing must not slow decoding down: checksumming and writing a long conversation's state
+(~40 MB for 1,800 tokens) streams those bytes through the memory bandwidth that every decode
+step needs, whatever the writer's CPU priority. So the state is written in 1 MiB pieces, at
+full speed while the engine says it is idle (`decoding(False)`) and one every 0.1 s while it
+decodes; the writer also runs at the lowest CPU priority. Past `pending_cap` bytes waiting, a
+new write is skipped (the conversation stays parked in RAM, or is recomputed), so a machine
+that is never quiet does not queue the disk tier in memory without end.
 """
 
 from __future__ import annotations

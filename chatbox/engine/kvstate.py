@@ -1,18 +1,14 @@
 """Memory for llama.cpp sequence state: parked conversations, copies between KV streams.
 
-A conversation's state is large (SmolLM2: ~23 KB a token, 44 MB for 1,900 tokens). Saved
-into a ctypes array and copied out as `bytes`, a 1,900-token save took 47-66 ms, of which
-llama.cpp's own copy was 5.6 ms: the rest was zero-filling and copying fresh memory, 4 KB
-page fault by page fault. Restoring copied it into a ctypes array again (36-47 ms;
-llama.cpp's read, 5 ms). State now lives in private anonymous mappings advised for
+A conversation's state is large (SmolLM2: ~23 KB a token, 44 MB for 1,900 tokens), and
+zero-filling and copying fresh memory 4 KB page fault by page fault would cost a save many
+times llama.cpp's own copy. So state lives in private anonymous mappings advised for
 transparent huge pages (2 MB pages: ~20 faults instead of ~11,000), and a restore reads it
-in place (4-6 ms).
+in place.
 
-Fresh memory stays slow on this VM (reasoned to be its host backing guest memory on first
-touch; not measured apart): on the 2-core box a save into a new mapping took 90-160 ms,
-into one just unmapped and mapped again 9 ms, into a kept one 4-5 ms. So the
-mappings of states that nobody holds any more are kept (`StatePool`, up to `KEEP_BYTES`)
-and the next save or disk read of a similar size writes into one of them.
+Fresh memory can be slow to fault in (a virtual machine's host may back guest memory only on
+first touch), so the mappings of states that nobody holds any more are kept (`StatePool`, up
+to `KEEP_BYTES`) and the next save or disk read of a similar size writes into one of them.
 """
 
 from __future__ import annotations

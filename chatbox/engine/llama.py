@@ -46,9 +46,9 @@ KV_TYPES = {
 DECODE_OK = 0
 DECODE_NO_KV_SPACE = 1
 
-# llama_get_logits_ith returning the row's address as an int. llama_cpp's binding returns a
-# ctypes pointer; viewing it with np.ctypeslib.as_array took ~63 us right after a decode,
-# more than the ~28 us the argmax over the row took.
+# llama_get_logits_ith returning the row's address as an int: llama_cpp's binding returns a
+# ctypes pointer, and viewing that with np.ctypeslib.as_array right after a decode costs
+# more than the argmax over the row.
 _row_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
     ctypes.cast(llama_cpp.llama_get_logits_ith, ctypes.c_void_p).value or 0
 )
@@ -284,8 +284,8 @@ class Context:
         It runs on one thread: this is not the decode thread, and libgomp gives every
         thread that starts a parallel region its own team of workers for good. Workers
         beyond the machine's cores make libgomp stop spinning at barriers, and every step
-        pays for waking them (measured on 2 cores with 2 threads: one stream at ~70
-        tokens/s after a 2-thread warm-up here, ~100 after a 1-thread one).
+        pays for waking them (on 2 cores a lone stream decodes about a third slower after a
+        2-thread warm-up here).
         """
         batch = Batch(1)
         try:

@@ -128,9 +128,9 @@ class TokenClock:
     """One model's per-token figures, written by its decode thread alone: generated tokens
     and the time between a stream's sampled tokens, exported at scrape time (TokenClocks).
 
-    A prometheus_client Histogram.observe took ~20 us of the decode thread a token (a lock
-    for the sum and one for the bucket, on caches the weights had just streamed through);
-    this is a bisect and two additions.
+    A prometheus_client Histogram.observe takes two locks (the sum and the bucket), ~20 us of
+    the decode thread a token on caches the weights just streamed through; this is a bisect
+    and two additions.
     """
 
     __slots__ = ("tokens", "tpot_counts", "tpot_sum")

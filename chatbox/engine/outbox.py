@@ -1,11 +1,10 @@
 """Events from the decode thread to the event loops, handed over once a step at most.
 
-Every token of every stream used to wake its event loop on its own
-(`call_soon_threadsafe` writes to the loop's self-pipe). With 8 streams that is up to 8
-wake-ups a step, each landing on the cores llama.cpp's threads spin on. The scheduler now
-collects a step's events here and hands each loop all of them in one callback, and with
-an interval (`stream_interval_s`) only every so often, an answer's first token and its
-end at once.
+Waking an event loop (`call_soon_threadsafe` writes to the loop's self-pipe) costs CPU on
+the cores llama.cpp's threads spin on, so a wake-up per token of every stream would slow
+every step. The scheduler collects a step's events here and hands each loop all of them in
+one callback, and with an interval (`stream_interval_s`) only every so often, an answer's
+first token and its end at once.
 """
 
 from __future__ import annotations

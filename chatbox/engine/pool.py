@@ -42,25 +42,54 @@ class EnginePool:
         self._factory = factory or _default_factory
         self._engines: dict[str, Engine] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, int] = {}  # callers waiting for a model to load, by name
+        self._failed: dict[str, str] = {}  # the last load's error, until one succeeds
 
     async def get(self, name: str) -> Engine:
         engine = self._engines.get(name)
         if engine is not None:
             return engine
         lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            engine = self._engines.get(name)
-            if engine is None:
-                path = await asyncio.to_thread(self.resolve, name)
-                engine = await asyncio.to_thread(
-                    self._factory, path, name, self.settings, self.registry
-                )
-                await engine.start()
-                self._engines[name] = engine
+        self._waiting[name] = self._waiting.get(name, 0) + 1
+        try:
+            async with lock:
+                engine = self._engines.get(name)
+                if engine is None:
+                    engine = await self._load(name)
+        finally:
+            self._waiting[name] -= 1
+        return engine
+
+    async def _load(self, name: str) -> Engine:
+        try:
+            path = await asyncio.to_thread(self.resolve, name)
+            engine = await asyncio.to_thread(
+                self._factory, path, name, self.settings, self.registry
+            )
+            await engine.start()
+        except Exception as exc:
+            self._failed[name] = str(exc) or type(exc).__name__
+            raise
+        self._failed.pop(name, None)
+        self._engines[name] = engine
         return engine
 
     def loaded(self) -> list[str]:
         return list(self._engines)
+
+    def state(self, name: str) -> str:
+        """ "loaded", "loading", "failed: <why>" or "not loaded"."""
+        if name in self._engines:
+            return "loaded"
+        if self._waiting.get(name):
+            return "loading"
+        if name in self._failed:
+            return f"failed: {self._failed[name]}"
+        return "not loaded"
+
+    def waiting(self, name: str) -> int:
+        """Callers (sends, the preload) waiting for this model to load."""
+        return self._waiting.get(name, 0)
 
     def stats(self) -> dict[str, EngineStats]:
         out: dict[str, EngineStats] = {}

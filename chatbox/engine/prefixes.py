@@ -16,8 +16,8 @@ def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     """How many leading tokens (or characters, of two strings) a and b share.
 
     Slices are compared (in C) while halving the range where they first differ: admitting
-    a request compares its prompt with every slot's tokens on the decode thread, and a loop
-    in Python over two 1,800-token prompts that differ at 1,700 took ~68 us (~23 us now).
+    a request compares its prompt with every slot's tokens on the decode thread, where a
+    token-by-token loop in Python over two long prompts would cost about three times as much.
     """
     n = min(len(a), len(b))
     x: Sequence[Any]

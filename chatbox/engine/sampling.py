@@ -58,9 +58,9 @@ class Sampler:
     temperature <= 0 means greedy. The chain is owned by the decode thread.
 
     A chain that is greedy alone is not run: the token is the argmax of the logits row.
-    llama_sampler_sample copies the whole row into a candidate array first: on SmolLM2's
-    49,152-token vocabulary ~50 us alone and ~120 us in the decode loop (its caches cold
-    after a decode), against ~3 and ~50 us for the argmax, once per stream per step.
+    llama_sampler_sample copies the whole row into a candidate array first, which in the
+    decode loop (caches cold after a decode) costs about twice the argmax, once per stream
+    per step.
     """
 
     def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:

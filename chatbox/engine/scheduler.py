@@ -44,7 +44,7 @@ from chatbox.engine.types import (
 
 log = logging.getLogger(__name__)
 # Between steps the stats are refreshed this often unless the queue or running set changed:
-# refreshing them took ~45 us of the decode thread, every step.
+# refreshing them every step would cost the decode thread ~45 us a step.
 PUBLISH_EVERY_S = 0.05
 
 

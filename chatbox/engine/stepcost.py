@@ -1,11 +1,10 @@
 """What a decode step costs by its size, measured: whether guessed rows pay for themselves.
 
 Prompt-lookup guesses ride in the step as extra rows. Whether they pay depends on the
-device: on a GPU a few more rows cost almost nothing, on a CPU they can cost a whole step.
-Measured in-process on 2 cores (SmolLM2-135M Q8_0, one sequence): 1 token 7.1 ms, 2 tokens
-15.4, 3 tokens 16.5, 4 tokens 18.4, 8 tokens 19.7 (llama.cpp's batched matrix kernel takes
-over from 2 rows), so one guessed token doubles the step and pays only if it is nearly
-always right. So the step's time is learned per size, and a stream guesses only as far as
+device: on a GPU a few more rows cost almost nothing, on a CPU they can cost a whole step
+(llama.cpp's batched matrix kernel takes over from 2 rows, so on 2 cores one guessed token
+about doubles a lone stream's step and pays only if it is nearly always right). So the
+step's time is learned per size, and a stream guesses only as far as
 the tokens it expects to gain outweigh what the rows add (`lookup.Drafter.worth`).
 """
 
@@ -18,7 +17,7 @@ from chatbox.engine.tuning import depth_class
 # How many times a step costs with k guessed rows more (None: not measured yet).
 StepRatio = Callable[[int], float | None]
 
-ALPHA = 0.2  # weight of the newest step in a moving average (the box's load drifts)
+ALPHA = 0.2  # weight of the newest step in a moving average (the machine's load drifts)
 MAX_TOKENS = 64  # steps larger than this are prefill: no guesses ride in them
 
 

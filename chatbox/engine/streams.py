@@ -1,11 +1,11 @@
 """KV streams: one per slot (llama.cpp's `kv_unified = false`, as llama-server keeps them).
 
-A decoding token's attention then scans only its own conversation's cells, not every cell
-in use (8 streams at a 256-token context: 259 tokens/s against 187 in one pool, on 2
-cores). Two rules of llama.cpp shape the rest: it copies KV across streams only as whole
-buffers and only at the next decode, so a prefix moves as state (save, restore, cut); and
-it packs one pass per run of consecutive sequence ids, so busy slots are kept on
-consecutive ids (busy ids 0, 2, 4, 6 cost four passes a step instead of one).
+A decoding token's attention then scans only its own conversation's cells, not every cell in
+use (8 streams decode about 1.4x faster than in one pool on 2 cores). Two rules of llama.cpp
+shape the rest: it copies KV across streams only as whole buffers and only at the next
+decode, so a prefix moves as state (save, restore, cut); and it packs one pass per run of
+consecutive sequence ids, so busy slots are kept on consecutive ids (busy ids 0, 2, 4, 6
+cost four passes a step instead of one).
 """
 
 from __future__ import annotations
@@ -64,9 +64,8 @@ def copy_head(
     """Copy the public head `tokens` (the first of src's `held`: the template around the
     configured prompts, never a user's text) into the empty stream dst.
 
-    Out of src it costs a save of all of src (a 100-token conversation in ~1.5 ms, an
-    1,800-token one in ~60 ms, on 2 cores), so the head's state is kept in `heads` once
-    copied, and restored from there next time (~0.1 ms for 30 tokens).
+    Out of src it costs a save of all of src (~60 ms for an 1,800-token conversation on 2
+    cores), so the head's state is kept in `heads` once copied, and restored from there.
     """
     key = head_key(tokens)
     kept = heads.get(key)

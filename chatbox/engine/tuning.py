@@ -28,13 +28,9 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
     """llama.cpp threads for one-token steps and for batches of several tokens, to start
     with (the ThreadTuner then measures the others).
 
-    A configured count is used for both (and nothing else is tried). By default both use
-    every core. A lone stream's one-token steps used to start on one thread fewer, leaving a
-    core to the Python side (the decode thread's sampling and the event loop), when two
-    threads measured 79 tokens/s against 136 with one; measured again with today's engine
-    and event loop, two threads are the faster start (2 cores, SmolLM2, one stream
-    through the engine: 90-97 tokens/s with two, 68-75 with one; through the server the
-    tuner moved one-token steps to two at its first try, 9.7 against 12.7 ms a token).
+    A configured count is used for both (and nothing else is tried). By default both start
+    on every core, which is the faster start even for a lone stream's one-token steps (on 2
+    cores one stream decoded ~30% faster with two threads than with one).
     """
     if configured > 0:
         return configured, configured
@@ -43,8 +39,8 @@ def decode_threads(configured: int, cores: int) -> tuple[int, int]:
 
 # Without flash attention a compute pass holds a (cells x tokens x heads) f32 score matrix
 # for its deepest stream; where that would pass this, flash attention (which holds none) is
-# used instead. A pass of 256 tokens without it: a 1,900-token prefill took 3.7-4.2 s
-# against 4.4 in passes of 512 (2 cores, SmolLM2; its scores spill out of the caches).
+# used instead. Passes of 256 tokens keep those scores in the caches, which makes a long
+# plain-attention prefill faster than passes of 512.
 SCORES_BYTES = 256 * 1024 * 1024
 UBATCH_NO_FLASH = 256
 
@@ -54,20 +50,15 @@ def attention(
 ) -> EngineSettings:
     """The settings with flash attention and the compute pass (n_ubatch) decided. Where
     plain attention comes out of this by default (CPU, a stream per slot), the engine times
-    both kernels at start and may switch to flash attention (kernels.py): the figures below
-    are one machine's, and on another (an AMD EPYC) flash attention was the faster.
+    both kernels at start and may switch to flash attention (kernels.py), because which is
+    faster depends on the processor.
 
-    llama.cpp turns flash attention on wherever the device has the kernel (llama-server's
-    default). On CPU its kernel walks the cached tokens one at a time; with a stream per
-    slot, where no cells of other conversations are masked out, plain attention (two
-    matrix products) costs about a third as much per cached token: at an 1,900-token depth
-    a one-token step took 12.6 against 23.3 ms, 8 streams 72 against 127, a 19-token
-    follow-up 85 against 153 (2 cores, SmolLM2-135M Q8_0). Plain attention pads every
-    stream to 256 cells, so below ~200 tokens flash attention is faster by 3-28%. A step
-    attends every stream of a pass as deep as its deepest (flash attention skips the masked
-    cells): 8 streams, one 1,889 tokens deep and seven at 64, took 64-71 ms plain against
-    35 with flash attention (4 deep and 4 shallow: 61 against 52); splitting such a step
-    into a pass per depth brought it to 41-44 ms, not to parity, so it is not done.
+    On CPU llama.cpp's flash kernel walks the cached tokens one at a time, while plain
+    attention is two matrix products, which can cost far less per cached token deep in a
+    conversation (about half, 1,900 tokens deep on a 2-core Xeon). Plain attention pads
+    every stream to 256 cells and attends every stream of a pass as deep as its deepest, so
+    flash attention wins for short conversations and for a unified pool, whose masked cells
+    of other conversations it skips.
     """
     plain_pass = min(s.n_ubatch or UBATCH_NO_FLASH, s.n_batch)
     fa = s.flash_attn
@@ -87,15 +78,14 @@ def idle_cell_budget(
     (while two or more streams decode, otherwise).
 
     Live idle cells cost every step attention work: the KV cache is one pool, so each
-    decoding token scans every cell up to the highest one in use, idle or not (measured on
-    2 cores, 8 streams: 273 tokens/s with no idle cells, 262 with 1,024, 248 with 2,048,
-    202-228 with 4,096, 177 with 8,192). That cost is paid by every stream of a step, so
-    while several decode and prefixes can be parked (host RAM or disk), idle prefixes get a
-    sixteenth of the cache and the rest is parked (a parked conversation's next turn
-    restores it instead of recomputing it). Otherwise they get a quarter, and never less
-    than one whole conversation: a smaller budget would evict the conversation that just
-    ended before its next turn, the turn a lone user waits for. Running streams still take
-    cells from idle prefixes whenever they need them.
+    decoding token scans every cell up to the highest one in use, idle or not (8,192 idle
+    cells cost 8 streams about a third of their speed on 2 cores). That cost is paid by
+    every stream of a step, so while several decode and prefixes can be parked (host RAM or
+    disk), idle prefixes get a sixteenth of the cache and the rest is parked (a parked
+    conversation's next turn restores it instead of recomputing it). Otherwise they get a
+    quarter, and never less than one whole conversation: a smaller budget would evict the
+    conversation that just ended before its next turn, the turn a lone user waits for.
+    Running streams still take cells from idle prefixes whenever they need them.
 
     With a stream per slot, an idle slot's cells cost other streams nothing: idle prefixes
     keep all of them until their slot is taken.
@@ -134,9 +124,8 @@ def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> s
 # streams, a prefill chunk. Upper bounds of the batch sizes in each bucket.
 BUCKETS = (1, 4, 16, 64)
 # ...and of a similar depth (the most KV cells a token of the step attends to): a token's
-# attention grows with it, so a one-token step at an 1,900-token depth took ~22 ms against
-# ~10 ms at a short one (SmolLM2, 2 cores). Mixed in one average, a try of another count
-# that landed on a short step after a long conversation's steps looked faster by the
+# attention grows with it (a one-token step 1,900 tokens deep costs about twice a shallow
+# one), so in one average a try that landed on a shallow step would look faster by the
 # depth alone. Upper bounds; deeper steps form a class of their own.
 DEPTHS = (1024, 4096)
 
@@ -148,14 +137,13 @@ def depth_class(depth: int) -> int:
 
 EXPLORE_EVERY = 24  # steps of a bucket between two tries of another thread count, at first
 # A try that loses doubles the wait before the next, up to this: each try is a slower step
-# (one stream on 2 cores: a try every 24 steps cost ~2-4% of its tokens/s), and a steady
-# box needs few. A try that looks faster, or the count in use getting slower by half (the
-# box got busy), brings the wait back to EXPLORE_EVERY.
+# (a try every 24 steps costs a lone stream a few percent), and a steady machine needs few.
+# A try that looks faster, or the count in use getting slower by half (the machine got
+# busy), brings the wait back to EXPLORE_EVERY.
 MAX_EXPLORE_EVERY = 384
-# ...but while fewer threads than cores are in use (two threads were slowed for a while),
-# all of them are tried again at least this often: the load that made them lose passes,
-# and until a try sees that, every step runs slower (8 streams on 2 cores ran at 100-140
-# tokens/s on one thread against ~170 on two, for up to 384 steps after the load).
+# ...but while fewer threads than cores are in use (all of them were slowed for a while),
+# all cores are tried again at least this often: the load that made them lose passes, and
+# until a try sees that, every step runs slower than it could.
 MAX_EXPLORE_FEWER = 48
 SLOWER = 1.5
 SWITCH_MARGIN = 0.95  # another count must be at least 5% faster to take over
@@ -171,17 +159,15 @@ class ThreadTuner:
 
     llama.cpp's worker threads spin at barriers inside every step, so a thread that loses
     its core (to this process's event loop, to the moderation classifier, to anything else
-    on the box) stalls the whole step: on 2 cores one stream ran at 136 tokens/s with one
-    thread and 79 with two, while 8 streams ran best with two, and on a loaded box two
-    threads collapsed to a few tokens/s. So each bucket of step sizes and depths keeps a moving
+    on the machine) stalls the whole step, and the best count depends on the step's size
+    and on the machine's load at the time. So each bucket of step sizes and depths keeps a moving
     average of the time per step for every count it has tried, uses the fastest, and every
-    EXPLORE_EVERY steps tries the next count once, so it follows the box's load; tries
+    EXPLORE_EVERY steps tries the next count once, so it follows the machine's load; tries
     that keep losing come less often (MAX_EXPLORE_EVERY).
 
-    A step's time is its llama_decode call's, where a thread that lost its core shows. It
-    once ran from one decode's start to the next, the Python side included; but the event
-    loops are woken only on some steps (engine/outbox.py), so a lone try would be charged
-    a wake-up or not by chance, while the count in use averages them in.
+    A step's time is its llama_decode call's alone, where a thread that lost its core shows:
+    the event loops are woken only on some steps (engine/outbox.py), so timing from one
+    decode's start to the next would charge a lone try a wake-up or not by chance.
     """
 
     def __init__(self, cores: int, initial: tuple[int, int], explore: bool = True) -> None:
@@ -258,7 +244,7 @@ class ThreadTuner:
         best = costs.get(self.best[b])
         if threads == self.best[b]:
             if self._settled[b] and costs[threads] > self._settled[b] * SLOWER:
-                self.every[b] = EXPLORE_EVERY  # the box changed: look around again soon
+                self.every[b] = EXPLORE_EVERY  # the load changed: look around again soon
                 self._settled[b] = costs[threads]
             return
         if best is None:

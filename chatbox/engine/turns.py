@@ -1,14 +1,14 @@
 """The next turn's template tokens, computed while the person reads the answer.
 
-Every follow-up turn starts with the tokens the chat template puts between an answer and
-the next user message (ChatML: `<|im_end|>`, a newline, `<|im_start|>user`, a newline);
-an answer cut at max_tokens also still owes the KV its last sampled token. On a long
-conversation each prompt token of a follow-up costs several one-token steps of attention
-(SmolLM2, 2 cores, a 1,886-token history: a 19-token follow-up took 181 ms of prefill,
-~9.5 ms a token), so once the engine has sat idle for `GRACE_S` since its last answer
-ended, those tokens are decoded into the conversation's slot and its next turn prefills
-only what the person typed. Nothing is warmed while a request waits or runs, and one
-conversation at a time, so a request that arrives meanwhile waits for one short step.
+Every follow-up turn starts with the tokens the chat template puts between an answer and the
+next user message (ChatML: `<|im_end|>`, a newline, `<|im_start|>user`, a newline); an
+answer cut at max_tokens also still owes the KV its last sampled token. On a long
+conversation each prompt token of a follow-up costs about a one-token step of attention
+(~9.5 ms a token 1,900 tokens deep on 2 cores), so once the engine has sat idle for
+`GRACE_S` since its last answer ended, those tokens are decoded into the conversation's slot
+and its next turn prefills only what the person typed. Nothing is warmed while a request
+waits or runs, and one conversation at a time, so a request that arrives meanwhile waits for
+one short step.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ the urgent lane embeds what a person is waiting on (the message being moderated,
 a fact), the background lane output-moderation windows, uploads and the embeddings API, so
 a message never waits behind windows being encoded. A lane serves one request at a time,
 small ones first: a batch of several answers' windows costs about what encoding them one by
-one does (101 against 116 ms for eight 55-token windows), but every answer would wait for the
-whole batch, so one at a time halves the mean wait. Each encode uses one thread by default
+one does, but every answer would wait for the whole batch, so one at a time halves the mean
+wait. Each encode uses one thread by default
 (`threads`): requests here are small, and more threads only fight the two lanes and the
 model's decode threads. While either lane encodes it holds a core (chatbox/cpu.py): an encode
 that shares a core with a spinning decode worker stalls every step it overlaps. On CPU the
@@ -229,10 +229,8 @@ class Embedder:
         self, lane: _Lane, texts: list[str], approximate: bool = False
     ) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync(lane, approximate)
-        # The engines leave this encode a core meanwhile (measured with 8 streams decoding
-        # and output moderation on: 92% of the throughput with moderation off, against 88%
-        # when the background lane's encodes shared the decode workers' cores; with the
-        # int8 copy, runs without the hold gave 93.2-93.6%, within the noise of runs with it).
+        # The engines leave this encode a core meanwhile: an encode that shares a core with
+        # a spinning decode worker stalls every step it overlaps.
         with URGENT.hold():
             if isinstance(model, OnnxEncoder) and model is not lane.model:  # the int8 copy
                 # One text at a time: int8 activations are scaled over the whole batch, so a

@@ -1,8 +1,8 @@
-"""The embedding model run by ONNX Runtime instead of torch: the same vectors, ~2.5x sooner.
+"""The embedding model run by ONNX Runtime instead of torch: the same vectors, sooner.
 
-A message is a dozen tokens; torch's eager forward of MiniLM spends most of its ~12 ms in
-per-operator dispatch and unfused kernels, which ONNX Runtime's graph optimiser removes
-(fused attention, layer norm and GELU): ~5 ms on one core. That is what keeps a message's
+A message is a dozen tokens, and torch's eager forward of MiniLM spends most of its time on
+it in per-operator dispatch and unfused kernels, which ONNX Runtime's graph optimiser removes
+(fused attention, layer norm and GELU: ~5 ms a message on one core). That is what keeps a message's
 moderation check inside its budget while answers decode on the same cores.
 
 The graph is exported once from the sentence-transformers files (torch's exporter), cached
@@ -11,12 +11,10 @@ not match (another architecture, a pooling other than the mean, an exporter chan
 embedder keeps torch and says so. Tokenising, mean pooling and normalising are done here,
 as sentence-transformers does them.
 
-Moderation alone may use a copy with int8 weights (`quantized_encoder`): ~2.2x faster again
-(10 against 22 ms for an 86-token answer window on one core), vectors within cosine 0.97 of
-the exact ones (0.994 on average over the held-out set), and the category classifier
-meeting the same held-out targets (one category's precision 1.00 -> 0.95, the rest
-unchanged). Its vectors are never stored: memory, documents, search and the embeddings API
-keep the exact graph.
+Moderation alone may use a copy with int8 weights (`quantized_encoder`): about twice as fast
+again, with vectors within cosine 0.97 of the exact ones, so the category classifier meets
+the same held-out targets (docs/moderation.md). Its vectors are never stored: memory,
+documents, search and the embeddings API keep the exact graph.
 
 Answer windows go one step further (`split_encoder`): the int8 graph is cut after its third
 of six layers into two graphs that together compute exactly what it does. The first gives a

@@ -22,9 +22,9 @@ LABELS = ("none", *CATEGORIES)
 SEGMENT_CHARS = 800  # MiniLM reads 256 word pieces: longer text is scored in pieces
 MAX_SEGMENTS = 64
 # An answer window is finished past the cut (embedder.SCREEN_LAYERS) when the screen, a
-# classifier on vectors at the cut, gives any category this much. On the held-out set and
-# 327 windows of SmolLM2's answers, no text the whole graph scores >= 0.6 in any category
-# was stopped at 0.15 or 0.2 (3 were at 0.3); 38% of the answer windows went on at 0.15.
+# classifier on vectors at the cut, gives any category this much: low enough that no text
+# of the held-out set or of SmolLM2's answers that the whole graph scores >= 0.6 in any
+# category is stopped at the cut.
 SCREEN_THRESHOLD = 0.15
 SCREEN_FLOOR = 0.5  # a policy with a category threshold below this is not screened
 log = logging.getLogger("chatbox.moderation")
@@ -58,8 +58,8 @@ class Profanity:
     """P(profane) per text; None when alt-profanity-check is not installed.
 
     The package's model is a TF-IDF vectoriser and a calibrated linear SVM (five folds, each
-    a LinearSVC and a sigmoid). scikit-learn's predict_proba spends ~2.7 ms per message on
-    validation around five tiny products, so the folds are read once into arrays and scored
+    a LinearSVC and a sigmoid). scikit-learn's predict_proba spends milliseconds per message
+    on validation around five tiny products, so the folds are read once into arrays and scored
     here with the same arithmetic (checked against the package at load; otherwise its own
     predict_prob is used)."""
 

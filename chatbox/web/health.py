@@ -33,11 +33,16 @@ class HealthController(Controller):
 
     @get("/readyz")
     async def readyz(self, services: ServicesDep) -> Response[Any]:
-        """The default model is loaded and the database takes writes."""
+        """Every default model (the default and each tier's) is loaded and the database
+        takes writes; `models` gives each default model's state."""
         checks = await services.health()
         ready = all(checks.values())
         return Response(
-            {"status": "ready" if ready else "not ready", **checks},
+            {
+                "status": "ready" if ready else "not ready",
+                **checks,
+                "models": services.model_states(),
+            },
             status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE,
         )
 

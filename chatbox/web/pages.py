@@ -19,7 +19,7 @@ from chatbox.chat import (
     TurnView,
 )
 from chatbox.knowledge import Knowledge
-from chatbox.web.deps import ChatDep, KnowledgeDep, SettingsDep, UserDep
+from chatbox.web.deps import ChatDep, KnowledgeDep, ServicesDep, SettingsDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui import (
     FORM,
@@ -136,6 +136,11 @@ class PagesController(Controller):
             _blank(data.model),
         )
         return await new_chat_page(request, chat, knowledge, user, conv.id)
+
+    @get("/ui/loading")
+    async def loading(self, services: ServicesDep, user: UserDep) -> dict[str, dict[str, int]]:
+        """Models loading now and the sends waiting for each (a pending send shows it)."""
+        return {"loading": services.loading()}
 
     @post("/ui/c/{conv_id:str}/send", status_code=200)
     async def send(

@@ -79,6 +79,11 @@ def send_new() -> str:
     return "/ui/new/send"
 
 
+def loading() -> str:
+    """JSON: models loading now, with the sends waiting for each."""
+    return "/ui/loading"
+
+
 def send(conv_id: str) -> str:
     return f"{_conv(conv_id)}/send"
 

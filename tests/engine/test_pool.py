@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -53,3 +54,28 @@ async def test_create_engine_factory(tiny_gguf: Path) -> None:
     assert engine.count_tokens(chat("hello")) > 3
     await engine.start()
     await engine.stop()
+
+
+async def test_a_loading_model_says_so_and_counts_who_waits(tiny_gguf: Path) -> None:
+    gate = asyncio.Event()
+
+    def slow_resolve(name: str) -> Path:
+        if name == "broken":
+            raise FileNotFoundError("no such file: broken.gguf")
+        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(timeout=30)
+        return tiny_gguf
+
+    loop = asyncio.get_running_loop()
+    pool = EnginePool(slow_resolve, TINY_SETTINGS, CollectorRegistry())
+    assert pool.state("tiny") == "not loaded"
+    first = asyncio.create_task(pool.get("tiny"))
+    second = asyncio.create_task(pool.get("tiny"))
+    await asyncio.sleep(0.05)
+    assert pool.state("tiny") == "loading" and pool.waiting("tiny") == 2
+    gate.set()
+    assert await first is await second
+    assert pool.state("tiny") == "loaded" and pool.waiting("tiny") == 0
+    with contextlib.suppress(FileNotFoundError):
+        await pool.get("broken")
+    assert pool.state("broken") == "failed: no such file: broken.gguf"
+    await pool.stop_all()

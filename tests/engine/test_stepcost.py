@@ -32,7 +32,7 @@ def test_a_ratio_needs_both_sizes_measured_at_the_same_depth() -> None:
 
 async def test_the_scheduler_learns_step_costs_from_its_own_steps(tiny_gguf: Path) -> None:
     # Guesses off: the tiny model's random answer repeats an n-gram now and then, and a
-    # guess would add a two-row step by chance (it did once in CI).
+    # guess would add a two-row step by chance.
     engine = LlamaEngine(tiny_gguf, "tiny", replace(TINY_SETTINGS, lookup_draft=0))
     await engine.start()
     try:

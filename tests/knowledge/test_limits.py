@@ -1,4 +1,4 @@
-"""Document limits: PDF pages, documents per user and bytes per user (issue 9, item 5)."""
+"""Document limits: PDF pages, documents per user and bytes per user."""
 
 from __future__ import annotations
 

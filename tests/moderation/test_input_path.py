@@ -60,7 +60,7 @@ def test_a_message_is_embedded_once_for_moderation_and_retrieval(
 
     monkeypatch.setattr(Embedder, "_encode_sync", encode)
     monkeypatch.setattr(Embedder, "embed_one", embed_one)
-    # A remembered fact: each turn's message is now also used to retrieve memory.
+    # A remembered fact: each turn's message is also used to retrieve memory.
     r = client.patch("/v1/users/me/memory", json={"add": ["I live in Lisbon"]})
     assert r.status_code == 200, r.text
     conv = client.post("/v1/conversations", json={}).json()["id"]

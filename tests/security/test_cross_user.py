@@ -10,7 +10,7 @@ none may show bob's content or change bob's data. A route whose path takes an id
 matrix does not know fails the test, so a new route cannot slip past it.
 
 The admin is no exception: chatbox's promise is "usage, not content", so bob's memory is
-as closed to the admin as his conversations (issue 9, item 7).
+as closed to the admin as his conversations.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from litestar.testing import TestClient
@@ -177,9 +178,13 @@ def test_pagination_walks_back_with_a_cursor(client: TestClient) -> None:
 
 def test_health_and_readiness(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    ready = client.get("/readyz")
+    deadline = time.monotonic() + 60  # the default models load in the background
+    while (ready := client.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
+        assert ready.json()["models"]["tiny"] in ("loading", "not loaded")
+        time.sleep(0.05)
     assert ready.status_code == 200
     assert ready.json()["model_loaded"] and ready.json()["database_writable"]
+    assert ready.json()["models"] == {"tiny": "loaded"}
 
 
 def test_openapi_schema_lists_the_api(client: TestClient) -> None:

@@ -1,6 +1,6 @@
 """Caps on the work one request can ask for: streamed uploads with a hard cap, the lengths of
 titles, system prompts, stop sequences, embedding inputs and memory facts, and a huge prompt
-refused without stalling the event loop (issue 9, items 1 and 5)."""
+refused without stalling the event loop."""
 
 from __future__ import annotations
 
