@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.completions import complete
 from chatbox.chat.erase import erase_conversations
@@ -114,10 +115,12 @@ class Conversations:
     async def update_conversation(
         self, user: User, conv_id: str, **changes: str | None
     ) -> Conversation:
-        """Rename, or change the system prompt or model (a None value clears it)."""
+        """Rename, or change the system prompt or model (a None value clears it): the
+        starter's or a workspace owner's to change (`chatbox.chat.access`)."""
         self._check_fields(**{k: v for k, v in changes.items() if k != "model"})
         if changes.get("model") is not None:
             changes["model"] = self.resolve_model(changes["model"])
+        await self.conversation(user, conv_id, "configure")
         conv = await self.store.conversations.update(user.id, conv_id, **changes)
         if conv is None:
             raise NotFound("conversation not found")
@@ -151,11 +154,9 @@ class Conversations:
 
     # -- reading -------------------------------------------------------------------------
 
-    async def conversation(self, user: User, conv_id: str) -> Conversation:
-        conv = await self.store.conversations.get(user.id, conv_id)
-        if conv is None:
-            raise NotFound("conversation not found")
-        return conv
+    async def conversation(self, user: User, conv_id: str, act: Act = "read") -> Conversation:
+        """The conversation if the user may `act` on it (404 unless they see it)."""
+        return await conversation_for(self.store, user.id, conv_id, act)
 
     def expected_model(self, user: User, requested: str | None) -> str:
         """The model this user's next turn will most likely use (tier, pin, picked)."""
@@ -223,6 +224,7 @@ class Conversations:
             summary=summary,
             hidden_ids=window.hidden,
             summarising=self.summariser.busy(conv.id),
+            may_configure=await may(self.store, user.id, conv, "configure"),
         )
 
     async def turn(self, user: User, conv_id: str, turn_id: str) -> Turn | None:

@@ -10,7 +10,7 @@ from chatbox.chat.admission import Ticket, announce_queue, route_out
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.errors import Busy, Forbidden, InvalidInput, NotFound, TooLong
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
 from chatbox.chat.moderated import (
     moderation_event,
     note_input,
@@ -70,7 +70,7 @@ class ChatService(Conversations):
             raise InvalidInput("the message is empty")
         if len(content) > self.settings.max_message_chars:
             raise TooLong(len(content), self.settings.max_message_chars)
-        conv = await self.conversation(user, conv_id)
+        conv = await self.conversation(user, conv_id, "continue")
         if parent_id == ACTIVE_BRANCH:
             parent_id = conv.active_leaf_id
         elif parent_id is not None and await self.store.turns.get(conv.id, parent_id) is None:
@@ -86,7 +86,7 @@ class ChatService(Conversations):
         options: TurnOptions | None = None,
     ) -> TurnRun:
         """A new version of an earlier user message: a sibling branch of it."""
-        conv = await self.conversation(user, conv_id)
+        conv = await self.conversation(user, conv_id, "continue")
         turn = await self.store.turns.get(conv.id, turn_id)
         if turn is None or turn.role != "user":
             raise NotFound("user turn not found")
@@ -100,7 +100,7 @@ class ChatService(Conversations):
         options: TurnOptions | None = None,
     ) -> TurnRun:
         """A new answer beside an earlier one (default: the active branch's last answer)."""
-        conv = await self.conversation(user, conv_id)
+        conv = await self.conversation(user, conv_id, "continue")
         target = turn_id or conv.active_leaf_id
         turn = await self.store.turns.get(conv.id, target) if target else None
         if turn is None:
@@ -111,7 +111,7 @@ class ChatService(Conversations):
         return await self._begin(user, conv, parent, None, options or TurnOptions())
 
     async def switch_branch(self, user: User, conv_id: str, turn_id: str) -> None:
-        conv = await self.conversation(user, conv_id)
+        conv = await self.conversation(user, conv_id, "continue")
         if await self.store.turns.get(conv.id, turn_id) is None:
             raise NotFound("turn not found")
         if conv.id in self._runs or conv.id in self._reserved:
@@ -121,7 +121,7 @@ class ChatService(Conversations):
 
     async def cancel(self, user: User, conv_id: str) -> bool:
         """Stop the running answer; False when nothing was running."""
-        conv = await self.conversation(user, conv_id)
+        conv = await self.conversation(user, conv_id, "continue")
         run = self._runs.get(conv.id)
         if run is None:
             return False
@@ -130,9 +130,7 @@ class ChatService(Conversations):
 
     async def delete(self, user: User, conv_id: str) -> None:
         """Erase the conversation: its answer stops, its content and all made from it go."""
-        conv = await self.conversation(user, conv_id)
-        if conv.user_id != user.id:  # a workspace member sees it; its starter deletes it
-            raise Forbidden("only the member who started this conversation can delete it")
+        conv = await self.conversation(user, conv_id, "own")
         await self.erase(user.id, [conv.id])
 
     # -- the turn itself -----------------------------------------------------------------

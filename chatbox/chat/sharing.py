@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
 from chatbox.chat.policy import Policy
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
@@ -85,12 +86,8 @@ class Sharing:
             parent = await self.store.turns.copy_turn(
                 conv.id, parent, turn.role, turn.content, turn.model, user.id
             )
-        copied = await self.store.conversations.get(user.id, conv.id)
-        assert copied is not None
-        return copied
+        return await conversation_for(self.store, user.id, conv.id)
 
     async def _own(self, user: User, conv_id: str) -> Conversation:
-        conv = await self.store.conversations.get(user.id, conv_id)
-        if conv is None or conv.user_id != user.id:
-            raise NotFound("conversation not found")
-        return conv
+        """A conversation the user started (and still sees): only its starter shares it."""
+        return await conversation_for(self.store, user.id, conv_id, "own")

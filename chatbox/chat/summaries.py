@@ -18,6 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from chatbox.chat.access import conversation_for
+from chatbox.chat.errors import NotFound
 from chatbox.chat.prompt import CountTokens, fit_history, turn_messages
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import ChatMessage, Engine, GenerationRequest, SamplingParams, TokenEvent
@@ -195,8 +197,9 @@ class Summariser:
     async def _summarise(
         self, user_id: str, conv_id: str, leaf_id: str, model: str
     ) -> Summary | None:
-        conv = await self.store.conversations.get(user_id, conv_id)
-        if conv is None:
+        try:
+            conv = await conversation_for(self.store, user_id, conv_id)
+        except NotFound:  # gone, or no longer the user's to see: no summary
             return None
         engine = await self.engine_for(model)
         path = await self.store.turns.path(conv.id, leaf_id)

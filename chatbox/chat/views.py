@@ -98,6 +98,7 @@ class ConversationView:
     summary: Summary | None = None  # the newest summary on the branch: sent for what it covers
     hidden_ids: tuple[str, ...] = ()  # turns the model cannot see (not summarised, not sent)
     summarising: bool = False  # a summary of this conversation is being written now
+    may_configure: bool = True  # the reader may change its title, system prompt and model
 
     @property
     def hidden_count(self) -> int:

@@ -1,8 +1,9 @@
 """Team workspaces: admins create them and name owners; owners add and remove members; a
 conversation moved into one is read and continued by every member.
 
-Who sees what is decided in the store (`chatbox.store.workspaces.visible_to`); this service
-decides who may manage a workspace. Anyone outside a workspace is told it does not exist.
+Who sees and changes a conversation is decided in one place (`chatbox.chat.access`, over the
+store's `visible_to`); this service decides who may manage a workspace. Anyone outside a
+workspace is told it does not exist.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
 from chatbox.store import Conversation, Document, Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
@@ -125,21 +127,14 @@ class Workspaces:
 
     async def move(self, user: User, conv_id: str, ws_id: str | None) -> Conversation:
         """Move the user's own conversation into a workspace they belong to (None: out)."""
-        conv = await self.store.conversations.get(user.id, conv_id)
-        if conv is None:
-            raise NotFound("conversation not found")
+        conv = await conversation_for(self.store, user.id, conv_id, "own")
         if ws_id is not None:
             ws, role = await self.get(user, ws_id)
             if role is None:
                 raise NotFound("workspace not found")
             ws_id = ws.id
-        if conv.user_id != user.id:
-            raise Forbidden("only the member who started a conversation moves it")
         await self.store.workspaces.move(user.id, conv.id, ws_id)
-        moved = await self.store.conversations.get(user.id, conv.id)
-        if moved is None:
-            raise NotFound("conversation not found")
-        return moved
+        return await conversation_for(self.store, user.id, conv.id)
 
     async def delete(self, admin: User, ws_id: str) -> Erased:
         """Erase every conversation of the workspace (as deleting each would), then it."""

@@ -68,9 +68,10 @@ def import_limits(settings: Settings) -> Limits:
 
 
 async def collect(store: Store, user: User) -> ExportData:
-    """Everything of the user's that an export holds."""
+    """Everything of the user's that an export holds: the conversations they started and
+    may still see (not those of a workspace they left), their documents and memory."""
     transfer = TransferRepo(store.db)
-    convs = [(c, await transfer.turns(c.id)) for c in await transfer.conversations(user.id)]
+    convs = [(c, await transfer.turns(c.id)) for c in await store.conversations.started(user.id)]
     docs = [
         (d, await transfer.chunk_texts(user.id, d.id)) for d in await store.documents.list(user.id)
     ]

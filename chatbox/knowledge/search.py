@@ -1,4 +1,5 @@
-"""Search across one's own conversations: by words (FTS5) and by meaning (turn vectors)."""
+"""Search across the conversations a user may see (the store's `visible_to`): by words
+(FTS5) in all of them, and by meaning (turn vectors) in those they started."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ class SearchService:
     async def search(
         self, user_id: str, query: str, mode: str = "both", limit: int = 20
     ) -> list[SearchHit]:
-        """Hits in the user's live conversations, best first; mode: words, meaning or both."""
+        """Hits in the live conversations the user may see, best first; mode: words, meaning
+        or both."""
         query = query.strip()
         if not query:
             return []

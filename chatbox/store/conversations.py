@@ -1,12 +1,13 @@
-"""Conversations: owned by one user; deletion is a tombstone."""
+"""Conversations: started by one user, seen as `visible_to` says; deletion is a tombstone."""
 
 from __future__ import annotations
 
+import builtins
 import time
 
 from chatbox.store.db import Database
 from chatbox.store.records import Conversation, new_id
-from chatbox.store.workspaces import visible_to
+from chatbox.store.visibility import visible_to
 
 _UNSET = object()
 
@@ -50,6 +51,17 @@ class ConversationRepo:
             f"SELECT * FROM conversations WHERE {visible} AND deleted_at IS NULL"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (*params, limit),
+        )
+        return [Conversation.from_row(r) for r in rows]
+
+    async def started(self, user_id: str) -> builtins.list[Conversation]:
+        """Every live conversation the user started and may still see, oldest first, with
+        no page limit (an export: one left behind in a workspace they left is not theirs)."""
+        visible, params = visible_to(user_id)
+        rows = await self.db.fetchall(
+            f"SELECT * FROM conversations WHERE user_id = ? AND {visible}"
+            " AND deleted_at IS NULL ORDER BY created_at, id",
+            (user_id, *params),
         )
         return [Conversation.from_row(r) for r in rows]
 

@@ -15,7 +15,7 @@ from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
 from chatbox.store.records import new_id
 from chatbox.store.vector_feed import VectorChange
-from chatbox.store.workspaces import visible_to
+from chatbox.store.visibility import visible_to
 
 
 @dataclass(frozen=True)

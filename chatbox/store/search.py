@@ -1,5 +1,6 @@
-"""Search over a user's own conversations: FTS5 over turns (`turn_fts`, kept by a trigger)
-and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark)."""
+"""Search over the conversations a user may see: FTS5 over turns (`turn_fts`, kept by a
+trigger) and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark,
+in the partition of each conversation's starter). Every hit passes `visible_to`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
 from chatbox.store.vector_feed import VectorChange
+from chatbox.store.visibility import visible_to
 
 HIT_START, HIT_END = "\x02", "\x03"  # snippet markers; the web layer turns them into <mark>
 
@@ -41,7 +43,10 @@ class TurnHit:
         )
 
 
-_OWNED = "conversations.user_id = ? AND conversations.deleted_at IS NULL"
+def _seen(user_id: str) -> tuple[str, tuple[str, str]]:
+    """Live conversations the user may see (the one visibility predicate)."""
+    visible, params = visible_to(user_id)
+    return f"{visible} AND conversations.deleted_at IS NULL", params
 
 
 class SearchRepo:
@@ -49,20 +54,23 @@ class SearchRepo:
         self.db = db
 
     async def keyword(self, user_id: str, match: str, limit: int) -> list[TurnHit]:
-        """Turns of the user's live conversations matching an FTS5 query, best first."""
+        """Turns of the live conversations the user may see matching an FTS5 query, best first."""
+        seen, params = _seen(user_id)
         rows = await self.db.fetchall(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, turn_fts.rank AS score,"
             f" snippet(turn_fts, 0, '{HIT_START}', '{HIT_END}', '…', 24) AS snippet"
             " FROM turn_fts JOIN turns ON turns.seq = turn_fts.rowid"
             " JOIN conversations ON conversations.id = turns.conversation_id"
-            f" WHERE turn_fts MATCH ? AND {_OWNED} ORDER BY turn_fts.rank LIMIT ?",
-            (match, user_id, limit),
+            f" WHERE turn_fts MATCH ? AND {seen} ORDER BY turn_fts.rank LIMIT ?",
+            (match, *params, limit),
         )
         return [TurnHit.from_row(r) for r in rows]
 
     async def semantic(self, user_id: str, vector: np.ndarray, limit: int) -> list[TurnHit]:
-        """The user's turns nearest in meaning (among those indexed), nearest first."""
+        """Turns of the user's partition (conversations they started) nearest in meaning,
+        among those indexed and those they may still see, nearest first."""
+        seen, params = _seen(user_id)
         rows = await self.db.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM turn_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
@@ -71,13 +79,14 @@ class SearchRepo:
             " substr(turns.content, 1, 240) AS snippet"
             " FROM knn JOIN turns ON turns.seq = knn.rowid"
             " JOIN conversations ON conversations.id = turns.conversation_id"
-            f" WHERE {_OWNED} ORDER BY knn.distance LIMIT ?",
-            (vector_blob(vector), limit * 2, user_id, user_id, limit),
+            f" WHERE {seen} ORDER BY knn.distance LIMIT ?",
+            (vector_blob(vector), limit * 2, user_id, *params, limit),
         )
         return [TurnHit.from_row(r) for r in rows]
 
     async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
-        """(seq, content) of the user's turns not yet embedded, oldest first."""
+        """(seq, content) of turns not yet embedded in the user's partition (of the
+        conversations they started: the indexer's write side; reads filter by visibility)."""
         row = await self.db.fetchone(
             "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
         )
@@ -123,14 +132,15 @@ class SearchRepo:
             )
 
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
-        """The user's turns (in live conversations) with these seqs; score is left 0."""
+        """Turns with these seqs in live conversations the user may see; score is left 0."""
+        seen, params = _seen(user_id)
         rows = await self.db.fetchall_in(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, 0.0 AS score,"
             " substr(turns.content, 1, 240) AS snippet"
             " FROM turns JOIN conversations ON conversations.id = turns.conversation_id"
-            f" WHERE turns.seq IN ({{marks}}) AND {_OWNED}",
+            f" WHERE turns.seq IN ({{marks}}) AND {seen}",
             seqs,
-            (user_id,),
+            params,
         )
         return {int(r["seq"]): TurnHit.from_row(r) for r in rows}

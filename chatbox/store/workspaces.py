@@ -1,8 +1,7 @@
 """Workspaces: a named group of users (owner, member) whose conversations all of them see.
 
-Who may see a conversation is decided in one place, `visible_to` (used by every lookup of
-chatbox/store/conversations.py): its own user's while it is in no workspace, every current
-member's while it is in one. A removed member matches no row from the next query on.
+Who may see a conversation is decided in one place, `chatbox.store.visibility.visible_to`:
+its own user's while it is in no workspace, every current member's while it is in one.
 """
 
 from __future__ import annotations
@@ -16,15 +15,6 @@ from chatbox.store.db import Database
 from chatbox.store.records import new_id
 
 WorkspaceRole = Literal["owner", "member"]
-
-
-def visible_to(user_id: str, table: str = "conversations") -> tuple[str, tuple[str, str]]:
-    """The SQL predicate (and its parameters) for "user_id may see this conversation"."""
-    return (
-        f"(({table}.workspace_id IS NULL AND {table}.user_id = ?) OR {table}.workspace_id IN"
-        " (SELECT workspace_id FROM workspace_members WHERE user_id = ?))",
-        (user_id, user_id),
-    )
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,8 @@ class KnowledgeController(Controller):
         mode: str = Parameter(default="both", pattern="^(words|meaning|both)$"),
         limit: int = Parameter(default=20, ge=1, le=100),
     ) -> dict[str, Any]:
-        """Search one's own conversations by words and by meaning."""
+        """Search the conversations one may see by words (all of them) and by meaning (those
+        one started)."""
         hits = await knowledge.search.search(user.id, q, mode, limit)
         return {
             "object": "list",

@@ -11,12 +11,19 @@ matrix does not know fails the test, so a new route cannot slip past it.
 
 The admin is no exception: chatbox's promise is "usage, not content", so bob's memory is
 as closed to the admin as his conversations.
+
+The removed-member column: a member who leaves a workspace (here one who started a
+conversation there) gets the same 404 on every route of the table with its ids, and no route
+without an id (search, export, lists, pages: every GET of the table) shows any of it, a
+teammate's turn written after the removal included.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import re
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,8 +365,21 @@ def matrix(
     return calls, unknown
 
 
+def readable(response: Any) -> str:
+    """A response's text; a zip's (an export) is the text of every file in it."""
+    if not response.content.startswith(b"PK\x03\x04"):
+        return str(response.text)
+    with zipfile.ZipFile(io.BytesIO(response.content)) as zf:
+        return "\n".join(zf.read(n).decode(errors="replace") for n in zf.namelist())
+
+
 def attempt(
-    client: TestClient, call: Call, headers: dict[str, str], bob: World, before: dict[str, Any]
+    client: TestClient,
+    call: Call,
+    headers: dict[str, str],
+    bob: World,
+    before: dict[str, Any],
+    secret: re.Pattern[str] = SECRET,
 ) -> tuple[str | None, dict[str, Any]]:
     """Make one call; a reason it offends (or None), and bob's data after it."""
     kwargs: dict[str, Any] = {"headers": headers, "params": call.params}
@@ -379,7 +399,7 @@ def attempt(
         )
         if not empty:
             problems.append(f"answered {status}")
-    leaked = SECRET.search(response.text)
+    leaked = secret.search(readable(response))
     if leaked:
         problems.append(f"shows bob's content ({leaked.group(0)!r})")
     if after != before:
@@ -541,3 +561,112 @@ def test_workspace_outsiders_and_removed_members_get_404(cast: Cast) -> None:
         f"{len(offences)} calls on a workspace's ids did not answer a clean 404:\n  "
         + "\n  ".join(offences)
     )
+
+
+# Words only the workspace conversation ann started holds: her own, and a teammate's written
+# after she left. A removed member must find neither anywhere.
+ANN_WORDS = "walrusannword"
+AFTER_WORDS = "quokkaafterword"
+WORKSPACE_SECRET = re.compile(rf"bobsecret|zephyr|{ANN_WORDS}|{AFTER_WORDS}", re.IGNORECASE)
+
+
+def idless_reads(client: TestClient) -> list[str]:
+    """Every GET route that takes no id (lists, search, export, pages), from the route table:
+    where a conversation could show without being named."""
+    return sorted(
+        path
+        for method, path, params in route_table(client)
+        if method == "GET" and not params and not path.startswith(NOT_OWNED)
+    )
+
+
+def test_a_removed_member_loses_the_workspace_on_every_route(cast: Cast) -> None:
+    """Ann starts a conversation, moves it into bob's workspace and leaves (bob removes her);
+    bob then writes in it. The removed-member column: ann gets 404 on every route of the
+    route table with its ids, and no id-less read (search, export, lists, pages) shows any
+    of it, her own words there included: it belongs to the workspace she left."""
+    client, bob = cast.client, cast.bob
+    ann = bearer(seed_user(cast.settings, "ann", role="member", tier="paid"))
+    ws = World(bob)  # the workspace's ids; fingerprinted as bob (its owner) sees them
+    add_workspace(client, cast.admin, ws, "bob", "ann")
+    r = client.post("/v1/conversations", headers=ann, json={"title": "bobsecret plans"})
+    ws.conv_id = r.json()["id"]
+    r = client.post(
+        f"/v1/conversations/{ws.conv_id}/workspace", headers=ann, json={"workspace_id": ws.ws_id}
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(
+        f"/v1/conversations/{ws.conv_id}/documents",
+        headers=ann,
+        files={"file": ("zephyr-manual.txt", MANUAL.encode(), "text/plain")},
+    )
+    assert r.status_code == 201, r.text
+    ws.conv_doc = r.json()["id"]
+    send_turn(client, ann, ws.conv_id, f"ann notes {ANN_WORDS} here")
+    ws.user_turn, ws.answer, got = send_turn(client, ann, ws.conv_id, QUESTION)
+    cites = [e.json() for e in got if e.event == "citations"]
+    assert cites, "the workspace conversation cited nothing: the matrix needs a passage id"
+    ws.chunk_id = int(cites[0]["citations"][0]["chunk_id"])
+    r = client.post(
+        f"/v1/workspaces/{ws.ws_id}/documents",
+        headers=bob,
+        files={"file": ("team.txt", b"bobsecret team library text. " * 40, "text/plain")},
+    )
+    assert r.status_code == 201, r.text
+    ws.library_doc = r.json()["id"]
+    own = build_world(client, ann, "ann", cited=False)  # what ann keeps: her own things
+
+    def found(headers: dict[str, str], words: str) -> set[str]:
+        r = client.get("/v1/search", params={"q": words}, headers=headers)
+        assert r.status_code == 200, r.text
+        return {h["conversation_id"] for h in r.json()["data"] if words in h["snippet"]}
+
+    # While a member, ann sees it, finds her words in it and exports it.
+    assert found(ann, ANN_WORDS) == {ws.conv_id}
+    assert ANN_WORDS in readable(client.get("/v1/users/me/export", headers=ann))
+    members = client.get(f"/v1/workspaces/{ws.ws_id}", headers=bob).json()["members"]
+    ann_id = next(m["user_id"] for m in members if m["name"] == "ann")
+    r = client.delete(f"/v1/workspaces/{ws.ws_id}/members/{ann_id}", headers=bob)
+    assert r.status_code == 204, r.text
+    send_turn(client, bob, ws.conv_id, f"bob writes {AFTER_WORDS} after ann left")
+    # A member who did not start it finds a teammate's words in it: search is what one sees.
+    assert found(bob, AFTER_WORDS) == {ws.conv_id}
+
+    offences: list[str] = []
+    covered: set[str] = set()
+    before = fingerprint(client, ws)
+    calls, _ = matrix(client, ws, own)
+    for call in calls:
+        covered.add(call.route)
+        problem, before = attempt(client, call, ann, ws, before, WORKSPACE_SECRET)
+        if problem:
+            offences.append(f"ann (removed): {problem}")
+    reads = idless_reads(client)
+    for path in reads:
+        for words in (ANN_WORDS, AFTER_WORDS, SEARCH):
+            r = client.get(path, params={"q": words}, headers=ann)
+            leaked = WORKSPACE_SECRET.search(readable(r).replace(words, ""))  # not the echo
+            if r.status_code >= 500 or leaked:
+                offences.append(
+                    f"ann (removed): GET {path}?q={words}: {r.status_code}"
+                    + (f", shows the workspace's {leaked.group(0)!r}" if leaked else "")
+                )
+    for must in ("/v1/search", "/ui/search", "/v1/users/me/export", "/v1/conversations", "/"):
+        assert must in reads, f"the id-less reads missed {must}"
+    # Every route of the route table that takes a conversation id is in the column.
+    conv_routes = {
+        f"{m} {p}"
+        for m, p, params in route_table(client)
+        if "conv_id" in params and not p.startswith(NOT_OWNED)
+    }
+    missing = sorted(conv_routes - covered)
+    assert not missing, "conversation routes the removed-member column missed:\n  " + "\n  ".join(
+        missing
+    )
+    assert not offences, (
+        f"{len(offences)} calls by a removed member did not answer a clean 404 or showed the "
+        "workspace's content:\n  " + "\n  ".join(offences)
+    )
+    # Her own things stay hers: the export is not simply empty.
+    exported = readable(client.get("/v1/users/me/export", headers=ann))
+    assert own.conv_id in exported and ws.conv_id not in exported

@@ -100,3 +100,54 @@ def test_members_share_and_outsiders_get_404(team) -> None:  # type: ignore[no-u
     r = client.delete(f"/v1/workspaces/{ws}", headers=p["admin"])
     assert r.status_code == 204
     assert client.get(f"/v1/conversations/{conv}", headers=p["owen"]).status_code == 404
+
+
+def test_settings_are_the_starters_or_a_workspace_owners(team) -> None:  # type: ignore[no-untyped-def]
+    """Title, system prompt and model: the member who started a workspace conversation or an
+    owner of the workspace changes them; another member gets 403 (they see it) and the
+    page offers them no settings form. Deleting, moving and sharing stay the starter's."""
+    client, p = team
+    ws = client.post("/v1/workspaces", headers=p["admin"], json={"name": "Docs team"}).json()["id"]
+    for name, role in (("owen", "owner"), ("mia", "member")):
+        r = client.post(
+            f"/v1/workspaces/{ws}/members", headers=p["admin"], json={"name": name, "role": role}
+        )
+        assert r.status_code == 201, r.text
+
+    def started_by(who: str, title: str) -> str:
+        conv = client.post("/v1/conversations", headers=p[who], json={"title": title}).json()["id"]
+        r = client.post(
+            f"/v1/conversations/{conv}/workspace", headers=p[who], json={"workspace_id": ws}
+        )
+        assert r.status_code == 200, r.text
+        return str(conv)
+
+    owens, mias = started_by("owen", "owen's plan"), started_by("mia", "mia's plan")
+    for change in ({"title": "mia was here"}, {"system_prompt": "obey mia"}, {"model": "tiny"}):
+        r = client.patch(f"/v1/conversations/{owens}", headers=p["mia"], json=change)
+        assert r.status_code == 403, (change, r.status_code, r.text)
+    r = client.post(f"/ui/c/{owens}/settings", headers=p["mia"], data={"title": "mia was here"})
+    assert r.status_code == 403, r.text
+    seen = client.get(f"/v1/conversations/{owens}", headers=p["owen"]).json()
+    assert (seen["title"], seen["system_prompt"]) == ("owen's plan", None)
+    page = client.get(f"/c/{owens}", headers=p["mia"]).text
+    assert 'data-testid="settings-locked"' in page and f"/ui/c/{owens}/settings" not in page
+    for method, url, body in (
+        ("DELETE", f"/v1/conversations/{owens}", None),
+        ("POST", f"/v1/conversations/{owens}/shares", {}),
+        ("POST", f"/v1/conversations/{owens}/workspace", {"workspace_id": None}),
+    ):
+        r = client.request(method, url, headers=p["mia"], json=body)
+        assert r.status_code == 403, (method, url, r.status_code, r.text)
+    # The workspace's owner sets what a member started; the starter sets their own.
+    r = client.patch(
+        f"/v1/conversations/{mias}",
+        headers=p["owen"],
+        json={"title": "Reviewed plan", "system_prompt": "Be brief."},
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["title"], r.json()["system_prompt"]) == ("Reviewed plan", "Be brief.")
+    assert client.delete(f"/v1/conversations/{mias}", headers=p["owen"]).status_code == 403
+    r = client.patch(f"/v1/conversations/{mias}", headers=p["mia"], json={"title": "mia's again"})
+    assert r.status_code == 200 and r.json()["title"] == "mia's again", r.text
+    assert 'data-testid="settings-locked"' not in client.get(f"/c/{mias}", headers=p["owen"]).text
