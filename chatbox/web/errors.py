@@ -67,6 +67,15 @@ _STATUS: list[tuple[type[Exception], int, str]] = [
 ]
 
 
+class InvalidBody(ValidationException):
+    """A request that is not what the schema says (400), naming the parameter where one is
+    to blame; raised before the handler runs (`chatbox.web.intake`)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass
 class Problem:
     """What an exception means over HTTP."""
@@ -85,7 +94,10 @@ def classify(exc: Exception) -> Problem:
         if isinstance(exc, ValidationException) and exc.extra:
             message = f"{exc.detail}: {exc.extra}"
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
+        problem = Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
+        if isinstance(exc, InvalidBody) and exc.param:
+            problem.extra["param"] = exc.param
+        return problem
     if not isinstance(exc, ChatError | KnowledgeError | EmbeddingUnavailable):
         return Problem(500, "server_error", "internal server error")
     status, kind = next(
