@@ -41,6 +41,7 @@ from chatbox.web.auth import (
 )
 from chatbox.web.errors import EXCEPTION_HANDLERS
 from chatbox.web.intake import check_request
+from chatbox.web.openapi import describe
 from chatbox.web.security import security_headers
 from chatbox.web.templating import configure_templates
 
@@ -148,6 +149,7 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
     )
     _allow_every_method(app)
+    describe(app)
     if settings.telemetry:
         # Around the router, not per route: requests no route matches are measured too.
         app.asgi_handler = telemetry_middleware(telemetry)(app.asgi_handler)

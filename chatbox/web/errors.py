@@ -134,16 +134,27 @@ class ErrorOut:
     error: ErrorDetail
 
 
-# Route handlers list these so the schema documents the error body they actually send.
+# Route handlers list these so the schema documents the error body they actually send
+# (`chatbox.web.document_errors` adds the ones a route can send on top of the common ones).
 ERROR_RESPONSES = {
     status: ResponseSpec(data_container=ErrorOut, description=text)
     for status, text in (
         (400, "Invalid request (names the `param`)"),
         (401, "Missing or invalid credentials"),
+        (403, "Not allowed: admins only, or a browser session without its CSRF token"),
         (404, "Not found, or not yours"),
         (429, "Rate limited (Retry-After)"),
         (500, "Server error"),
         (503, "Overloaded (Retry-After)"),
+    )
+}
+MORE_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorOut, description=text)
+    for status, text in (
+        (409, "The conversation is busy with another answer"),
+        (413, "Too large: the body, the upload or the message is over its limit (named)"),
+        (415, "The file's type is not supported"),
+        (422, "Invalid input (names the `param` where one is to blame)"),
     )
 }
 

@@ -13,16 +13,22 @@ import msgspec
 import numpy as np
 from litestar import Request
 from litestar.enums import RequestEncodingType
-from litestar.params import BodyKwarg, Parameter
+from litestar.params import BodyKwarg, KwargDefinition, Parameter
+from msgspec import Meta
 
 from chatbox.web.errors import InvalidBody
 
-MAX_ID = 2**63 - 1  # SQLite's INTEGER is a signed 64-bit number
+# Ids are integers JSON carries exactly (2^53 - 1), well within SQLite's signed 64 bits.
+MAX_ID = 2**53 - 1
 MAX_JSON_DEPTH = 64  # objects and arrays inside one another in a request body
 
-# An integer id (a path or query parameter): 400 beyond SQLite's range, documented as such.
-Id64 = Annotated[int, Parameter(ge=0, le=MAX_ID)]
+# An integer id in a path or query: a 400 outside 1..MAX_ID, documented as such.
 PositiveId64 = Annotated[int, Parameter(ge=1, le=MAX_ID)]
+
+# A list with at least one item: enforced by the strict decode, documented as minItems.
+NonEmptyStrings = Annotated[list[str], Meta(min_length=1), KwargDefinition(min_items=1)]
+NonEmptyObjects = Annotated[list[dict[str, Any]], Meta(min_length=1), KwargDefinition(min_items=1)]
+NonEmptyText = Annotated[str, Meta(min_length=1), KwargDefinition(min_length=1)]
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")

@@ -17,7 +17,7 @@ from chatbox.moderation import CATEGORIES, ModerationService, item_out
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
-from chatbox.web.intake import MAX_ID
+from chatbox.web.intake import MAX_ID, NonEmptyStrings
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, html
 
 MAX_INPUTS = 32
@@ -34,7 +34,7 @@ _SUB = (
 
 @dataclass
 class ModerationIn:
-    input: str | list[str]
+    input: str | NonEmptyStrings
     model: str | None = None
 
 
