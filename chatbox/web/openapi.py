@@ -57,8 +57,18 @@ EXAMPLES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/conversations/{conv_id}/workspace"): {"workspace_id": None},
 }
 
+# One server-sent event: `data` is a JSON document; `id` counts events for Last-Event-ID.
 _EVENTS = OpenAPIMediaType(
-    schema=Schema(type=OpenAPIType.STRING, description="Server-sent events (text/event-stream)")
+    schema=Schema(
+        type=OpenAPIType.OBJECT,
+        description="Server-sent events, one JSON document in each event's data",
+        properties={
+            "event": Schema(type=OpenAPIType.STRING),
+            "data": Schema(type=OpenAPIType.STRING),
+            "id": Schema(type=OpenAPIType.STRING),
+            "retry": Schema(type=OpenAPIType.INTEGER),
+        },
+    )
 )
 _FILE = Schema(type=OpenAPIType.STRING, format="binary", description="The file's bytes")
 
