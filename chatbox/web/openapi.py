@@ -11,9 +11,11 @@ from typing import Any, get_args
 
 from litestar import Litestar
 from litestar.openapi.spec import (
+    OpenAPIFormat,
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
+    Reference,
     RequestBody,
     Schema,
 )
@@ -70,11 +72,11 @@ _EVENTS = OpenAPIMediaType(
         },
     )
 )
-_FILE = Schema(type=OpenAPIType.STRING, format="binary", description="The file's bytes")
+_FILE = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The file's bytes")
 
 
 def _upload_body(with_conversation: bool) -> RequestBody:
-    properties: dict[str, Schema] = {"file": _FILE}
+    properties: dict[str, Schema | Reference] = {"file": _FILE}
     if with_conversation:
         properties["conversation_id"] = Schema(
             type=OpenAPIType.STRING, description="Attach the file to this conversation"
