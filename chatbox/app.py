@@ -15,6 +15,7 @@ from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.routes import HTTPRoute
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from prometheus_client import CollectorRegistry
@@ -32,8 +33,15 @@ from chatbox.observability.http import telemetry_middleware
 from chatbox.services import Services
 from chatbox.settings import Settings
 from chatbox.web import ROUTE_HANDLERS
-from chatbox.web.auth import LoginRequired, login_required_handler, provide_user
+from chatbox.web.auth import (
+    LoginRequired,
+    authenticate_first,
+    login_required_handler,
+    provide_user,
+)
 from chatbox.web.errors import EXCEPTION_HANDLERS
+from chatbox.web.intake import check_request
+from chatbox.web.openapi import describe
 from chatbox.web.security import security_headers
 from chatbox.web.templating import configure_templates
 
@@ -131,6 +139,8 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
             "user": Provide(provide_user),
         },
         exception_handlers={**EXCEPTION_HANDLERS, LoginRequired: login_required_handler},
+        guards=[authenticate_first(provide_accounts, settings)],
+        before_request=check_request,
         lifespan=[lifespan],
         before_send=[security_headers],
         template_config=TemplateConfig(
@@ -138,7 +148,22 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         ),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
     )
+    _allow_every_method(app)
+    describe(app)
     if settings.telemetry:
         # Around the router, not per route: requests no route matches are measured too.
         app.asgi_handler = telemetry_middleware(telemetry)(app.asgi_handler)
     return app
+
+
+def _allow_every_method(app: Litestar) -> None:
+    """OPTIONS names every method of its path in `Allow`: Litestar's own OPTIONS handler
+    answers for the route it was made with, and a path whose handlers were registered in
+    two goes keeps the first route's handler, so it is pointed at the route that serves."""
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or "OPTIONS" not in route.route_handler_map:
+            continue
+        handler = route.route_handler_map["OPTIONS"][0]
+        for cell in getattr(handler.fn, "__closure__", None) or ():
+            if isinstance(cell.cell_contents, HTTPRoute):
+                cell.cell_contents = route

@@ -41,7 +41,8 @@ class UnknownModel(ChatError):
 
 
 class TooLong(ChatError):
-    """The message cannot fit in the model's context window (413)."""
+    """The message cannot fit in the model's context window, or is longer than the message
+    limit in characters (413); the message counts in the unit the limit is set in."""
 
     def __init__(self, tokens: int, limit: int) -> None:
         super().__init__(
@@ -49,6 +50,13 @@ class TooLong(ChatError):
         )
         self.tokens = tokens
         self.limit = limit
+
+    @classmethod
+    def characters(cls, chars: int, limit: int) -> TooLong:
+        """A message over the character limit (`max_message_chars`)."""
+        exc = cls(chars, limit)
+        exc.args = (f"the message is {chars:,} characters; the limit is {limit:,} characters",)
+        return exc
 
 
 class Refused(ChatError):

@@ -69,7 +69,7 @@ class ChatService(Conversations):
         if not content.strip():
             raise InvalidInput("the message is empty")
         if len(content) > self.settings.max_message_chars:
-            raise TooLong(len(content), self.settings.max_message_chars)
+            raise TooLong.characters(len(content), self.settings.max_message_chars)
         conv = await self.conversation(user, conv_id, "continue")
         if parent_id == ACTIVE_BRANCH:
             parent_id = conv.active_leaf_id

@@ -150,7 +150,7 @@ class TemporaryChats:
         if not content.strip():
             raise InvalidInput("the message is empty")
         if len(content) > self.settings.max_message_chars:
-            raise TooLong(len(content), self.settings.max_message_chars)
+            raise TooLong.characters(len(content), self.settings.max_message_chars)
         ticket = await self.gate.admit(user, options.model, content)
         try:
             # After the rate limits, before any model work, as in a stored chat: a refused

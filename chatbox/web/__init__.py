@@ -13,7 +13,7 @@ from chatbox.web.console_workspaces import ConsoleWorkspacesController
 from chatbox.web.conversations import ConversationController
 from chatbox.web.data import DataController
 from chatbox.web.data_pages import DataPagesController
-from chatbox.web.errors import ERROR_RESPONSES
+from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.health import HealthController
 from chatbox.web.knowledge import KnowledgeController
 from chatbox.web.knowledge_pages import KnowledgePagesController
@@ -61,12 +61,28 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
 
 
 def _document_errors(controllers: list[ControllerRouterHandler]) -> None:
-    """Every API route documents the error body it really sends (`chatbox.web.errors`), in
-    place of Litestar's default validation-error schema, so the OpenAPI schema matches."""
+    """Every API route documents the error bodies it really sends (`chatbox.web.errors`), in
+    place of Litestar's default validation-error schema, so the OpenAPI schema matches:
+    the common ones, 413 where there is a body, 422 from the conversation and knowledge APIs
+    (the OpenAI-compatible ones answer 400), 409 on a conversation, 415 on an upload."""
     for controller in controllers:
+        base = str(getattr(controller, "path", "") or "")
+        openai_style = getattr(controller, "exception_handlers", None) == OPENAI_EXCEPTION_HANDLERS
         for handler in vars(controller).values():
-            if isinstance(handler, HTTPRouteHandler):
-                handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+            if not isinstance(handler, HTTPRouteHandler):
+                continue
+            paths = [base.rstrip("/") + "/" + p.lstrip("/") for p in handler.paths]
+            extra = set()
+            if handler.http_methods & {"POST", "PUT", "PATCH"}:
+                extra.add(413)
+            if not openai_style and handler.exception_handlers != OPENAI_EXCEPTION_HANDLERS:
+                extra.add(422)
+            if any(p.startswith("/v1/conversations/") for p in paths):
+                extra.add(409)
+            if handler.request_max_body_size is None:
+                extra.add(415)
+            more = {status: MORE_RESPONSES[status] for status in sorted(extra)}
+            handler.responses = {**ERROR_RESPONSES, **more, **(handler.responses or {})}
 
 
 _document_errors(ROUTE_HANDLERS)

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
 from functools import lru_cache
 from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from litestar import MediaType, Request, Response
+from litestar.connection import ASGIConnection
 from litestar.exceptions import (
     NotAuthorizedException,
     PermissionDeniedException,
     TooManyRequestsException,
 )
+from litestar.handlers import BaseRouteHandler
+from litestar.types import Guard
 
 from chatbox.accounts import AccountsService, TooManyAttempts, User
 from chatbox.settings import Settings
@@ -30,6 +34,8 @@ CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 IPNetwork = IPv4Network | IPv6Network
+ADMIN_API = "/v1/admin/"
+_AUTHENTICATED = "authenticated_user"  # request.state key: the user the guard found
 
 
 class LoginRequired(NotAuthorizedException):
@@ -94,7 +100,10 @@ def is_secure(request: AnyRequest, settings: Settings) -> bool:
 
 
 def tokens_match(given: str | None, expected: str) -> bool:
-    return bool(given) and hmac.compare_digest(str(given), expected)
+    """Constant-time, on UTF-8 bytes (`compare_digest` refuses str with non-ASCII)."""
+    return bool(given) and hmac.compare_digest(
+        str(given).encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def too_many(exc: TooManyAttempts) -> TooManyRequestsException:
@@ -107,7 +116,11 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
 
     Raises LoginRequired, CsrfRefused, or 429 while an address is guessing keys. A valid
     key is checked first and never refused for the failures of others at its address.
+    The guard `authenticate_first` has usually found the user already.
     """
+    known = request.state.get(_AUTHENTICATED)
+    if isinstance(known, User):
+        return known
     throttle = accounts.throttle
     header = request.headers.get("authorization")
     if header:
@@ -126,6 +139,7 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
         request.state.auth_kind = "key"
         request.state.user_name = user.name
         request.state.user = user
+        request.state[_AUTHENTICATED] = user
         return user
     cookie = request.cookies.get(SESSION_COOKIE)
     session = await accounts.session(cookie) if cookie else None
@@ -142,7 +156,27 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
     request.state.user_name = session.user.name
     request.state.user_role = session.user.role
     request.state.user = session.user
+    request.state[_AUTHENTICATED] = session.user
     return session.user
+
+
+def authenticate_first(accounts: Callable[[], AccountsService], settings: Settings) -> Guard:
+    """A guard for every route that takes the acting `user`: credentials are checked before
+    its parameters or body are, so an anonymous caller gets 401, never a validation error;
+    and a member gets 403 on the admin API before anything else is looked at."""
+
+    async def guard(
+        connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+    ) -> None:
+        if not isinstance(connection, Request):
+            return
+        if "user" not in handler.parsed_fn_signature.parameters:
+            return
+        user = await provide_user(connection, accounts(), settings)
+        if connection.url.path.startswith(ADMIN_API) and user.role != "admin":
+            raise PermissionDeniedException("only admins can use the admin API")
+
+    return guard
 
 
 def login_required_handler(request: AnyRequest, exc: Exception) -> Response[Any]:

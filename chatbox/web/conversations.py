@@ -16,6 +16,7 @@ from chatbox.settings import Settings
 from chatbox.web.auth import AnyRequest
 from chatbox.web.data import stores_nothing, temporary_out
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
+from chatbox.web.intake import MAX_ID
 from chatbox.web.schemas import (
     BranchIn,
     ConversationPatch,
@@ -84,7 +85,7 @@ class ConversationController(Controller):
         data_service: DataServiceDep,
         user: UserDep,
         conv_id: str,
-        before: int | None = Parameter(default=None, ge=1),
+        before: int | None = Parameter(default=None, ge=1, le=MAX_ID),
         limit: int = Parameter(default=50, ge=1, le=500),
     ) -> dict[str, Any]:
         """The active branch's turns, newest page first (`before` = a turn's cursor)."""

@@ -17,12 +17,13 @@ from chatbox.data import RETENTION_HEADER, DataService
 from chatbox.web.admin import require_admin
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import DataServiceDep, SettingsDep, UserDep
+from chatbox.web.intake import NonEmptyText
 from chatbox.web.uploads import read_upload
 
 
 @dataclass
 class DeleteMe:
-    confirm: str  # the account's name, typed again
+    confirm: NonEmptyText  # the account's name, typed again
 
 
 @dataclass
@@ -73,7 +74,7 @@ class DataController(Controller):
     path = "/v1"
     tags = ["data"]
 
-    @get("/users/me/export")
+    @get("/users/me/export", media_type="application/zip")
     async def export(self, data_service: DataServiceDep, user: UserDep) -> Response[bytes]:
         """All of one's data as a zip: conversations.json (ChatGPT's export shape), a
         Markdown file per conversation with every branch, documents, memory facts."""

@@ -67,6 +67,15 @@ _STATUS: list[tuple[type[Exception], int, str]] = [
 ]
 
 
+class InvalidBody(ValidationException):
+    """A request that is not what the schema says (400), naming the parameter where one is
+    to blame; raised before the handler runs (`chatbox.web.intake`)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass
 class Problem:
     """What an exception means over HTTP."""
@@ -85,7 +94,10 @@ def classify(exc: Exception) -> Problem:
         if isinstance(exc, ValidationException) and exc.extra:
             message = f"{exc.detail}: {exc.extra}"
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
+        problem = Problem(exc.status_code, kind, message, headers=dict(exc.headers or {}))
+        if isinstance(exc, InvalidBody) and exc.param:
+            problem.extra["param"] = exc.param
+        return problem
     if not isinstance(exc, ChatError | KnowledgeError | EmbeddingUnavailable):
         return Problem(500, "server_error", "internal server error")
     status, kind = next(
@@ -122,16 +134,27 @@ class ErrorOut:
     error: ErrorDetail
 
 
-# Route handlers list these so the schema documents the error body they actually send.
+# Route handlers list these so the schema documents the error body they actually send
+# (`chatbox.web.document_errors` adds the ones a route can send on top of the common ones).
 ERROR_RESPONSES = {
     status: ResponseSpec(data_container=ErrorOut, description=text)
     for status, text in (
         (400, "Invalid request (names the `param`)"),
         (401, "Missing or invalid credentials"),
+        (403, "Not allowed: admins only, or a browser session without its CSRF token"),
         (404, "Not found, or not yours"),
         (429, "Rate limited (Retry-After)"),
         (500, "Server error"),
         (503, "Overloaded (Retry-After)"),
+    )
+}
+MORE_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorOut, description=text)
+    for status, text in (
+        (409, "The conversation is busy with another answer"),
+        (413, "Too large: the body, the upload or the message is over its limit (named)"),
+        (415, "The file's type is not supported"),
+        (422, "Invalid input (names the `param` where one is to blame)"),
     )
 }
 

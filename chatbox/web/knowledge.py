@@ -20,6 +20,7 @@ from chatbox.settings import Settings
 from chatbox.web import urls
 from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.intake import NonEmptyStrings, PositiveId64
 from chatbox.web.uploads import NOT_MULTIPART, UploadForm, read_upload
 
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
@@ -28,7 +29,7 @@ MAX_EMBED_INPUTS = 2048
 
 @dataclass
 class EmbeddingsIn:
-    input: str | list[str]
+    input: str | NonEmptyStrings
     model: str | None = None
     encoding_format: str = "float"
     user: str | None = None
@@ -223,7 +224,7 @@ class KnowledgeController(Controller):
 
     @get("/passages/{chunk_id:int}")
     async def passage(
-        self, knowledge: KnowledgeDep, user: UserDep, chunk_id: int
+        self, knowledge: KnowledgeDep, user: UserDep, chunk_id: PositiveId64
     ) -> dict[str, Any]:
         """One document passage (what a citation points at)."""
         return passage_out(await knowledge.documents.passage(user.id, chunk_id))

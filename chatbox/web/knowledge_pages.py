@@ -10,6 +10,7 @@ from litestar import Controller, Response, get, post
 from chatbox.chat import NotFound
 from chatbox.knowledge import Knowledge
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
+from chatbox.web.intake import PositiveId64
 from chatbox.web.knowledge import highlight
 from chatbox.web.ui import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar
 
@@ -132,7 +133,7 @@ class KnowledgePagesController(Controller):
 
     @get("/ui/passages/{chunk_id:int}")
     async def passage(
-        self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, chunk_id: int
+        self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, chunk_id: PositiveId64
     ) -> Response[str]:
         return html(
             request, "_passage.html", chunk=await knowledge.documents.passage(user.id, chunk_id)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from litestar import Controller, Response, get, post
 from litestar.exceptions import NotFoundException, PermissionDeniedException
+from litestar.params import Parameter
 
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput
@@ -16,6 +17,7 @@ from chatbox.moderation import CATEGORIES, ModerationService, item_out
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.intake import MAX_ID, NonEmptyStrings
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, html
 
 MAX_INPUTS = 32
@@ -32,7 +34,7 @@ _SUB = (
 
 @dataclass
 class ModerationIn:
-    input: str | list[str]
+    input: str | NonEmptyStrings
     model: str | None = None
 
 
@@ -106,7 +108,11 @@ class ModerationAdminController(Controller):
 
     @get("/")
     async def queue(
-        self, services: ServicesDep, user: UserDep, status: str = "open", limit: int = 100
+        self,
+        services: ServicesDep,
+        user: UserDep,
+        status: str = "open",
+        limit: int = Parameter(default=100, ge=1, le=MAX_ID),
     ) -> dict[str, Any]:
         """Flagged and filtered items, newest first (no text: open one to see it)."""
         require_admin(user)

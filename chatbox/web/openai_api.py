@@ -14,6 +14,7 @@ from litestar.response import Stream
 from chatbox.chat import ChatMessage, TurnOptions
 from chatbox.web.deps import ChatDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.intake import NonEmptyObjects
 from chatbox.web.openai_answer import chunks, collect, usage_out
 from chatbox.web.openai_request import AnswerShape, extend_options, messages_in
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
@@ -21,7 +22,7 @@ from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 @dataclass
 class ChatCompletionIn:
-    messages: list[dict[str, Any]]
+    messages: NonEmptyObjects
     model: str | None = None
     temperature: float | None = None
     top_p: float | None = None

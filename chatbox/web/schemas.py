@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbox.chat import Conversation, ConversationView, Summary, Turn, TurnOptions
+from chatbox.web.intake import NonEmptyText
 
 
 @dataclass
@@ -27,7 +28,7 @@ class ConversationPatch:
 class TurnIn:
     """A user message, with optional per-turn generation options."""
 
-    content: str
+    content: NonEmptyText
     parent_id: str | None = None  # branch from here (edit); default: the active branch
     model: str | None = None
     temperature: float | None = None

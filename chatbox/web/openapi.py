@@ -1,0 +1,128 @@
+"""The OpenAPI schema as the server really behaves: what Litestar cannot infer is set here,
+once the routes are built (`describe`), so /schema/openapi.json describes every route.
+
+Litestar marks every request body required and cannot see a body a handler streams
+itself (the uploads); the examples are what a client would send.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from litestar import Litestar
+from litestar.openapi.spec import (
+    OpenAPIFormat,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Reference,
+    RequestBody,
+    Schema,
+)
+from litestar.response import Stream
+from litestar.routes import HTTPRoute
+
+# One realistic body per operation that takes one (the examples phase of a schema fuzzer
+# sends these; a client developer reads them).
+EXAMPLES: dict[tuple[str, str], Any] = {
+    ("POST", "/v1/conversations"): {"title": "Descaling the pump", "system_prompt": None},
+    ("PATCH", "/v1/conversations/{conv_id}"): {"title": "Pump maintenance"},
+    ("POST", "/v1/conversations/{conv_id}/turns"): {
+        "content": "How often should I descale the pump?",
+        "max_tokens": 8,
+    },
+    ("POST", "/v1/conversations/{conv_id}/turns/{turn_id}/edit"): {
+        "content": "How often should I descale it with citric acid?"
+    },
+    ("POST", "/v1/conversations/{conv_id}/turns/{turn_id}/regenerate"): {"temperature": 0.7},
+    ("POST", "/v1/conversations/{conv_id}/branch"): {"turn_id": "t_0123456789abcdef"},
+    ("POST", "/v1/chat/completions"): {
+        "model": "auto",
+        "messages": [
+            {"role": "system", "content": "Answer in one sentence."},
+            {"role": "user", "content": "What is descaling?"},
+        ],
+        "max_tokens": 8,
+        "temperature": 0.2,
+    },
+    ("POST", "/v1/embeddings"): {"input": ["citric acid", "descaling"], "model": None},
+    ("POST", "/v1/moderations"): {"input": "Is this message fine?"},
+    ("PATCH", "/v1/users/{user_id}/memory"): {"add": ["Prefers short answers"], "remove": []},
+    ("PATCH", "/v1/users/me/retention"): {"zero_retention": False},
+    ("POST", "/v1/users/me/delete"): {"confirm": "ann"},
+    ("POST", "/v1/admin/replicas"): {"url": "http://10.0.0.2:8080", "kind": "chatbox"},
+    ("POST", "/v1/admin/replicas/drain"): {"url": "http://10.0.0.2:8080", "undo": False},
+    ("POST", "/v1/admin/moderation/{item_id}/resolve"): {"action": "dismiss"},
+    ("POST", "/v1/conversations/{conv_id}/shares"): {},
+    ("POST", "/v1/workspaces"): {"name": "Support team"},
+    ("POST", "/v1/workspaces/{ws_id}/members"): {"name": "ann", "role": "member"},
+    ("POST", "/v1/conversations/{conv_id}/workspace"): {"workspace_id": None},
+}
+
+# One server-sent event: `data` is a JSON document; `id` counts events for Last-Event-ID.
+_EVENTS = OpenAPIMediaType(
+    schema=Schema(
+        type=OpenAPIType.OBJECT,
+        description="Server-sent events, one JSON document in each event's data",
+        properties={
+            "event": Schema(type=OpenAPIType.STRING),
+            "data": Schema(type=OpenAPIType.STRING),
+            "id": Schema(type=OpenAPIType.STRING),
+            "retry": Schema(type=OpenAPIType.INTEGER),
+        },
+    )
+)
+_FILE = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="The file's bytes")
+
+
+def _upload_body(with_conversation: bool) -> RequestBody:
+    properties: dict[str, Schema | Reference] = {"file": _FILE}
+    if with_conversation:
+        properties["conversation_id"] = Schema(
+            type=OpenAPIType.STRING, description="Attach the file to this conversation"
+        )
+    return RequestBody(
+        required=True,
+        description="multipart/form-data with the file in a field named `file`",
+        content={
+            "multipart/form-data": OpenAPIMediaType(
+                schema=Schema(type=OpenAPIType.OBJECT, properties=properties, required=["file"])
+            )
+        },
+    )
+
+
+def describe(app: Litestar) -> None:
+    """Complete the app's OpenAPI schema in place (it is built once and served as is)."""
+    paths = app.openapi_schema.paths or {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or route.path_format not in paths:
+            continue
+        item = paths[route.path_format]
+        for method, (handler, _) in route.route_handler_map.items():
+            operation = getattr(item, method.lower(), None)
+            if operation is None:
+                continue
+            _document_streams(handler.parsed_fn_signature.return_type.annotation, operation)
+            data = handler.parsed_fn_signature.parameters.get("data")
+            if handler.resolve_request_max_body_size() is None:  # reads its own multipart
+                operation.request_body = _upload_body(route.path_format == "/v1/documents")
+            elif data is not None and isinstance(operation.request_body, RequestBody):
+                operation.request_body.required = not data.is_optional
+                example = EXAMPLES.get((method, route.path_format))
+                for media in (operation.request_body.content or {}).values():
+                    if example is not None:
+                        media.example = example
+
+
+def _document_streams(returns: Any, operation: Any) -> None:
+    """A handler that answers with server-sent events documents them as its success body
+    (beside JSON where it answers either way, as /v1/chat/completions does with `stream`)."""
+    options = get_args(returns) or (returns,)
+    if Stream not in options:
+        return
+    for status, response in (operation.responses or {}).items():
+        if isinstance(response, OpenAPIResponse) and status.startswith("2"):
+            content = dict(response.content or {}) if len(options) > 1 else {}
+            content["text/event-stream"] = _EVENTS
+            response.content = content
