@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -68,6 +69,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+_configured: list[logging.Handler] = []  # the handler configure_logging installed, if it ran
+
+
+def notice(logger: logging.Logger, message: str) -> None:
+    """Tell whoever started the process: a log line where configure_logging has run (the
+    server, whose lines must all be in its format), plain stderr otherwise (a CLI command)."""
+    if _configured and _configured[0] in logging.getLogger().handlers:
+        logger.warning(message)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler:
     """Send every logger (uvicorn's too) and Python's warnings to stderr in `fmt`, at `level`
     (debug lines from `DEBUG_LOGGERS` only); returns the handler."""
@@ -93,4 +106,5 @@ def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler
     logging.captureWarnings(True)  # a warning is a log line like any other, in the same format
     # Progress bars (the embedding model's "Loading weights") would write raw lines between them.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    _configured[:] = [handler]
     return handler

@@ -197,3 +197,46 @@ def test_warning_level_hides_info_lines(tmp_path: Path, tiny_gguf: Path) -> None
         assert httpx.get(box.url + "/no/such/page").status_code == 404
     records = [json.loads(line) for line in box.log().splitlines()]
     assert all(r["level"] in ("warning", "error", "critical") for r in records), records
+
+
+def test_first_start_admin_notice_is_a_log_line_in_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server creates the first admin (tests/served.py's CLI calls do it before serving, so
+    this runs the same code in-process under the server's logging)."""
+    import asyncio
+    import logging
+    from dataclasses import replace
+
+    from chatbox.accounts import ensure_admin
+    from chatbox.observability.logs import configure_logging
+    from chatbox.store import Store
+    from tests.conftest import test_settings
+
+    root, chatbox_logger = logging.getLogger(), logging.getLogger("chatbox")
+    saved = (root.handlers[:], root.level, chatbox_logger.level)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)  # restored afterwards
+    settings = replace(test_settings(tmp_path / "data"), admin_password=None)
+
+    async def first_start() -> None:
+        settings.ensure_dirs()
+        store = await Store.open(settings.db_path)
+        try:
+            await ensure_admin(store, settings)
+        finally:
+            await store.close()
+
+    configure_logging("info", "json")
+    try:
+        asyncio.run(first_start())
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        chatbox_logger.setLevel(saved[2])
+        logging.captureWarnings(False)
+    lines = capsys.readouterr().err.splitlines()
+    records = [json.loads(line) for line in lines]  # fails on a line that is not JSON
+    notice = [r for r in records if "admin account" in r["message"]]
+    assert len(notice) == 1 and notice[0]["logger"] == "chatbox.accounts", lines
+    password = (settings.data_dir / "admin-password.txt").read_text().strip()
+    assert password not in "\n".join(lines)
