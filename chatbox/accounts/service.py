@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
@@ -11,8 +12,11 @@ from typing import Any
 from chatbox.accounts.audit import SYSTEM, Actor, AuditLog, UserAdmin
 from chatbox.accounts.throttle import Attempts, LoginThrottle
 from chatbox.accounts.usage import usage_report
+from chatbox.observability.logs import notice
 from chatbox.settings import Settings
 from chatbox.store import AuditEntry, Session, Store, User
+
+log = logging.getLogger("chatbox.accounts")
 
 ADMIN_PASSWORD_FILE = "admin-password.txt"  # in the data directory, mode 0600
 
@@ -120,10 +124,9 @@ async def ensure_admin(store: Store, settings: Settings) -> None:
     login = f"http://{settings.host}:{settings.port}/login"
     change = f"change it with `chatbox users reset-password {settings.admin_name}`"
     if settings.admin_password:
-        print(
+        notice(
+            log,
             f"chatbox: created the admin account {settings.admin_name!r} with the given password",
-            file=sys.stderr,
-            flush=True,
         )
     elif sys.stderr.isatty():
         print(
@@ -135,10 +138,9 @@ async def ensure_admin(store: Store, settings: Settings) -> None:
     else:  # not a terminal: the stream may be a log kept by others; never put it there
         path = settings.data_dir / ADMIN_PASSWORD_FILE
         write_private_file(path, password + "\n")
-        print(
+        notice(
+            log,
             f"chatbox: created the admin account {settings.admin_name!r}; its generated "
             f"password is in {path} (mode 0600); log in at {login}, then delete the file "
             f"({change})",
-            file=sys.stderr,
-            flush=True,
         )

@@ -71,7 +71,13 @@ from chatbox.settings import Settings, settings_from_env
     default=None,
     help="Also run models in this process (default on); --no-local: replicas only.",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="The least severe lines written; debug shows chatbox's own (libraries stay at info).",
+)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -82,6 +88,8 @@ from chatbox.settings import Settings, settings_from_env
 @click.pass_context
 def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: object) -> None:
     """Serve the chat UI, the conversation API and the OpenAI-compatible API."""
+    import logging
+
     import uvicorn  # the server and the app load only for this command
 
     from chatbox.app import create_app
@@ -101,16 +109,17 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
             raise click.ClickException(no_model_message())
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(
-        f"chatbox: serving on http://{settings.host}:{settings.port} (data in {settings.data_dir})"
-    )
     configure_logging(log_level, log_format)  # every line carries its request's trace id
+    logging.getLogger("chatbox.serve").info(
+        "serving on http://%s:%d (data in %s)", settings.host, settings.port, settings.data_dir
+    )
     uvicorn.run(
         create_app(settings, registry),
         host=settings.host,
         port=settings.port,
         log_level=log_level,
         log_config=None,  # keep the handlers configured above
+        access_log=False,  # chatbox.access writes the one access line, by route template
         # Forwarded headers count only from CHATBOX_TRUSTED_PROXIES (chatbox.web.auth), not
         # from whatever uvicorn trusts by default.
         proxy_headers=False,

@@ -23,7 +23,7 @@ UNMATCHED = "<unmatched>"  # the route label of requests no route took (never th
 
 
 def route_of(scope: dict[str, Any]) -> str:
-    """The matched route template ('/c/{conv_id:str}'), never the raw path (unbounded).
+    """The matched route template ('/c/{conv_id}'), never the raw path (unbounded).
     Known once the router has run: read it when the response starts, not before."""
     template = scope.get("path_template")
     return str(template) if template else UNMATCHED

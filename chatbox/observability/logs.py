@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import time
 from typing import Any
 
 from opentelemetry import trace
 
 FORMATS = ("text", "json")
+LEVELS = ("critical", "error", "warning", "info", "debug")
+# Loggers whose debug lines show: chatbox's own and the server's. Libraries stay at info, as
+# their debug lines carry SQL parameters and payloads, which are user content.
+DEBUG_LOGGERS = ("chatbox", "uvicorn")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {
     "message",
     "asctime",
     "trace_id",
     "span_id",
+    "color_message",  # uvicorn's copy of the message with terminal colour codes
 }
 
 
@@ -62,10 +69,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+_configured: list[logging.Handler] = []  # the handler configure_logging installed, if it ran
+
+
+def notice(logger: logging.Logger, message: str) -> None:
+    """Tell whoever started the process: a log line where configure_logging has run (the
+    server, whose lines must all be in its format), plain stderr otherwise (a CLI command)."""
+    if _configured and _configured[0] in logging.getLogger().handlers:
+        logger.warning(message)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler:
-    """Send every logger (uvicorn's too) to stderr in `fmt`; returns the handler."""
+    """Send every logger (uvicorn's too) and Python's warnings to stderr in `fmt`, at `level`
+    (debug lines from `DEBUG_LOGGERS` only); returns the handler."""
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}")
+    if level.lower() not in LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LEVELS)}")
+    numeric = logging.getLevelNamesMapping()[level.upper()]
     handler = logging.StreamHandler()
     handler.addFilter(TraceIdFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
@@ -73,11 +96,15 @@ def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    numeric = logging.getLevelName(level.upper())
-    root.setLevel(numeric if isinstance(numeric, int) else logging.INFO)
+    root.setLevel(max(numeric, logging.INFO))
+    for name in DEBUG_LOGGERS:
+        logging.getLogger(name).setLevel(numeric)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
-    logging.getLogger("uvicorn.access").disabled = True  # chatbox.access logs with trace ids
+    logging.captureWarnings(True)  # a warning is a log line like any other, in the same format
+    # Progress bars (the embedding model's "Loading weights") would write raw lines between them.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    _configured[:] = [handler]
     return handler
