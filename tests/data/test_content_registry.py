@@ -80,8 +80,7 @@ def test_every_content_table_is_reached_by_an_erasure() -> None:
 OWNED = {
     "turn_citations": "turn_id IN (SELECT t.id FROM turns t JOIN conversations c"
     " ON c.id = t.conversation_id WHERE c.user_id = :user)",
-    "memory_extractions": "conversation_id IN (SELECT id FROM conversations"
-    " WHERE user_id = :user)",
+    "memory_extractions": "conversation_id IN (SELECT id FROM conversations WHERE user_id = :user)",
     "workspace_members": "user_id = :user",
     "turn_vec_progress": "user_id = :user",
     "sessions": "user_id = :user",
@@ -104,7 +103,9 @@ async def _left(store: Store, t: content.Table, user_id: str) -> int:
         )
     else:
         sql = f"SELECT count(*) FROM {t.name} WHERE {OWNED[t.name]}"
-    async with store.db.conn.execute(sql, {k: v for k, v in params.items() if f":{k}" in sql}) as cur:
+    async with store.db.conn.execute(
+        sql, {k: v for k, v in params.items() if f":{k}" in sql}
+    ) as cur:
         row = await cur.fetchone()
     return int(row[0]) if row else 0
 
@@ -146,18 +147,32 @@ def _fill(app: App) -> str:
         draft = await store.turns.start_draft(conv, turns[-1]["id"], "tiny")
         await store.turns.update_draft(draft, f"an answer about {SECRET}")
         await store.moderation.add(
-            user_id=user.id, tier="free", direction="input", action="flag", category="test",
-            scores={"test": 0.9}, text=f"flagged {SECRET}", conversation_id=conv,
-            turn_id=turns[0]["id"], source=f"{SECRET}.txt",
+            user_id=user.id,
+            tier="free",
+            direction="input",
+            action="flag",
+            category="test",
+            scores={"test": 0.9},
+            text=f"flagged {SECRET}",
+            conversation_id=conv,
+            turn_id=turns[0]["id"],
+            source=f"{SECRET}.txt",
         )
         await store.moderation.add(  # an item of no conversation (an API check)
-            user_id=user.id, tier="free", direction="input", action="flag", category="test",
-            scores={"test": 0.9}, text=f"checked {SECRET}",
+            user_id=user.id,
+            tier="free",
+            direction="input",
+            action="flag",
+            category="test",
+            scores={"test": 0.9},
+            text=f"checked {SECRET}",
         )
         await store.memories.mark_extracted(conv, turns[-1]["seq"])
         await store.sessions.create(user.id, 3600)
         await store.shares.create(
-            user.id, conv, f"shared {SECRET}",
+            user.id,
+            conv,
+            f"shared {SECRET}",
             [SharedTurn("assistant", SECRET, "tiny", (SharedPassage(SECRET, 1, SECRET),))],
             turns[-1]["id"],
         )
