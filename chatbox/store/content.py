@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from typing import Literal
 
 Scope = Literal["user", "workspace", "conversation"]
@@ -446,7 +447,7 @@ SUBJECT: Mapping[Kind, str] = {
 class Artifact:
     """A place outside the database's tables that can hold content."""
 
-    where: str  # a glob under the data directory, or a place in words (RAM, stdout)
+    where: str  # a glob under the data directory (`*` spans folders), or a place in words
     scope: Scope | None
     holds: str
     erased: str
@@ -462,19 +463,19 @@ ARTIFACTS: tuple[Artifact, ...] = (
         " and a WAL checkpoint before it answers",
     ),
     Artifact(
-        "kv/**",
+        "kv/*",
         "conversation",
         "parked KV cache: a conversation's token ids (its text) and attention state",
         "a conversation's erasure deletes its files for every model (engine forget)",
     ),
     Artifact(
-        "models/**",
+        "models/*",
         None,
         "GGUF model files and the catalogue's registry; no person's data",
         "never: an admin removes models",
     ),
     Artifact(
-        "files",
+        "files/*",
         "user",
         "nothing: an upload's text lives in `chunks`, the file itself is never kept",
         "nothing to erase",
@@ -528,3 +529,8 @@ def shadow_of(name: str) -> Table | None:
         if t.virtual is not None and name.startswith(t.name + "_"):
             return t
     return None
+
+
+def artifact_of(relative: str) -> Artifact | None:
+    """The declared artifact a file under the data directory (its relative path) is part of."""
+    return next((a for a in ARTIFACTS if a.on_disk and fnmatch(relative, a.where)), None)

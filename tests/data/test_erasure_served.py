@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chatbox.store import content
 from tests.served import Served, files_holding
 
 DOCUMENT = "pangolinquartz4107"
@@ -65,3 +66,15 @@ def test_deleted_document_memory_and_share_leave_no_word_after_a_crash(box: Serv
     for secret in (DOCUMENT, MEMORY, SHARED):
         assert _anywhere(box, secret) == [], f"{secret} after the restart"
     http.close()
+
+
+def test_every_file_in_the_data_directory_is_a_declared_artifact(box: Served) -> None:
+    ann = httpx.Client(base_url=box.url, headers=box.auth(box.user("cy")), timeout=TIMEOUT)
+    conv = ann.post("/v1/conversations", json={}).json()["id"]
+    assert ann.post(f"/v1/conversations/{conv}/turns", json={"content": "hi"}).status_code == 200
+    ann.close()
+    box.stop()  # parks idle conversations' KV on disk
+    box.start()
+    files = [str(p.relative_to(box.data_dir)) for p in box.files()]
+    assert any(f.startswith("kv/") for f in files), files  # the test needs a parked KV file
+    assert [f for f in files if content.artifact_of(f) is None] == []
