@@ -408,15 +408,14 @@ TABLES: tuple[Table, ...] = (
 # Compound erasures: each first erases these parts (kind, and the query that lists them, its
 # column named as the part's parameter; the other parameters pass down), then its own rows.
 PARTS: Mapping[Kind, tuple[tuple[Kind, str], ...]] = {
+    # A conversation's attachments and the facts extracted from it go with it, whoever in
+    # its workspace added them.
     "conversation": (
-        (
-            "document",
-            "SELECT id AS doc FROM documents WHERE conversation_id = :conv AND user_id = :user",
-        ),
+        ("document", "SELECT id AS doc FROM documents WHERE conversation_id = :conv"),
         (
             "memory",
             "SELECT seq AS memory FROM memories WHERE conversation_id = :conv"
-            " AND user_id = :user AND source = 'extracted'",
+            " AND source = 'extracted'",
         ),
     ),
     "account": (

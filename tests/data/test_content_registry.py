@@ -89,14 +89,17 @@ OWNED = {
 WORDS = {"users": "bob"}  # the account's name; every other table holds SECRET
 
 
-async def _left(store: Store, t: content.Table, user_id: str) -> int:
-    """How many rows of the account (or holding its words) `t` has."""
-    params: dict[str, Any] = {"user": user_id, "word": f"%{WORDS.get(t.name, SECRET)}%"}
+async def _left(
+    store: Store, t: content.Table, user_id: str, secret: str = SECRET, words: Any = WORDS
+) -> int:
+    """How many rows of the owner (`user_id`: its vectors' partition) or holding its words
+    (`secret`; `words`: another word for some tables) `t` has."""
+    params: dict[str, Any] = {"user": user_id, "word": f"%{words.get(t.name, secret)}%"}
     if t.virtual == "vec0":
         sql = f"SELECT count(*) FROM {t.name} WHERE user_id = :user"
     elif t.virtual == "fts5":
         sql = f"SELECT count(*) FROM {t.name} WHERE {t.name} MATCH :match"
-        params = {"match": f'"{SECRET}"'}
+        params = {"match": f'"{secret}"'}
     elif t.content:
         sql = f"SELECT count(*) FROM {t.name} WHERE " + " OR ".join(
             f"{c} LIKE :word" for c in t.content
@@ -197,4 +200,51 @@ def test_erasing_an_account_leaves_none_of_its_rows_in_any_registered_table(app:
     assert left == {}
     # No file holds the words either, without any checkpoint but the erasure's own.
     for needle in (SECRET, SECRET[:9], SECRET[-9:]):
+        assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+
+
+WS_SECRET = "quillfathom5072"
+
+
+def test_deleting_a_workspace_leaves_none_of_its_content_in_any_registered_table(
+    app: App,
+) -> None:
+    c = app.client
+    made = c.post(
+        "/v1/workspaces", json={"name": "Support", "system_prompt": WS_SECRET}, headers=app.admin
+    )
+    assert made.status_code == 201, made.text
+    ws = made.json()["id"]
+    assert c.post(f"/v1/workspaces/{ws}/members", json={"name": "bob"}, headers=app.admin)
+    doc = c.post(
+        f"/v1/workspaces/{ws}/documents",
+        files={"file": (f"{WS_SECRET}.txt", f"Team word {WS_SECRET}. " * 30, "text/plain")},
+        headers=app.bob,
+    )
+    assert doc.status_code == 201, doc.text
+    conv = c.post("/v1/conversations", json={"title": WS_SECRET}, headers=app.bob).json()["id"]
+    app.say(conv, f"the team says {WS_SECRET}", app.bob)
+    moved = c.post(
+        f"/v1/conversations/{conv}/workspace", json={"workspace_id": ws}, headers=app.bob
+    )
+    assert moved.status_code == 200, moved.text
+    store = app.services.store
+    reached = [t for t in content.holding_content() if set(t.erase) & _reach("workspace")] + [
+        content.table("turns"),
+        content.table("turn_fts"),
+    ]  # its conversation's
+    assert {t.name for t in reached} >= {"workspaces", "documents", "chunks", "conversations"}
+    partition = f"ws:{ws}"
+    before = {t.name: app.call(_left, store, t, partition, WS_SECRET, {}) for t in reached}
+    assert [n for n, k in before.items() if k == 0] == [], before
+
+    assert c.delete(f"/v1/workspaces/{ws}", headers=app.admin).status_code == 204
+
+    after = {t.name: app.call(_left, store, t, partition, WS_SECRET, {}) for t in reached}
+    assert {n: k for n, k in after.items() if k} == {}
+    members = app.call(
+        store.db.fetchone, "SELECT count(*) FROM workspace_members WHERE workspace_id = ?", (ws,)
+    )
+    assert members[0] == 0
+    for needle in (WS_SECRET, WS_SECRET[:9], WS_SECRET[-9:]):
         assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
