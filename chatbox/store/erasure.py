@@ -58,11 +58,6 @@ class Idle:
     updated_at: float
 
 
-async def _column(tx: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
-    async with tx.execute(sql, tuple(params)) as cur:
-        return [r[0] for r in await cur.fetchall()]
-
-
 def _bound(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """The named parameters `sql` uses, taken from `params` (sqlite3 refuses extra names)."""
     return {k: v for k, v in params.items() if f":{k}" in sql}
