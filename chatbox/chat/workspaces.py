@@ -2,8 +2,9 @@
 conversation moved into one is read and continued by every member.
 
 Who sees and changes a conversation is decided in one place (`chatbox.chat.access`, over the
-store's `visible_to`); this service decides who may manage a workspace. Anyone outside a
-workspace is told it does not exist.
+store's `visible_to`); this service decides who may manage a workspace, and records each change
+of one in the audit log (whoever made it: an admin or an owner through the API or the console,
+the operator through the CLI). Anyone outside a workspace is told it does not exist.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from chatbox.accounts import AuditLog
+from chatbox.accounts.audit import Actor
 from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
 from chatbox.store import Conversation, Document, Store, User
@@ -56,13 +59,25 @@ class Workspaces:
         """A new workspace; with `owner` (a user's name, checked first, so a wrong name
         creates nothing) that user is its first owner."""
         self._admin(admin)
+        return await self.operator_create(admin, name, system_prompt, [owner] if owner else [])
+
+    async def operator_create(
+        self,
+        actor: Actor | User,
+        name: str,
+        system_prompt: str | None = None,
+        owners: Sequence[str] = (),
+    ) -> Workspace:
+        """`create` for one already known to be an admin (the CLI's operator)."""
         name = valid_name(name)
         if await self.store.workspaces.get(name) is not None:
             raise InvalidInput(f"a workspace named {name!r} exists", "name")
-        person = await self._person(owner, "owner") if owner else None
+        people = [await self._person(o, "owner") for o in owners]  # all known before any change
         ws = await self.store.workspaces.create(name, system_prompt or None)
-        if person is not None:
+        await self._audit(actor, "workspace.create", None, workspace=ws.id, name=ws.name)
+        for person in people:
             await self.store.workspaces.set_member(ws.id, person.id, "owner")
+            await self._audit(actor, "workspace.add_member", person, workspace=ws.id, role="owner")
         return ws
 
     async def all(self, admin: User) -> list[Workspace]:
@@ -108,8 +123,23 @@ class Workspaces:
             raise InvalidInput("role is owner or member", "role")
         if role == "owner" and user.role != "admin":
             raise Forbidden("only an admin assigns owners")
+        return await self._set_member(user, ws, name, role)
+
+    async def operator_set_member(
+        self, actor: Actor | User, ws_ref: str, name: str, role: WorkspaceRole
+    ) -> Member:
+        """Add a member or owner (or change their role) as the operator (the CLI)."""
+        ws = await self.store.workspaces.get(ws_ref)
+        if ws is None:
+            raise NotFound("workspace not found")
+        return await self._set_member(actor, ws, name, role)
+
+    async def _set_member(
+        self, actor: Actor | User, ws: Workspace, name: str, role: WorkspaceRole
+    ) -> Member:
         person = await self._person(name)
         await self.store.workspaces.set_member(ws.id, person.id, role)
+        await self._audit(actor, "workspace.add_member", person, workspace=ws.id, role=role)
         return next(m for m in await self.store.workspaces.members(ws.id) if m.user_id == person.id)
 
     async def remove_member(self, user: User, ws_id: str, user_id: str) -> None:
@@ -123,7 +153,24 @@ class Workspaces:
             await self._managed(user, ws.id)
             if target == "owner" and user.role != "admin":
                 raise Forbidden("only an admin removes an owner")
-        await self.store.workspaces.remove_member(ws.id, user_id)
+        await self._remove(user, ws, user_id)
+
+    async def operator_remove_member(self, actor: Actor | User, ws_ref: str, name: str) -> None:
+        """Remove a member as the operator (the CLI); NotFound unless they are one."""
+        ws = await self.store.workspaces.get(ws_ref)
+        person = await self.store.users.get_by_name(name.strip())
+        if ws is None or person is None:
+            raise NotFound("not a member")
+        if not await self._remove(actor, ws, person.id):
+            raise NotFound("not a member")
+
+    async def _remove(self, actor: Actor | User, ws: Workspace, user_id: str) -> bool:
+        if not await self.store.workspaces.remove_member(ws.id, user_id):
+            return False
+        await self._audit(
+            actor, "workspace.remove_member", await self.store.users.get(user_id), workspace=ws.id
+        )
+        return True
 
     async def move(self, user: User, conv_id: str, ws_id: str | None) -> Conversation:
         """Move the user's own conversation into a workspace they belong to (None: out)."""
@@ -141,10 +188,11 @@ class Workspaces:
         if admin.role != "admin":
             await self.get(admin, ws_id)  # a non-member learns nothing: 404, not 403
         self._admin(admin)
-        return await self.erase_workspace(ws_id)
+        return await self.erase_workspace(ws_id, admin)
 
-    async def erase_workspace(self, ws_id: str) -> Erased:
-        """Erase its conversations and documents, then drop it (the CLI, as the operator)."""
+    async def erase_workspace(self, ws_id: str, actor: Actor | User) -> Erased:
+        """Erase its conversations and documents, then drop it (also the CLI's, as the
+        operator)."""
         ws = await self.store.workspaces.get(ws_id)
         if ws is None:
             raise NotFound("workspace not found")
@@ -155,8 +203,16 @@ class Workspaces:
             by_owner.setdefault(owner, []).append(conv_id)
         for owner, ids in by_owner.items():
             erased.add(await self.erase(owner, ids))
-        erased.add(await ErasureRepo(self.store.db).workspace_documents(ws.id))
-        await self.store.workspaces.delete(ws.id)
+        erased.add(await ErasureRepo(self.store.db).workspace(ws.id))
+        await self._audit(
+            actor,
+            "workspace.delete",
+            None,
+            workspace=ws.id,
+            name=ws.name,
+            conversations=erased.conversations,
+            documents=erased.documents,
+        )
         return erased
 
     async def library(self, user: User, ws_id: str) -> list[Document]:
@@ -171,6 +227,11 @@ class Workspaces:
         if doc is None or doc.workspace_id != ws.id:
             raise NotFound("document not found")
         await self.store.documents.delete(user.id, doc.id)
+
+    async def _audit(
+        self, actor: Actor | User, action: str, target: User | None, **detail: object
+    ) -> None:
+        await AuditLog(self.store).record(actor, action, target, **detail)
 
     async def _person(self, name: str, field: str = "name") -> User:
         person = await self.store.users.get_by_name(name.strip())

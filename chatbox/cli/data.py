@@ -37,6 +37,7 @@ def retention() -> None:
 @click.pass_context
 def retention_run(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Erase (or, with --dry-run, list) the conversations past their tier's retention."""
+    from chatbox.accounts import AuditLog, cli_actor
     from chatbox.chat.policy import Policy
     from chatbox.data.retention import Retention
     from chatbox.store.erasure import Erased, ErasureRepo
@@ -53,7 +54,7 @@ def retention_run(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
             return done
 
         policy = Policy.load(_settings(ctx).policy_path)
-        return await Retention(erasure, policy, erase).run(dry_run)
+        return await Retention(erasure, policy, erase, AuditLog(store)).run(dry_run, cli_actor())
 
     report = with_store(ctx, run)
     if as_json:

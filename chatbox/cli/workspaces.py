@@ -14,7 +14,9 @@ import click
 from chatbox.cli.accounts import _table, with_store
 
 if TYPE_CHECKING:
-    from chatbox.store import Store, User
+    from chatbox.accounts.audit import Actor
+    from chatbox.chat.workspaces import Workspaces
+    from chatbox.store import Store
     from chatbox.store.workspaces import Workspace
 
 
@@ -25,17 +27,24 @@ async def _workspace(store: Store, ref: str) -> Workspace:
     return ws
 
 
-async def _user(store: Store, name: str) -> User:
-    person = await store.users.get_by_name(name)
-    if person is None or person.disabled:
-        raise click.ClickException(f"no user named {name!r}")
-    return person
+def _service(store: Store, forget: Any = None) -> Workspaces:
+    """The workspaces service as the CLI's operator uses it (it writes the audit log)."""
+    from chatbox.chat.workspaces import Workspaces
+    from chatbox.store.erasure import Erased, ErasureRepo
+
+    async def erase(user_id: str, ids: Any) -> Erased:
+        done = await ErasureRepo(store.db).conversations(user_id, ids)
+        for conv_id in ids if forget else ():
+            forget(conv_id)  # parked KV files of the erased conversations
+        return done
+
+    return Workspaces(store, erase)
 
 
-async def _audit(store: Store, action: str, target: User | None = None, **detail: Any) -> None:
-    from chatbox.accounts.audit import AuditLog, cli_actor
+def _operator() -> Actor:
+    from chatbox.accounts.audit import cli_actor
 
-    await AuditLog(store).record(cli_actor(), action, target, **detail)
+    return cli_actor()
 
 
 @click.group()
@@ -53,22 +62,14 @@ def create(
 ) -> None:
     """A new workspace, with its owners."""
     from chatbox.chat.errors import InvalidInput
-    from chatbox.chat.workspaces import valid_name
 
     async def run(store: Store) -> Workspace:
         try:
-            clean = valid_name(name)
+            return await _service(store).operator_create(
+                _operator(), name, system_prompt or None, owners
+            )
         except InvalidInput as exc:
             raise click.ClickException(str(exc)) from exc
-        if await store.workspaces.get(clean) is not None:
-            raise click.ClickException(f"a workspace named {clean!r} exists")
-        people = [await _user(store, o) for o in owners]  # all known before anything is made
-        ws = await store.workspaces.create(clean, system_prompt or None)
-        await _audit(store, "workspace.create", workspace=ws.id, name=ws.name)
-        for person in people:
-            await store.workspaces.set_member(ws.id, person.id, "owner")
-            await _audit(store, "workspace.add_member", person, workspace=ws.id, role="owner")
-        return ws
 
     ws = with_store(ctx, run)
     click.echo(f"created workspace {ws.name} ({ws.id})")
@@ -127,12 +128,16 @@ def add_member(ctx: click.Context, workspace: str, user: str, role: str) -> None
     """Add USER to WORKSPACE (by name or id), or change their role."""
 
     async def run(store: Store) -> None:
-        ws = await _workspace(store, workspace)
-        person = await _user(store, user)
-        await store.workspaces.set_member(
-            ws.id, person.id, "owner" if role == "owner" else "member"
-        )
-        await _audit(store, "workspace.add_member", person, workspace=ws.id, role=role)
+        from chatbox.chat.errors import InvalidInput, NotFound
+
+        try:
+            await _service(store).operator_set_member(
+                _operator(), workspace, user, "owner" if role == "owner" else "member"
+            )
+        except NotFound as exc:
+            raise click.ClickException(f"no workspace {workspace!r}") from exc
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from exc
 
     with_store(ctx, run)
     click.echo(f"{user} is now {'an owner' if role == 'owner' else 'a member'} of {workspace}")
@@ -146,11 +151,13 @@ def remove_member(ctx: click.Context, workspace: str, user: str) -> None:
     """Remove USER from WORKSPACE: their access ends at once; what they wrote stays."""
 
     async def run(store: Store) -> None:
+        from chatbox.chat.errors import NotFound
+
         ws = await _workspace(store, workspace)
-        person = await _user(store, user)
-        if not await store.workspaces.remove_member(ws.id, person.id):
-            raise click.ClickException(f"{user} is not a member of {ws.name}")
-        await _audit(store, "workspace.remove_member", person, workspace=ws.id)
+        try:
+            await _service(store).operator_remove_member(_operator(), ws.id, user)
+        except NotFound as exc:
+            raise click.ClickException(f"{user} is not a member of {ws.name}") from exc
 
     with_store(ctx, run)
     click.echo(f"removed {user} from {workspace}")
@@ -162,29 +169,18 @@ def remove_member(ctx: click.Context, workspace: str, user: str) -> None:
 @click.pass_context
 def delete(ctx: click.Context, workspace: str, yes: bool) -> None:
     """Delete WORKSPACE: its conversations and documents are erased, as deleting each would."""
-    from chatbox.chat.workspaces import Workspaces
-    from chatbox.store.erasure import ErasureRepo
+    from chatbox.cli.data import _kv_forget
 
     if not yes:
         click.confirm(
             f"Erase workspace {workspace} with all its conversations and documents?", abort=True
         )
 
+    forget = _kv_forget(ctx)
+
     async def run(store: Store) -> tuple[str, int, int]:
         ws = await _workspace(store, workspace)
-
-        async def erase(user_id: str, ids: Any) -> Any:
-            return await ErasureRepo(store.db).conversations(user_id, ids)
-
-        erased = await Workspaces(store, erase).erase_workspace(ws.id)
-        await _audit(
-            store,
-            "workspace.delete",
-            workspace=ws.id,
-            name=ws.name,
-            conversations=erased.conversations,
-            documents=erased.documents,
-        )
+        erased = await _service(store, forget).erase_workspace(ws.id, _operator())
         return ws.name, erased.conversations, erased.documents
 
     name, convs, docs = with_store(ctx, run)

@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatbox.accounts.audit import SYSTEM, Actor, AuditLog
 from chatbox.chat.policy import Policy
+from chatbox.store import User
 from chatbox.store.erasure import Erased, ErasureRepo, Idle
 from chatbox.store.transfer import TransferRepo
 
@@ -77,12 +79,18 @@ class Retention:
     """What retention erases now (`plan`), and erasing it (`run`)."""
 
     def __init__(
-        self, erasure: ErasureRepo, policy: Policy, erase: Erase, clock: Clock = time.time
+        self,
+        erasure: ErasureRepo,
+        policy: Policy,
+        erase: Erase,
+        audit: AuditLog,
+        clock: Clock = time.time,
     ) -> None:
         self.erasure = erasure
         self.transfer = TransferRepo(erasure.db)
         self.policy = policy
         self.erase = erase
+        self.audit = audit
         self.clock = clock
 
     async def plan(self) -> list[Expired]:
@@ -97,7 +105,26 @@ class Retention:
                 out += [Expired(c, tier, days) for c in idle if c.id not in fresh]
         return out
 
-    async def run(self, dry_run: bool = False) -> RetentionReport:
+    async def run(
+        self, dry_run: bool = False, actor: Actor | User | None = None
+    ) -> RetentionReport:
+        """Erase what `plan` lists (and finish deletions left half done). A run an admin
+        asked for (`actor`) is audit-logged, dry or not; the sweeper's only when it erased."""
+        report = await self._run(dry_run)
+        if actor is not None or report.erased.conversations:
+            await self.audit.record(
+                actor or SYSTEM,
+                "retention.run",
+                None,
+                dry_run=dry_run,
+                expired=len(report.expired),
+                unfinished=report.unfinished,
+                conversations=report.erased.conversations,
+                turns=report.erased.turns,
+            )
+        return report
+
+    async def _run(self, dry_run: bool) -> RetentionReport:
         report = RetentionReport(await self.plan(), dry_run=dry_run)
         writing = await self.transfer.being_imported(self.clock() - IMPORT_LEASE_S)
         pending = [p for p in await self.erasure.pending() if p[1] not in writing]

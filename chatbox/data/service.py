@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chatbox.accounts import UserAdmin
+from chatbox.accounts import AuditLog, UserAdmin
 from chatbox.accounts.audit import Actor
 from chatbox.chat import ChatService
 from chatbox.chat.errors import InvalidInput, NotFound
@@ -132,7 +132,9 @@ class DataService:
         self.temporary = TemporaryChats(
             chat.models, chat.gate, settings, settings.temporary_chat_idle_s, chat.moderation
         )
-        self.retention = Retention(ErasureRepo(store.db), self.policy, self._erase, clock)
+        self.retention = Retention(
+            ErasureRepo(store.db), self.policy, self._erase, AuditLog(store), clock
+        )
         self.sweeper = Sweeper(self.retention, settings.retention_sweep_s)
 
     def start(self) -> None:
@@ -151,8 +153,9 @@ class DataService:
 
     # -- retention and zero-data-retention ------------------------------------------------
 
-    async def run_retention(self, dry_run: bool = False) -> RetentionReport:
-        return await self.retention.run(dry_run)
+    async def run_retention(self, actor: Actor | User, dry_run: bool = False) -> RetentionReport:
+        """A retention run an admin asked for (recorded in the audit log)."""
+        return await self.retention.run(dry_run, actor)
 
     def tier_keeps(self, user: User) -> str:
         return keeps(self.policy, user.tier)

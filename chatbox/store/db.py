@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -18,6 +19,7 @@ import sqlite_vec
 from chatbox.store.migrate import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
 
+log = logging.getLogger("chatbox.store")
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 PRIVATE_FILE_MODE = 0o600  # the database and its -wal/-shm: this user's eyes only
 
@@ -134,8 +136,10 @@ class Database:
 
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it (erased pages leave the WAL too)."""
-        async with self._write_lock:
-            await self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        async with self._write_lock, self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
+            busy = await cur.fetchone()
+        if busy is not None and busy[0]:  # another process (the CLI) was reading
+            log.warning("the WAL checkpoint was blocked; erased pages leave the WAL at the next")
 
     async def integrity_ok(self) -> bool:
         row = await self.fetchone("PRAGMA integrity_check")

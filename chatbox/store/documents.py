@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from chatbox.store.db import Database
+from chatbox.store.erasure import ErasureRepo
 from chatbox.store.memories import vector_blob
 from chatbox.store.records import new_id
 from chatbox.store.vector_feed import VectorChange
@@ -187,21 +188,12 @@ class DocumentRepo:
         return [Document.from_row(r) for r in rows]
 
     async def delete(self, user_id: str, doc_id: str) -> bool:
-        """Delete a document the user sees (a workspace's: any member); its chunks, vectors,
+        """Erase a document the user sees (a workspace's: any member); its chunks, vectors,
         FTS rows and citations go with it."""
         doc = await self.get(user_id, doc_id)
         if doc is None:
             return False
-        owner = library_owner(doc.workspace_id, doc.user_id)
-        async with self.db.transaction() as tx:
-            async with tx.execute(
-                "SELECT seq FROM chunks WHERE document_id = ?", (doc_id,)
-            ) as found:
-                seqs = [int(r[0]) for r in await found.fetchall()]
-            await tx.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
-            cur = await tx.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
-        await self.db.vector_changes.publish(VectorChange("chunk_vec", owner, deleted=seqs))
-        return cur.rowcount > 0
+        return (await ErasureRepo(self.db).documents([doc.id])).documents > 0
 
     async def of_workspace(self, workspace_id: str) -> builtins.list[Document]:
         """A workspace's library (not its conversations' attachments), newest first."""

@@ -1,22 +1,24 @@
-"""Erasure: a deleted conversation or account loses its content and everything made from it.
+"""Erasure: a deleted conversation, account, workspace, document, memory fact or share link
+loses its content and everything made from it.
 
-A conversation keeps only its row as a tombstone (id, owner, created, erased); its turns,
-drafts, search rows, vectors, citations, attachments (chunks, their search rows and
-vectors) and the memory facts extracted from it are deleted in one transaction. An account
-keeps a nameless row so that its usage (counts only) stays attributed. With the
-connection's `secure_delete` and FTS5's `secure-delete` the words are zeroed, not freed;
-`Database.checkpoint` then moves them out of the WAL.
+Which rows each erasure takes, and how, is declared in the content registry
+(`chatbox.store.content`); this module runs it, one transaction per call. A conversation keeps
+only its row as a tombstone (id, owner, created, erased); an account keeps a nameless row so
+that its usage (counts only) stays attributed. With the connection's `secure_delete` and
+FTS5's `secure-delete` the words are zeroed, not freed; `Database.checkpoint` then moves them
+out of the WAL before the erasure returns.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
 
+from chatbox.store import content
 from chatbox.store.db import Database
 from chatbox.store.vector_feed import VectorChange
 
@@ -56,135 +58,111 @@ class Idle:
     updated_at: float
 
 
-async def _column(tx: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
-    async with tx.execute(sql, tuple(params)) as cur:
-        return [r[0] for r in await cur.fetchall()]
+def _bound(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The named parameters `sql` uses, taken from `params` (sqlite3 refuses extra names)."""
+    return {k: v for k, v in params.items() if f":{k}" in sql}
 
 
-async def _drop_vectors(
-    tx: aiosqlite.Connection, out: Erased, table: str, user_id: str, rowids: list[int]
+async def _rows(tx: aiosqlite.Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    async with tx.execute(sql, _bound(sql, params)) as cur:
+        return list(await cur.fetchall())
+
+
+async def _apply(
+    tx: aiosqlite.Connection,
+    out: Erased,
+    kind: content.Kind,
+    t: content.Table,
+    params: Mapping[str, Any],
 ) -> None:
-    await tx.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(r,) for r in rowids])
-    out.add_vectors(table, user_id, rowids)
-
-
-async def _drop_documents(
-    tx: aiosqlite.Connection, out: Erased, user_id: str, doc_ids: list[str]
-) -> None:
-    for doc_id in doc_ids:
-        async with tx.execute(
-            "SELECT seq, user_id FROM chunks WHERE document_id = ?", (doc_id,)
-        ) as c:
-            rows = list(await c.fetchall())
-        # The chunks' delete trigger removes their FTS rows and vectors; citations cascade.
-        await tx.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
-        await tx.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
-        # A workspace document's vectors live in the workspace's partition, not the user's.
-        out.add_vectors("chunk_vec", rows[0][1] if rows else user_id, [r[0] for r in rows])
-        out.documents += 1
-
-
-async def _erase_one(
-    tx: aiosqlite.Connection, out: Erased, user_id: str, conv_id: str, now: float
-) -> None:
-    cur = await tx.execute(
-        "UPDATE conversations SET title = NULL, system_prompt = NULL, model = NULL,"
-        " active_leaf_id = NULL, deleted_at = coalesce(deleted_at, ?), erased_at = ?,"
-        " updated_at = ? WHERE id = ? AND user_id = ? AND erased_at IS NULL",
-        (now, now, now, conv_id, user_id),
-    )
-    if cur.rowcount == 0:
+    """One table's part of one erasure (see `chatbox.store.content`)."""
+    act = t.erase[kind]
+    if isinstance(act, content.WithParent):
         return
-    out.conversations += 1
-    seqs = await _column(tx, "SELECT seq FROM turns WHERE conversation_id = ?", (conv_id,))
-    # An external-content FTS5 table forgets a row only when told its old text.
-    await tx.execute(
-        "INSERT INTO turn_fts (turn_fts, rowid, content)"
-        " SELECT 'delete', seq, content FROM turns WHERE conversation_id = ?",
-        (conv_id,),
-    )
-    await _drop_vectors(tx, out, "turn_vec", user_id, seqs)
-    await tx.execute(
-        "DELETE FROM turn_citations WHERE turn_id IN"
-        " (SELECT id FROM turns WHERE conversation_id = ?)",
-        (conv_id,),
-    )
-    await tx.execute("DELETE FROM drafts WHERE conversation_id = ?", (conv_id,))
-    await tx.execute("DELETE FROM turns WHERE conversation_id = ?", (conv_id,))
-    out.turns += len(seqs)
-    docs = await _column(
-        tx, "SELECT id FROM documents WHERE conversation_id = ? AND user_id = ?", (conv_id, user_id)
-    )
-    await _drop_documents(tx, out, user_id, docs)
-    facts = await _column(
-        tx,
-        "SELECT seq FROM memories WHERE conversation_id = ? AND user_id = ?"
-        " AND source = 'extracted'",
-        (conv_id, user_id),
-    )
-    await _drop_vectors(tx, out, "memory_vec", user_id, facts)
-    await tx.executemany("DELETE FROM memories WHERE seq = ?", [(s,) for s in facts])
-    out.memories += len(facts)
-    await tx.execute("DELETE FROM memory_extractions WHERE conversation_id = ?", (conv_id,))
+    if isinstance(act, content.DropVectors):
+        found = await _rows(tx, act.rows, params)
+        await tx.executemany(f"DELETE FROM {t.name} WHERE rowid = ?", [(r[0],) for r in found])
+        for rowid, partition in found:
+            out.add_vectors(t.name, partition, [rowid])
+        return
+    if isinstance(act, content.Forget):
+        assert t.source is not None and t.virtual == "fts5"
+        source, rowid = t.source
+        cols = ", ".join(t.content)
+        sql = (
+            f"INSERT INTO {t.name} ({t.name}, rowid, {cols})"
+            f" SELECT 'delete', {rowid}, {cols} FROM {source} WHERE {act.where}"
+        )
+        await tx.execute(sql, _bound(sql, params))
+        return
+    if isinstance(act, content.Blank):
+        sql = f"UPDATE {t.name} SET {act.set} WHERE {act.where}"
+    else:
+        sql = f"DELETE FROM {t.name} WHERE {act.where}"
+    cur = await tx.execute(sql, _bound(sql, params))
+    if t.counts is not None and t.counts[0] == kind:
+        setattr(out, t.counts[1], getattr(out, t.counts[1]) + cur.rowcount)
+
+
+async def _erase(
+    tx: aiosqlite.Connection, out: Erased, kind: content.Kind, params: Mapping[str, Any]
+) -> None:
+    """Erase one subject of `kind`: its parts first, then its rows of every table that
+    declares this kind, in the registry's order. A subject not there (or not the user's,
+    or already erased) is left alone."""
+    if not await _rows(tx, content.SUBJECT[kind], params):
+        return
+    for part, query in content.PARTS.get(kind, ()):
+        for row in await _rows(tx, query, params):
+            await _erase(tx, out, part, {**params, **dict(zip(row.keys(), row, strict=True))})
+    for t in content.TABLES:
+        if kind in t.erase:
+            await _apply(tx, out, kind, t, params)
 
 
 class ErasureRepo:
+    """Every erasure, each one transaction over the content registry, checkpointed before
+    it returns so that no erased byte is left in the WAL or a free page."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def run(self, kind: content.Kind, subjects: Sequence[Mapping[str, Any]]) -> Erased:
+        """Erase these subjects of one kind (their parameters: see `content.Kind`)."""
+        out = Erased()
+        async with self.db.transaction() as tx:
+            for params in subjects:
+                await _erase(tx, out, kind, params)
+        await self._settle(out)
+        return out
 
     async def conversations(
         self, user_id: str, conv_ids: Sequence[str], now: float | None = None
     ) -> Erased:
         """Erase these conversations of this user (others' ids are ignored), atomically."""
-        out = Erased()
         when = time.time() if now is None else now
-        async with self.db.transaction() as tx:
-            for conv_id in conv_ids:
-                await _erase_one(tx, out, user_id, conv_id, when)
-        await self._settle(out)
-        return out
+        return await self.run(
+            "conversation", [{"user": user_id, "conv": c, "now": when} for c in conv_ids]
+        )
 
     async def account(self, user_id: str, now: float | None = None) -> Erased:
         """Erase everything the account owns; its row stays, nameless and unable to log in."""
-        out = Erased()
         when = time.time() if now is None else now
-        async with self.db.transaction() as tx:
-            convs = await _column(
-                tx,
-                "SELECT id FROM conversations WHERE user_id = ? AND erased_at IS NULL",
-                (user_id,),
-            )
-            for conv_id in convs:
-                await _erase_one(tx, out, user_id, conv_id, when)
-            docs = await _column(tx, "SELECT id FROM documents WHERE user_id = ?", (user_id,))
-            await _drop_documents(tx, out, user_id, docs)
-            facts = await _column(tx, "SELECT seq FROM memories WHERE user_id = ?", (user_id,))
-            await _drop_vectors(tx, out, "memory_vec", user_id, facts)
-            await tx.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
-            out.memories += len(facts)
-            for table in ("turn_vec", "chunk_vec", "memory_vec"):  # any row left unindexed
-                rest = await _column(tx, f"SELECT rowid FROM {table} WHERE user_id = ?", (user_id,))
-                await _drop_vectors(tx, out, table, user_id, rest)
-            # Share links (their snapshots cascade) and workspace memberships go too.
-            for table in ("turn_vec_progress", "sessions", "api_keys", "shares"):
-                await tx.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
-            await tx.execute("DELETE FROM workspace_members WHERE user_id = ?", (user_id,))
-            await tx.execute(
-                "UPDATE users SET name = 'deleted:' || id, password_hash = NULL, disabled = 1,"
-                " role = 'member', zero_retention = 0, deleted_at = ? WHERE id = ?",
-                (when, user_id),
-            )
-        await self._settle(out)
-        return out
+        return await self.run("account", [{"user": user_id, "now": when}])
 
-    async def workspace_documents(self, ws_id: str) -> Erased:
-        """Erase a workspace's documents: its library and its conversations' attachments."""
-        out = Erased()
-        async with self.db.transaction() as tx:
-            docs = await _column(tx, "SELECT id FROM documents WHERE workspace_id = ?", (ws_id,))
-            await _drop_documents(tx, out, f"ws:{ws_id}", docs)
-        await self._settle(out)
-        return out
+    async def workspace(self, ws_id: str) -> Erased:
+        """Erase a workspace's documents and drop it with its memberships (its conversations
+        are erased first, each by its owner's erasure, which also stops answers and KV)."""
+        return await self.run("workspace", [{"ws": ws_id}])
+
+    async def documents(self, doc_ids: Sequence[str]) -> Erased:
+        return await self.run("document", [{"doc": d} for d in doc_ids])
+
+    async def memories(self, seqs: Sequence[int]) -> Erased:
+        return await self.run("memory", [{"memory": s} for s in seqs])
+
+    async def shares(self, share_ids: Sequence[str]) -> Erased:
+        return await self.run("share", [{"share": s} for s in share_ids])
 
     async def pending(self) -> list[tuple[str, str]]:
         """(user id, conversation id) deleted but not yet erased (hidden before this
@@ -215,5 +193,5 @@ class ErasureRepo:
     async def _settle(self, out: Erased) -> None:
         for (table, user_id), rowids in out.vectors.items():
             await self.db.vector_changes.publish(VectorChange(table, user_id, deleted=rowids))
-        if out.conversations or out.documents or out.memories or out.vectors:
-            await self.db.checkpoint()
+        # Always: the WAL still holds the erased rows' pages until they are checkpointed.
+        await self.db.checkpoint()

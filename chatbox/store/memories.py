@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from chatbox.store.db import Database
+from chatbox.store.erasure import ErasureRepo
 from chatbox.store.records import new_id
 from chatbox.store.vector_feed import VectorChange
 
@@ -147,25 +148,19 @@ class MemoryRepo:
                 (vector_blob(vector), row["seq"]),
             )
         await self._changed(user_id, [int(row["seq"])], np.asarray([vector]))
+        await self.db.checkpoint()  # the old wording's pages leave the WAL
         return await self.get(user_id, memory_id)
 
     async def delete(self, user_id: str, memory_ids: builtins.list[str]) -> builtins.list[str]:
-        """Delete these facts (and their vectors); returns the ids that were this user's."""
-        deleted, seqs = [], []
-        async with self.db.transaction() as tx:
-            for memory_id in memory_ids:
-                async with tx.execute(
-                    "SELECT seq FROM memories WHERE id = ? AND user_id = ?", (memory_id, user_id)
-                ) as cur:
-                    row = await cur.fetchone()
-                if row is None:
-                    continue
-                await tx.execute("DELETE FROM memory_vec WHERE rowid = ?", (row["seq"],))
-                await tx.execute("DELETE FROM memories WHERE seq = ?", (row["seq"],))
-                deleted.append(memory_id)
-                seqs.append(int(row["seq"]))
-        await self.db.vector_changes.publish(VectorChange("memory_vec", user_id, deleted=seqs))
-        return deleted
+        """Erase these facts (and their vectors); returns the ids that were this user's."""
+        rows = await self.db.fetchall_in(
+            "SELECT id, seq FROM memories WHERE id IN ({marks}) AND user_id = ?",
+            memory_ids,
+            (user_id,),
+        )
+        await ErasureRepo(self.db).memories([int(r["seq"]) for r in rows])
+        mine = {r["id"] for r in rows}
+        return [m for m in memory_ids if m in mine]
 
     async def _changed(self, user_id: str, seqs: Sequence[int], vectors: np.ndarray) -> None:
         await self.db.vector_changes.publish(

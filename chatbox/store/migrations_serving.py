@@ -260,3 +260,15 @@ async def _import_staging(conn: aiosqlite.Connection) -> None:
               FROM conversations WHERE id = new.conversation_id)
         BEGIN SELECT RAISE(ABORT, 'the conversation was deleted'); END"""
     )
+
+
+@migration("0012_audit_refuses_replace")
+async def _audit_refuses_replace(conn: aiosqlite.Connection) -> None:
+    # `INSERT OR REPLACE` deletes the row it collides with without firing the delete trigger
+    # (recursive triggers are off), so an insert onto a taken id is refused before it runs.
+    await conn.execute(
+        """CREATE TRIGGER audit_log_no_replace BEFORE INSERT ON audit_log
+        WHEN EXISTS (SELECT 1 FROM audit_log WHERE id = new.id) BEGIN
+            SELECT RAISE(ABORT, 'the audit log is append-only');
+        END"""
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbox.store.db import Database
+from chatbox.store.erasure import ErasureRepo
 from chatbox.store.keys import hash_token
 from chatbox.store.records import new_id
 
@@ -152,15 +153,12 @@ class ShareRepo:
         )
 
     async def revoke(self, user_id: str, share_ids: Sequence[str]) -> int:
-        """Delete these links of the user, their text with them; how many went."""
-        gone = 0
-        async with self.db.transaction() as tx:
-            for share_id in share_ids:
-                cur = await tx.execute(
-                    "DELETE FROM shares WHERE id = ? AND user_id = ?", (share_id, user_id)
-                )
-                gone += cur.rowcount
-        return gone
+        """Erase these links of the user, their text with them; how many went."""
+        rows = await self.db.fetchall_in(
+            "SELECT id FROM shares WHERE id IN ({marks}) AND user_id = ?", share_ids, (user_id,)
+        )
+        await ErasureRepo(self.db).shares([r["id"] for r in rows])
+        return len(rows)
 
     async def revoke_conversation(self, user_id: str, conversation_id: str) -> int:
         """Revoke every link of one conversation."""

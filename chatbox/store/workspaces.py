@@ -132,13 +132,3 @@ class WorkspaceRepo:
             "SELECT user_id, id FROM documents WHERE workspace_id = ?", (ws_id,)
         )
         return [(r["user_id"], r["id"]) for r in convs], [(r["user_id"], r["id"]) for r in docs]
-
-    async def delete(self, ws_id: str) -> bool:
-        """Drop the workspace and its memberships (erase its content first)."""
-        async with self.db.transaction() as tx:
-            await tx.execute(
-                "UPDATE conversations SET workspace_id = NULL WHERE workspace_id = ?", (ws_id,)
-            )
-            await tx.execute("DELETE FROM workspace_members WHERE workspace_id = ?", (ws_id,))
-            cur = await tx.execute("DELETE FROM workspaces WHERE id = ?", (ws_id,))
-        return cur.rowcount > 0

@@ -72,13 +72,8 @@ class ConsoleWorkspacesController(Controller):
         ws = await workspaces.create(
             user, data.name, data.system_prompt.strip(), data.owner.strip() or None
         )
-        await services.accounts.record(user, "workspace.create", workspace=ws.id, name=ws.name)
         notice = f"Created {ws.name}."
         for member in await workspaces.members(user, ws.id, manage=True):  # its owner, if named
-            owner = await services.accounts.user(member.user_id)
-            await services.accounts.record(
-                user, "workspace.add_member", owner, workspace=ws.id, role="owner"
-            )
             notice = f"Created {ws.name}, owned by {member.name}."
         return await _page(request, services, workspaces, user, notice)
 
@@ -94,10 +89,6 @@ class ConsoleWorkspacesController(Controller):
     ) -> Response[str]:
         require_admin(user)
         member = await workspaces.add_member(user, ws_id, data.name, "owner")
-        owner = await services.accounts.user(member.user_id)
-        await services.accounts.record(
-            user, "workspace.add_member", owner, workspace=ws_id, role="owner"
-        )
         return await _page(request, services, workspaces, user, f"{member.name} is now an owner.")
 
     @post("/{ws_id:str}/delete", status_code=200)
@@ -112,15 +103,7 @@ class ConsoleWorkspacesController(Controller):
         """Erase the workspace's conversations and documents, then it."""
         require_admin(user)
         ws, _ = await workspaces.get(user, ws_id, manage=True)
-        erased = await workspaces.delete(user, ws.id)
-        await services.accounts.record(
-            user,
-            "workspace.delete",
-            workspace=ws.id,
-            name=ws.name,
-            conversations=erased.conversations,
-            documents=erased.documents,
-        )
+        await workspaces.delete(user, ws.id)
         return await _page(
             request, services, workspaces, user, f"Deleted {ws.name} and all it held."
         )

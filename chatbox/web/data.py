@@ -135,4 +135,4 @@ class DataController(Controller):
     ) -> dict[str, Any]:
         """Erase conversations past their tier's retention now (or list them: dry_run)."""
         require_admin(user)
-        return (await data_service.run_retention(dry_run)).as_dict()
+        return (await data_service.run_retention(user, dry_run)).as_dict()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chatbox.accounts import AuditLog
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.data.retention import DAY_S, Retention, keeps
 from chatbox.store import Store
@@ -70,7 +71,7 @@ async def test_each_tier_keeps_its_days_by_a_fake_clock(store: Store) -> None:
         calls.append((user_id, list(ids)))
         return await erasure.conversations(user_id, ids)
 
-    retention = Retention(erasure, POLICY, erase, clock=lambda: now[0])
+    retention = Retention(erasure, POLICY, erase, AuditLog(store), clock=lambda: now[0])
     dry = await retention.run(dry_run=True)
     assert sorted(e.conversation.user_name for e in dry.expired) == ["fay", "oz", "tom"]
     assert calls == [] and await live_titles(store, free.id) == {"fay-old", "fay-new"}
@@ -87,6 +88,9 @@ async def test_each_tier_keeps_its_days_by_a_fake_clock(store: Store) -> None:
     assert (await retention.run()).erased.conversations == 1
     assert await live_titles(store, free.id) == set()
     assert (await retention.run()).erased.conversations == 0  # nothing twice
+    # The sweeper's runs (no admin asked) are audit-logged when they erased something.
+    logged = [e.detail["conversations"] for e in await store.audit.list(action="retention.run")]
+    assert logged == [1, 3]
 
 
 async def test_an_unfinished_deletion_is_finished(store: Store) -> None:
@@ -95,7 +99,7 @@ async def test_an_unfinished_deletion_is_finished(store: Store) -> None:
     await store.turns.append_user(c.id, None, "words that must go")
     await store.conversations.delete(user.id, c.id)  # hidden, not erased (as before 0007)
     erasure = ErasureRepo(store.db)
-    retention = Retention(erasure, POLICY, erasure.conversations)
+    retention = Retention(erasure, POLICY, erasure.conversations, AuditLog(store))
     assert (await retention.run(dry_run=True)).unfinished == 1
     report = await retention.run()
     assert report.erased.conversations == 1 and report.erased.turns == 1

@@ -26,7 +26,11 @@ async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
                 " AND tbl_name = 'audit_log'"
             )
         }
-        assert set(triggers) == {"audit_log_no_update", "audit_log_no_delete"}
+        assert set(triggers) == {
+            "audit_log_no_update",
+            "audit_log_no_delete",
+            "audit_log_no_replace",
+        }
         assert "BEFORE UPDATE" in triggers["audit_log_no_update"]
         assert "BEFORE DELETE" in triggers["audit_log_no_delete"]
         user = await store.users.create("ann")
@@ -38,6 +42,9 @@ async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
             "UPDATE audit_log SET detail = '{}'",
             "DELETE FROM audit_log WHERE id = ?",
             "DELETE FROM audit_log",
+            # REPLACE deletes the row it collides with without firing the delete trigger.
+            "INSERT OR REPLACE INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')",
+            "REPLACE INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')",
         ):
             with pytest.raises(Exception, match="append-only"):
                 async with store.db.transaction() as tx:

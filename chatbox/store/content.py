@@ -1,0 +1,535 @@
+"""The content registry: every table and file that can hold user content, in one place.
+
+Content is what a person wrote or uploaded, and anything that decodes back to it: turns,
+drafts, summaries, titles, memory facts, documents and their chunks, their FTS index and
+their vectors, share snapshots, moderation items' text, parked KV (token ids are the text).
+Each table declares its owner scope, which of its text or blob columns hold content (and why
+each other one does not), and, for each kind of erasure, which of its rows that erasure takes
+and how (delete, blank, forget from an FTS index, drop vectors). `chatbox.store.erasure` runs
+these in the order listed here; tests/data/test_content_registry.py fails when the schema has
+a table or a text column that is not declared here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from typing import Literal
+
+Scope = Literal["user", "workspace", "conversation"]
+# The erasures. Their parameters, as named SQL parameters: conversation (:user, :conv, :now),
+# account (:user, :now), workspace (:ws), document (:doc), memory (:memory), share (:share).
+Kind = Literal["conversation", "account", "workspace", "document", "memory", "share"]
+KINDS: tuple[Kind, ...] = ("conversation", "account", "workspace", "document", "memory", "share")
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete the rows matching `where`."""
+
+    where: str
+
+
+@dataclass(frozen=True)
+class Blank:
+    """Keep the rows matching `where` as content-free tombstones: `SET` this."""
+
+    where: str
+    set: str
+
+
+@dataclass(frozen=True)
+class Forget:
+    """An external-content FTS5 table forgets a row only when told its old text: the rows of
+    its source table matching `where` are told to it as deleted (before they go)."""
+
+    where: str
+
+
+@dataclass(frozen=True)
+class DropVectors:
+    """`rows` selects (rowid, partition) of the vectors to delete; the in-RAM indexes are told."""
+
+    rows: str
+
+
+@dataclass(frozen=True)
+class WithParent:
+    """The rows go with their parent's (a trigger or a cascading foreign key)."""
+
+    parent: str
+
+
+Action = Delete | Blank | Forget | DropVectors | WithParent
+
+# Reasons shared by many plain (non-content) columns.
+ID = "an identifier"
+NAMES_MODEL = "a model's name (the catalogue's, not a person's words)"
+ENUM = "one word of a fixed set"
+HASH = "a one-way hash"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table: whose rows they are, which columns hold content, and how each erasure
+    takes them. `scope` None: the rows belong to no person (the appliance's own)."""
+
+    name: str
+    scope: Scope | None
+    content: tuple[str, ...] = ()
+    plain: Mapping[str, str] = field(default_factory=dict)  # column: why it is not content
+    erase: Mapping[Kind, Action] = field(default_factory=dict)
+    virtual: Literal["fts5", "vec0"] | None = None
+    source: tuple[str, str] | None = None  # fts5: (content table, its rowid column)
+    counts: tuple[Kind, str] | None = None  # (erasure, `Erased` field counting its rows here)
+    why: str = ""  # for a table that no erasure touches, or that holds no person's data
+
+
+TABLES: tuple[Table, ...] = (
+    # -- a conversation: the tombstone first (the turns' triggers then let them go) --------
+    Table(
+        "conversations",
+        "conversation",
+        ("title", "system_prompt"),
+        {
+            "id": ID,
+            "user_id": ID,
+            "model": NAMES_MODEL,
+            "active_leaf_id": ID,
+            "workspace_id": ID,
+        },
+        {
+            "conversation": Blank(
+                "id = :conv AND user_id = :user AND erased_at IS NULL",
+                "title = NULL, system_prompt = NULL, model = NULL, active_leaf_id = NULL,"
+                " deleted_at = coalesce(deleted_at, :now), erased_at = :now, updated_at = :now",
+            ),
+            "workspace": Blank("workspace_id = :ws", "workspace_id = NULL"),
+        },
+        counts=("conversation", "conversations"),
+    ),
+    Table(
+        "turn_fts",
+        "conversation",
+        ("content",),
+        erase={"conversation": Forget("conversation_id = :conv")},
+        virtual="fts5",
+        source=("turns", "seq"),
+    ),
+    Table(
+        "turn_vec",
+        "conversation",
+        ("embedding",),
+        {"rowid": ID, "user_id": ID},
+        {
+            "conversation": DropVectors(
+                "SELECT seq, :user FROM turns WHERE conversation_id = :conv"
+            ),
+            # Vectors of turns no longer there (written just before an erasure), if any.
+            "account": DropVectors("SELECT rowid, user_id FROM turn_vec WHERE user_id = :user"),
+        },
+        virtual="vec0",
+    ),
+    Table(
+        "turn_citations",
+        "conversation",
+        (),
+        {"turn_id": ID},
+        {
+            "conversation": Delete(
+                "turn_id IN (SELECT id FROM turns WHERE conversation_id = :conv)"
+            ),
+            "document": WithParent("chunks"),
+        },
+        why="which passages an answer cited (ids and scores only)",
+    ),
+    Table(
+        "summaries",
+        "conversation",
+        ("content",),
+        {"id": ID, "conversation_id": ID, "covers_id": ID, "model": NAMES_MODEL},
+        {"conversation": Delete("conversation_id = :conv")},
+    ),
+    Table(
+        "drafts",
+        "conversation",
+        ("content",),
+        {
+            "id": ID,
+            "conversation_id": ID,
+            "parent_id": ID,
+            "model": NAMES_MODEL,
+            "route": "how the model was chosen (a rule's name)",
+            "arm": "a canary arm's name",
+            "degraded_from": NAMES_MODEL,
+        },
+        {"conversation": Delete("conversation_id = :conv")},
+    ),
+    Table(
+        "moderation_items",
+        "user",
+        ("text", "source"),
+        {
+            "id": ID,
+            "user_id": ID,
+            "tier": ENUM,
+            "direction": ENUM,
+            "action": ENUM,
+            "category": ENUM,
+            "scores": "the classifier's numbers per category (JSON)",
+            "conversation_id": ID,
+            "turn_id": ID,
+            "status": ENUM,
+            "resolved_by": "the reviewing admin's name",
+        },
+        {
+            "conversation": Blank("conversation_id = :conv", "text = NULL, source = NULL"),
+            "account": Blank("user_id = :user", "text = NULL, source = NULL"),
+        },
+    ),
+    Table(
+        "turns",
+        "conversation",
+        ("content", "error"),
+        {
+            "id": ID,
+            "conversation_id": ID,
+            "parent_id": ID,
+            "role": ENUM,
+            "status": ENUM,
+            "model": NAMES_MODEL,
+            "route": "how the model was chosen (a rule's name)",
+            "arm": "a canary arm's name",
+            "degraded_from": NAMES_MODEL,
+            "author_id": ID,
+        },
+        {"conversation": Delete("conversation_id = :conv")},
+        counts=("conversation", "turns"),
+    ),
+    Table(
+        "memory_extractions",
+        "conversation",
+        (),
+        {"conversation_id": ID},
+        {"conversation": Delete("conversation_id = :conv")},
+        why="how far memory extraction has read a conversation (a turn number)",
+    ),
+    # -- a document: its vectors, then its chunks (their trigger tells chunk_fts) -------------
+    Table(
+        "chunk_vec",
+        "user",
+        ("embedding",),
+        {"rowid": ID, "user_id": ID},
+        {
+            "document": DropVectors("SELECT seq, user_id FROM chunks WHERE document_id = :doc"),
+            "account": DropVectors("SELECT rowid, user_id FROM chunk_vec WHERE user_id = :user"),
+        },
+        virtual="vec0",
+    ),
+    Table(
+        "chunk_fts",
+        "user",
+        ("text",),
+        erase={"document": WithParent("chunks")},
+        virtual="fts5",
+        source=("chunks", "seq"),
+    ),
+    Table(
+        "chunks",
+        "user",
+        ("text",),
+        {"document_id": ID, "user_id": ID},
+        {"document": Delete("document_id = :doc")},
+    ),
+    Table(
+        "documents",
+        "user",
+        ("name",),
+        {
+            "id": ID,
+            "user_id": ID,
+            "conversation_id": ID,
+            "workspace_id": ID,
+            "mime": "the file's media type",
+        },
+        {"document": Delete("id = :doc")},
+        counts=("document", "documents"),
+    ),
+    # -- a memory fact ------------------------------------------------------------------------
+    Table(
+        "memory_vec",
+        "user",
+        ("embedding",),
+        {"rowid": ID, "user_id": ID},
+        {
+            "memory": DropVectors("SELECT seq, user_id FROM memories WHERE seq = :memory"),
+            "account": DropVectors("SELECT rowid, user_id FROM memory_vec WHERE user_id = :user"),
+        },
+        virtual="vec0",
+    ),
+    Table(
+        "memories",
+        "user",
+        ("text",),
+        {"id": ID, "user_id": ID, "source": ENUM, "conversation_id": ID},
+        {"memory": Delete("seq = :memory")},
+        counts=("memory", "memories"),
+    ),
+    # -- a share link: its snapshot's text ------------------------------------------------------
+    Table(
+        "share_passages",
+        "user",
+        ("document", "text"),
+        {"share_id": ID},
+        {"share": Delete("share_id = :share")},
+    ),
+    Table(
+        "share_turns",
+        "user",
+        ("content",),
+        {"share_id": ID, "role": ENUM, "model": NAMES_MODEL},
+        {"share": Delete("share_id = :share")},
+    ),
+    Table(
+        "shares",
+        "user",
+        ("title",),
+        {
+            "id": ID,
+            "token_hash": HASH,
+            "user_id": ID,
+            "conversation_id": ID,
+            "upto_turn_id": ID,
+        },
+        {"share": Delete("id = :share")},
+    ),
+    # -- a workspace ----------------------------------------------------------------------------
+    Table(
+        "workspace_members",
+        "user",
+        (),
+        {"workspace_id": ID, "user_id": ID, "role": ENUM},
+        {"account": Delete("user_id = :user"), "workspace": Delete("workspace_id = :ws")},
+        why="who belongs to a workspace",
+    ),
+    Table(
+        "workspaces",
+        "workspace",
+        ("system_prompt",),
+        {"id": ID, "name": "the name an admin gave it (the audit log names it too)"},
+        {"workspace": Delete("id = :ws")},
+    ),
+    # -- an account: what is left of it once its content is gone -------------------------------
+    Table(
+        "turn_vec_progress",
+        "user",
+        (),
+        {"user_id": ID},
+        {"account": Delete("user_id = :user")},
+        why="how far the user's turns are indexed (a turn number)",
+    ),
+    Table(
+        "sessions",
+        "user",
+        (),
+        {"token_hash": HASH, "user_id": ID, "csrf_token": "a random token, no content"},
+        {"account": Delete("user_id = :user")},
+        why="the user's logins",
+    ),
+    Table(
+        "api_keys",
+        "user",
+        (),
+        {
+            "id": ID,
+            "user_id": ID,
+            "name": "the label an admin gave a key (the audit log names it too)",
+            "prefix": "the key's first characters, to tell keys apart",
+            "key_hash": HASH,
+        },
+        {"account": Delete("user_id = :user")},
+        why="the user's API keys",
+    ),
+    Table(
+        "usage",
+        "user",
+        (),
+        {"user_id": ID, "model": NAMES_MODEL, "day": "a date", "arm": "a canary arm's name"},
+        why="counts only; they stay attributed to the nameless account",
+    ),
+    Table(
+        "users",
+        "user",
+        ("name",),
+        {
+            "id": ID,
+            "role": ENUM,
+            "tier": "a policy tier's name",
+            "password_hash": HASH + ", cleared on erasure",
+        },
+        {
+            "account": Blank(
+                "id = :user",
+                "name = 'deleted:' || id, password_hash = NULL, disabled = 1, role = 'member',"
+                " zero_retention = 0, deleted_at = :now",
+            )
+        },
+    ),
+    # -- the appliance's own ------------------------------------------------------------------
+    Table(
+        "audit_log",
+        None,
+        plain={
+            "actor_id": ID,
+            "actor_name": "who acted, copied in so an entry outlives a deleted account",
+            "action": ENUM,
+            "target_id": ID,
+            "target_name": "on whom, copied in so an entry outlives a deleted account",
+            "detail": "a small JSON detail; AuditLog.record refuses content fields",
+        },
+        why="append-only record of admin actions, never content",
+    ),
+    Table(
+        "replicas",
+        None,
+        plain={
+            "url": "a replica's address",
+            "kind": ENUM,
+            "models": "model names served there",
+            "secret": "the replica's bearer token",
+        },
+        why="router mode's configuration",
+    ),
+    Table("meta", None, plain={"key": ID, "value": "the schema's name"}, why="the schema"),
+    Table("migrations", None, plain={"name": ID}, why="which migrations ran"),
+)
+
+# Compound erasures: each first erases these parts (kind, and the query that lists them, its
+# column named as the part's parameter; the other parameters pass down), then its own rows.
+PARTS: Mapping[Kind, tuple[tuple[Kind, str], ...]] = {
+    # A conversation's attachments and the facts extracted from it go with it, whoever in
+    # its workspace added them.
+    "conversation": (
+        ("document", "SELECT id AS doc FROM documents WHERE conversation_id = :conv"),
+        (
+            "memory",
+            "SELECT seq AS memory FROM memories WHERE conversation_id = :conv"
+            " AND source = 'extracted'",
+        ),
+    ),
+    "account": (
+        (
+            "conversation",
+            "SELECT id AS conv FROM conversations WHERE user_id = :user AND erased_at IS NULL",
+        ),
+        ("document", "SELECT id AS doc FROM documents WHERE user_id = :user"),
+        ("memory", "SELECT seq AS memory FROM memories WHERE user_id = :user"),
+        ("share", "SELECT id AS share FROM shares WHERE user_id = :user"),
+    ),
+    "workspace": (("document", "SELECT id AS doc FROM documents WHERE workspace_id = :ws"),),
+}
+
+# The parameter that names one erasure's subject, and the gate that says it is there to erase.
+SUBJECT: Mapping[Kind, str] = {
+    "conversation": "SELECT 1 FROM conversations WHERE id = :conv AND user_id = :user"
+    " AND erased_at IS NULL",
+    "account": "SELECT 1 FROM users WHERE id = :user",
+    "workspace": "SELECT 1 FROM workspaces WHERE id = :ws",
+    "document": "SELECT 1 FROM documents WHERE id = :doc",
+    "memory": "SELECT 1 FROM memories WHERE seq = :memory",
+    "share": "SELECT 1 FROM shares WHERE id = :share",
+}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A place outside the database's tables that can hold content."""
+
+    where: str  # a glob under the data directory (`*` spans folders), or a place in words
+    scope: Scope | None
+    holds: str
+    erased: str
+    on_disk: bool = True
+
+
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact(
+        "chatbox.db*",
+        "user",
+        "every table above (the -wal and -shm files are the database's)",
+        "each erasure above, with secure_delete and FTS5 secure-delete zeroing freed bytes"
+        " and a WAL checkpoint before it answers",
+    ),
+    Artifact(
+        "kv/*",
+        "conversation",
+        "parked KV cache: a conversation's token ids (its text) and attention state",
+        "a conversation's erasure deletes its files for every model (engine forget)",
+    ),
+    Artifact(
+        "models/*",
+        None,
+        "GGUF model files and the catalogue's registry; no person's data",
+        "never: an admin removes models",
+    ),
+    Artifact(
+        "files/*",
+        "user",
+        "nothing: an upload's text lives in `chunks`, the file itself is never kept",
+        "nothing to erase",
+    ),
+    Artifact(
+        "RAM: live and parked KV",
+        "conversation",
+        "a conversation's KV in the engine's slots and its host-RAM park",
+        "a conversation's erasure drops it from every loaded engine (and every replica)",
+        on_disk=False,
+    ),
+    Artifact(
+        "RAM: temporary chats",
+        "user",
+        "a temporary chat's messages, never written",
+        "gone after an idle hour, at shutdown, or when the user ends it",
+        on_disk=False,
+    ),
+    Artifact(
+        "exports",
+        "user",
+        "a user's export zip: built in RAM and sent; the CLI writes it (0600) where told",
+        "never kept by chatbox",
+        on_disk=False,
+    ),
+    Artifact(
+        "logs and traces",
+        None,
+        "stdout/stderr and spans in RAM (and OTLP when configured): ids and counts, no content",
+        "nothing to erase",
+        on_disk=False,
+    ),
+)
+
+BY_NAME: Mapping[str, Table] = {t.name: t for t in TABLES}
+
+
+def table(name: str) -> Table:
+    """The declaration of one table (KeyError for one not declared)."""
+    return BY_NAME[name]
+
+
+def holding_content() -> tuple[Table, ...]:
+    """The tables with a content column."""
+    return tuple(t for t in TABLES if t.content)
+
+
+def shadow_of(name: str) -> Table | None:
+    """The declared virtual table whose storage `name` is (FTS5 and vec0 shadow tables)."""
+    for t in TABLES:
+        if t.virtual is not None and name.startswith(t.name + "_"):
+            return t
+    return None
+
+
+def artifact_of(relative: str) -> Artifact | None:
+    """The declared artifact a file under the data directory (its relative path) is part of."""
+    return next((a for a in ARTIFACTS if a.on_disk and fnmatch(relative, a.where)), None)
