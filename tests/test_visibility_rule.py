@@ -28,8 +28,6 @@ BY_USER = re.compile(r"\buser_id\s*=\s*\?")
 STARTER_SIDE = {
     "search.py:unindexed": "the indexer fills the starter's vector partition; reads filter",
     "transfer.py:conversations": "erasing an account takes every conversation it started",
-    "erasure.py:account": "erasing an account takes every conversation it started",
-    "erasure.py:_erase_one": "erasing one the service already let its starter erase",
 }
 
 

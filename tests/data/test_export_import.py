@@ -263,6 +263,7 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
 ) -> None:
     """Many small transactions, none of it visible before the last; an import cut short
     stays hidden and the sweeper erases it once it is clearly not being written."""
+    from chatbox.accounts import AuditLog
     from chatbox.chat.policy import Policy
     from chatbox.data import retention as retention_module
     from chatbox.store import Store
@@ -315,7 +316,7 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
         erasure = ErasureRepo(store.db)
         now = [time.time()]
         retention = retention_module.Retention(
-            erasure, Policy.from_dict({}), erasure.conversations, lambda: now[0]
+            erasure, Policy.from_dict({}), erasure.conversations, AuditLog(store), lambda: now[0]
         )
         assert (await retention.run()).unfinished == 0  # maybe still being written
         now[0] += retention_module.IMPORT_LEASE_S + 1

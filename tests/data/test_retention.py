@@ -174,7 +174,7 @@ async def test_an_import_counts_from_its_import_time(store: Store) -> None:
     await transfer.import_conversations(fay.id, [conv("from ChatGPT", 400)], imported_at=T0)
     erasure = ErasureRepo(store.db)
     now = [T0 + DAY_S]
-    retention = Retention(erasure, POLICY, erasure.conversations, clock=lambda: now[0])
+    retention = Retention(erasure, POLICY, erasure.conversations, AuditLog(store), lambda: now[0])
     assert (await retention.run()).erased.conversations == 0
     assert await live_titles(store, fay.id) == {"from ChatGPT"}
     shown = await TransferRepo(store.db).conversations(fay.id)
