@@ -28,7 +28,10 @@ MAX_REPEAT = 2000
 MAX_OPTIONAL = 64
 MAX_EXPANSION = 20_000  # repeated rule references in one grammar, all keywords together
 MAX_DEPTH = 32  # nested schemas (properties, items, anyOf, ...)
-MAX_ALTERNATIVES = 1000  # enum values, const/anyOf/oneOf branches and type lists, together
+MAX_ALTERNATIVES = 1000  # enum values, anyOf/oneOf branches and type lists, together
+# One anyOf/oneOf's branches are all open at its start: each costs ~1 ms of a decode step
+# on a 49k vocabulary (an enum is written as a trie, only its next characters open).
+MAX_BRANCHES = 128
 MAX_PROPERTIES = 1000  # object properties, all objects together
 # The converter spells out every suffix of an object's optional properties: 100 take ~10 ms.
 MAX_OPTIONAL_PROPERTIES = 100
@@ -146,6 +149,10 @@ class _Walker:
             sub = schema.get(key)
             if isinstance(sub, list):
                 if key in ("anyOf", "oneOf"):
+                    if len(sub) > MAX_BRANCHES:
+                        raise SchemaTooLarge(
+                            key, path, f"has {len(sub):,} branches; at most {MAX_BRANCHES:,}"
+                        )
                     self.spend("alternatives", len(sub), key, path)
                 out[key] = [
                     self.node(value, _join(path, key, str(i)), depth + 1)

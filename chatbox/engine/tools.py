@@ -140,10 +140,8 @@ def convert_schema(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> st
     llama-cpp-python's converter (a port of llama.cpp's) is pure Python; imported here so
     that importing this module does not load llama.cpp.
     """
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     try:
-        grammar = str(json_schema_to_gbnf(json.dumps(schema), list(prop_order) or None))
+        grammar = _converter(schema, prop_order)
     except Exception as exc:  # the converter raises bare Exceptions on schemas it lacks
         raise ValueError(f"unsupported JSON schema: {exc}") from exc
     if len(grammar) > MAX_GRAMMAR_CHARS:
@@ -155,6 +153,62 @@ def convert_schema(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> st
     # This converter's string character admits raw control characters, which JSON forbids
     # (json.loads refuses them): use llama.cpp's own rule.
     return re.sub(r"^char ::= .*$", lambda _: _JSON_CHAR, grammar, flags=re.M)
+
+
+def _converter(schema: dict[str, Any], prop_order: Sequence[str]) -> str:
+    """llama-cpp-python's json_schema_to_gbnf, with enums written as a trie.
+
+    The converter writes an enum as one alternative per value, and llama.cpp checks every
+    candidate token against each alternative still open: 1,000 values cost ~2 s of one
+    decode step on a 49k vocabulary. As a trie only the values' distinct next characters
+    are open at once.
+    """
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+    untyped: Any = SchemaConverter  # the library has no type hints
+
+    class Converter(untyped):  # type: ignore[misc]
+        def visit(self, schema: Any, name: str) -> Any:
+            # the converter's own precedence: these are read before an enum
+            before = ("$ref", "oneOf", "anyOf", "const")
+            plain = isinstance(schema, dict) and isinstance(schema.get("enum"), list)
+            plain = plain and not any(k in schema for k in before)
+            if not plain or isinstance(schema.get("type"), list):
+                return super().visit(schema, name)
+            rule = name + "-" if name in RESERVED_NAMES else name or "root"
+            literals = sorted({json.dumps(v) for v in schema["enum"]})
+            if not literals:
+                raise ValueError("enum must not be empty")
+            return self._add_rule(rule, _trie(literals))
+
+    order = {key: i for i, key in enumerate(prop_order)}
+    converter = Converter(prop_order=order, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "stdin"), "")
+    return str(converter.format_grammar())
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal for JSON text (json.dumps writes no raw control characters)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _trie(words: list[str]) -> str:
+    """GBNF matching exactly `words` (sorted, distinct), alternatives factored by prefix."""
+    if len(words) == 1:
+        return _literal(words[0])
+    first, last = words[0], words[-1]  # sorted: their common prefix is everyone's
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    prefix = first[:n]
+    if prefix:
+        return f"{_literal(prefix)} {_trie([w[len(prefix) :] for w in words])}"
+    ends = words[0] == ""  # sorted: the empty word comes first
+    groups: dict[str, list[str]] = {}
+    for w in words[ends:]:
+        groups.setdefault(w[0], []).append(w)
+    body = " | ".join(_trie(g) for g in groups.values())
+    return f"({body})?" if ends else f"({body})"
 
 
 _JSON_CHAR = (
