@@ -27,7 +27,7 @@ MAX_REPEAT = 2000
 # is a nested group, and one step's stack is as deep as the groups it is in.
 MAX_OPTIONAL = 64
 MAX_EXPANSION = 20_000  # repeated rule references in one grammar, all keywords together
-MAX_DEPTH = 32  # nested schemas (properties, items, anyOf, ...)
+MAX_DEPTH = 24  # nested schemas (properties, items, anyOf, ...)
 MAX_ALTERNATIVES = 1000  # enum values, anyOf/oneOf branches and type lists, together
 # One anyOf/oneOf's branches are all open at its start: each costs ~1 ms of a decode step
 # on a 49k vocabulary (an enum is written as a trie, only its next characters open).
