@@ -259,3 +259,17 @@ def test_tool_results_reach_a_template_without_tools_as_user_messages(
     assert '"name": "lookup"' in text and "You can call functions" in text
     assert '<tool_call>\n{"name": "lookup", "arguments": {"w": "cat"}}\n</tool_call>' in text
     assert "<|im_start|>user\n<tool_response>" in text and "a small feline" in text
+
+
+async def test_an_enum_grammar_gives_exactly_its_values(tiny_engine: LlamaEngine) -> None:
+    """Values that share prefixes or hold a quote or a backslash (written as a trie)."""
+    values: list[Any] = ["US", "USA", "UK", 'a"b', "back\\slash", "", 1, 12, None, {"k": [1]}]
+    grammar = schema_grammar({"enum": values})
+    seen = []
+    for seed in range(12):
+        sampling = SamplingParams(temperature=1.0, seed=seed, max_tokens=40, grammar=grammar)
+        result = await collect(tiny_engine.submit(GenerationRequest(chat("x"), sampling)))
+        assert result.done.finish_reason == "stop", result.text
+        seen.append(json.loads(result.text))
+        assert seen[-1] in values, result.text
+    assert len({json.dumps(v) for v in seen}) > 1  # a choice among them, not one path
