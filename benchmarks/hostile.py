@@ -58,7 +58,6 @@ def main() -> None:
             mallory, ann = box.user("mallory"), box.user("ann", tier="paid")
             timed(box, ann, {})  # first-answer allocations (models loaded on first use)
             idle = statistics.median(timed(box, ann, {})[1] for _ in range(args.repeat))
-            rss_start = box.rss_bytes()
             with ThreadPoolExecutor(max_workers=2) as pool:
                 for name, make in cases.items():
                     body = make()  # encoded here: the client's json.dumps is not the server's time
