@@ -142,12 +142,19 @@ def test_schema_constrained_answers_always_validate(
 
 
 async def test_json_object_grammar_gives_an_object(tiny_engine: LlamaEngine) -> None:
-    sampling = SamplingParams(
-        temperature=1.0, seed=3, max_tokens=400, grammar=json_object_grammar()
-    )
-    result = await collect(tiny_engine.submit(GenerationRequest(chat("hi"), sampling)))
-    assert result.done.finish_reason == "stop"
-    assert isinstance(json.loads(result.text), dict)
+    """Every answer that ends is an object (a random model nests some past max_tokens)."""
+    ended = 0
+    for seed in range(4):
+        sampling = SamplingParams(
+            temperature=1.0, seed=seed, max_tokens=400, grammar=json_object_grammar()
+        )
+        result = await collect(tiny_engine.submit(GenerationRequest(chat("hi"), sampling)))
+        if result.done.finish_reason == "stop":
+            ended += 1
+            assert isinstance(json.loads(result.text), dict), result.text
+        else:
+            assert result.text.startswith("{"), result.text
+    assert ended
 
 
 async def test_tool_call_grammar_names_a_tool_and_its_arguments_validate(
