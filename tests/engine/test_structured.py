@@ -142,11 +142,20 @@ def test_schema_constrained_answers_always_validate(
 
 
 async def test_json_object_grammar_gives_an_object(tiny_engine: LlamaEngine) -> None:
-    """Every answer that ends is an object (a random model nests some past max_tokens)."""
+    """Every answer that ends is an object (a random model nests some past max_tokens).
+
+    No top-k/top-p/min-p: the grammar then samples from the model's own distribution over
+    what it allows, whether it filters the vocabulary or checks the pick."""
     ended = 0
     for seed in range(4):
         sampling = SamplingParams(
-            temperature=1.0, seed=seed, max_tokens=400, grammar=json_object_grammar()
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            min_p=0.0,
+            seed=seed,
+            max_tokens=400,
+            grammar=json_object_grammar(),
         )
         result = await collect(tiny_engine.submit(GenerationRequest(chat("hi"), sampling)))
         if result.done.finish_reason == "stop":
