@@ -61,7 +61,8 @@ HOSTILE: dict[str, tuple[Callable[[], Body | str], str, str]] = {
         "schema.properties.a.minLength",
     ),
     "enum of 1e6 values": (
-        lambda: fmt({"enum": list(range(1_000_000))}),
+        # small ints: the body's own decoding (1e6 distinct ints take ~40 MB) is not measured
+        lambda: fmt({"enum": [0] * 1_000_000}),
         "enum",
         "schema.enum",
     ),
