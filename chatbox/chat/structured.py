@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from chatbox.chat.errors import InvalidInput
+from chatbox.chat.errors import InvalidInput, Overloaded
 from chatbox.engine.schema_bounds import SchemaBudget, SchemaTooLarge
 from chatbox.engine.tools import (
     CALL_CLOSE,
@@ -28,23 +28,22 @@ from chatbox.engine.types import ToolSpec
 
 ToolMode = Literal["none", "auto", "required"]
 T = TypeVar("T")
-# Grammars are built in these threads, never on the event loop; the schema's bounds keep
-# each under ~0.1 s, and the timeout stops a request waiting on one past that.
+# Grammars are built in these threads, never on the event loop. The schema's bounds keep
+# a build under ~0.3 s, so one past the timeout has waited behind others: a 503 to retry.
 _BUILDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar")
 BUILD_TIMEOUT_S = 10.0
 
 
 async def off_loop(build: Callable[[], T]) -> T:
-    """Run `build` (request parsing that builds grammars) in the grammar threads; a build
-    past BUILD_TIMEOUT_S is refused (400) and its thread left to finish."""
+    """Run `build` (request parsing that builds grammars) in the grammar threads; past
+    BUILD_TIMEOUT_S the request is answered Overloaded and the build left to finish."""
     future = asyncio.get_running_loop().run_in_executor(_BUILDERS, build)
     try:
         return await asyncio.wait_for(future, BUILD_TIMEOUT_S)
     except TimeoutError:
-        raise InvalidInput(
-            f"building the grammar for tools/response_format took over {BUILD_TIMEOUT_S:g} s;"
-            " simplify the schema",
-            "response_format",
+        raise Overloaded(
+            "the server is busy building grammars for tools and response formats; retry shortly",
+            retry_after=2,
         ) from None
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
-from chatbox.chat.errors import InvalidInput
+from chatbox.chat import structured
+from chatbox.chat.errors import InvalidInput, Overloaded
 from chatbox.chat.structured import (
     CallReader,
     response_constraint,
@@ -150,3 +153,13 @@ def test_nesting_past_the_limit_is_refused_at_its_depth() -> None:
         schema = prop(schema)
     param = refused(schema).param or ""  # 24 levels below the root pass; the 25th does not
     assert param.endswith(".properties") and param.count("properties.a") == 25
+
+
+async def test_grammars_are_built_off_the_event_loop_within_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_thread = threading.get_ident()
+    assert await structured.off_loop(threading.get_ident) != loop_thread
+    monkeypatch.setattr(structured, "BUILD_TIMEOUT_S", 0.05)
+    with pytest.raises(Overloaded):
+        await structured.off_loop(lambda: time.sleep(0.5))
