@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from chatbox.chat.errors import InvalidInput
+from chatbox.chat.errors import InvalidInput, Overloaded
+from chatbox.engine.schema_bounds import SchemaBudget, SchemaTooLarge
 from chatbox.engine.tools import (
     CALL_CLOSE,
     CALL_OPEN,
     CALL_TRIGGER,
+    DEFAULT_MAX_TOKENS,
+    bound_tool_parameters,
     json_object_grammar,
     schema_grammar,
     tool_call_grammar,
@@ -22,6 +27,24 @@ from chatbox.engine.tools import (
 from chatbox.engine.types import ToolSpec
 
 ToolMode = Literal["none", "auto", "required"]
+T = TypeVar("T")
+# Grammars are built in these threads, never on the event loop. The schema's bounds keep
+# a build under ~0.3 s, so one past the timeout has waited behind others: a 503 to retry.
+_BUILDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar")
+BUILD_TIMEOUT_S = 10.0
+
+
+async def off_loop(build: Callable[[], T]) -> T:
+    """Run `build` (request parsing that builds grammars) in the grammar threads; past
+    BUILD_TIMEOUT_S the request is answered Overloaded and the build left to finish."""
+    future = asyncio.get_running_loop().run_in_executor(_BUILDERS, build)
+    try:
+        return await asyncio.wait_for(future, BUILD_TIMEOUT_S)
+    except TimeoutError:
+        raise Overloaded(
+            "the server is busy building grammars for tools and response formats; retry shortly",
+            retry_after=2,
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -32,13 +55,20 @@ class Constraint:
     triggers: tuple[str, ...] = ()
 
 
-def tool_constraint(tools: Sequence[ToolSpec], mode: ToolMode, name: str | None) -> Constraint:
+def tool_constraint(
+    tools: Sequence[ToolSpec],
+    mode: ToolMode,
+    name: str | None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> Constraint:
     """`auto` lets the model write text and constrains a call once it opens one; `required`
     and a named function make the whole answer one call."""
     if not tools or mode == "none":
         return Constraint()
     try:
-        grammar = tool_call_grammar(tools, name)
+        grammar = tool_call_grammar(tools, name, max_tokens)
+    except SchemaTooLarge as exc:
+        raise InvalidInput(str(exc), exc.where or "tools") from exc
     except ValueError as exc:
         raise InvalidInput(f"tools: {exc}", "tools") from exc
     if mode == "auto" and name is None:
@@ -46,8 +76,9 @@ def tool_constraint(tools: Sequence[ToolSpec], mode: ToolMode, name: str | None)
     return Constraint(grammar)
 
 
-def response_constraint(response_format: Any) -> Constraint:
-    """response_format: text, json_object, or json_schema (strict or not: always enforced)."""
+def response_constraint(response_format: Any, max_tokens: int = DEFAULT_MAX_TOKENS) -> Constraint:
+    """response_format: text, json_object, or json_schema (strict or not: always enforced);
+    a schema whose numbers an answer of `max_tokens` cannot hold is refused, naming them."""
     if response_format is None:
         return Constraint()
     param = "response_format"
@@ -75,17 +106,22 @@ def response_constraint(response_format: Any) -> Constraint:
             "response_format.json_schema.schema",
         )
     try:
-        return Constraint(schema_grammar(schema))
+        return Constraint(schema_grammar(schema, max_tokens=max_tokens))
+    except SchemaTooLarge as exc:
+        param = ".".join(p for p in ("response_format.json_schema.schema", exc.where) if p)
+        raise InvalidInput(f"{param}: {exc.reason}", param) from exc
     except ValueError as exc:
         raise InvalidInput(str(exc), "response_format.json_schema.schema") from exc
 
 
-def tools_in(tools: Any) -> tuple[ToolSpec, ...]:
-    """OpenAI `tools` as ToolSpecs (function tools only)."""
+def tools_in(tools: Any, max_tokens: int = DEFAULT_MAX_TOKENS) -> tuple[ToolSpec, ...]:
+    """OpenAI `tools` as ToolSpecs (function tools only); parameters whose numbers an
+    answer of `max_tokens` cannot hold are refused, naming them."""
     if tools is None:
         return ()
     if not isinstance(tools, list):
         raise InvalidInput("tools must be an array", "tools")
+    budget = SchemaBudget(max_tokens)  # the call grammar holds them all
     out = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -106,6 +142,10 @@ def tools_in(tools: Any) -> tuple[ToolSpec, ...]:
                 f"{param}.function.parameters must be a JSON schema object",
                 f"{param}.function.parameters",
             )
+        try:  # before anything recurses into it (json.dumps) or spells it out
+            bound_tool_parameters(i, params, budget)
+        except SchemaTooLarge as exc:
+            raise InvalidInput(str(exc), exc.where) from exc
         description = fn.get("description") or ""
         out.append(ToolSpec(name, str(description), json.dumps(params)))
     if len({t.name for t in out}) != len(out):

@@ -15,6 +15,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from chatbox.engine.schema_bounds import (
+    MAX_GRAMMAR_CHARS,
+    SchemaBudget,
+    SchemaTooLarge,
+    bound_schema,
+)
 from chatbox.engine.types import ChatMessage, ToolCall, ToolSpec
 
 CALL_OPEN = "<tool_call>"
@@ -22,6 +28,7 @@ CALL_CLOSE = "</tool_call>"
 # Lazy grammars wait for this (llama.cpp matches the whole text so far; the grammar then
 # applies from group 1, the opening tag, on).
 CALL_TRIGGER = r"[\s\S]*?(<tool_call>)[\s\S]*"
+DEFAULT_MAX_TOKENS = 4096  # the answer budget a schema is checked against when none is given
 
 
 def tool_dicts(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -119,21 +126,89 @@ def _loads_or_text(text: str) -> Any:
 # -- grammars ----------------------------------------------------------------------------
 
 
-def schema_grammar(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> str:
-    """GBNF (root rule `root`) for JSON matching the schema; ValueError if unsupported.
+def schema_grammar(
+    schema: dict[str, Any], prop_order: Sequence[str] = (), max_tokens: int = DEFAULT_MAX_TOKENS
+) -> str:
+    """GBNF (root rule `root`) for JSON matching the schema; ValueError if unsupported,
+    SchemaTooLarge (a ValueError) if its numbers exceed what `max_tokens` or a grammar hold."""
+    return convert_schema(bound_schema(schema, SchemaBudget(max_tokens)), prop_order)
+
+
+def convert_schema(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> str:
+    """GBNF for a schema `bound_schema` returned (only such a one: others may not end).
 
     llama-cpp-python's converter (a port of llama.cpp's) is pure Python; imported here so
     that importing this module does not load llama.cpp.
     """
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     try:
-        grammar = str(json_schema_to_gbnf(json.dumps(schema), list(prop_order) or None))
+        grammar = _converter(schema, prop_order)
     except Exception as exc:  # the converter raises bare Exceptions on schemas it lacks
         raise ValueError(f"unsupported JSON schema: {exc}") from exc
+    if len(grammar) > MAX_GRAMMAR_CHARS:
+        raise SchemaTooLarge(
+            "",
+            "",
+            f"its grammar would be {len(grammar):,} characters; at most {MAX_GRAMMAR_CHARS:,}",
+        )
     # This converter's string character admits raw control characters, which JSON forbids
     # (json.loads refuses them): use llama.cpp's own rule.
     return re.sub(r"^char ::= .*$", lambda _: _JSON_CHAR, grammar, flags=re.M)
+
+
+def _converter(schema: dict[str, Any], prop_order: Sequence[str]) -> str:
+    """llama-cpp-python's json_schema_to_gbnf, with enums written as a trie.
+
+    The converter writes an enum as one alternative per value, and llama.cpp checks every
+    candidate token against each alternative still open: 1,000 values cost ~2 s of one
+    decode step on a 49k vocabulary. As a trie only the values' distinct next characters
+    are open at once.
+    """
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+    untyped: Any = SchemaConverter  # the library has no type hints
+
+    class Converter(untyped):  # type: ignore[misc]
+        def visit(self, schema: Any, name: str) -> Any:
+            # the converter's own precedence: these are read before an enum
+            before = ("$ref", "oneOf", "anyOf", "const")
+            plain = isinstance(schema, dict) and isinstance(schema.get("enum"), list)
+            plain = plain and not any(k in schema for k in before)
+            if not plain or isinstance(schema.get("type"), list):
+                return super().visit(schema, name)
+            rule = name + "-" if name in RESERVED_NAMES else name or "root"
+            literals = sorted({json.dumps(v) for v in schema["enum"]})
+            if not literals:
+                raise ValueError("enum must not be empty")
+            return self._add_rule(rule, _trie(literals))
+
+    order = {key: i for i, key in enumerate(prop_order)}
+    converter = Converter(prop_order=order, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "stdin"), "")
+    return str(converter.format_grammar())
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal for JSON text (json.dumps writes no raw control characters)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _trie(words: list[str]) -> str:
+    """GBNF matching exactly `words` (sorted, distinct), alternatives factored by prefix."""
+    if len(words) == 1:
+        return _literal(words[0])
+    first, last = words[0], words[-1]  # sorted: their common prefix is everyone's
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    prefix = first[:n]
+    if prefix:
+        return f"{_literal(prefix)} {_trie([w[len(prefix) :] for w in words])}"
+    ends = words[0] == ""  # sorted: the empty word comes first
+    groups: dict[str, list[str]] = {}
+    for w in words[ends:]:
+        groups.setdefault(w[0], []).append(w)
+    body = " | ".join(_trie(g) for g in groups.values())
+    return f"({body})?" if ends else f"({body})"
 
 
 _JSON_CHAR = (
@@ -147,14 +222,19 @@ def json_object_grammar() -> str:
     return schema_grammar({"type": "object"})
 
 
-def tool_call_grammar(tools: Sequence[ToolSpec], name: str | None = None) -> str:
-    """One call of one of the tools (or of `name`), arguments matching its schema."""
+def tool_call_grammar(
+    tools: Sequence[ToolSpec], name: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> str:
+    """One call of one of the tools (or of `name`), arguments matching its schema.
+
+    SchemaTooLarge names the tool's index in `tools` in its path (`tools[i]...`)."""
     defs: dict[str, dict[str, Any]] = {"$defs": {}, "definitions": {}}
     calls = []
-    for t in tools:
+    budget = SchemaBudget(max_tokens)  # one grammar: the tools share it
+    for i, t in enumerate(tools):
         if name is not None and t.name != name:
             continue
-        params = json.loads(t.parameters)
+        params = bound_tool_parameters(i, json.loads(t.parameters), budget)
         if isinstance(params, dict):  # $refs point at the top: hoist each tool's $defs there
             for key, found in defs.items():
                 found.update(params.pop(key, None) or {})
@@ -169,6 +249,19 @@ def tool_call_grammar(tools: Sequence[ToolSpec], name: str | None = None) -> str
         raise ValueError(f"no tool named {name!r}")
     schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     schema = {**schema, **{key: found for key, found in defs.items() if found}}
-    body = schema_grammar(schema, ("name", "arguments"))
+    body = convert_schema(schema, ("name", "arguments"))
     body = re.sub(r"^root ::=", "tool-call ::=", body, flags=re.M)
     return f'{body}\nroot ::= "{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"\n'
+
+
+def bound_tool_parameters(index: int, params: Any, budget: SchemaBudget) -> dict[str, Any]:
+    """A tool's parameters schema bounded for a grammar; SchemaTooLarge's path starts at
+    `tools[index].function.parameters`."""
+    try:
+        return bound_schema(params, budget)
+    except SchemaTooLarge as exc:
+        raise SchemaTooLarge(
+            exc.keyword,
+            f"tools[{index}].function.parameters{'.' if exc.path else ''}{exc.path}",
+            exc.reason,
+        ) from None

@@ -12,6 +12,7 @@ from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
 from chatbox.chat import ChatMessage, TurnOptions
+from chatbox.chat.structured import off_loop
 from chatbox.web.deps import ChatDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
@@ -59,7 +60,7 @@ class ChatCompletionIn:
     def to_messages(self) -> tuple[ChatMessage, ...]:
         return messages_in(self.messages)
 
-    def options(self) -> tuple[TurnOptions, AnswerShape]:
+    def options(self, default_max_tokens: int = 512) -> tuple[TurnOptions, AnswerShape]:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         base = TurnOptions(
             self.model,
@@ -69,7 +70,9 @@ class ChatCompletionIn:
             self.seed,
             stop,
         )
-        return extend_options(base, dataclasses.asdict(self))
+        # shallow: asdict would deep-copy (and recurse through) every schema in the request
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return extend_options(base, values, default_max_tokens)
 
 
 class OpenAIController(Controller):
@@ -97,7 +100,7 @@ class OpenAIController(Controller):
         data: ChatCompletionIn,
     ) -> Response[Any] | Stream:
         messages = data.to_messages()
-        options, shape = data.options()
+        options, shape = await off_loop(lambda: data.options(settings.max_tokens))
         model, generation, _ = await chat.complete(messages, options, user)
         headers = {**chat.limit_headers(user), "x-chatbox-model": model}
         route = getattr(getattr(generation, "ticket", None), "route", None)

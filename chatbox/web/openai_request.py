@@ -157,8 +157,13 @@ def _bias(raw: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def extend_options(base: TurnOptions, values: dict[str, Any]) -> tuple[TurnOptions, AnswerShape]:
-    """The request's structured-output, logprob, penalty and n choices on top of `base`."""
+def extend_options(
+    base: TurnOptions, values: dict[str, Any], default_max_tokens: int = 512
+) -> tuple[TurnOptions, AnswerShape]:
+    """The request's structured-output, logprob, penalty and n choices on top of `base`.
+
+    Builds the grammar for tools or response_format: run it off the event loop
+    (structured.off_loop)."""
     refuse_unsupported(values)
     n = values.get("n") or 1
     if not 1 <= n <= MAX_N:
@@ -172,10 +177,11 @@ def extend_options(base: TurnOptions, values: dict[str, Any]) -> tuple[TurnOptio
     user = values.get("user")
     if user is not None and len(user) > 256:
         raise InvalidInput("user must be at most 256 characters", "user")
-    tools = tools_in(values.get("tools"))
+    budget = base.max_tokens or default_max_tokens  # what schemas are checked against
+    tools = tools_in(values.get("tools"), budget)
     mode, name = tool_choice_in(values.get("tool_choice"), tools)
-    fmt = response_constraint(values.get("response_format"))
-    calls = tool_constraint(tools, mode, name)
+    fmt = response_constraint(values.get("response_format"), budget)
+    calls = tool_constraint(tools, mode, name, budget)
     if fmt.grammar and calls.grammar:
         if mode == "required":
             raise InvalidInput(

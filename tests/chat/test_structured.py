@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
-from chatbox.chat.errors import InvalidInput
+from chatbox.chat import structured
+from chatbox.chat.errors import InvalidInput, Overloaded
 from chatbox.chat.structured import (
     CallReader,
     response_constraint,
@@ -89,3 +92,74 @@ def test_response_formats() -> None:
     with pytest.raises(InvalidInput) as e:
         response_constraint({"type": "json_schema", "json_schema": {"schema": {}}})
     assert e.value.param == "response_format"
+
+
+# -- schemas whose numbers would make a huge grammar ---------------------------------------
+def schema_format(schema: dict[str, object]) -> dict[str, object]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+def prop(schema: dict[str, object]) -> dict[str, object]:
+    return {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+
+
+def refused(schema: dict[str, object], max_tokens: int = 512) -> InvalidInput:
+    with pytest.raises(InvalidInput) as e:
+        response_constraint(schema_format(schema), max_tokens)
+    return e.value
+
+
+def test_size_keywords_an_answer_cannot_hold_are_refused_naming_their_path() -> None:
+    huge = refused(prop({"type": "array", "minItems": 100_000_000, "items": {"type": "string"}}))
+    assert huge.param == "response_format.json_schema.schema.properties.a.minItems"
+    assert "max_tokens" in str(huge)
+    tool = {"type": "string", "minLength": 99_999_999}
+    with pytest.raises(InvalidInput) as e:
+        tools_in([{"type": "function", "function": {"name": "f", "parameters": prop(tool)}}])
+    assert e.value.param == "tools[0].function.parameters.properties.a.minLength"
+    # 300 strings of at least 100 characters: too long for 512 tokens, not for 4096
+    many = prop({"type": "array", "minItems": 300, "items": {"type": "string", "minLength": 100}})
+    assert refused(many).param == "response_format.json_schema.schema.properties.a.minItems"
+    assert response_constraint(schema_format(many), 4096).grammar
+
+
+def test_a_huge_upper_bound_is_written_unbounded_a_small_one_kept() -> None:
+    huge = response_constraint(schema_format(prop({"type": "string", "maxLength": 10**9})))
+    assert huge.grammar and len(huge.grammar) < 1000
+    small = response_constraint(schema_format(prop({"type": "string", "maxLength": 40})))
+    assert small.grammar and small.grammar.count(")?") == 40  # one optional group each
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"enum": list(range(1001))}, "enum"),
+        ({"anyOf": [{"const": i} for i in range(129)]}, "anyOf"),
+        ({"type": "object", "properties": {f"p{i}": {} for i in range(101)}}, "properties"),
+        (prop({"type": "string", "pattern": "^a{0,3000}$"}), "properties.a.pattern"),
+        (prop({"type": "string", "minLength": 2001}), "properties.a.minLength"),
+        (prop({"type": "string", "minLength": 1.5}), "properties.a.minLength"),
+        (prop({"type": "array", "items": {}, "maxItems": -1}), "properties.a.maxItems"),
+        ({"$ref": "https://example.com/s.json"}, "$ref"),
+    ],
+)
+def test_schemas_past_the_grammar_limits_are_refused(schema: dict[str, object], where: str) -> None:
+    assert refused(schema, 100_000).param == f"response_format.json_schema.schema.{where}"
+
+
+def test_nesting_past_the_limit_is_refused_at_its_depth() -> None:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(30):
+        schema = prop(schema)
+    param = refused(schema).param or ""  # 24 levels below the root pass; the 25th does not
+    assert param.endswith(".properties") and param.count("properties.a") == 25
+
+
+async def test_grammars_are_built_off_the_event_loop_within_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_thread = threading.get_ident()
+    assert await structured.off_loop(threading.get_ident) != loop_thread
+    monkeypatch.setattr(structured, "BUILD_TIMEOUT_S", 0.05)
+    with pytest.raises(Overloaded):
+        await structured.off_loop(lambda: time.sleep(0.5))
