@@ -395,3 +395,9 @@ class Scheduler:
         done = self.slots.forget(cache_key)
         self._publish()
         return done
+
+    def forget_scope(self, scope: str) -> threading.Event | None:
+        """An account was erased: drop every KV of its scope from the cache, RAM and disk."""
+        done = self.slots.forget_scope(scope)
+        self._publish()
+        return done
