@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +29,15 @@ import httpx
 
 ADMIN_PASSWORD = "served-admin-password"
 CHATBOX = str(Path(sys.executable).parent / "chatbox")  # the console script pip installed
+_CACHE: list[Path] = []
+
+
+def shared_cache_dir() -> Path:
+    """One cache directory for every server a test run starts: the embedding model's export
+    and the moderation classifiers are made once per run, not once per server."""
+    if not _CACHE:
+        _CACHE.append(Path(tempfile.mkdtemp(prefix="chatbox-served-cache-")))
+    return _CACHE[0]
 
 
 def free_port() -> int:
@@ -59,7 +69,7 @@ class Served:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
         self.env.update(
             CHATBOX_ADMIN_PASSWORD=ADMIN_PASSWORD,
-            CHATBOX_CACHE_DIR=str(where / "cache"),
+            CHATBOX_CACHE_DIR=str(shared_cache_dir()),
         )
         if small:  # the shape the in-process tests use on this 2-core machine
             self.env.update(
@@ -116,8 +126,15 @@ class Served:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [CHATBOX, "--data-dir", str(self.data_dir), "serve", "--port", str(self.port),
-             *self.args],
+            [
+                CHATBOX,
+                "--data-dir",
+                str(self.data_dir),
+                "serve",
+                "--port",
+                str(self.port),
+                *self.args,
+            ],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
