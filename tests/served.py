@@ -7,8 +7,9 @@ policy and the default logging unless a test says otherwise.
         box.kill(); box.start()             # SIGKILL, then the same data directory again
         assert "secret" not in box.log()    # everything the process wrote, stdout and stderr
 
-`model` is a GGUF registered as the default with the CLI (`models add --link --default`); None
-serves the shipped default model. `policy` is a path to a policy file; "no-output-moderation"
+`model` is a GGUF registered as the default with the CLI (`models add --link --default`), and
+every tier of the policy then routes to it (no test waits for the real models behind the tiers);
+None serves the shipped models. `policy` is a path to a policy file; "no-output-moderation"
 serves the shipped policy with output moderation off (random tiny-model text must not be cut
 in tests of something else); None serves the shipped policy as it is.
 """
@@ -80,6 +81,8 @@ class Served:
             )
         if policy == "no-output-moderation":
             policy = self._policy_without_output_checks()
+        if model is not None:
+            policy = self._policy_on_tiny(Path(policy) if policy else None)
         if policy is not None:
             self.env["CHATBOX_POLICY_PATH"] = str(policy)
         self.env.update(env or {})
@@ -91,6 +94,16 @@ class Served:
         from tests.conftest import _answers_unchecked
 
         return _answers_unchecked(None, self.where)
+
+    def _policy_on_tiny(self, policy: Path | None) -> Path:
+        from chatbox.chat.policy import default_policy_path
+
+        text = (policy or default_policy_path()).read_text()
+        for name in ("smollm2", "gemma3-270m"):
+            text = text.replace(f'"{name}"', '"tiny"')
+        path = self.where / "policy-on-tiny.toml"
+        path.write_text(text)
+        return path
 
     # -- the CLI, on the same data directory -------------------------------------------------
     def cli(self, *args: str, check: bool = True, input: str | None = None) -> str:
