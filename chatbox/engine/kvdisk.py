@@ -461,6 +461,13 @@ def forget_everywhere(kv_dir: Path, cache_key: str) -> int:
     return n
 
 
+def parked_tokens(path: Path) -> list[int] | None:
+    """The token ids a parked file holds (None: not a readable parked file): its content,
+    as the model's tokenizer turns them back into the prompt's text (audits, tests)."""
+    got = _read(path, False, StatePool())
+    return got[0].tokens if got else None
+
+
 def _scope_of(path: Path, states: StatePool) -> str | None:
     """The scope a parked file was written for (None: none, or an unreadable file)."""
     got = _read(path, False, states)
