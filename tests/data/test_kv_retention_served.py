@@ -255,10 +255,15 @@ def test_a_zero_retention_answers_review_item_keeps_no_text(
     assert [i["has_text"] for i in mine] == [False] * len(mine)
 
 
-def test_per_user_zero_retention_refuses_what_would_be_stored(box: Served) -> None:
+def test_per_user_and_tier_zero_retention_refuse_what_would_be_stored(box: Served) -> None:
     key = box.user("zed")
     box.cli("users", "set-retention", "zed", "none")
+    tier_key = box.user("tom", tier="private")
     with box:
+        doc = ("t.txt", "The vault word is tomvault. " * 30, "text/plain")
+        h = box.auth(tier_key)
+        r = httpx.post(box.url + "/v1/documents", files={"file": doc}, headers=h, timeout=60)
+        assert r.status_code == 422 and "zero-data-retention" in r.text, r.text
         h = box.auth(key)
         got = httpx.get(box.url + "/v1/users/me/retention", headers=h, timeout=30).json()
         assert got["zero_retention"] is True
@@ -278,5 +283,5 @@ def test_per_user_zero_retention_refuses_what_would_be_stored(box: Served) -> No
             timeout=60,
         )
         assert r.status_code == 422 and "zero-data-retention" in r.text, r.text
-    for word in ("zedvault", "zedfact", "zedimport"):
+    for word in ("zedvault", "zedfact", "zedimport", "tomvault"):
         assert files_holding(box.data_dir, word) == [], word
