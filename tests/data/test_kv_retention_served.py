@@ -155,16 +155,9 @@ def key_id(box: Served, name: str, secret: str) -> str:
     return next(r[0] for r in rows if secret.startswith(r[1].rstrip("…")))
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """One cache directory for the module's servers: the moderation classifiers are trained
-    and the attention kernels measured once."""
-    return {"CHATBOX_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-
-
 @pytest.fixture
-def box(tmp_path: Path, tiny_gguf: Path, cache: dict[str, str]) -> Iterator[Served]:
-    served = Served(tmp_path, model=tiny_gguf, policy=policy_file(tmp_path), env=cache)
+def box(tmp_path: Path, tiny_gguf: Path) -> Iterator[Served]:
+    served = Served(tmp_path, model=tiny_gguf, policy=policy_file(tmp_path))
     try:
         yield served
     finally:
@@ -240,10 +233,9 @@ def test_the_cli_erases_a_users_kv_while_the_server_runs_and_it_never_comes_back
 
 
 def test_a_zero_retention_answers_review_item_keeps_no_text(
-    tmp_path: Path, tiny_gguf: Path, cache: dict[str, str]
+    tmp_path: Path, tiny_gguf: Path
 ) -> None:
-    policy = policy_file(tmp_path, moderation=True)
-    box = Served(tmp_path, model=tiny_gguf, policy=policy, env=cache)
+    box = Served(tmp_path, model=tiny_gguf, policy=policy_file(tmp_path, moderation=True))
     key = box.user("ann")
     with box:
         complete(box, key, "reviewship", NONE)
