@@ -136,6 +136,14 @@ class Erasures:
     def __bool__(self) -> bool:
         return bool(self._current())
 
+    def stamp(self) -> tuple[int, int] | None:
+        """Changes whenever an erasure is recorded (None: none ever was)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
     def holds(self, name: str, scope: str | None) -> bool:
         """Whether a parked file (by its name, see `key_name`) of this scope was erased."""
         marks = self._current()

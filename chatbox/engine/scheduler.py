@@ -182,6 +182,8 @@ class Scheduler:
             heapq.heapify(self.waiting)
 
     def _admit(self) -> None:
+        if self.waiting:  # nothing erased elsewhere is reused or kept past this point
+            self.slots.drop_erased()
         while self.waiting and len(self.active) < self.n_parallel:
             job = self.waiting[0]
             adm = self.slots.acquire(
@@ -350,6 +352,7 @@ class Scheduler:
         for job in list(self.active) + list(self.waiting):
             self.finish(job, "error", "the model was unloaded")
         self.waiting = []
+        self.slots.drop_erased()
         n = self.slots.park_all_to_disk()  # a restart finds idle conversations warm
         if n:
             log.info("parked %d idle conversation(s) on disk", n)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from chatbox.engine import streams
-from chatbox.engine.kvdisk import DiskEntry, DiskStore
+from chatbox.engine.kvdisk import DiskEntry, DiskStore, key_name
 from chatbox.engine.kvstate import State
 from chatbox.engine.parking import Parked, ParkedRam
 from chatbox.engine.prefixes import common_prefix, reusable
@@ -89,6 +89,7 @@ class SlotTable:
         self._per_token = 0.0  # state bytes a token, as the last park measured
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
+        self._erased_seen: tuple[int, int] | None = None  # the erasures last acted on
 
     # -- bookkeeping -------------------------------------------------------------------
     def touch(self, slot: Slot) -> None:
@@ -408,6 +409,28 @@ class SlotTable:
             if item is not None and item.scope == scope:
                 self.parked.drop(key)
         return self.disk.forget_scope(scope) if self.disk is not None else None
+
+    def drop_erased(self) -> int:
+        """Drop the live and RAM-parked KV of keys and scopes that another process (the
+        CLI) erased since the last look (`kvdisk.Erasures`); returns how many went."""
+        erased = self.disk.erased if self.disk is not None else None
+        if erased is None or erased.stamp() == self._erased_seen:
+            return 0
+        self._erased_seen = erased.stamp()
+        n = 0
+        for slot in self.slots:
+            if slot.tokens and erased.holds(key_name(slot.cache_key or ""), slot.scope):
+                if slot.busy:
+                    slot.forgotten = True
+                else:
+                    self._clear(slot)
+                n += 1
+        for key in list(self.parked):
+            item = self.parked.get(key)
+            if item is not None and erased.holds(key_name(key), item.scope):
+                self.parked.drop(key)
+                n += 1
+        return n
 
     def park_all_to_disk(self) -> int:
         """Write every idle conversation's live KV to disk (before a shutdown); return how many."""

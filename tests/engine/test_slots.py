@@ -7,7 +7,7 @@ import pickle
 import random
 from pathlib import Path
 
-from chatbox.engine.kvdisk import DiskStore
+from chatbox.engine.kvdisk import DiskStore, Erasures
 from chatbox.engine.prefixes import common_prefix
 from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable
 
@@ -450,3 +450,18 @@ def test_an_idle_zero_retention_slot_is_never_saved() -> None:
     run(t, kv, list(range(300, 400)), "b")
     run(t, kv, list(range(500, 600)), "c")  # a's slot is taken: a is not parked
     assert kv.saves == 0 and "a" not in t.parked
+
+
+def test_kv_erased_by_another_process_leaves_the_cache_and_ram(tmp_path: Path) -> None:
+    kv = SavingKv()
+    t = SlotTable(kv, 3, park_bytes=1 << 20, disk=DiskStore(tmp_path / "kv" / "model", 1 << 20))
+    run(t, kv, list(range(100, 200)), "a", scope="cara")
+    run(t, kv, list(range(300, 400)), "b", scope="finn")
+    run(t, kv, list(range(500, 600)), "c", scope="cara")
+    assert t.park_ahead() and "a" in t.parked  # in RAM, and live
+    assert t.drop_erased() == 0  # nothing was erased
+    Erasures(tmp_path / "kv").add(scopes=["cara"])  # `chatbox users delete cara`
+    assert t.drop_erased() == 3  # a (live and in RAM) and c
+    assert [s.cache_key for s in t.slots if s.tokens] == ["b"] and list(t.parked) == []
+    assert t.drop_erased() == 0  # looked at once per erasure
+    t.disk.close()  # type: ignore[union-attr]
