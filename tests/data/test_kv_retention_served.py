@@ -187,7 +187,7 @@ def test_zero_retention_keeps_no_kv_through_a_stop_a_kill_and_a_restart(
     data = box.data_dir
     box.start()
     words = zdr_words(box, keys, 1)
-    complete(box, ann, "keptship1x")  # a stored-nothing-asked completion: it is parked
+    complete(box, ann, "keptship1x")  # an ordinary completion: it is parked (the control)
     decoder.wait_for(data, "keptship1x")
     assert decoder.holding(data, *words) == []
     box.kill()  # kill -9, with the ZDR requests' KV as they were
