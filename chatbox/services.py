@@ -90,14 +90,28 @@ class LocalModels:
 
 
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
-    """Deleting a conversation's parked KV files, with no engine loaded (CLI, retention)."""
+    """Erasing a conversation's parked KV files, with no engine loaded (CLI, retention): a
+    running server never parks that conversation again (`kvdisk.Erasures`)."""
     if kv_dir is None:
         return None
 
     def forget(cache_key: str) -> object:
-        from chatbox.engine.kvdisk import forget_everywhere
+        from chatbox.engine.kvdisk import erase_files
 
-        return forget_everywhere(kv_dir, cache_key)
+        return erase_files(kv_dir, keys=[cache_key])
+
+    return forget
+
+
+def kv_scope_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
+    """Erasing every parked KV file of a scope (an erased account), as `kv_files_forget`."""
+    if kv_dir is None:
+        return None
+
+    def forget(scope: str) -> object:
+        from chatbox.engine.kvdisk import erase_files
+
+        return erase_files(kv_dir, scopes=[scope])
 
     return forget
 
@@ -194,9 +208,16 @@ class Services:
         await telemetry.start()
         admin = ModelAdmin(registry, pool, policy, accounts.audit)
         data = DataService(
-            store, chat, settings, kv_forget=kv_files_forget(engine.kv_dir), knowledge=knowledge
+            store,
+            chat,
+            settings,
+            kv_forget=kv_files_forget(engine.kv_dir),
+            knowledge=knowledge,
+            kv_forget_scope=kv_scope_forget(engine.kv_dir),
         )
         data.start()  # the retention sweeper
+        # Documents and facts to remember are refused under the user's zero-data-retention.
+        knowledge.documents.keeps_nothing = knowledge.memory.keeps_nothing = data.keeps_nothing
         return cls(
             settings,
             store,

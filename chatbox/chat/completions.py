@@ -66,11 +66,14 @@ async def complete(
     options: TurnOptions,
     user: User | None = None,
     moderation: ModerationService | None = None,
+    zero_retention: bool = False,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
     With a user, it is admitted first (quotas, routing, overload) and its usage recorded;
-    then moderated: the messages before any model work, the answer as it streams.
+    then moderated: the messages before any model work, the answer as it streams. Under
+    `zero_retention` its KV has no key and is never parked (the engine drops it when the
+    answer ends), and a review item keeps category and scores only.
     """
     if not messages:
         raise InvalidInput("messages must not be empty")
@@ -84,7 +87,7 @@ async def complete(
         model = resolve_model(models, options.model)
     try:
         if user is not None:  # after the rate limits, before any model work
-            await screen_input(moderation, user, text)
+            await screen_input(moderation, user, text, unsaved=zero_retention)
         engine = await models.engine(model)
         # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
         tokens = await asyncio.to_thread(engine.count_tokens, messages)
@@ -97,9 +100,10 @@ async def complete(
                 sampling,
                 priority=priority,
                 cache_scope=user.id if user else None,
-                cache_key=opening_key(user.id, messages) if user else None,
+                cache_key=opening_key(user.id, messages) if user and not zero_retention else None,
                 tools=options.tools,
                 n=options.n,
+                persist=not zero_retention,
             ),
             gate.policy.overload.retry_after_s,
         )
@@ -110,5 +114,5 @@ async def complete(
     if ticket is not None:
         generation = MeteredGeneration(generation, ticket)
     if user is not None and moderation is not None and moderation.enabled:
-        generation = ModeratedGeneration(generation, moderation, user)
+        generation = ModeratedGeneration(generation, moderation, user, unsaved=zero_retention)
     return model, generation, tokens

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.completions import complete
-from chatbox.chat.erase import erase_conversations
+from chatbox.chat.erase import erase_conversations, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions, check_stops
@@ -135,8 +135,10 @@ class Conversations:
         messages: tuple[ChatMessage, ...],
         options: TurnOptions,
         user: User | None = None,
+        zero_retention: bool = False,
     ) -> tuple[str, Generation, int]:
-        """A stateless completion (the OpenAI-compatible API): model, stream, prompt size."""
+        """A stateless completion (the OpenAI-compatible API): model, stream, prompt size.
+        `zero_retention`: its KV is never kept or parked, its review items keep no text."""
         self.check_options(options)
         return await complete(
             self.models,
@@ -146,11 +148,16 @@ class Conversations:
             options,
             user,
             self.moderation,
+            zero_retention,
         )
 
     async def erase(self, user_id: str, conv_ids: Sequence[str]) -> Erased:
         """Erase these conversations of the user (their answers stop first, their KV goes)."""
         return await erase_conversations(self.store, self.models, self._runs, user_id, conv_ids)
+
+    async def forget_kv_of(self, scope: str) -> None:
+        """Drop every KV of a scope (an erased account's) from the loaded engines."""
+        await forget_scope_kv(self.models, scope)
 
     # -- reading -------------------------------------------------------------------------
 

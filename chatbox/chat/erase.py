@@ -52,6 +52,21 @@ async def forget_kv(models: ModelProvider, conv_ids: Sequence[str]) -> None:
                 log.exception("could not drop the KV of %s from %s", conv_id, name)
 
 
+async def forget_scope_kv(models: ModelProvider, scope: str) -> None:
+    """Drop every cached and parked KV of a scope (an erased account) from every loaded
+    engine: its stateless completions' KV is keyed by hashes only the engine holds."""
+    for name in models.names():
+        if not models.holds_kv(name):
+            continue
+        forget = getattr(await models.engine(name), "forget_scope", None)
+        if forget is None:
+            continue
+        try:
+            await forget(scope)
+        except Exception:  # erasure of the rows must not fail on a cache
+            log.exception("could not drop the KV of an erased account from %s", name)
+
+
 async def erase_conversations(
     store: Store,
     models: ModelProvider,

@@ -146,10 +146,13 @@ class ModeratedGeneration:
     """Passes tokens on at once while a watch per answer checks them; a block cancels the
     generation and ends that answer with finish reason "content_filter" (as OpenAI's API)."""
 
-    def __init__(self, inner: Generation, moderation: ModerationService, user: User) -> None:
+    def __init__(
+        self, inner: Generation, moderation: ModerationService, user: User, unsaved: bool = False
+    ) -> None:
         self.inner = inner
         self.moderation = moderation
         self.user = user
+        self.unsaved = unsaved  # zero data retention: queue items keep no text
         self.watches: dict[int, OutputWatch] = {}
 
     @property
@@ -191,7 +194,11 @@ class ModeratedGeneration:
                 done = event
         for watch in self.watches.values():
             await watch.finish()
-            await self.moderation.record_output(self.user, watch)
+            if self.unsaved:
+                seen = watch.verdict or watch.mark
+                await note_unsaved(self.moderation, self.user, "output", seen)
+            else:
+                await self.moderation.record_output(self.user, watch)
         if done is None:
             done = DoneEvent("error", Usage(0, 0, 0), "no result")
         elif self.filtered is not None:

@@ -19,11 +19,15 @@ if TYPE_CHECKING:
 RETENTION_CHOICES = click.Choice(["none", "default"])
 
 
+def _kv_dir(ctx: click.Context) -> Path:
+    settings = _settings(ctx)
+    return settings.engine.kv_dir or settings.data_dir / "kv"
+
+
 def _kv_forget(ctx: click.Context) -> Any:
     from chatbox.services import kv_files_forget
 
-    settings = _settings(ctx)
-    return kv_files_forget(settings.engine.kv_dir or settings.data_dir / "kv")
+    return kv_files_forget(_kv_dir(ctx))
 
 
 @click.group()
@@ -80,12 +84,14 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
     if not yes and not click.confirm(f"Erase {name!r} and all of its data for good?"):
         raise click.ClickException("nothing was deleted")
     from chatbox.data.service import erase_account
+    from chatbox.services import kv_scope_forget
 
-    forget = _kv_forget(ctx)
+    forget, forget_scope = _kv_forget(ctx), kv_scope_forget(_kv_dir(ctx))
 
     async def run(store: Store) -> Any:
         user = await _user(store, name)
-        return await erase_account(store, _admin(store).actor, user, forget)
+        actor = _admin(store).actor
+        return await erase_account(store, actor, user, forget, kv_forget_scope=forget_scope)
 
     erased = with_store(ctx, run)
     click.echo(

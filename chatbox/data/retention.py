@@ -61,11 +61,14 @@ class RetentionReport:
         }
 
 
+NOTHING = "Nothing: chats are temporary and no content is stored."
+
+
 def keeps(policy: Policy, tier: str) -> str:
     """What a tier keeps, in words, for the UI and the CLI."""
     t = policy.tier(tier)
     if t.zero_retention:
-        return "Nothing: chats are temporary and no content is stored."
+        return NOTHING
     if t.retention_days > 0:
         return (
             f"Conversations are erased {t.retention_days} days after their last message "

@@ -19,7 +19,7 @@ from chatbox.chat.runs import TurnRun
 from chatbox.chat.temporary import TemporaryChat, TemporaryChats, keeps_nothing
 from chatbox.data.chatgpt import ImportReport, Limits, parse
 from chatbox.data.export import ExportData, Extras, build_zip, read_extras
-from chatbox.data.retention import Retention, RetentionReport, Sweeper, keeps
+from chatbox.data.retention import NOTHING, Retention, RetentionReport, Sweeper, keeps
 from chatbox.knowledge import Knowledge
 from chatbox.knowledge.errors import KnowledgeError
 from chatbox.settings import Settings
@@ -90,14 +90,19 @@ async def erase_account(
     user: User,
     kv_forget: KvForget | None = None,
     already: Erased | None = None,
+    kv_forget_scope: KvForget | None = None,
 ) -> Erased:
     """Erase everything the account owns; record who did it (the admin, or the user).
-    `already`: what was erased of it just before (its conversations, by the chat service)."""
+    `already`: what was erased of it just before (its conversations, by the chat service).
+    `kv_forget_scope` erases the parked KV of everything it sent (stateless completions
+    too), for every process on this data directory (a running server never parks it again)."""
     conv_ids = [c.id for c in await TransferRepo(store.db).conversations(user.id)]
     erased = (already or Erased()).add(await ErasureRepo(store.db).account(user.id))
     for conv_id in conv_ids:
         if kv_forget is not None:
             await asyncio.to_thread(kv_forget, conv_id)
+    if kv_forget_scope is not None:
+        await asyncio.to_thread(kv_forget_scope, user.id)
     await UserAdmin(store, actor).audit.record(
         actor,
         "user.delete",
@@ -120,6 +125,7 @@ class DataService:
         kv_forget: KvForget | None = None,
         clock: Callable[[], float] = time.time,
         knowledge: Knowledge | None = None,
+        kv_forget_scope: KvForget | None = None,
     ) -> None:
         self.store = store
         self.chat = chat
@@ -127,6 +133,7 @@ class DataService:
         self.kv_forget = kv_forget
         self.clock = clock
         self.knowledge = knowledge  # where an export's documents and memory facts go back
+        self.kv_forget_scope = kv_forget_scope
         self.transfer = TransferRepo(store.db)
         self.policy = chat.gate.policy
         self.temporary = TemporaryChats(
@@ -187,14 +194,35 @@ class DataService:
             options = replace(options, model=conv.model)
         return await self.temporary.answer(user, conv.system_prompt, history, content, options)
 
+    async def stores_nothing(self, user: User) -> bool:
+        """Zero-data-retention for everything this user does (their tier, or their own)."""
+        return await keeps_nothing(self.store, self.policy, user)
+
+    async def keeps_nothing(self, user_id: str) -> bool:
+        """`stores_nothing` by user id (the knowledge layer's check)."""
+        user = await self.store.users.get(user_id)
+        return user is not None and await self.stores_nothing(user)
+
+    async def what_is_kept(self, user: User) -> str:
+        """What is kept of this user's chats, in words (their own switch, else their tier)."""
+        return NOTHING if await self.stores_nothing(user) else self.tier_keeps(user)
+
+    async def refuse_if_stores_nothing(self, user: User, what: str, param: str) -> None:
+        """A 422 naming why, for storing `what` under the user's zero-data-retention."""
+        if await self.stores_nothing(user):
+            raise InvalidInput(
+                f"{what} refused: your account stores no content (zero-data-retention)", param
+            )
+
     async def retention_settings(self, user: User) -> dict[str, Any]:
         tier = self.policy.tier(user.tier)
+        own = await self.transfer.user_zero_retention(user.id)
         return {
             "tier": user.tier,
             "retention_days": tier.retention_days,
             "tier_zero_retention": tier.zero_retention,
-            "zero_retention": await self.transfer.user_zero_retention(user.id),
-            "keeps": self.tier_keeps(user),
+            "zero_retention": own,
+            "keeps": await self.what_is_kept(user),
         }
 
     async def set_zero_retention(self, user: User, on: bool) -> None:
@@ -220,7 +248,10 @@ class DataService:
             raise NotFound("user not found")
         conv_ids = [c.id for c in await self.transfer.conversations(user.id)]
         first = await self._erase(user.id, conv_ids)  # running answers stop, KV goes
-        return await erase_account(self.store, actor, user, self.kv_forget, first)
+        await self.chat.forget_kv_of(user.id)  # its completions' KV, live and parked
+        return await erase_account(
+            self.store, actor, user, self.kv_forget, first, self.kv_forget_scope
+        )
 
     # -- export and import ---------------------------------------------------------------
 
@@ -234,11 +265,7 @@ class DataService:
         """Import a ChatGPT conversations.json (or its zip), or a chatbox export (its
         documents and memory facts too): every conversation or none; what a file holds that
         chatbox cannot keep is left out and reported. Refused where nothing may be stored."""
-        if await keeps_nothing(self.store, self.policy, user):
-            raise InvalidInput(
-                "import refused: your account stores no conversations (zero-data-retention)",
-                "file",
-            )
+        await self.refuse_if_stores_nothing(user, "import", "file")
         now = self.clock()
         limits = import_limits(self.settings)
         parsed = await asyncio.to_thread(parse, data, limits, now)

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.generation import EngineGeneration
 from chatbox.engine.kernels import choose_apart
-from chatbox.engine.kvdisk import forget_everywhere, open_store
+from chatbox.engine.kvdisk import forget_everywhere, forget_scope_everywhere, open_store
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.prefixes import common_prefix
@@ -325,6 +325,18 @@ class LlamaEngine:
             await asyncio.to_thread(done.wait)
         if self.settings.kv_dir is not None:  # other models' files (of the same conversation)
             await asyncio.to_thread(forget_everywhere, self.settings.kv_dir, cache_key)
+
+    async def forget_scope(self, scope: str) -> None:
+        """An account was erased: drop every KV of its scope (its stateless completions'
+        too, whose keys nobody else knows) from the cache, RAM and disk."""
+        sched = self._scheduler
+        if sched is None:
+            return
+        done = await asyncio.wrap_future(sched.call(lambda: sched.forget_scope(scope)))
+        if done is not None:
+            await asyncio.to_thread(done.wait)
+        if self.settings.kv_dir is not None:  # other models' files
+            await asyncio.to_thread(forget_scope_everywhere, self.settings.kv_dir, scope)
 
     async def debug_call(self, fn: Any) -> Any:
         """Run fn(scheduler) on the decode thread (tests only)."""

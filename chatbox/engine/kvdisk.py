@@ -18,6 +18,13 @@ full speed while the engine says it is idle (`decoding(False)`) and one every 0.
 decodes; the writer also runs at the lowest CPU priority. Past `pending_cap` bytes waiting, a
 new write is skipped (the conversation stays parked in RAM, or is recomputed), so a machine
 that is never quiet does not queue the disk tier in memory without end.
+
+Erasure may happen in another process (the CLI erasing an account while the server runs and
+still holds that account's KV in RAM). So every erasure appends the hashes of the erased
+cache keys and scopes to `<kv_dir>/erased` (`Erasures`) before deleting their files, and a
+write checks that list before it starts and again after its rename: a file of an erased key
+or scope is never written, and one written across the erasure is deleted by whichever of
+the two sides comes last. A start deletes any such file it finds.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import struct
 import threading
 import zlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +78,76 @@ def model_id(path: Path, layout: str) -> str:
 def key_name(cache_key: str) -> str:
     """The file name of a cache key (hashed: keys are ids chosen by callers)."""
     return hashlib.sha256(cache_key.encode()).hexdigest()[:40] + SUFFIX
+
+
+ERASED = "erased"  # under kv_dir: the hashes of erased cache keys and scopes, one a line
+
+
+def _key_mark(name: str) -> str:
+    return "k" + name.removesuffix(SUFFIX)
+
+
+def _scope_mark(scope: str) -> str:
+    return "s" + hashlib.sha256(("scope\0" + scope).encode()).hexdigest()[:40]
+
+
+class Erasures:
+    """Cache keys and scopes (users, workspaces) erased by any process using this kv_dir:
+    content-free hashes, appended, never removed (ids are never reused)."""
+
+    def __init__(self, kv_dir: Path) -> None:
+        self.path = kv_dir / ERASED
+        self._seen: tuple[int, int] | None = None
+        self._marks: frozenset[str] = frozenset()
+        self._lock = threading.Lock()  # the decode thread and the writer thread both read
+
+    def add(self, keys: Iterable[str] = (), scopes: Iterable[str] = ()) -> None:
+        """Record erased cache keys and scopes (durably, before their files are deleted)."""
+        lines = [_key_mark(key_name(k)) for k in keys] + [_scope_mark(s) for s in scopes]
+        if not lines:
+            return
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        data = ("\n".join(lines) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _current(self) -> frozenset[str]:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return frozenset()
+        seen = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if seen != self._seen:
+                try:
+                    self._marks = frozenset(self.path.read_text(errors="replace").split())
+                except OSError:
+                    return self._marks
+                self._seen = seen
+            return self._marks
+
+    def __bool__(self) -> bool:
+        return bool(self._current())
+
+    def stamp(self) -> tuple[int, int] | None:
+        """Changes whenever an erasure is recorded (None: none ever was)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def holds(self, name: str, scope: str | None) -> bool:
+        """Whether a parked file (by its name, see `key_name`) of this scope was erased."""
+        marks = self._current()
+        if not marks:
+            return False
+        return _key_mark(name) in marks or (scope is not None and _scope_mark(scope) in marks)
 
 
 @dataclass(frozen=True)
@@ -131,6 +208,7 @@ class DiskStore:
         self._quiet = threading.Event()  # set while the engine is not decoding
         self._quiet.set()
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.erased = Erasures(root.parent)
         self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()  # _sizes: the writer thread and the decode thread
         for p in root.iterdir():
@@ -138,6 +216,10 @@ class DiskStore:
                 p.unlink(missing_ok=True)
             elif p.suffix == SUFFIX:
                 self._sizes[p.name] = p.stat().st_size
+        if self.erased:  # a write that crossed an erasure in another process
+            for name in list(self._sizes):
+                if self._was_erased(name):
+                    self._drop(name)
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="chatbox-kvdisk", daemon=True)
         self._thread.start()
@@ -202,15 +284,18 @@ class DiskStore:
             else:
                 self._quiet.set()
 
-    def save(self, cache_key: str, entry: DiskEntry, data: State) -> None:
-        """Queue a write (replacing the key's file); returns at once."""
+    def save(self, cache_key: str, entry: DiskEntry, data: State) -> bool:
+        """Queue a write (replacing the key's file); returns at once, False when the write
+        is skipped. An erased key's or scope's is never written."""
         if self.cap_bytes <= 0 or len(data) > self.cap_bytes:
-            return
+            return False
+        if self.erased.holds(key_name(cache_key), entry.scope):
+            return False
         with self._lock:
             if self.pending + len(data) > self.pending_cap:
                 self.skipped += 1
                 log.debug("parked KV writes are behind: not writing %s", key_name(cache_key))
-                return
+                return False
             self.pending += len(data)
 
         def write() -> None:
@@ -221,6 +306,7 @@ class DiskStore:
                     self.pending -= len(data)
 
         self._queue.put(write)
+        return True
 
     def forget(self, cache_key: str) -> threading.Event:
         """Queue the deletion of a key's file, after any write already queued; set when done."""
@@ -228,6 +314,21 @@ class DiskStore:
 
         def drop() -> None:
             self._drop(key_name(cache_key))
+            done.set()
+
+        self._queue.put(drop)
+        return done
+
+    def forget_scope(self, scope: str) -> threading.Event:
+        """Queue the deletion of every file of this scope (after queued writes); set when done."""
+        done = threading.Event()
+
+        def drop() -> None:
+            with self._lock:
+                names = list(self._sizes)
+            for name in names:
+                if _scope_of(self.root / name, self.states) == scope:
+                    self._drop(name)
             done.set()
 
         self._queue.put(drop)
@@ -287,13 +388,25 @@ class DiskStore:
                 f.flush()
                 self._quiet.wait(TRICKLE_S)
                 os.fsync(f.fileno())
+            if self.erased.holds(name, entry.scope):  # erased while it was queued
+                tmp.unlink(missing_ok=True)
+                return
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         with self._lock:
             self._sizes[name] = _HEAD.size + len(meta) + len(toks) + len(data)
+        if self.erased.holds(name, entry.scope):  # erased between the check and the rename
+            self._drop(name)
+            return
         self._evict(keep=name)
+
+    def _was_erased(self, name: str) -> bool:
+        if self.erased.holds(name, None):
+            return True
+        scope = _scope_of(self.root / name, self.states)
+        return scope is not None and self.erased.holds(name, scope)
 
     def _evict(self, keep: str) -> None:
         with self._lock:
@@ -345,8 +458,48 @@ def forget_everywhere(kv_dir: Path, cache_key: str) -> int:
         return 0
     name = key_name(cache_key)
     for model_dir in kv_dir.iterdir():
+        if not model_dir.is_dir():
+            continue
         path = model_dir / name
         if path.exists():
             path.unlink(missing_ok=True)
             n += 1
     return n
+
+
+def parked_tokens(path: Path) -> list[int] | None:
+    """The token ids a parked file holds (None: not a readable parked file): its content,
+    as the model's tokenizer turns them back into the prompt's text (audits, tests)."""
+    got = _read(path, False, StatePool())
+    return got[0].tokens if got else None
+
+
+def _scope_of(path: Path, states: StatePool) -> str | None:
+    """The scope a parked file was written for (None: none, or an unreadable file)."""
+    got = _read(path, False, states)
+    return got[0].scope if got else None
+
+
+def forget_scope_everywhere(kv_dir: Path, scope: str) -> int:
+    """Delete every parked file of a scope, of every model under kv_dir."""
+    n = 0
+    if not kv_dir.is_dir():
+        return 0
+    states = StatePool()
+    for model_dir in kv_dir.iterdir():
+        if not model_dir.is_dir():
+            continue
+        for path in model_dir.glob("*" + SUFFIX):
+            if _scope_of(path, states) == scope:
+                path.unlink(missing_ok=True)
+                n += 1
+    return n
+
+
+def erase_files(kv_dir: Path, keys: Iterable[str] = (), scopes: Iterable[str] = ()) -> int:
+    """Erase cache keys and scopes on disk, for this and every other process using kv_dir:
+    record them (`Erasures`), then delete their parked files; returns how many went."""
+    keys, scopes = list(keys), list(scopes)
+    Erasures(kv_dir).add(keys, scopes)
+    n = sum(forget_everywhere(kv_dir, k) for k in keys)
+    return n + sum(forget_scope_everywhere(kv_dir, s) for s in scopes)

@@ -182,6 +182,8 @@ class Scheduler:
             heapq.heapify(self.waiting)
 
     def _admit(self) -> None:
+        if self.waiting:  # nothing erased elsewhere is reused or kept past this point
+            self.slots.drop_erased()
         while self.waiting and len(self.active) < self.n_parallel:
             job = self.waiting[0]
             adm = self.slots.acquire(
@@ -350,6 +352,7 @@ class Scheduler:
         for job in list(self.active) + list(self.waiting):
             self.finish(job, "error", "the model was unloaded")
         self.waiting = []
+        self.slots.drop_erased()
         n = self.slots.park_all_to_disk()  # a restart finds idle conversations warm
         if n:
             log.info("parked %d idle conversation(s) on disk", n)
@@ -393,5 +396,11 @@ class Scheduler:
         """A conversation was deleted: drop its KV from the cache, RAM and disk (the event
         is set once the disk file is gone)."""
         done = self.slots.forget(cache_key)
+        self._publish()
+        return done
+
+    def forget_scope(self, scope: str) -> threading.Event | None:
+        """An account was erased: drop every KV of its scope from the cache, RAM and disk."""
+        done = self.slots.forget_scope(scope)
         self._publish()
         return done

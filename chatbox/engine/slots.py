@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from chatbox.engine import streams
-from chatbox.engine.kvdisk import DiskEntry, DiskStore
+from chatbox.engine.kvdisk import DiskEntry, DiskStore, key_name
 from chatbox.engine.kvstate import State
 from chatbox.engine.parking import Parked, ParkedRam
 from chatbox.engine.prefixes import common_prefix, reusable
@@ -42,7 +42,7 @@ class Slot:
     scope: str | None = None  # whose private text the KV holds (see GenerationRequest)
     public: int = 0  # leading tokens that anyone may reuse (template, configured prompts)
     busy: bool = False
-    persist: bool = True  # may be parked on disk (False: zero data retention)
+    persist: bool = True  # may be kept and parked (False: zero data retention)
     forgotten: bool = False  # its conversation was deleted while it ran: drop it on release
     last_used: int = 0
     segments: list[list[int]] = field(default_factory=list)  # [[group, length], ...]
@@ -89,6 +89,7 @@ class SlotTable:
         self._per_token = 0.0  # state bytes a token, as the last park measured
         self._clock = itertools.count(1)
         self._groups = itertools.count(1)
+        self._erased_seen: tuple[int, int] | None = None  # the erasures last acted on
 
     # -- bookkeeping -------------------------------------------------------------------
     def touch(self, slot: Slot) -> None:
@@ -240,7 +241,9 @@ class SlotTable:
         if not self._copy(src, target, len(src.tokens)):
             return None
         # No cache key: the conversation's cached prefix stays the first answer's.
-        return self._claim(target, None, src.scope, src.public, len(src.tokens), "copy").slot
+        slot = self._claim(target, None, src.scope, src.public, len(src.tokens), "copy").slot
+        slot.persist = src.persist
+        return slot
 
     def _claim(
         self, slot: Slot, key: str | None, scope: str | None, public: int, reused: int, source: str
@@ -273,14 +276,16 @@ class SlotTable:
         slot.scope = None
         slot.public = 0
         slot.forgotten = False
+        slot.persist = True
 
     # -- release / eviction ------------------------------------------------------------
     def release(self, slot: Slot, keep: bool) -> None:
-        """A request ended: keep its KV as a cached prefix, or free it (cancel/error)."""
+        """A request ended: keep its KV as a cached prefix, or free it (cancel/error, and
+        always under zero data retention: such KV is never kept, parked or written)."""
         slot.busy, self._arranged = False, False
         self._seal(slot)
         self.touch(slot)
-        if not keep or slot.forgotten:
+        if not keep or slot.forgotten or not slot.persist:
             self._clear(slot)
 
     def trim_idle(self, max_idle_cells: int) -> int:
@@ -317,7 +322,7 @@ class SlotTable:
         return True
 
     def _park(self, slot: Slot) -> None:
-        if self.park_bytes <= 0 and (self.disk is None or not slot.persist):
+        if not slot.persist or (self.park_bytes <= 0 and self.disk is None):
             return
         key = slot.cache_key
         if key is not None and self.parked.holds(key, slot.tokens, slot.scope, slot.public):
@@ -349,9 +354,10 @@ class SlotTable:
         return False
 
     def _saved(self, slot: Slot) -> State:
-        """The slot's KV as state bytes; empty when it is not worth parking (no key, shorter
-        than MIN_PARK_TOKENS) or llama.cpp could not save it."""
-        if slot.cache_key is None or len(slot.tokens) < MIN_PARK_TOKENS:
+        """The slot's KV as state bytes; empty when it may not be parked (zero data
+        retention), is not worth it (no key, shorter than MIN_PARK_TOKENS) or llama.cpp
+        could not save it. Every park, to RAM or disk, goes through here."""
+        if not slot.persist or slot.cache_key is None or len(slot.tokens) < MIN_PARK_TOKENS:
             return b""
         try:
             return self.kv.seq_save(slot.seq)
@@ -362,8 +368,8 @@ class SlotTable:
         """Queue the slot's KV for the disk (written by the disk's own thread), if it may go."""
         if self.disk is None or not slot.persist or slot.cache_key is None:
             return False
-        self.disk.save(slot.cache_key, DiskEntry(list(slot.tokens), slot.scope, slot.public), data)
-        return True
+        entry = DiskEntry(list(slot.tokens), slot.scope, slot.public)
+        return self.disk.save(slot.cache_key, entry, data)
 
     def _restore(self, target: Slot, parked: Parked) -> bool:
         self._clear(target)
@@ -389,6 +395,42 @@ class SlotTable:
                     self._clear(slot)
         self.parked.drop(key)
         return self.disk.forget(key) if self.disk is not None else None
+
+    def forget_scope(self, scope: str) -> threading.Event | None:
+        """Drop every KV of a scope (an erased account's) everywhere, as `forget` does."""
+        for slot in self.slots:
+            if slot.scope == scope:
+                if slot.busy:
+                    slot.forgotten = True
+                else:
+                    self._clear(slot)
+        for key in list(self.parked):
+            item = self.parked.get(key)
+            if item is not None and item.scope == scope:
+                self.parked.drop(key)
+        return self.disk.forget_scope(scope) if self.disk is not None else None
+
+    def drop_erased(self) -> int:
+        """Drop the live and RAM-parked KV of keys and scopes that another process (the
+        CLI) erased since the last look (`kvdisk.Erasures`); returns how many went."""
+        erased = self.disk.erased if self.disk is not None else None
+        if erased is None or erased.stamp() == self._erased_seen:
+            return 0
+        self._erased_seen = erased.stamp()
+        n = 0
+        for slot in self.slots:
+            if slot.tokens and erased.holds(key_name(slot.cache_key or ""), slot.scope):
+                if slot.busy:
+                    slot.forgotten = True
+                else:
+                    self._clear(slot)
+                n += 1
+        for key in list(self.parked):
+            item = self.parked.get(key)
+            if item is not None and erased.holds(key_name(key), item.scope):
+                self.parked.drop(key)
+                n += 1
+        return n
 
     def park_all_to_disk(self) -> int:
         """Write every idle conversation's live KV to disk (before a shutdown); return how many."""

@@ -95,7 +95,7 @@ class GenerationRequest:
     priority: int = 0  # lower runs first; background work uses > 0
     cache_scope: str | None = None
     shared_messages: int = 0
-    persist: bool = True  # False (zero data retention): its KV is never written to disk
+    persist: bool = True  # False (zero data retention): its KV is never parked, and goes at its end
     tools: tuple[ToolSpec, ...] = ()  # rendered by the chat template (or a fallback)
     n: int = 1  # answers to the same prompt; they share its prefill (KV sequence copy)
     # A partial answer to continue as the same assistant message (failover in router mode).

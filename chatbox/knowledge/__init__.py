@@ -14,6 +14,7 @@ from chatbox.knowledge.errors import (
     FileTooLarge,
     KnowledgeError,
     NotFoundError,
+    NotKept,
     RejectedFile,
     UnsupportedFile,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "KnowledgeError",
     "Memory",
     "NotFoundError",
+    "NotKept",
     "RejectedFile",
     "SearchHit",
     "UnsupportedFile",

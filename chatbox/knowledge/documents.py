@@ -16,9 +16,10 @@ from chatbox.knowledge.errors import (
     FileTooLarge,
     KnowledgeError,
     NotFoundError,
+    NotKept,
 )
 from chatbox.knowledge.filetext import extract
-from chatbox.knowledge.types import Screen
+from chatbox.knowledge.types import KeepsNothing, Screen
 from chatbox.store import Chunk, ChunkIn, Document, Store
 
 CHUNK_CHARS = 900  # about 200 tokens: inside MiniLM's 256-token window
@@ -92,6 +93,7 @@ class DocumentService:
         self.max_documents = max_documents  # kept by one user
         self.max_user_bytes = max_user_bytes  # uploaded bytes kept by one user
         self.screen: Screen | None = None  # moderation, before a document can be cited
+        self.keeps_nothing: KeepsNothing | None = None  # the user's zero-data-retention
         # Told (outcome: stored, rejected, failed; seconds) of each ingestion (metrics).
         self.on_ingest: Callable[[str, float], None] | None = None
 
@@ -131,6 +133,10 @@ class DocumentService:
         workspace_id: str | None = None,
     ) -> Document:
         name = PurePath(filename or "document").name[:200] or "document"
+        if self.keeps_nothing is not None and await self.keeps_nothing(user_id):
+            raise NotKept(
+                f"{name} was not stored: your account keeps no content (zero-data-retention)"
+            )
         if len(data) > self.max_bytes:
             raise FileTooLarge(
                 f"{name} is {len(data):,} bytes; the limit is {self.max_bytes:,} bytes"

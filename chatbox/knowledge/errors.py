@@ -35,5 +35,12 @@ class ContentRefused(RejectedFile):
     reason = "content_filter"
 
 
+class NotKept(RejectedFile):
+    """The user's account stores no content (zero-data-retention): a document or a fact to
+    remember is refused, not stored (422); the message says why."""
+
+    reason = "zero_retention"
+
+
 class UnsupportedFile(RejectedFile):
     reason = "unsupported_file"  # 415

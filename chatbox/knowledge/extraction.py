@@ -20,6 +20,7 @@ from chatbox.engine.types import (
     SamplingParams,
     TokenEvent,
 )
+from chatbox.knowledge.errors import NotKept
 from chatbox.knowledge.memory import MemoryService, clean_fact
 from chatbox.store import Store
 
@@ -165,6 +166,8 @@ class Extractor:
             return await self._extract(user_id, conversation_id)
         except asyncio.CancelledError:
             raise
+        except NotKept:  # the user's zero-data-retention: nothing is remembered
+            return []
         except Exception:  # background work: log it, never take the app down
             log.exception("memory extraction failed for %s", conversation_id)
             return []

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
-from chatbox.knowledge.errors import ContentRefused
-from chatbox.knowledge.types import Screen
+from chatbox.knowledge.errors import ContentRefused, NotKept
+from chatbox.knowledge.types import KeepsNothing, Screen
 from chatbox.knowledge.vector_index import VectorIndex
 from chatbox.store import Memory, Store
 
@@ -123,6 +123,7 @@ class MemoryService:
         self.embedder = embedder
         self.vectors = index
         self.screen: Screen | None = None  # moderation of facts the user asks to keep
+        self.keeps_nothing: KeepsNothing | None = None  # the user's zero-data-retention
 
     async def nearest(
         self, user_id: str, vector: np.ndarray, k: int
@@ -151,6 +152,7 @@ class MemoryService:
         texts = [t for t in (clean_fact(f) for f in facts) if t]
         if not texts:
             return []
+        await self._refuse_if_kept_nothing(user_id)
         if source == "explicit" and self.screen is not None:
             reason = await self.screen(user_id, texts, "memory", "That fact")
             if reason is not None:
@@ -188,8 +190,15 @@ class MemoryService:
         fact = clean_fact(text)
         if not fact:
             return None
+        await self._refuse_if_kept_nothing(user_id)
         vector = await self.embedder.embed_one(fact)
         return await self.store.memories.replace(user_id, memory_id, fact, vector, "explicit")
+
+    async def _refuse_if_kept_nothing(self, user_id: str) -> None:
+        if self.keeps_nothing is not None and await self.keeps_nothing(user_id):
+            raise NotKept(
+                "that fact was not stored: your account keeps no content (zero-data-retention)"
+            )
 
     async def missing(self, user_id: str, memory_ids: Sequence[str]) -> builtins.list[str]:
         """The ids among these that are not facts of this user."""

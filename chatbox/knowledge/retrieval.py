@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from chatbox.knowledge.embedder import Embedder
-from chatbox.knowledge.errors import ContentRefused
+from chatbox.knowledge.errors import ContentRefused, NotKept
 from chatbox.knowledge.memory import MemoryService, explicit_fact, forget_request
 from chatbox.knowledge.types import Citation, CountText, TurnContext
 from chatbox.knowledge.vector_index import VectorIndex
@@ -156,7 +156,8 @@ class Retriever:
         """'Remember that …' is stored at once; 'forget …' removes the closest facts."""
         fact = explicit_fact(message)
         if fact is not None:
-            with contextlib.suppress(ContentRefused):  # moderation: not kept (and recorded)
+            # moderation (not kept, and recorded) or zero-data-retention (not kept)
+            with contextlib.suppress(ContentRefused, NotKept):
                 await self.memory.add(user_id, [fact], "explicit", conversation_id)
             return
         forget = forget_request(message)

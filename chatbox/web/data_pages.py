@@ -129,7 +129,7 @@ class DataPagesController(Controller):
             **await sidebar(chat, user),
             conv=None,
             tmp=None,
-            keeps=data_service.tier_keeps(user),
+            keeps=await data_service.what_is_kept(user),
         )
 
     @get("/temporary/{conv_id:str}")
@@ -148,7 +148,7 @@ class DataPagesController(Controller):
             **await sidebar(chat, user),
             conv=None,
             tmp=tmp,
-            keeps=data_service.tier_keeps(user),
+            keeps=await data_service.what_is_kept(user),
         )
 
     @post("/ui/temporary/send", status_code=200)

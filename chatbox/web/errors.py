@@ -38,6 +38,7 @@ from chatbox.knowledge import (
     FileTooLarge,
     KnowledgeError,
     NotFoundError,
+    NotKept,
     RejectedFile,
     UnsupportedFile,
 )
@@ -62,6 +63,7 @@ _STATUS: list[tuple[type[Exception], int, str]] = [
     (UnsupportedFile, 415, UnsupportedFile.reason),
     (EncryptedFile, 422, EncryptedFile.reason),
     (EmptyFile, 422, EmptyFile.reason),
+    (NotKept, 422, NotKept.reason),
     (RejectedFile, 422, RejectedFile.reason),
     (EmbeddingUnavailable, 503, "embeddings_unavailable"),
 ]

@@ -13,7 +13,9 @@ from litestar.response import Stream
 
 from chatbox.chat import ChatMessage, TurnOptions
 from chatbox.chat.structured import off_loop
-from chatbox.web.deps import ChatDep, SettingsDep, UserDep
+from chatbox.web.auth import AnyRequest
+from chatbox.web.data import stores_nothing
+from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
 from chatbox.web.openai_answer import chunks, collect, usage_out
@@ -98,10 +100,13 @@ class OpenAIController(Controller):
         settings: SettingsDep,
         user: UserDep,
         data: ChatCompletionIn,
+        request: AnyRequest,
+        data_service: DataServiceDep,
     ) -> Response[Any] | Stream:
         messages = data.to_messages()
         options, shape = await off_loop(lambda: data.options(settings.max_tokens))
-        model, generation, _ = await chat.complete(messages, options, user)
+        zdr = await stores_nothing(request, data_service, user)
+        model, generation, _ = await chat.complete(messages, options, user, zero_retention=zdr)
         headers = {**chat.limit_headers(user), "x-chatbox-model": model}
         route = getattr(getattr(generation, "ticket", None), "route", None)
         if route is not None:

@@ -13,7 +13,15 @@ import pytest
 
 from chatbox.engine import kvdisk
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.kvdisk import SUFFIX, DiskEntry, DiskStore, key_name
+from chatbox.engine.kvdisk import (
+    SUFFIX,
+    DiskEntry,
+    DiskStore,
+    Erasures,
+    erase_files,
+    forget_everywhere,
+    key_name,
+)
 from chatbox.engine.types import ChatMessage, GenerationRequest
 from tests.engine.conftest import TINY_SETTINGS
 from tests.engine.helpers import GREEDY, Result, collect
@@ -220,3 +228,59 @@ def test_shutdown_writes_what_waits_even_mid_decode(
     got = reopened.load("k0")
     assert got is not None and (got[0], bytes(got[1])) == (DiskEntry([1], None, 0), b"z" * 300)
     reopened.close()
+
+
+def test_an_erased_key_or_scope_is_never_written_again(tmp_path: Path) -> None:
+    kv = tmp_path / "kv"
+    store = DiskStore(kv / "model", cap_bytes=10_000)
+    alice = DiskEntry([1, 2, 3], "alice", 0)
+    store.save("conv-1", alice, b"a" * 300)
+    store.save("bob-api", DiskEntry([4], "bob", 0), b"b" * 300)
+    store.forget("nothing").wait()
+    # another process (the CLI) erases a conversation and an account
+    assert erase_files(kv, keys=["conv-1"], scopes=["bob"]) == 2
+    assert files(kv) == []
+    assert not store.save("conv-1", alice, b"a" * 300)  # a RAM copy parked again: refused
+    assert not store.save("bob-other", DiskEntry([5], "bob", 0), b"b" * 300)
+    assert store.save("conv-2", alice, b"c" * 300)  # the rest is parked as ever
+    store.close()
+    assert [p.name for p in files(kv)] == [key_name("conv-2")]
+    assert forget_everywhere(kv, "conv-2") == 1  # the list of erasures is no model's folder
+
+
+def test_a_write_that_crosses_an_erasure_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kvdisk, "CHUNK", 100)
+    kv = tmp_path / "kv"
+    store = DiskStore(kv / "model", cap_bytes=10_000)
+    store.decoding(True)  # the write trickles: it is still going when the erasure comes
+    assert store.save("conv-1", DiskEntry([1], "alice", 0), b"a" * 500)
+    Erasures(kv).add(scopes=["alice"])  # recorded only, as a crash before the deletes
+    store.close()
+    assert files(kv) == []
+    # a file written before an erasure whose deletes never ran goes at the next start
+    store = DiskStore(kv / "model", cap_bytes=10_000)
+    store.save("conv-2", DiskEntry([1], "carol", 0), b"c" * 300)
+    store.close()
+    Erasures(kv).add(keys=["conv-2"])
+    DiskStore(kv / "model", cap_bytes=10_000).close()
+    assert files(kv) == []
+
+
+async def test_forget_scope_drops_an_accounts_kv_live_in_ram_and_on_disk(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    kv = tmp_path / "kv"
+    first, second = first_and_second()
+    a = await started(tiny_gguf, kv, idle_kv_cells=0)
+    await turn(a, first, key="openai:1")
+    await turn(a, first, key="conv-2", scope="bob")
+    await turn(a, first, key="openai:3")  # live, parked in RAM and on disk
+    await a.forget_scope("alice")
+    assert [p.name for p in files(kv)] == [key_name("conv-2")]
+    again = await turn(a, second, key="openai:3")
+    assert again.done.usage.cached_tokens < 10  # at most the template's public opening
+    await a.forget_scope("alice")
+    await stopped(a)
+    assert [p.name for p in files(kv)] == [key_name("conv-2")]

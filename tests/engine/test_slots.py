@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import pickle
 import random
+from pathlib import Path
 
+from chatbox.engine.kvdisk import DiskStore, Erasures
 from chatbox.engine.prefixes import common_prefix
 from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable
 
@@ -396,3 +398,70 @@ def test_parking_ahead_reports_no_work_where_nothing_can_be_parked_in_ram() -> N
     saves = kv.saves
     assert not tiny.park_ahead()
     assert kv.saves == saves + 1  # it tried once, and says so
+
+
+class SavingKv(FakeKv):
+    """Counts state saves: every park, to RAM or disk, starts with one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    def seq_save(self, seq: int) -> bytes:
+        self.saves += 1
+        return super().seq_save(seq)
+
+
+def test_zero_retention_kv_goes_when_its_request_ends_and_no_park_path_saves_it(
+    tmp_path: Path,
+) -> None:
+    kv = SavingKv()
+    disk = DiskStore(tmp_path / "kv" / "model", 1 << 20)
+    t = SlotTable(kv, 3, park_bytes=1 << 20, disk=disk)
+    prompt = list(range(100, 200))
+    adm = t.acquire(prompt, "zdr", "u")
+    assert adm is not None
+    adm.slot.persist = False  # what the scheduler sets for a zero-data-retention request
+    kv.decode(adm.slot.seq, len(prompt))
+    t.append(adm.slot, prompt)
+    fork = t.fork(adm.slot)  # a second answer (n=2) to the same prompt
+    assert fork is not None and not fork.persist
+    for slot in (adm.slot, fork):
+        t.release(slot, keep=True)
+    assert all(not s.tokens and s.cache_key is None for s in t.slots)
+    assert not any(kv.seqs.values()) and "zdr" not in t.parked
+    # every path that parks: ahead of need, trimming, eviction, shutdown
+    assert not t.park_ahead()
+    t.trim_idle(0)
+    t.evict_one()
+    assert t.park_all_to_disk() == 0
+    disk.close()
+    assert kv.saves == 0 and list(disk.root.iterdir()) == []
+    assert run(t, kv, [*prompt, 1], "zdr") == 0  # nothing of it is reused either
+
+
+def test_an_idle_zero_retention_slot_is_never_saved() -> None:
+    kv = SavingKv()
+    t = SlotTable(kv, 2, park_bytes=1 << 20)
+    run(t, kv, list(range(100, 200)), "a")
+    slot = next(s for s in t.slots if s.cache_key == "a")
+    slot.persist = False  # the park path itself refuses it, wherever it is called from
+    assert not t.park_ahead() and t.park_all_to_disk() == 0
+    run(t, kv, list(range(300, 400)), "b")
+    run(t, kv, list(range(500, 600)), "c")  # a's slot is taken: a is not parked
+    assert kv.saves == 0 and "a" not in t.parked
+
+
+def test_kv_erased_by_another_process_leaves_the_cache_and_ram(tmp_path: Path) -> None:
+    kv = SavingKv()
+    t = SlotTable(kv, 3, park_bytes=1 << 20, disk=DiskStore(tmp_path / "kv" / "model", 1 << 20))
+    run(t, kv, list(range(100, 200)), "a", scope="cara")
+    run(t, kv, list(range(300, 400)), "b", scope="finn")
+    run(t, kv, list(range(500, 600)), "c", scope="cara")
+    assert t.park_ahead() and "a" in t.parked  # in RAM, and live
+    assert t.drop_erased() == 0  # nothing was erased
+    Erasures(tmp_path / "kv").add(scopes=["cara"])  # `chatbox users delete cara`
+    assert t.drop_erased() == 3  # a (live and in RAM) and c
+    assert [s.cache_key for s in t.slots if s.tokens] == ["b"] and list(t.parked) == []
+    assert t.drop_erased() == 0  # looked at once per erasure
+    t.disk.close()  # type: ignore[union-attr]
