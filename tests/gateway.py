@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,6 +142,10 @@ def gateway_box(
     for name, tier in (("ann", "free"), ("bob", "paid"), ("carol", "team")):
         keys[name] = seed_user(config, name, "member", tier, passwords[name])
     with TestClient(create_app(config, registry), timeout=60) as client:
+        deadline = time.monotonic() + 60  # the tiers' default models load in the background
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/readyz").text
+            time.sleep(0.02)
         yield Box(client, keys, passwords)
 
 

@@ -89,7 +89,7 @@ def test_an_answer_continued_after_a_failover_is_charged_once_within_its_limit(
 
 
 def test_a_replica_serving_none_of_its_mapped_models_says_so(
-    data_dir: Path, capfd: pytest.CaptureFixture[str]
+    data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from click.testing import CliRunner
 
@@ -109,5 +109,4 @@ def test_a_replica_serving_none_of_its_mapped_models_says_so(
             assert listed.exit_code == 0, listed.output
     row = next(r for r in listed.output.splitlines() if other.url in r)
     assert "down" in row and "serves none of tiny=remote (it serves something-else)" in row
-    logged = capfd.readouterr().err
-    assert f"replica {other.url} is down: serves none of tiny=remote" in logged
+    assert f"replica {other.url} is down: serves none of tiny=remote" in caplog.text
