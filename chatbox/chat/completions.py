@@ -10,7 +10,7 @@ from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider, resolve_model
-from chatbox.chat.moderated import ModeratedGeneration, screen_input
+from chatbox.chat.moderated import ModeratedGeneration, screen_messages
 from chatbox.chat.options import TurnOptions
 from chatbox.engine.types import (
     ChatMessage,
@@ -70,7 +70,8 @@ async def complete(
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
     With a user, it is admitted first (quotas, routing, overload) and its usage recorded;
-    then moderated: the messages before any model work, the answer as it streams.
+    then moderated: what is new in the messages before any model work (the rest of a long
+    history or message beside generation), the answer as it streams.
     """
     if not messages:
         raise InvalidInput("messages must not be empty")
@@ -82,9 +83,10 @@ async def complete(
         model = ticket.model
     else:
         model = resolve_model(models, options.model)
+    screening = None
     try:
         if user is not None:  # after the rate limits, before any model work
-            await screen_input(moderation, user, text)
+            screening = await screen_messages(moderation, user, [m.content for m in messages])
         engine = await models.engine(model)
         # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
         tokens = await asyncio.to_thread(engine.count_tokens, messages)
@@ -104,11 +106,16 @@ async def complete(
             gate.policy.overload.retry_after_s,
         )
     except BaseException:
+        if screening is not None and screening.rest is not None:
+            screening.rest.cancel()
         if ticket:  # nothing ran: give the admission back
             await ticket.finish(None)
         raise
     if ticket is not None:
         generation = MeteredGeneration(generation, ticket)
     if user is not None and moderation is not None and moderation.enabled:
-        generation = ModeratedGeneration(generation, moderation, user)
+        # A single plain answer comes back as the next call's history: checked for it then.
+        again = options.n <= 1 and not options.tools
+        rest = screening.rest if screening is not None else None
+        generation = ModeratedGeneration(generation, moderation, user, rest, remember=again)
     return model, generation, tokens
