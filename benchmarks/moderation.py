@@ -197,7 +197,7 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
         history.append(ChatMessage("user" if i % 2 == 0 else "assistant", words(150, f"#{i}")))
     # The conversation so far was sent before (its messages were new then): once now.
     await first_token(services, user, (*history, ChatMessage("user", "Go on.")))
-    await asyncio.sleep(2.0)  # what was left for beside generation is checked by now
+    await moderation.settled()
     cases = {
         "follow-up, ~1,800-token history + 1 new message": lambda i: (
             *history,
@@ -215,6 +215,7 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
                 moderation.policy = dataclasses.replace(policy, enabled=enabled)
                 ttft = await first_token(services, user, build(i * 2 + int(enabled)))
                 (on if enabled else off).append(ttft * 1000)
+                await moderation.settled()  # the answer's check for later: not in the next
         moderation.policy = policy
         added = [a - b for a, b in zip(on, off, strict=True)]
         out[name] = {

@@ -106,8 +106,6 @@ async def complete(
             gate.policy.overload.retry_after_s,
         )
     except BaseException:
-        if screening is not None and screening.rest is not None:
-            screening.rest.cancel()
         if ticket:  # nothing ran: give the admission back
             await ticket.finish(None)
         raise
@@ -116,6 +114,6 @@ async def complete(
     if user is not None and moderation is not None and moderation.enabled:
         # A single plain answer comes back as the next call's history: checked for it then.
         again = options.n <= 1 and not options.tools
-        rest = screening.rest if screening is not None else None
+        rest = screening.start_rest if screening is not None else None
         generation = ModeratedGeneration(generation, moderation, user, rest, remember=again)
     return model, generation, tokens

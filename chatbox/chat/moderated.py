@@ -47,8 +47,8 @@ async def screen_messages(
 ) -> Screening | None:
     """A stateless request's messages (the whole history, as an OpenAI client sends it):
     what is new and must be checked first is; a block raises Refused (category and scores
-    queued). The screening's `rest`, if any, is checked beside generation
-    (`ModeratedGeneration` cuts the answer if it fails)."""
+    queued). What is left, if anything, is checked beside generation (`ModeratedGeneration`
+    starts it and cuts the answer if it fails)."""
     if moderation is None or not moderation.enabled or not texts:
         return None
     screening = await moderation.screen_messages(user, texts)
@@ -172,22 +172,28 @@ class ModeratedGeneration:
         inner: Generation,
         moderation: ModerationService,
         user: User,
-        pending: asyncio.Task[Verdict] | None = None,
+        rest: Callable[[], asyncio.Task[Verdict]] | None = None,
         remember: bool = False,
     ) -> None:
-        """`pending`: the check of the request's messages left for beside generation (a
+        """`rest`: starts the check of the request's messages left for beside generation (a
         block cuts every answer); `remember`: check the answer, once it is whole, as the
         next request will send it back (an OpenAI client's history)."""
         self.inner = inner
         self.moderation = moderation
         self.user = user
         self.watches: dict[int, OutputWatch] = {}
-        self.pending = pending
+        self.rest = rest
+        self.pending: asyncio.Task[Verdict] | None = None
         self.input_block: Verdict | None = None
         self.remember = remember
         self._answer: list[str] = []
-        if pending is not None:
-            pending.add_done_callback(self._input_checked)
+
+    def _start_rest(self) -> None:
+        # At the first token, not before: on a CPU box the check would take cores from the
+        # prompt's prefill, and the first token's wait is what a person feels.
+        if self.rest is not None and self.pending is None:
+            self.pending = self.rest()
+            self.pending.add_done_callback(self._input_checked)
 
     def _input_checked(self, task: asyncio.Task[Verdict]) -> None:
         if task.cancelled() or task.exception() is not None:
@@ -199,6 +205,7 @@ class ModeratedGeneration:
 
     async def _input(self) -> None:
         """Wait for the rest of the messages' check (an answer never ends before it)."""
+        self._start_rest()
         if self.pending is None:
             return
         try:
@@ -241,6 +248,7 @@ class ModeratedGeneration:
         done: DoneEvent | None = None
         async for event in self.inner:
             if isinstance(event, TokenEvent):
+                self._start_rest()
                 if self.input_block is not None:
                     continue  # the request's messages failed: nothing more is shown
                 watch = self._watch(event.index)
@@ -274,6 +282,7 @@ class ModeratedGeneration:
     def cancel(self) -> None:
         for watch in self.watches.values():
             watch.cancel()
+        self.rest = None  # never started now
         if self.pending is not None:
             self.pending.cancel()
         self.inner.cancel()

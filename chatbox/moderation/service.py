@@ -42,11 +42,11 @@ def worse(a: Verdict, b: Verdict) -> Verdict:
 
 @dataclass
 class Screening:
-    """A request's messages, checked: the verdict before any model work, and the check of
-    what was left for beside generation (its verdict; None when nothing was left)."""
+    """A request's messages, checked: the verdict before any model work, and what was left
+    for beside generation (`start_rest` checks it; nothing left: None)."""
 
     verdict: Verdict
-    rest: asyncio.Task[Verdict] | None = None
+    start_rest: Callable[[], asyncio.Task[Verdict]] | None = None
 
 
 class ModerationService:
@@ -83,7 +83,7 @@ class ModerationService:
         again), each checked once per user: a remembered verdict is used as it is; of the
         new text, the newest message's head is checked now, so what this adds before the
         first token does not grow with the history or the message; everything else new is
-        checked beside generation (`Screening.rest`, blocked verdicts queued).
+        checked beside generation (`Screening.start_rest`, blocked verdicts queued).
         """
         tier, verdict = user.tier, ALLOW
         todo: list[str] = []
@@ -104,7 +104,11 @@ class ModerationService:
                 return Screening(verdict)
         if not todo:
             return Screening(verdict)
-        return Screening(verdict, asyncio.create_task(self._rest(user, todo[::-1], direction)))
+
+        def start_rest() -> asyncio.Task[Verdict]:
+            return asyncio.create_task(self._rest(user, todo[::-1], direction))
+
+        return Screening(verdict, start_rest)
 
     async def _rest(self, user: User, texts: list[str], direction: str) -> Verdict:
         """Check texts one after another in the background lane (newest first); the first
@@ -133,6 +137,11 @@ class ModerationService:
         self._later.add(task)
         task.add_done_callback(self._later.discard)
         return task
+
+    async def settled(self) -> None:
+        """Once the checks of answers for later (`remember`) are done (benchmarks, tests)."""
+        while self._later:
+            await asyncio.gather(*self._later, return_exceptions=True)
 
     def watch(self, user: User, on_block: Callable[[Verdict], None]) -> OutputWatch | None:
         """A watch over one answer's stream, or None where output moderation is off."""
