@@ -2,7 +2,7 @@
 category classifier's precision/recall on the held-out set.
 
     python benchmarks/moderation.py [--model smollm2] [--streams 8] [--tokens 128]
-        [--checks 300] [--quick] [--json OUT]
+        [--checks 300] [--samples 40] [--ttft-only] [--quick] [--json OUT]
 
 1. precision and recall per category on chatbox/moderation/data/heldout.tsv (never trained on),
    at the shipped policy's thresholds (targets: precision >= 0.9, recall >= 0.8 on blocking
@@ -10,7 +10,11 @@ category classifier's precision/recall on the held-out set.
 2. input check latency (rules + profanity + categories, one message at a time) p50/p99, idle
    and while `--streams` answers decode on the real model (target: p99 < 20 ms);
 3. TTFT and tokens/s of `--streams` concurrent answers with output moderation on vs off
-   (target: TTFT unchanged within noise, throughput >= 95%).
+   (target: TTFT unchanged within noise, throughput >= 95%);
+4. the TTFT input moderation adds (on minus off, interleaved pairs) p50/p99 for (a) an
+   OpenAI follow-up: a ~1,800-token history sent again with one new message, (b) a new
+   ~2,000-token message (target: p99 < 50 ms whatever the history's length).
+   `--ttft-only` runs just this part.
 The app runs in-process (Services), answering through the OpenAI-API path (`chat.complete`).
 """
 
@@ -74,7 +78,8 @@ async def start(data_dir: Path, model: str, streams: int, runtime: str = "onnx")
         model=model,
         admin_password="bench-admin",
         policy_path=policy,
-        engine=EngineSettings(n_parallel=streams, n_ctx=streams * 1024, n_ctx_per_seq=1024),
+        # room for part 4's ~2,000-token prompts in one slot
+        engine=EngineSettings(n_parallel=streams, n_ctx=streams * 1024, n_ctx_per_seq=4096),
         embedding_runtime=runtime,
     )
     services = await Services.start(settings)
@@ -161,12 +166,77 @@ async def check_latency(
     return out
 
 
+SENTENCE = "We walked along the river past the old mill, and talked about the harvest. "
+
+
+def words(n_tokens: int, salt: str) -> str:
+    """About n_tokens of plain English (~4 characters a token), made unique by salt."""
+    return salt + " " + SENTENCE * max(1, n_tokens * 4 // len(SENTENCE))
+
+
+async def first_token(services: Services, user: User, messages: tuple[ChatMessage, ...]) -> float:
+    """Seconds from the call to the first token of a short answer."""
+    options = TurnOptions(max_tokens=4, temperature=0.0)
+    t0 = time.perf_counter()
+    _, generation, _ = await services.chat.complete(messages, options, user)
+    ttft = float("nan")
+    async for event in generation:
+        if isinstance(event, TokenEvent) and ttft != ttft:
+            ttft = time.perf_counter() - t0
+    return ttft
+
+
+async def added_ttft(services: Services, user: User, samples: int) -> dict[str, Any]:
+    """Input moderation's added TTFT: on minus off in interleaved pairs, each pair with a
+    new message of its own (so it is really new to the verdict cache)."""
+    moderation = services.moderation
+    assert moderation is not None
+    policy = moderation.policy
+    history: list[ChatMessage] = []
+    for i in range(12):  # ~1,800 tokens, as an OpenAI client sends it every call
+        history.append(ChatMessage("user" if i % 2 == 0 else "assistant", words(150, f"#{i}")))
+    # The conversation so far was sent before (its messages were new then): once now.
+    await first_token(services, user, (*history, ChatMessage("user", "Go on.")))
+    await moderation.settled()
+    cases = {
+        "follow-up, ~1,800-token history + 1 new message": lambda i: (
+            *history,
+            ChatMessage("user", f"({i}) And what did you see after the mill?"),
+        ),
+        "a new ~2,000-token message": lambda i: (ChatMessage("user", words(2000, f"({i})")),),
+    }
+    out: dict[str, Any] = {}
+    for name, build in cases.items():
+        on: list[float] = []
+        off: list[float] = []
+        await first_token(services, user, build(-1))  # warm: shapes, the prefix in KV
+        for i in range(samples):
+            for enabled in (True, False) if i % 2 == 0 else (False, True):
+                moderation.policy = dataclasses.replace(policy, enabled=enabled)
+                ttft = await first_token(services, user, build(i * 2 + int(enabled)))
+                (on if enabled else off).append(ttft * 1000)
+                await moderation.settled()  # the answer's check for later: not in the next
+        moderation.policy = policy
+        added = [a - b for a, b in zip(on, off, strict=True)]
+        out[name] = {
+            "on_p50": pct(on, 50),
+            "off_p50": pct(off, 50),
+            "added_p50": pct(added, 50),
+            "added_p99": pct(added, 99),
+            "n": len(added),
+        }
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         services = await start(Path(tmp) / "app", args.model, args.streams, args.embedding_runtime)
         user = await services.store.users.create("bench", tier="paid")
         try:
+            report["added_ttft"] = await added_ttft(services, user, args.samples)
+            if args.ttft_only:
+                return report
             assert services.moderation is not None
             moderator = services.moderation.moderator
             report["heldout"] = await evaluate(moderator)
@@ -229,7 +299,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def print_added_ttft(r: dict[str, Any]) -> None:
+    print("\nTTFT input moderation adds (on - off, interleaved pairs), ms")
+    print(f"{'case':<50}{'on p50':>8}{'off p50':>9}{'added p50':>11}{'added p99':>11}{'n':>4}")
+    for name, row in r["added_ttft"].items():
+        print(
+            f"{name:<50}{row['on_p50']:>8.0f}{row['off_p50']:>9.0f}"
+            f"{row['added_p50']:>11.1f}{row['added_p99']:>11.1f}{row['n']:>4}"
+        )
+
+
 def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    print_added_ttft(r)
+    if args.ttft_only:
+        return
     print("\nHeld-out set (never trained on), shipped thresholds")
     print("(messages: exact vectors; answer windows: the int8 graph's, screened half-way)")
     print(f"{'category':<15}{'precision':>10}{'recall':>8}{'n':>5}{'windows P':>11}{'R':>6}")
@@ -281,11 +364,13 @@ def main() -> None:
     ap.add_argument("--stride", type=int, default=0, help="output windows every N tokens")
     ap.add_argument("--no-screen", action="store_true", help="answer windows read whole")
     ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
+    ap.add_argument("--samples", type=int, default=40, help="added-TTFT pairs per case")
+    ap.add_argument("--ttft-only", action="store_true", help="only input moderation's TTFT")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.quick:
-        args.checks, args.tokens, args.rounds = 60, 48, 2
+        args.checks, args.tokens, args.rounds, args.samples = 60, 48, 2, 6
     report = asyncio.run(run(args))
     print_report(report, args)
     if args.json:

@@ -24,7 +24,8 @@
    writes, and the kernel has written out what they wrote; one untimed round of every
    part on both servers goes first (--warmup: a fresh process's first requests are slow
    here);
-4. prints each run, then the median over pairs of chatbox / llama-server.
+4. prints each run (with chunks per token of the 1- and 8-stream parts: one a token is
+   what OpenAI and llama-server send), then the median over pairs of chatbox / llama-server.
 Targets: >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 """
 
@@ -286,7 +287,8 @@ def settle(
 async def stream(
     client: Any, model: str, messages: list[dict[str, str]], max_tokens: int
 ) -> dict[str, Any]:
-    """One streamed completion: TTFT (first content), completion tokens, the answer text."""
+    """One streamed completion: TTFT (first content), completion tokens, the answer text,
+    and how many chunks carried content (one a token, as OpenAI and llama-server send)."""
     t0 = time.perf_counter()
     ttft: float | None = None
     parts: list[str] = []
@@ -313,6 +315,7 @@ async def stream(
         "prompt_tokens": usage.prompt_tokens if usage else 0,
         "cached_tokens": getattr(details, "cached_tokens", None) or 0,
         "text": "".join(parts),
+        "chunks": len(parts),
         "wall": time.perf_counter() - t0,
     }
 
@@ -381,6 +384,7 @@ async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dic
                 f"{phase}_tok_s": tokens / wall,
                 f"{phase}_tokens_per_answer": statistics.mean(r["tokens"] for r in done),
                 f"{phase}_serving_ms": serving_cpu(cpu0, cpu1, compute) / tokens,
+                f"{phase}_chunks_per_token": sum(r["chunks"] for r in done) / max(tokens, 1),
             }
         if phase == "deep":  # 8 people mid-conversation: answers decode deep in their KV
             turns = [history(f"{nonce}-d{i}", args.deep_tokens) for i in range(n)]
@@ -437,9 +441,19 @@ COLUMNS = [
     ("paused_ttft", "follow-up after a pause TTFT s", "{:.3f}"),
     ("serial_serving_ms", "1 stream serving CPU ms/token", "{:.3f}"),
     ("concurrent_serving_ms", "8 streams serving CPU ms/token", "{:.3f}"),
+    ("serial_chunks_per_token", "1 stream chunks/token", "{:.2f}"),
+    ("concurrent_chunks_per_token", "8 streams chunks/token", "{:.2f}"),
 ]
 # reference columns: no target
-REFERENCE = {"deep_tok_s", "cold_ttft", "paused_ttft", "serial_serving_ms", "concurrent_serving_ms"}
+REFERENCE = {
+    "deep_tok_s",
+    "cold_ttft",
+    "paused_ttft",
+    "serial_serving_ms",
+    "concurrent_serving_ms",
+    "serial_chunks_per_token",
+    "concurrent_chunks_per_token",
+}
 
 
 def report(

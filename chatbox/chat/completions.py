@@ -10,7 +10,7 @@ from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider, resolve_model
-from chatbox.chat.moderated import ModeratedGeneration, screen_input
+from chatbox.chat.moderated import ModeratedGeneration, screen_messages
 from chatbox.chat.options import TurnOptions
 from chatbox.engine.types import (
     ChatMessage,
@@ -71,9 +71,10 @@ async def complete(
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
     With a user, it is admitted first (quotas, routing, overload) and its usage recorded;
-    then moderated: the messages before any model work, the answer as it streams. Under
-    `zero_retention` its KV has no key and is never parked (the engine drops it when the
-    answer ends), and a review item keeps category and scores only.
+    then moderated: what is new in the messages before any model work (the rest of a long
+    history or message beside generation), the answer as it streams. Under `zero_retention`
+    its KV has no key and is never parked (the engine drops it when the answer ends), and a
+    review item keeps category and scores only.
     """
     if not messages:
         raise InvalidInput("messages must not be empty")
@@ -85,9 +86,11 @@ async def complete(
         model = ticket.model
     else:
         model = resolve_model(models, options.model)
+    screening = None
     try:
         if user is not None:  # after the rate limits, before any model work
-            await screen_input(moderation, user, text, unsaved=zero_retention)
+            texts = [m.content for m in messages]
+            screening = await screen_messages(moderation, user, texts, zero_retention)
         engine = await models.engine(model)
         # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
         tokens = await asyncio.to_thread(engine.count_tokens, messages)
@@ -114,5 +117,10 @@ async def complete(
     if ticket is not None:
         generation = MeteredGeneration(generation, ticket)
     if user is not None and moderation is not None and moderation.enabled:
-        generation = ModeratedGeneration(generation, moderation, user, unsaved=zero_retention)
+        # A single plain answer comes back as the next call's history: checked for it then.
+        again = options.n <= 1 and not options.tools
+        rest = screening.start_rest if screening is not None else None
+        generation = ModeratedGeneration(
+            generation, moderation, user, rest, remember=again, unsaved=zero_retention
+        )
     return model, generation, tokens

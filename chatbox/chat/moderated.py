@@ -4,6 +4,7 @@ generation whose answers are watched as they stream (the OpenAI-compatible API).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,10 @@ from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.runs import TurnRun
 from chatbox.engine.types import DoneEvent, EngineEvent, FinishReason, Generation, TokenEvent, Usage
 from chatbox.moderation import ModerationService, OutputWatch, Verdict
+from chatbox.moderation.service import Screening
 from chatbox.store import Turn, User
+
+log = logging.getLogger("chatbox.moderation")
 
 
 async def screen_input(
@@ -36,6 +40,26 @@ async def screen_input(
             await moderation.queue.record(user, direction, verdict, None)
         raise Refused(verdict.refusal(), verdict.category or "rule", verdict.scores)
     return verdict
+
+
+async def screen_messages(
+    moderation: ModerationService | None, user: User, texts: list[str], unsaved: bool = False
+) -> Screening | None:
+    """A stateless request's messages (the whole history, as an OpenAI client sends it):
+    what is new and must be checked first is; a block raises Refused (category and scores
+    queued). What is left, if anything, is checked beside generation (`ModeratedGeneration`
+    starts it and cuts the answer if it fails)."""
+    if moderation is None or not moderation.enabled or not texts:
+        return None
+    screening = await moderation.screen_messages(user, texts)
+    verdict = screening.verdict
+    if verdict.blocked:
+        if unsaved:
+            await note_unsaved(moderation, user, "input", verdict)
+        else:
+            await moderation.queue.record(user, "input", verdict, None)
+        raise Refused(verdict.refusal(), verdict.category or "rule", verdict.scores)
+    return screening
 
 
 def moderation_event(verdict: Verdict, turn_id: str | None = None) -> dict[str, Any]:
@@ -147,13 +171,56 @@ class ModeratedGeneration:
     generation and ends that answer with finish reason "content_filter" (as OpenAI's API)."""
 
     def __init__(
-        self, inner: Generation, moderation: ModerationService, user: User, unsaved: bool = False
+        self,
+        inner: Generation,
+        moderation: ModerationService,
+        user: User,
+        rest: Callable[[], asyncio.Task[Verdict]] | None = None,
+        remember: bool = False,
+        unsaved: bool = False,
     ) -> None:
+        """`rest`: starts the check of the request's messages left for beside generation (a
+        block cuts every answer); `remember`: check the answer, once it is whole, as the
+        next request will send it back (an OpenAI client's history); `unsaved`: zero data
+        retention (queue items keep no text)."""
         self.inner = inner
         self.moderation = moderation
         self.user = user
         self.unsaved = unsaved  # zero data retention: queue items keep no text
         self.watches: dict[int, OutputWatch] = {}
+        self.rest = rest
+        self.pending: asyncio.Task[Verdict] | None = None
+        self.input_block: Verdict | None = None
+        self.remember = remember
+        self._answer: list[str] = []
+
+    def _start_rest(self) -> None:
+        # At the first token, not before: on a CPU box the check would take cores from the
+        # prompt's prefill, and the first token's wait is what a person feels.
+        if self.rest is not None and self.pending is None:
+            self.pending = self.rest()
+            self.pending.add_done_callback(self._input_checked)
+
+    def _input_checked(self, task: asyncio.Task[Verdict]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        verdict = task.result()
+        if verdict.blocked and self.input_block is None:
+            self.input_block = verdict
+            self._stop()
+
+    async def _input(self) -> None:
+        """Wait for the rest of the messages' check (an answer never ends before it)."""
+        self._start_rest()
+        if self.pending is None:
+            return
+        try:
+            await self.pending
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a failing check must not fail the answer; it is logged
+            log.exception("input moderation check beside generation failed")
+        self._input_checked(self.pending)
 
     @property
     def ticket(self) -> Any:  # the admission ticket (route headers), where metered
@@ -161,6 +228,8 @@ class ModeratedGeneration:
 
     @property
     def filtered(self) -> Verdict | None:
+        if self.input_block is not None:
+            return self.input_block
         return next((w.verdict for w in self.watches.values() if w.verdict), None)
 
     def _watch(self, index: int) -> OutputWatch | None:
@@ -185,13 +254,20 @@ class ModeratedGeneration:
         done: DoneEvent | None = None
         async for event in self.inner:
             if isinstance(event, TokenEvent):
+                self._start_rest()
+                if self.input_block is not None:
+                    continue  # the request's messages failed: nothing more is shown
                 watch = self._watch(event.index)
                 if watch is None or not self.filtered:
                     if watch is not None:
-                        watch.feed(event.text)
+                        for part in event.parts or (event,):
+                            watch.feed(part.text)
+                    if self.remember and event.index == 0:
+                        self._answer.append(event.text)
                     yield event
             elif isinstance(event, DoneEvent):
                 done = event
+        await self._input()
         for watch in self.watches.values():
             await watch.finish()
             if self.unsaved:
@@ -204,13 +280,19 @@ class ModeratedGeneration:
         elif self.filtered is not None:
             n = max(len(done.finish_reasons), 1)
             reasons: list[FinishReason] = list(done.finish_reasons or (done.finish_reason,))
-            for i, watch in self.watches.items():
-                if watch.blocked and i < n:
+            for i in range(n):
+                watch = self.watches.get(i)
+                if self.input_block is not None or (watch is not None and watch.blocked):
                     reasons[i] = "content_filter"
             done = replace(done, finish_reason=reasons[0], finish_reasons=tuple(reasons))
+        elif self.remember and done.finish_reason in ("stop", "length"):
+            self.moderation.remember(self.user, "".join(self._answer))
         yield done
 
     def cancel(self) -> None:
         for watch in self.watches.values():
             watch.cancel()
+        self.rest = None  # never started now
+        if self.pending is not None:
+            self.pending.cancel()
         self.inner.cancel()

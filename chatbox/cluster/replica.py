@@ -218,11 +218,15 @@ class ReplicaApp:
                     batch.append(events.get_nowait())
                 out = bytearray()
                 finished = False
-                for item in batch:
-                    if isinstance(item, TokenEvent):
-                        sent += 1
-                    out += line(event_to_json(item, sent))
-                    finished = finished or isinstance(item, DoneEvent)
+                for joined in batch:
+                    # one line per token, as the engine made them: the front's OpenAI
+                    # stream writes a chunk per token
+                    singles = joined.parts if isinstance(joined, TokenEvent) else ()
+                    for item in singles or (joined,):
+                        if isinstance(item, TokenEvent):
+                            sent += 1
+                        out += line(event_to_json(item, sent))
+                    finished = finished or isinstance(joined, DoneEvent)
                 await send(_chunk(bytes(out), more=not finished))
                 if finished:
                     return

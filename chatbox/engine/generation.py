@@ -82,13 +82,24 @@ def _coalesce(
     """Join the tokens of one answer that queued up behind `event` (and the next event of
     another kind, held back). A consumer that fell behind (a busy event loop under many
     streams) then pays for one chunk per wake-up instead of one per token, and catches up
-    instead of taking CPU from the decode threads; the text and logprobs are unchanged."""
+    instead of taking CPU from the decode threads; the text and logprobs are unchanged, and
+    the joined events are kept in `parts` (the OpenAI API writes one chunk per token)."""
+    joined: list[TokenEvent] = []
     while not events.empty():
         nxt = events.get_nowait()
         if not isinstance(nxt, TokenEvent) or nxt.index != event.index:
-            return event, nxt
-        event = TokenEvent(event.text + nxt.text, event.index, event.logprobs + nxt.logprobs)
-    return event, None
+            return _joined(event, joined), nxt
+        joined.append(nxt)
+    return _joined(event, joined), None
+
+
+def _joined(first: TokenEvent, rest: list[TokenEvent]) -> TokenEvent:
+    if not rest:
+        return first
+    parts = (first, *rest)
+    text = "".join(p.text for p in parts)
+    logprobs = tuple(lp for p in parts for lp in p.logprobs)
+    return TokenEvent(text, first.index, logprobs, parts)
 
 
 def _combined(ended: dict[int, DoneEvent]) -> DoneEvent:

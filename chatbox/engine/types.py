@@ -123,6 +123,9 @@ class TokenEvent:
     text: str
     index: int = 0  # which of the request's n answers
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text came from (when asked)
+    # Events joined into this one on their way (a consumer behind), one per token, in order:
+    # the OpenAI API still writes a chunk per token. Empty: this event is one token's.
+    parts: tuple[TokenEvent, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ under the policy into one verdict per text (allow, warn, flag or block, and why)
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from chatbox.moderation.policy import (
     ModerationPolicy,
     severity,
 )
+from chatbox.moderation.verdicts import VerdictCache, verdict_key
 
 log = logging.getLogger("chatbox.moderation")
 # Checks a person waits on before anything else happens (the message, a fact to remember):
@@ -142,10 +144,23 @@ class Moderator:
         self.categories: CategoryModel | None = None
         self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None
+        self.verdicts = VerdictCache()  # texts already checked: in RAM, digests only
+        self._policy_digest: tuple[ModerationPolicy, str] | None = None
 
     @property
     def enabled(self) -> bool:
         return self.policy.enabled
+
+    @property
+    def version(self) -> str:
+        """What a verdict depends on besides its text, tier and direction: the policy (its
+        thresholds, actions and rules) and which classifiers are loaded. A cached verdict
+        is only used under the version it was made with."""
+        if self._policy_digest is None or self._policy_digest[0] is not self.policy:
+            digest = hashlib.blake2b(repr(self.policy).encode(), digest_size=8).hexdigest()
+            self._policy_digest = (self.policy, digest)
+        loaded = (self.categories is not None, self.screen is not None, self.profanity.available)
+        return self._policy_digest[1] + ":" + "".join("1" if x else "0" for x in loaded)
 
     def start(self) -> asyncio.Task[None]:
         """Load (or train, on first start) the classifiers in the background."""
@@ -259,12 +274,41 @@ class Moderator:
         )
         return np.vstack([head[None, :], rest])
 
-    async def check(self, text: str, tier: str, direction: str) -> Verdict:
-        """The policy's verdict on text for a user of `tier`, going `direction`."""
+    def cached(self, text: str, tier: str, direction: str, scope: str) -> Verdict | None:
+        """The verdict `check` gave text for `scope` under this policy, if it is remembered."""
         if not self.policy.enabled or not text.strip():
             return ALLOW
+        if direction in SCREENED:
+            return None
+        verdict = self.verdicts.get(verdict_key(scope, self.version, tier, direction, text))
+        if verdict is not None and self.metrics is not None:
+            self.metrics.cached.labels(direction).inc()
+        return verdict
+
+    async def check(
+        self,
+        text: str,
+        tier: str,
+        direction: str,
+        scope: str | None = None,
+        urgent: bool | None = None,
+    ) -> Verdict:
+        """The policy's verdict on text for a user of `tier`, going `direction`.
+
+        With a `scope` (the user it is checked for), a text already checked for that scope
+        under the same policy is not scored again. Verdicts are not shared between users,
+        though a verdict depends only on the text, tier and policy: a shared one would tell
+        anyone, by how fast a text is answered, whether someone else had sent it. `urgent`
+        overrides the direction's lane (a check nobody waits on yet goes in the background)."""
+        if not self.policy.enabled or not text.strip():
+            return ALLOW
+        if scope is not None:
+            remembered = self.cached(text, tier, direction, scope)
+            if remembered is not None:
+                return remembered
         started = time.perf_counter()
-        urgent, screened = direction in URGENT, direction in SCREENED
+        screened = direction in SCREENED
+        urgent = direction in URGENT if urgent is None else urgent
         verdict = self.decide(await self.scores(text, urgent, screened), tier, direction, text)
         elapsed = time.perf_counter() - started
         verdict = Verdict(
@@ -276,6 +320,8 @@ class Moderator:
             elapsed,
         )
         self._count(verdict, direction)
+        if scope is not None and not screened:
+            self.verdicts.put(verdict_key(scope, self.version, tier, direction, text), verdict)
         return verdict
 
     def decide(

@@ -13,6 +13,12 @@ class ModerationMetrics:
             ["direction"],
             registry=registry,
         )
+        self.cached = Counter(
+            "chatbox_moderation_cached_total",
+            "Texts not checked again: their verdict was remembered (a re-sent history)",
+            ["direction"],
+            registry=registry,
+        )
         self.flags = Counter(
             "chatbox_moderation_flags_total",
             "Checks that warned or flagged, by direction, category and action",

@@ -3,18 +3,50 @@ facts, keep the review queue. Built once per app (chatbox.services)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from chatbox.knowledge.embedder import Embedder
 from chatbox.moderation.checker import ALLOW, Moderator, Verdict
+from chatbox.moderation.classifier import SEGMENT_CHARS
 from chatbox.moderation.metrics import ModerationMetrics
-from chatbox.moderation.policy import ModerationPolicy
+from chatbox.moderation.policy import ModerationPolicy, severity
 from chatbox.moderation.queue import ReviewQueue
 from chatbox.moderation.stream import OutputWatch
 from chatbox.store import Store, User
+
+log = logging.getLogger("chatbox.moderation")
+# What of a new text is checked before the first token: one segment the classifier reads in
+# one pass (~10 ms); the rest is checked beside generation and cuts the answer if it fails.
+HEAD_CHARS = SEGMENT_CHARS
+OVERLAP_CHARS = 200  # the rest starts this far before the head ends: a term across the cut
+
+
+def parts(text: str) -> list[str]:
+    """The texts a message is checked (and its verdicts remembered) as: itself, or a long
+    one's head and the rest, overlapping; the same cut every time it is sent."""
+    if len(text) <= HEAD_CHARS:
+        return [text]
+    return [text[:HEAD_CHARS], text[HEAD_CHARS - OVERLAP_CHARS :]]
+
+
+def worse(a: Verdict, b: Verdict) -> Verdict:
+    """The verdict with the stronger action (the first among equals)."""
+    return b if severity(b.action) > severity(a.action) else a
+
+
+@dataclass
+class Screening:
+    """A request's messages, checked: the verdict before any model work, and what was left
+    for beside generation (`start_rest` checks it; nothing left: None)."""
+
+    verdict: Verdict
+    start_rest: Callable[[], asyncio.Task[Verdict]] | None = None
 
 
 class ModerationService:
@@ -30,6 +62,7 @@ class ModerationService:
         self.policy = policy
         self.moderator = Moderator(policy, embedder, cache_dir, ModerationMetrics(registry))
         self.queue = ReviewQueue(store, policy)
+        self._later: set[asyncio.Task[None]] = set()  # `remember` checks (held till done)
 
     @property
     def enabled(self) -> bool:
@@ -41,7 +74,74 @@ class ModerationService:
             self.moderator.start()
 
     async def check(self, user: User, text: str, direction: str = "input") -> Verdict:
-        return await self.moderator.check(text, user.tier, direction)
+        return await self.moderator.check(text, user.tier, direction, scope=user.id)
+
+    async def screen_messages(
+        self, user: User, texts: Sequence[str], direction: str = "input"
+    ) -> Screening:
+        """A request's messages (oldest first; an OpenAI client sends every earlier one
+        again), each checked once per user: a remembered verdict is used as it is; of the
+        new text, the newest message's head is checked now, so what this adds before the
+        first token does not grow with the history or the message; everything else new is
+        checked beside generation (`Screening.start_rest`, blocked verdicts queued).
+        """
+        tier, verdict = user.tier, ALLOW
+        todo: list[str] = []
+        for text in texts:
+            for part in parts(text):
+                known = self.moderator.cached(part, tier, direction, user.id)
+                if known is None:
+                    todo.append(part)
+                else:
+                    verdict = worse(verdict, known)
+        if verdict.blocked:
+            return Screening(verdict)
+        newest = parts(texts[-1])[0] if texts else ""
+        if newest in todo:
+            todo.remove(newest)
+            verdict = worse(verdict, await self.check(user, newest, direction))
+            if verdict.blocked:
+                return Screening(verdict)
+        if not todo:
+            return Screening(verdict)
+
+        def start_rest() -> asyncio.Task[Verdict]:
+            return asyncio.create_task(self._rest(user, todo[::-1], direction))
+
+        return Screening(verdict, start_rest)
+
+    async def _rest(self, user: User, texts: list[str], direction: str) -> Verdict:
+        """Check texts one after another in the background lane (newest first); the first
+        block ends it and is queued with its category and scores only."""
+        verdict = ALLOW
+        for text in texts:
+            checked = await self.moderator.check(text, user.tier, direction, user.id, False)
+            verdict = worse(verdict, checked)
+            if verdict.blocked:
+                await self.queue.record(user, direction, verdict, None)
+                break
+        return verdict
+
+    def remember(self, user: User, text: str, direction: str = "input") -> asyncio.Task[None]:
+        """Check text in the background for the next request that sends it (an answer an
+        OpenAI client sends back as history), off any request's path."""
+
+        async def run() -> None:
+            try:
+                for part in parts(text):
+                    await self.moderator.check(part, user.tier, direction, user.id, False)
+            except Exception:  # nothing waits on it: the next request checks it instead
+                log.exception("moderation check of an answer for later failed")
+
+        task = asyncio.create_task(run())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+        return task
+
+    async def settled(self) -> None:
+        """Once the checks of answers for later (`remember`) are done (benchmarks, tests)."""
+        while self._later:
+            await asyncio.gather(*self._later, return_exceptions=True)
 
     def watch(self, user: User, on_block: Callable[[Verdict], None]) -> OutputWatch | None:
         """A watch over one answer's stream, or None where output moderation is off."""
@@ -85,7 +185,7 @@ class ModerationService:
         tier = user.tier if user else "free"
         worst = ALLOW
         for text in texts:
-            verdict = await self.moderator.check(text, tier, direction)
+            verdict = await self.moderator.check(text, tier, direction, scope=user_id)
             if verdict.action != "allow" and (worst.action == "allow" or verdict.blocked):
                 worst = verdict
             if verdict.blocked:

@@ -189,12 +189,18 @@ async def chunks(
             )
         async for event in generation:
             if isinstance(event, TokenEvent):
+                # One chunk per token, as OpenAI sends them; the tokens that reached this
+                # loop together (`parts`) go out in one write, which is where the cost is.
                 choice = choices[event.index]
-                for delta in choice.feed(event):
-                    if not shape.logprobs and delta.keys() == {"content"}:
-                        yield text_chunk(choice.index, delta["content"])
-                    else:
-                        yield one(choice, delta, None)
+                out = bytearray()
+                for token in event.parts or (event,):
+                    for delta in choice.feed(token):
+                        if not shape.logprobs and delta.keys() == {"content"}:
+                            out += text_chunk(choice.index, delta["content"])
+                        else:
+                            out += one(choice, delta, None)
+                if out:
+                    yield bytes(out)
             elif isinstance(event, DoneEvent):
                 done = event
         if done is None or done.finish_reason == "error":

@@ -134,6 +134,10 @@ async def test_tokens_that_queue_up_behind_a_slow_consumer_arrive_joined(
         assert isinstance(events[-1], DoneEvent)
         assert len(tokens) < fast.done.usage.completion_tokens  # fewer events than tokens...
         assert "".join(t.text for t in tokens) == fast.text  # ...the same answer
+        # ...and each joined event keeps its tokens' own events (one OpenAI chunk each)
+        parts = [p for t in tokens for p in (t.parts or (t,))]
+        assert len(parts) > len(tokens) and all(not p.parts for p in parts)
+        assert "".join(p.text for p in parts) == fast.text
     finally:
         await engine.stop()
         engine.close()

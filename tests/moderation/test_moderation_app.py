@@ -65,10 +65,12 @@ def cut_every_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any answer window crosses the line (inputs are checked for real)."""
     real = Moderator.check
 
-    async def check(self: Moderator, text: str, tier: str, direction: str) -> Verdict:
+    async def check(
+        self: Moderator, text: str, tier: str, direction: str, *args: Any, **kwargs: Any
+    ) -> Verdict:
         if direction == "output":
             return Verdict("block", "violence", {"violence": 0.99}, {"violence": "block"})
-        return await real(self, text, tier, direction)
+        return await real(self, text, tier, direction, *args, **kwargs)
 
     monkeypatch.setattr(Moderator, "check", check)
 

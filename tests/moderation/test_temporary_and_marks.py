@@ -68,10 +68,12 @@ def answer_with(monkeypatch: pytest.MonkeyPatch, verdict: Verdict) -> None:
     """Every answer window gets `verdict` (messages are checked for real)."""
     real = Moderator.check
 
-    async def check(self: Moderator, text: str, tier: str, direction: str) -> Verdict:
+    async def check(
+        self: Moderator, text: str, tier: str, direction: str, *args: Any, **kwargs: Any
+    ) -> Verdict:
         if direction == "output":
             return verdict
-        return await real(self, text, tier, direction)
+        return await real(self, text, tier, direction, *args, **kwargs)
 
     monkeypatch.setattr(Moderator, "check", check)
 
