@@ -76,6 +76,8 @@ def _file_row(path: str, weights: dict[str, str]) -> str:
         return "other shared libraries"
     if path.endswith(".gguf"):
         return "other GGUF files"
+    if path.endswith((".safetensors", ".onnx", ".pt", ".bin")):
+        return "torch / ONNX weight files (embeddings, classifiers)"
     return "other mapped files"
 
 
