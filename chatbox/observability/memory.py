@@ -8,6 +8,7 @@ are computed from their sizes and capped by the anonymous memory actually reside
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from dataclasses import dataclass, field
@@ -58,6 +59,26 @@ def read_smaps(pid: int | str = "self") -> list[Mapping]:
     return maps
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+            "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def malloc_free_bytes() -> int:
+    """Bytes glibc's malloc holds free in its arenas (0 where mallinfo2 is missing)."""
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return 0
+    fn.restype = _MallInfo2
+    return int(fn().fordblks)
+
+
 def vm_rss(pid: int | str = "self") -> int:
     """The process's VmRSS in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -82,7 +103,10 @@ def _file_row(path: str, weights: dict[str, str]) -> str:
 
 
 def breakdown(
-    known: Known, maps: list[Mapping] | None = None, rss: int | None = None
+    known: Known,
+    maps: list[Mapping] | None = None,
+    rss: int | None = None,
+    malloc_free: int | None = None,
 ) -> dict[str, Any]:
     """Rows of (what, bytes) that add up to the process's RSS, with RSS beside them."""
     maps = read_smaps() if maps is None else maps
@@ -105,6 +129,9 @@ def breakdown(
     estimated = [(f"KV cache: {name}", size) for name, size in known.kv.items()]
     estimated.append(("parked KV in RAM", known.parked))
     estimated += list(known.encoders.items())
+    # freed C memory malloc keeps for reuse (resident where it was touched; malloc_trim returns it)
+    free = malloc_free_bytes() if malloc_free is None else malloc_free
+    estimated.append(("malloc: freed, held by the allocator", free))
     for label, size in estimated:
         take = max(0, min(size, left))
         rows[label] = rows.get(label, 0) + take
