@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -274,6 +275,20 @@ class Services:
         """Models loading now, with the callers (sends, the preload) waiting for each."""
         names = self.models.names()
         return {n: self.models.waiting(n) for n in names if self.models.state(n) == "loading"}
+
+    async def memory(self) -> dict[str, Any]:
+        """Where this process's resident memory goes (`chatbox doctor`, admins only)."""
+        from chatbox.observability.memory import Known, breakdown
+
+        known = Known()
+        for name, mem in self.models.pool.memory().items():
+            known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
+            known.kv[name] = mem["kv_bytes"]
+            known.parked += mem["parked_bytes"]
+        known.encoders = self.knowledge.embedder.memory()
+        out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
+        out["models"] = self.models.pool.loaded()
+        return out
 
     async def stop(self) -> None:
         """Stop answers (saved as interrupted), background work, engines, then the store."""

@@ -56,3 +56,6 @@ main.add_command(moderation)
 from chatbox.cli.workspaces import workspaces  # noqa: E402
 
 main.add_command(workspaces)
+from chatbox.cli.doctor import doctor  # noqa: E402
+
+main.add_command(doctor)

@@ -301,6 +301,15 @@ class LlamaEngine:
             return EngineStats(slots_total=self.settings.n_parallel)
         return self._scheduler.stats
 
+    def memory(self) -> dict[str, Any]:
+        """Where this engine's memory goes: its weights file, its KV cache and parked KV."""
+        ctx, sched = self._ctx, self._scheduler
+        kv = self.model.kv_bytes(ctx.n_ctx, self.settings.kv_type) if ctx is not None else 0
+        parked = 0
+        if sched is not None:
+            parked = sched.slots.parked.size + sched.slots.heads.size
+        return {"path": str(self.model.path), "kv_bytes": kv, "parked_bytes": parked}
+
     async def kv_report(self) -> dict[int, tuple[int, int]]:
         """seq -> (cached tokens per the slot table, per llama.cpp); they must agree."""
         if self._scheduler is None:

@@ -85,6 +85,10 @@ class LlamaError(RuntimeError):
     """llama.cpp refused to load or decode."""
 
 
+# bytes per cached value: q8_0 and q4_0 store blocks of 32 with a 2-byte scale
+KV_VALUE_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+
+
 class Model:
     """A loaded GGUF: weights plus vocabulary. Tokenizing is thread-safe."""
 
@@ -124,6 +128,18 @@ class Model:
             if n < size:
                 return buf.raw[:n].decode("utf-8", errors="replace")
             size = n + 1
+
+    def kv_bytes(self, n_cells: int, kv_type: str) -> int:
+        """Bytes of a KV cache of `n_cells` cells of `kv_type` (keys and values, all layers)."""
+        arch = self.architecture
+        n_layer = int(llama_cpp.llama_model_n_layer(self.ptr))
+        n_head = max(1, self.n_head)
+        n_head_kv = int(llama_cpp.llama_model_n_head_kv(self.ptr))
+        head = int(llama_cpp.llama_model_n_embd(self.ptr)) // n_head
+        k_dim = int(self.meta(f"{arch}.attention.key_length") or head)
+        v_dim = int(self.meta(f"{arch}.attention.value_length") or head)
+        per_value = KV_VALUE_BYTES.get(kv_type, 2.0)
+        return int(n_layer * n_cells * n_head_kv * (k_dim + v_dim) * per_value)
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.ptr, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -96,6 +97,15 @@ class EnginePool:
         for name, engine in self._engines.items():
             stats = getattr(engine, "stats", None)
             out[name] = stats() if callable(stats) else EngineStats()
+        return out
+
+    def memory(self) -> dict[str, dict[str, Any]]:
+        """Each loaded engine's weights file, KV cache and parked KV (Engine.memory)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, engine in self._engines.items():
+            report = getattr(engine, "memory", None)
+            if callable(report):
+                out[name] = report()
         return out
 
     async def unload(self, name: str) -> None:

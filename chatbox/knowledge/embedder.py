@@ -129,6 +129,19 @@ def _shared_split(quick: Any, lane: str, threads: int) -> SplitEncoder | None:
         return _SPLITS[key]
 
 
+def _encoder_bytes(enc: Any) -> int:
+    """An encoder's weights: its ONNX graph file's size, or its torch parameters'."""
+    if isinstance(enc, SplitEncoder):  # two sessions over the halves of its whole graph
+        enc = getattr(enc, "_whole", None)
+    path = getattr(enc, "path", None)
+    if path is not None:
+        return Path(path).stat().st_size if Path(path).exists() else 0
+    params = getattr(enc, "parameters", None)
+    if callable(params):
+        return sum(int(p.numel()) * int(p.element_size()) for p in params())
+    return 0
+
+
 Keep = Callable[[np.ndarray], bool]  # given a text's vector at the cut: finish it?
 
 
@@ -183,6 +196,21 @@ class Embedder:
     @property
     def loaded(self) -> bool:
         return self._urgent.model is not None or self._background.model is not None
+
+    def memory(self) -> dict[str, int]:
+        """Estimated bytes of each loaded lane's encoders (ONNX graph files, torch weights)."""
+        out: dict[str, int] = {}
+        for lane in (self._urgent, self._background):
+            seen: set[int] = set()
+            size = 0
+            for enc in (lane.model, lane.quick, lane.split):
+                if enc is None or id(enc) in seen:
+                    continue
+                seen.add(id(enc))
+                size += _encoder_bytes(enc)
+            if size:
+                out[f"embeddings: {lane.name} lane"] = size
+        return out
 
     def _load_sync(self, lane: _Lane, approximate: bool = False) -> Any:
         if lane.model is None:

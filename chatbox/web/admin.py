@@ -10,7 +10,7 @@ from litestar.exceptions import PermissionDeniedException
 from chatbox.accounts import User
 from chatbox.accounts.usage import day_of
 from chatbox.web.auth import AnyRequest
-from chatbox.web.deps import AccountsDep, UserDep
+from chatbox.web.deps import AccountsDep, ServicesDep, UserDep
 from chatbox.web.ui import UI_EXCEPTION_HANDLERS, html
 
 
@@ -34,6 +34,13 @@ class AdminApiController(Controller):
         """Usage per user, model, day and experiment arm (admins only)."""
         require_admin(user)
         return await accounts.usage(since, name)
+
+    @get("/memory")
+    async def memory(self, services: ServicesDep, user: UserDep) -> dict[str, Any]:
+        """Where the server's resident memory goes, row by row, beside its RSS (admins only)."""
+        if user.role != "admin":
+            raise PermissionDeniedException("only admins can see the server's memory")
+        return await services.memory()
 
 
 class AdminPagesController(Controller):

@@ -162,6 +162,7 @@ class ConsoleController(ConsoleActions):
             "models",
             models=await admin.models(),
             tier_defaults=admin.tier_defaults(),
+            memory=await services.memory(),
         )
 
     @get("/audit")

@@ -126,6 +126,14 @@ def test_admin_sees_every_page(box: Box) -> None:
     assert 'data-plot="replica_load"' not in page  # no replicas: no per-replica plots
 
 
+def test_models_page_shows_where_memory_goes(box: Box) -> None:
+    box.login("admin")
+    page = box.client.get("/console/models").text
+    memory = page.split('id="console-memory"')[1].split("</table>")[0]
+    assert "Python heap" in memory and "libraries" in memory  # chatbox doctor's rows
+    assert "MiB resident" in page
+
+
 def test_people_actions_take_effect_and_are_audited(box: Box) -> None:
     csrf = box.login("admin")
     # without the CSRF token nothing happens

@@ -1,0 +1,31 @@
+"""The memory breakdown's arithmetic on given mappings (what `chatbox doctor` prints)."""
+
+from __future__ import annotations
+
+from chatbox.observability.memory import Known, Mapping, breakdown
+
+MB = 2**20
+
+
+def test_rows_sort_files_and_take_known_parts_out_of_the_heap_capped_by_what_is_resident() -> None:
+    maps = [
+        Mapping("/srv/models/smollm2.gguf", rss_kb=100 * 1024),
+        Mapping("/venv/site-packages/llama_cpp/lib/libllama.so", rss_kb=5 * 1024),
+        Mapping("/venv/site-packages/torch/lib/libtorch_cpu.so", rss_kb=80 * 1024),
+        Mapping("[heap]", rss_kb=300 * 1024, anon_kb=300 * 1024),
+        Mapping("", rss_kb=200 * 1024, anon_kb=200 * 1024),
+    ]
+    known = Known(
+        weights={"/srv/models/smollm2.gguf": "smollm2"},
+        kv={"smollm2": 400 * MB, "gemma": 400 * MB},  # more than is resident
+        encoders={"embeddings: urgent lane": 50 * MB},
+    )
+    report = breakdown(known, maps, rss=700 * MB, malloc_free=0)
+    rows = {r["what"]: r["bytes"] for r in report["rows"]}
+    assert rows["model weights: smollm2"] == 100 * MB
+    assert rows["llama.cpp libraries"] == 5 * MB and rows["torch libraries"] == 80 * MB
+    assert rows["KV cache: smollm2"] == 400 * MB
+    assert rows["KV cache: gemma"] == 100 * MB  # only what anonymous memory had left
+    assert rows["embeddings: urgent lane"] == 0
+    assert rows["Python heap and other anonymous memory"] == 0
+    assert report["total_bytes"] == 685 * MB and report["other_bytes"] == 15 * MB
