@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ class Moderator:
         self.categories: CategoryModel | None = None
         self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None
-        self.verdicts = VerdictCache()  # texts already checked: in RAM, digests only
+        self.verdicts: VerdictCache[Verdict] = VerdictCache()  # in RAM, digests only
         self._policy_digest: tuple[ModerationPolicy, str] | None = None
 
     @property
@@ -281,9 +281,11 @@ class Moderator:
         if direction in SCREENED:
             return None
         verdict = self.verdicts.get(verdict_key(scope, self.version, tier, direction, text))
-        if verdict is not None and self.metrics is not None:
+        if verdict is None:
+            return None
+        if self.metrics is not None:
             self.metrics.cached.labels(direction).inc()
-        return verdict
+        return replace(verdict, elapsed_s=0.0)  # remembered: it took no time now
 
     async def check(
         self,

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    from chatbox.moderation.checker import Verdict
+V = TypeVar("V")  # the moderator's Verdict (kept generic: the checker imports this module)
 
 # About 1 KB a verdict (its scores dict and the digest): 20,000 of them is ~20 MB.
 MAX_ENTRIES = 20_000
@@ -31,28 +29,28 @@ def verdict_key(scope: str, version: str, tier: str, direction: str, text: str) 
     return h.digest()
 
 
-class VerdictCache:
+class VerdictCache(Generic[V]):
     """An LRU map from `verdict_key` digests to verdicts, bounded by entries."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, Verdict] = OrderedDict()
+        self._entries: OrderedDict[bytes, V] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: bytes) -> Verdict | None:
+    def get(self, key: bytes) -> V | None:
         verdict = self._entries.get(key)
         if verdict is None:
             self.misses += 1
             return None
         self._entries.move_to_end(key)
         self.hits += 1
-        return replace(verdict, elapsed_s=0.0)
+        return verdict
 
-    def put(self, key: bytes, verdict: Verdict) -> None:
+    def put(self, key: bytes, verdict: V) -> None:
         self._entries[key] = verdict
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:

@@ -192,6 +192,7 @@ class ConsoleActions(Controller):
             section="models",
             models=await admin.models(),
             tier_defaults=admin.tier_defaults(),
+            memory=await services.memory(),
             notice=notice,
         )
 
