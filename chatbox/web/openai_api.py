@@ -20,13 +20,20 @@ from chatbox.web.data import stores_nothing
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
+from chatbox.web.knowledge import EMBEDDING_MODEL
 from chatbox.web.openai_answer import chunks, collect, usage_out
 from chatbox.web.openai_request import AnswerShape, extend_options, messages_in
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 
-def model_out(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "chatbox"}
+def model_out(name: str, kind: str = "chat") -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "chatbox",
+        "chatbox": {"kind": kind},
+    }
 
 
 def fingerprint(path: str, architecture: str) -> str:
@@ -99,13 +106,18 @@ class OpenAIController(Controller):
         """The models this user may pick, plus "auto" (routing by the request's shape)."""
         return {
             "object": "list",
-            "data": [model_out(n) for n in [*chat.models.names(), "auto"]],
+            "data": [
+                *(model_out(n) for n in [*chat.models.names(), "auto"]),
+                model_out(EMBEDDING_MODEL, "embedding"),
+            ],
         }
 
     @get("/models/{model_id:str}", responses=ERROR_RESPONSES)
     async def model(self, chat: ChatDep, user: UserDep, model_id: str) -> dict[str, Any]:
         """One model this user may pick (404 `model_not_found` for any other id)."""
         names = chat.models.names()
+        if model_id == EMBEDDING_MODEL:
+            return model_out(model_id, "embedding")
         if model_id not in [*names, "auto"]:
             raise UnknownModel(model_id, names)
         return model_out(model_id)

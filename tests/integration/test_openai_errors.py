@@ -107,9 +107,23 @@ def test_an_unknown_model_is_404_model_not_found(client: openai.OpenAI) -> None:
     assert e.value.code == "model_not_found" and fields(e.value)["param"] == "model"
 
 
-def test_a_model_is_retrieved_by_id(client: openai.OpenAI) -> None:
+def test_models_are_listed_and_retrieved_with_their_kind(client: openai.OpenAI) -> None:
+    kinds = {
+        m.id: (m.model_extra or {}).get("chatbox", {}).get("kind") for m in client.models.list()
+    }
+    assert kinds["tiny"] == "chat" and kinds["all-MiniLM-L6-v2"] == "embedding"
     model = client.models.retrieve("tiny")
     assert (model.id, model.object) == ("tiny", "model")
+    assert client.models.retrieve("all-MiniLM-L6-v2").id == "all-MiniLM-L6-v2"
+
+
+def test_embeddings_refuse_dimensions_they_cannot_serve(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model="all-MiniLM-L6-v2", input="hello", dimensions=64)
+    error = fields(e.value)
+    assert (error["type"], error["param"]) == ("invalid_request_error", "dimensions")
+    whole = client.embeddings.create(model="all-MiniLM-L6-v2", input="hello", dimensions=384)
+    assert len(whole.data[0].embedding) == 384
 
 
 def test_a_context_overflow_is_400_context_length_exceeded(client: openai.OpenAI) -> None:
