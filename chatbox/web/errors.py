@@ -2,7 +2,8 @@
 
 Every API error is `{"error": {"message", "type", ...}}` (OpenAI's shape, so its client
 raises the matching error class). The conversation API answers invalid input with 422; the
-OpenAI-compatible endpoints answer as OpenAI's API does, 400 `invalid_request_error` naming
+OpenAI-compatible endpoints answer as OpenAI's API does (`as_openai`): all four of
+`message`, `type`, `param` and `code`, invalid input as 400 `invalid_request_error` naming
 the parameter. A failure on the server's side is a 5xx on both. The HTML UI takes its
 statuses from `classify` too, and only words the message for a person (`chatbox.web.ui`).
 """
@@ -127,6 +128,7 @@ class ErrorDetail:
     message: str
     type: str
     param: str | None = None
+    code: str | None = None
 
 
 @dataclass
