@@ -15,6 +15,7 @@ from litestar.response import Stream
 from chatbox import __version__
 from chatbox.chat import ChatMessage, TurnOptions, UnknownModel
 from chatbox.chat.structured import off_loop
+from chatbox.engine.types import ModelInfo
 from chatbox.web.auth import AnyRequest
 from chatbox.web.data import stores_nothing
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
@@ -36,9 +37,10 @@ def model_out(name: str, kind: str = "chat") -> dict[str, Any]:
     }
 
 
-def fingerprint(path: str, architecture: str) -> str:
-    """`system_fingerprint`: changes when the model file or the chatbox version does."""
-    digest = hashlib.sha256(f"{path}\0{architecture}\0{__version__}".encode()).hexdigest()
+def fingerprint(info: ModelInfo) -> str:
+    """`system_fingerprint`: changes when the model, its file or the chatbox version does."""
+    identity = f"{info.name}\0{info.path}\0{info.architecture}\0{__version__}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()
     return "fp_" + digest[:10]
 
 
@@ -162,7 +164,7 @@ class OpenAIController(Controller):
                 "object": "chat.completion",
                 "created": created,
                 "model": model,
-                "system_fingerprint": fingerprint(engine.info.path, engine.info.architecture),
+                "system_fingerprint": fingerprint(engine.info),
                 "choices": choices,
                 "usage": usage_out(usage),
             },
