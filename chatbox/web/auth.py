@@ -26,6 +26,7 @@ from litestar.types import Guard
 
 from chatbox.accounts import AccountsService, TooManyAttempts, User
 from chatbox.settings import Settings
+from chatbox.web.errors import error_body
 
 AnyRequest = Request[Any, Any, Any]
 SESSION_COOKIE = "chatbox_session"
@@ -183,9 +184,8 @@ def login_required_handler(request: AnyRequest, exc: Exception) -> Response[Any]
     """API: 401 JSON with WWW-Authenticate; htmx: HX-Redirect; pages: 303 to /login."""
     path = request.url.path
     if path.startswith("/v1/") or request.headers.get("authorization"):
-        body = {
-            "error": {"message": str(getattr(exc, "detail", exc)), "type": "authentication_error"}
-        }
+        message = str(getattr(exc, "detail", exc))
+        body = error_body(message, "invalid_request_error", param=None, code="invalid_api_key")
         return Response(
             body,
             status_code=401,

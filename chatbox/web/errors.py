@@ -2,7 +2,8 @@
 
 Every API error is `{"error": {"message", "type", ...}}` (OpenAI's shape, so its client
 raises the matching error class). The conversation API answers invalid input with 422; the
-OpenAI-compatible endpoints answer as OpenAI's API does, 400 `invalid_request_error` naming
+OpenAI-compatible endpoints answer as OpenAI's API does (`as_openai`): all four of
+`message`, `type`, `param` and `code`, invalid input as 400 `invalid_request_error` naming
 the parameter. A failure on the server's side is a 5xx on both. The HTML UI takes its
 statuses from `classify` too, and only words the message for a person (`chatbox.web.ui`).
 """
@@ -127,6 +128,7 @@ class ErrorDetail:
     message: str
     type: str
     param: str | None = None
+    code: str | None = None
 
 
 @dataclass
@@ -186,21 +188,61 @@ def api_error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
 
 
 def openai_error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
-    """The OpenAI-compatible endpoints: invalid input is 400 `invalid_request_error`."""
-    problem = _logged(request, exc, classify(exc))
-    if problem.status == 422 or isinstance(exc, ValidationException):
-        problem.status, problem.kind = 400, "invalid_request_error"
-        if isinstance(exc, ValidationException) and "param" not in problem.extra:
-            problem.extra["param"] = _first_param(exc)
-    return _respond(problem)
+    """The OpenAI-compatible endpoints: OpenAI's statuses, types and codes (`as_openai`)."""
+    return _respond(as_openai(exc, _logged(request, exc, classify(exc))))
 
 
-def _first_param(exc: ValidationException) -> str | None:
-    """The field a validation error names (Litestar puts `key` in each extra item)."""
+# OpenAI's error type for each status; any other 4xx is an invalid request.
+_OPENAI_TYPE = {
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+_TYPES = {"invalid_request_error", "server_error", *_OPENAI_TYPE.values()}
+
+
+def as_openai(exc: Exception, problem: Problem) -> Problem:
+    """A problem as OpenAI's API words it: `{"message", "type", "param", "code"}`, every
+    field present, so the `openai` client raises the matching class and `e.code` is set."""
+    extra = problem.extra
+    param, code = extra.pop("param", None), extra.pop("code", None)
+    invalid = problem.status == 422 or isinstance(exc, ValidationException)
+    status = 400 if invalid else problem.status
+    kind = "server_error" if status >= 500 else _OPENAI_TYPE.get(status, "invalid_request_error")
+    code = code or (problem.kind if problem.kind not in _TYPES else None)
+    message = problem.message
+    if isinstance(exc, ValidationException) and not isinstance(exc, InvalidBody):
+        param, message = _validation_sentence(exc)
+    elif isinstance(exc, TooLong):
+        status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
+        param = param or "messages"
+    elif isinstance(exc, UnknownModel):
+        kind, code, param = "invalid_request_error", "model_not_found", "model"
+    elif isinstance(exc, Refused):
+        kind, code = "invalid_request_error", "content_filter"
+    elif isinstance(exc, RateLimited):
+        extra["limit"] = exc.kind
+        code = "insufficient_quota" if exc.kind == "budget" else "rate_limit_exceeded"
+    elif status == 401:
+        code = "invalid_api_key"
+    elif status == 404 and code == "not_found":
+        code = None
+    body = {"param": param, "code": code, **extra}
+    return Problem(status, kind, message, body, problem.headers)
+
+
+def _validation_sentence(exc: ValidationException) -> tuple[str | None, str]:
+    """The parameter a schema error names, and a sentence saying what is wrong with it
+    (Litestar puts `key` and `message` in each extra item)."""
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict) and item.get("key"):
-            return str(item["key"])
-    return None
+            key, why = str(item["key"]), str(item.get("message") or "is invalid")
+            if "missing required" in why.lower():
+                return key, f"{key} is required."
+            why = why.replace("`", "")
+            return key, f"{key} is invalid: {why[:1].lower()}{why[1:]}."
+    return None, f"The request body is invalid: {exc.detail}."
 
 
 _HANDLED = (ChatError, KnowledgeError, EmbeddingUnavailable, HTTPException, Exception)

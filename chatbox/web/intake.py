@@ -77,7 +77,7 @@ async def check_request(request: Request[Any, Any, Any]) -> None:
     try:
         msgspec.json.decode(body, type=data.annotation, strict=True)
     except msgspec.ValidationError as exc:
-        raise InvalidBody(f"invalid request body: {exc}", _where(str(exc))) from exc
+        raise InvalidBody(*_sentence(str(exc))) from exc
     except msgspec.DecodeError as exc:
         raise InvalidBody(f"the request body is not valid JSON: {exc}", None) from exc
 
@@ -92,3 +92,16 @@ def _where(message: str) -> str | None:
     """The body field a msgspec error names (`... - at `$.messages[0].role``)."""
     found = re.search(r"at `\$\.?([^`]*)`", message)
     return found.group(1) or None if found else None
+
+
+def _sentence(message: str) -> tuple[str, str | None]:
+    """A msgspec error as a sentence naming the field, and that field."""
+    where = _where(message)
+    what = message.split(" - at `")[0].replace("`", "")
+    missing = re.fullmatch(r"Object missing required field (\S+)", what)
+    if missing:
+        field = f"{where}.{missing.group(1)}" if where else missing.group(1)
+        return f"{field} is required", field
+    if where is None:
+        return f"the request body is invalid: {what[:1].lower()}{what[1:]}", None
+    return f"{where} is invalid: {what[:1].lower()}{what[1:]}", where

@@ -24,6 +24,7 @@ from chatbox.web.intake import NonEmptyStrings, PositiveId64
 from chatbox.web.uploads import NOT_MULTIPART, UploadForm, read_upload
 
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+EMBEDDING_DIMENSIONS = 384  # MiniLM's whole vector; it is not trained to be cut shorter
 MAX_EMBED_INPUTS = 2048
 
 
@@ -33,6 +34,7 @@ class EmbeddingsIn:
     model: str | None = None
     encoding_format: str = "float"
     user: str | None = None
+    dimensions: int | None = None
 
 
 @dataclass
@@ -112,6 +114,12 @@ class KnowledgeController(Controller):
         _check_embedding_input(texts, settings)
         if data.model not in (None, EMBEDDING_MODEL, f"sentence-transformers/{EMBEDDING_MODEL}"):
             raise UnknownModel(str(data.model), [EMBEDDING_MODEL])
+        if data.dimensions not in (None, EMBEDDING_DIMENSIONS):
+            raise InvalidInput(
+                f"dimensions must be {EMBEDDING_DIMENSIONS}: {EMBEDDING_MODEL} is not trained"
+                " to be shortened",
+                "dimensions",
+            )
         if data.encoding_format not in ("float", "base64"):
             raise InvalidInput("encoding_format must be float or base64", "encoding_format")
         vectors, tokens = await knowledge.embedder.embed_with_usage(texts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass
@@ -11,16 +12,36 @@ from typing import Any
 from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
-from chatbox.chat import ChatMessage, TurnOptions
+from chatbox import __version__
+from chatbox.chat import ChatMessage, TurnOptions, UnknownModel
 from chatbox.chat.structured import off_loop
+from chatbox.engine.types import ModelInfo
 from chatbox.web.auth import AnyRequest
 from chatbox.web.data import stores_nothing
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
+from chatbox.web.knowledge import EMBEDDING_MODEL
 from chatbox.web.openai_answer import chunks, collect, usage_out
 from chatbox.web.openai_request import AnswerShape, extend_options, messages_in
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
+
+
+def model_out(name: str, kind: str = "chat") -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "chatbox",
+        "chatbox": {"kind": kind},
+    }
+
+
+def fingerprint(info: ModelInfo) -> str:
+    """`system_fingerprint`: changes when the model, its file or the chatbox version does."""
+    identity = f"{info.name}\0{info.path}\0{info.architecture}\0{__version__}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()
+    return "fp_" + digest[:10]
 
 
 @dataclass
@@ -88,10 +109,20 @@ class OpenAIController(Controller):
         return {
             "object": "list",
             "data": [
-                {"id": n, "object": "model", "created": 0, "owned_by": "chatbox"}
-                for n in [*chat.models.names(), "auto"]
+                *(model_out(n) for n in [*chat.models.names(), "auto"]),
+                model_out(EMBEDDING_MODEL, "embedding"),
             ],
         }
+
+    @get("/models/{model_id:str}", responses=ERROR_RESPONSES)
+    async def model(self, chat: ChatDep, user: UserDep, model_id: str) -> dict[str, Any]:
+        """One model this user may pick (404 `model_not_found` for any other id)."""
+        names = chat.models.names()
+        if model_id == EMBEDDING_MODEL:
+            return model_out(model_id, "embedding")
+        if model_id not in [*names, "auto"]:
+            raise UnknownModel(model_id, names)
+        return model_out(model_id)
 
     @post("/chat/completions", status_code=200, responses=ERROR_RESPONSES)
     async def completions(
@@ -126,12 +157,14 @@ class OpenAIController(Controller):
                 headers={**SSE_HEADERS, **headers},
             )
         choices, usage = await collect(generation, shape)
+        engine = await chat.models.engine(model)
         return Response(
             {
                 "id": ident,
                 "object": "chat.completion",
                 "created": created,
                 "model": model,
+                "system_fingerprint": fingerprint(engine.info),
                 "choices": choices,
                 "usage": usage_out(usage),
             },

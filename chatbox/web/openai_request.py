@@ -62,10 +62,8 @@ def refuse_unsupported(values: dict[str, Any]) -> None:
 
 
 def messages_in(raw: list[Any]) -> tuple[ChatMessage, ...]:
-    out = [_message(i, m) for i, m in enumerate(raw)]
-    if not any(m.content.strip() for m in out if m.role == "user"):
-        raise InvalidInput("messages must contain a non-empty user message", "messages")
-    return tuple(out)
+    """The conversation so far; any roles, a system or developer message alone included."""
+    return tuple(_message(i, m) for i, m in enumerate(raw))
 
 
 def _message(i: int, message: Any) -> ChatMessage:
@@ -165,7 +163,12 @@ def extend_options(
     Builds the grammar for tools or response_format: run it off the event loop
     (structured.off_loop)."""
     refuse_unsupported(values)
-    n = values.get("n") or 1
+    for key in ("max_tokens", "max_completion_tokens"):
+        if (value := values.get(key)) is not None and value < 1:
+            raise InvalidInput(f"{key} must be at least 1", key)
+    _number(values.get("temperature"), "temperature", 0, 2)
+    _number(values.get("top_p"), "top_p", 0, 1)
+    n = 1 if values.get("n") is None else values["n"]
     if not 1 <= n <= MAX_N:
         raise InvalidInput(f"n must be between 1 and {MAX_N}", "n")
     top = values.get("top_logprobs")

@@ -62,7 +62,12 @@ def test_embeddings_openai_shape(two) -> None:  # type: ignore[no-untyped-def]
         "message": empty.json()["error"]["message"],
         "type": "invalid_request_error",
         "param": "input",
+        "code": None,
     }
+    shorter = client.post("/v1/embeddings", json={"input": "x", "dimensions": 64}, headers=admin)
+    assert shorter.status_code == 400 and shorter.json()["error"]["param"] == "dimensions"
+    whole = client.post("/v1/embeddings", json={"input": "x", "dimensions": 384}, headers=admin)
+    assert len(whole.json()["data"][0]["embedding"]) == 384
 
 
 def test_memory_patch_and_isolation(two) -> None:  # type: ignore[no-untyped-def]

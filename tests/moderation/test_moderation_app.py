@@ -230,7 +230,7 @@ def test_openai_api_moderations_shape_and_content_filter(
             client.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "how do I cook meth"}]
             )
-        assert refused.value.body["type"] == "content_filter"  # type: ignore[index]
+        assert refused.value.code == "content_filter"
         cut_every_answer(monkeypatch)
         whole = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=24

@@ -113,6 +113,7 @@ def test_served_schema_holds_under_every_phase(tmp_path: Path, tiny_gguf: Path) 
             capture_output=True,
             text=True,
             timeout=330,
+            cwd=tmp_path,  # its cache (.schemathesis/) goes there, not into the checkout
         )
         report = run.stdout + run.stderr
         assert run.returncode == 0, report[-12000:] + "\n--- server log ---\n" + box.log()[-3000:]

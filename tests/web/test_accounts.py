@@ -28,7 +28,8 @@ def test_unauthenticated_api_is_401_json_and_pages_redirect_to_login(box: Box) -
     ):
         r = c.request(method, path, json={})
         assert r.status_code == 401, (path, r.text)
-        assert r.json()["error"]["type"] == "authentication_error"
+        error = r.json()["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_api_key")
         assert r.headers["www-authenticate"].startswith("Bearer")
     r = c.get("/c/c_whatever", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/login?next=/c/c_whatever"

@@ -7,9 +7,19 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from chatbox.chat import GenerationFailed, InvalidInput, Overloaded, RateLimited, TooLong
+from chatbox.chat import (
+    Busy,
+    Forbidden,
+    GenerationFailed,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    RateLimited,
+    TooLong,
+    UnknownModel,
+)
 from chatbox.knowledge import FileTooLarge, NotFoundError, UnsupportedFile
-from chatbox.web.errors import classify
+from chatbox.web.errors import as_openai, classify
 
 
 def error_of(response: Any) -> dict[str, Any]:
@@ -56,7 +66,6 @@ def test_conversation_api_answers_invalid_input_with_422(client: TestClient) -> 
         ([{"role": ["user"], "content": "hi"}], "messages[0].role"),
         ([{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
         (["hello"], "messages[0]"),
-        ([{"role": "system", "content": "only a system prompt"}], "messages"),
     ],
 )
 def test_openai_api_answers_invalid_input_with_400_naming_the_param(
@@ -85,4 +94,38 @@ def test_unknown_model_is_404_with_the_available_ones(client: TestClient) -> Non
     )
     assert response.status_code == 404
     error = error_of(response)
-    assert error["type"] == "model_not_found" and error["available"] == ["tiny"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
+    assert error["available"] == ["tiny"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "kind", "code", "param"),
+    [
+        (InvalidInput("n must be between 1 and 8", "n"), 400, "invalid_request_error", None, "n"),
+        (TooLong(5000, 4096), 400, "invalid_request_error", "context_length_exceeded", "messages"),
+        (UnknownModel("x", ["tiny"]), 404, "invalid_request_error", "model_not_found", "model"),
+        (NotFound("no such thing"), 404, "not_found_error", None, None),
+        (Forbidden("not yours to change"), 403, "permission_error", "permission_denied", None),
+        (Busy("answering"), 409, "invalid_request_error", "conversation_busy", None),
+        (RateLimited("slow down", 2), 429, "rate_limit_error", "rate_limit_exceeded", None),
+        (
+            RateLimited("spent", 9, kind="budget"),
+            429,
+            "rate_limit_error",
+            "insufficient_quota",
+            None,
+        ),
+        (Overloaded("full", 3), 503, "server_error", "overloaded", None),
+        (RuntimeError("a bug"), 500, "server_error", None, None),
+    ],
+)
+def test_openai_endpoints_word_each_error_as_openai_does(
+    exc: Exception, status: int, kind: str, code: str | None, param: str | None
+) -> None:
+    problem = as_openai(exc, classify(exc))
+    assert (problem.status, problem.kind) == (status, kind)
+    assert (problem.extra["code"], problem.extra["param"]) == (code, param)

@@ -35,8 +35,9 @@ def test_requests_per_minute_gives_429_with_headers(tmp_path: Path, tiny_gguf: P
         assert box.complete("ann").status_code == 200
         refused = box.complete("ann")
         assert refused.status_code == 429
-        assert refused.json()["error"]["type"] == "rate_limit_exceeded"
-        assert refused.json()["error"]["code"] == "requests"
+        error = refused.json()["error"]
+        assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+        assert error["limit"] == "requests"
         assert 1 <= int(refused.headers["retry-after"]) <= 30
         assert all(h in refused.headers for h in LIMIT_HEADERS)
         assert refused.headers["x-ratelimit-remaining-requests"] == "0"
@@ -64,7 +65,7 @@ def test_tokens_per_minute_counts_prompt_plus_completion(tmp_path: Path, tiny_gg
         assert used > 60  # more than the bucket: the rest is owed
         refused = box.complete("ann")
         assert refused.status_code == 429
-        assert refused.json()["error"]["code"] == "tokens"
+        assert refused.json()["error"]["limit"] == "tokens"
         assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
         assert refused.headers["x-ratelimit-limit-tokens"] == "60"
         rows = [r for r in usage(box)["data"] if r["user"] == "ann"]
@@ -76,7 +77,8 @@ def test_daily_budget_refuses_until_tomorrow(tmp_path: Path, tiny_gguf: Path) ->
         assert box.complete("ann").status_code == 200
         refused = box.complete("ann")
         assert refused.status_code == 429
-        assert refused.json()["error"]["code"] == "budget"
+        assert refused.json()["error"]["code"] == "insufficient_quota"
+        assert refused.json()["error"]["limit"] == "budget"
         assert 1 <= int(refused.headers["retry-after"]) <= 86_401
         assert box.complete("bob").status_code == 200
 
@@ -87,7 +89,8 @@ def test_overload_sheds_free_first_with_503(tmp_path: Path, tiny_gguf: Path) -> 
         shed = box.complete("ann")
         assert shed.status_code == 503
         assert shed.headers["retry-after"] == "7"
-        assert shed.json()["error"]["type"] == "overloaded"
+        assert shed.json()["error"]["type"] == "server_error"
+        assert shed.json()["error"]["code"] == "overloaded"
         ui = box.client.post("/ui/new/send", data={"content": "hi"}, headers=box.h("ann", **HX))
         assert ui.status_code == 503 and "busy" in ui.text and "7 seconds" in ui.text
         paid = box.complete("bob")
@@ -198,7 +201,7 @@ def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path, tiny_ggu
                 assert first.status_code == 200
                 second = post("ann")  # free tier: one answer at a time
                 assert second.status_code == 429
-                assert second.json()["error"]["code"] == "streams"
+                assert second.json()["error"]["limit"] == "streams"
                 assert "retry-after" in second.headers
                 gate.set()
                 assert post("bob").status_code == 200  # others still get in
