@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -178,7 +178,20 @@ def client(settings: Settings, registry: ModelRegistry) -> Iterator[TestClient]:
     key = seed_user(settings)
     with TestClient(create_app(settings, registry), timeout=60) as c:
         c.headers.update(bearer(key))
+        wait_ready(lambda: c.get("/readyz").status_code)
         yield c
+
+
+def wait_ready(status: Callable[[], int], timeout_s: float = 60.0) -> None:
+    """Until /readyz says ready, as a deployment waits: the default models load in the
+    background after the app starts."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while status() != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the app did not get ready")
+        time.sleep(0.02)
 
 
 class LiveServer:
