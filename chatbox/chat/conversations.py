@@ -116,11 +116,15 @@ class Conversations:
         self, user: User, conv_id: str, **changes: str | None
     ) -> Conversation:
         """Rename, or change the system prompt or model (a None value clears it): the
-        starter's or a workspace owner's to change (`chatbox.chat.access`)."""
+        starter's or a workspace owner's to change (`chatbox.chat.access`). Under
+        zero-data-retention a new title or system prompt is refused (it would be stored)."""
         self._check_fields(**{k: v for k, v in changes.items() if k != "model"})
         if changes.get("model") is not None:
             changes["model"] = self.resolve_model(changes["model"])
         await self.conversation(user, conv_id, "configure")
+        texts = (changes.get("title"), changes.get("system_prompt"))
+        if any(texts) and await keeps_nothing(self.store, self.gate.policy, user):
+            raise refuse_storing()
         conv = await self.store.conversations.update(user.id, conv_id, **changes)
         if conv is None:
             raise NotFound("conversation not found")
