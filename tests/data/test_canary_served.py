@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,7 @@ import pytest
 from litestar.routes import HTTPRoute
 
 from chatbox.app import create_app
-from tests.conftest import test_settings
+from tests.conftest import _answers_unchecked, test_settings
 from tests.data.test_kv_retention_served import Decoder
 from tests.served import Served, files_holding
 
@@ -36,6 +38,14 @@ pytestmark = pytest.mark.timeout(300)
 NONE = {"X-Chatbox-Retention": "none"}
 WRITES = {"POST", "PUT", "PATCH"}
 TIMEOUT = 120.0
+BRIEF_TIER = """
+[tiers.brief]
+rpm = 120
+tpm = 200000
+max_streams = 4
+priority = 1
+retention_days = 1
+"""
 
 
 @dataclass
@@ -287,7 +297,10 @@ def _real_ids(box: Served, key: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def canary(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Canary]:
-    box = Served(tmp_path_factory.mktemp("canary"), model=tiny_gguf)
+    where = tmp_path_factory.mktemp("canary")
+    policy = _answers_unchecked(None, where)
+    policy.write_text(policy.read_text() + BRIEF_TIER)
+    box = Served(where, model=tiny_gguf, policy=policy)
     key = box.auth(box.user("ann", tier="paid"))
     with box:
         ids = _real_ids(box, key)
@@ -347,3 +360,86 @@ def test_no_secret_survives_a_stop_or_a_crash(canary: Canary, tiny_gguf: Path) -
     assert stored() == []
     box.start()
     assert stored() == []
+
+
+def _anywhere(box: Served, word: str) -> list[str]:
+    """Files holding the word or a part of it (FTS keeps terms prefix-compressed)."""
+    parts = (word, word[:9], word[-9:])
+    return sorted({f for part in parts for f in files_holding(box.data_dir, part)})
+
+
+def test_erased_content_leaves_no_secret_after_a_crash(canary: Canary) -> None:
+    box = canary.box
+    words = {k: f"gone{secrets.token_hex(6)}" for k in ("conv", "doc", "fact", "share", "account")}
+    bea = httpx.Client(base_url=box.url, headers=box.auth(box.user("bea")), timeout=TIMEOUT)
+    cy = httpx.Client(base_url=box.url, headers=box.auth(box.user("cy")), timeout=TIMEOUT)
+
+    def converse(http: httpx.Client, word: str) -> str:
+        conv = http.post("/v1/conversations", json={"title": word}).json()["id"]
+        said = http.post(f"/v1/conversations/{conv}/turns", json={"content": _text(word)})
+        assert said.status_code == 200, said.text
+        return str(conv)
+
+    def document(http: httpx.Client, word: str) -> str:
+        doc = http.post("/v1/documents", files=_file(word))
+        assert doc.status_code == 201, doc.text
+        return str(doc.json()["id"])
+
+    def remember(http: httpx.Client, word: str) -> str:
+        fact = http.patch("/v1/users/me/memory", json={"add": [_text(word)]})
+        assert fact.status_code == 200, fact.text
+        return str(fact.json()["added"][0]["id"])
+
+    conv, shared = converse(bea, words["conv"]), converse(bea, words["share"])
+    share = bea.post(f"/v1/conversations/{shared}/shares", json={})
+    assert share.status_code == 201, share.text
+    doc, fact = document(bea, words["doc"]), remember(bea, words["fact"])
+    converse(cy, words["account"])
+    document(cy, words["account"])
+    remember(cy, words["account"])
+    for word in words.values():
+        assert _anywhere(box, word), f"the test needs {word} on disk first"
+
+    assert bea.delete(f"/v1/conversations/{conv}").status_code == 204
+    assert bea.delete(f"/v1/conversations/{shared}").status_code == 204
+    assert bea.delete(f"/v1/shares/{share.json()['id']}").status_code == 204
+    assert bea.delete(f"/v1/documents/{doc}").status_code == 204
+    assert bea.delete(f"/v1/users/me/memory/{fact}").status_code == 204
+    gone = cy.post("/v1/users/me/delete", json={"confirm": "cy"})
+    assert gone.status_code == 204, gone.text
+    bea.close()
+    cy.close()
+    box.kill()
+    assert {k: _anywhere(box, w) for k, w in words.items() if _anywhere(box, w)} == {}
+    box.start()
+    assert {k: _anywhere(box, w) for k, w in words.items() if _anywhere(box, w)} == {}
+
+
+def test_a_retention_run_leaves_no_secret_after_a_crash(canary: Canary, tiny_gguf: Path) -> None:
+    box, decoder = canary.box, Decoder(tiny_gguf)
+    word = f"aged{secrets.token_hex(6)}"
+    dee = box.auth(box.user("dee", tier="brief"))
+    conv = httpx.post(box.url + "/v1/conversations", json={"title": word}, headers=dee).json()
+    said = httpx.post(
+        f"{box.url}/v1/conversations/{conv['id']}/turns",
+        json={"content": _text(word)},
+        headers=dee,
+        timeout=TIMEOUT,
+    )
+    assert said.status_code == 200, said.text
+    box.stop()  # parks the conversation's KV; then it is made two days idle
+    with sqlite3.connect(box.data_dir / "chatbox.db") as db:
+        db.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?",
+            (time.time() - 2 * 86400, conv["id"]),
+        )
+    db.close()
+    assert _anywhere(box, word), "the test needs the word on disk first"
+    box.start()
+    run = httpx.post(box.url + "/v1/admin/retention/run", headers=box.admin, timeout=TIMEOUT)
+    assert run.status_code == 200, run.text
+    assert conv["id"] in run.text, run.text
+    box.kill()
+    assert _anywhere(box, word) == [] and decoder.holding(box.data_dir, word) == []
+    box.start()
+    assert _anywhere(box, word) == [] and decoder.holding(box.data_dir, word) == []
