@@ -58,6 +58,7 @@ class Canary:
     csrf: str
     ids: dict[str, str]
     words: dict[str, str] = field(default_factory=dict)  # route -> its secret word
+    header_only: Canary | None = None  # a member without zero retention of her own
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
         headers = {**self.key, **NONE, **kw.pop("headers", {})}
@@ -280,7 +281,7 @@ def _login(box: Served, name: str) -> tuple[httpx.Client, str]:
     return browser, csrf.group(1)
 
 
-def _real_ids(box: Served, key: dict[str, str]) -> dict[str, str]:
+def _real_ids(box: Served, name: str, key: dict[str, str]) -> dict[str, str]:
     """Ids the member owns, made before she switches zero retention on."""
     with httpx.Client(base_url=box.url, headers=key, timeout=TIMEOUT) as c:
         conv = c.post("/v1/conversations", json={"title": "kept"}).json()["id"]
@@ -289,8 +290,8 @@ def _real_ids(box: Served, key: dict[str, str]) -> dict[str, str]:
         turn = c.get(f"/v1/conversations/{conv}").json()["turns"][0]["id"]
         fact = c.patch("/v1/users/me/memory", json={"add": ["Likes pumps"]}).json()
     with httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT) as admin:
-        ws = admin.post("/v1/workspaces", json={"name": "team"}).json()["id"]
-        added = admin.post(f"/v1/workspaces/{ws}/members", json={"name": "ann"})
+        ws = admin.post("/v1/workspaces", json={"name": f"team {name}"}).json()["id"]
+        added = admin.post(f"/v1/workspaces/{ws}/members", json={"name": name})
         assert added.status_code in (200, 201), added.text
     return {"conv": conv, "turn": turn, "fact": fact["added"][0]["id"], "ws": ws}
 
@@ -302,15 +303,19 @@ def canary(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
     policy.write_text(policy.read_text() + BRIEF_TIER)
     box = Served(where, model=tiny_gguf, policy=policy)
     key = box.auth(box.user("ann", tier="paid"))
+    hal = box.auth(box.user("hal", tier="paid"))
     with box:
-        ids = _real_ids(box, key)
+        ids = _real_ids(box, "ann", key)
+        hals = _real_ids(box, "hal", hal)
         r = httpx.patch(
             box.url + "/v1/users/me/retention", json={"zero_retention": True}, headers=key
         )
         assert r.status_code == 200 and r.json()["zero_retention"] is True, r.text
         browser, csrf = _login(box, "ann")
         try:
-            yield Canary(box, key, browser, csrf, ids)
+            canary = Canary(box, key, browser, csrf, ids)
+            canary.header_only = Canary(box, hal, browser, "", hals, canary.words)
+            yield canary
         finally:
             browser.close()
 
@@ -343,10 +348,46 @@ def test_a_routes_secret_is_stored_nowhere(canary: Canary, route: str) -> None:
     assert files_holding(canary.box.data_dir, word) == [], (route, r.status_code)
 
 
+# The header alone, from a member who keeps content otherwise (API routes: pages send no header).
+_STORED = (
+    "under X-Chatbox-Retention: none alone, {} is stored in chatbox.db"
+    " (the refusal checks only the user's and tier's zero retention)"
+)
+HEADER_LEAKS: dict[str, str] = {
+    "PATCH /v1/conversations/{conv_id}": _STORED.format("the new title and system prompt"),
+    "PATCH /v1/users/{user_id}/memory": _STORED.format("the memory fact"),
+    "POST /v1/documents": _STORED.format("the uploaded document"),
+    "POST /v1/conversations/{conv_id}/documents": _STORED.format("the attached document"),
+    "POST /v1/workspaces/{ws_id}/documents": _STORED.format("the workspace document"),
+    "POST /v1/users/me/import": _STORED.format("the imported conversation"),
+}
+API = [k for k in SENDERS if k.split()[1].startswith("/v1/")]
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=HEADER_LEAKS[k]))
+        if k in HEADER_LEAKS
+        else k
+        for k in API
+    ],
+)
+def test_the_header_alone_keeps_a_routes_secret_nowhere(canary: Canary, route: str) -> None:
+    assert canary.header_only is not None
+    word = f"canary{secrets.token_hex(6)}"
+    canary.words["header " + route] = word
+    r = SENDERS[route](canary.header_only, word)
+    assert r.status_code < 500, (route, r.status_code, r.text[:500])
+    assert files_holding(canary.box.data_dir, word) == [], (route, r.status_code)
+
+
 def test_no_secret_survives_a_stop_or_a_crash(canary: Canary, tiny_gguf: Path) -> None:
     box, decoder = canary.box, Decoder(tiny_gguf)
-    words = {r: w for r, w in canary.words.items() if r not in LEAKS}
-    assert set(words) == set(SENDERS) - set(LEAKS), "run with the route cases"
+    leaks = {*LEAKS, *("header " + k for k in HEADER_LEAKS)}
+    words = {r: w for r, w in canary.words.items() if r not in leaks}
+    ran = {*SENDERS, *("header " + k for k in API)} - leaks
+    assert set(words) == ran, "run with the route cases"
 
     def stored() -> list[str]:
         kv = set(decoder.holding(box.data_dir, *words.values()))
