@@ -39,8 +39,10 @@ pytestmark = pytest.mark.timeout(300)
 # Erasing another account is an admin's audited power, not a leak (tests/data covers who may).
 # The console (/console/, admins only: members get its guard's 403) acts on accounts as an
 # admin's audited power too (usage, keys), never showing content; tests/web/test_console.py.
-# So is the moderation review queue (admins only; tests/moderation covers who may).
+# So is the moderation review queue (admins only; tests/moderation covers who may). A model
+# (/v1/models/{id}) belongs to the box, not to a user: every user may read what it serves.
 NOT_OWNED = (
+    "/v1/models/",
     "/static/",
     "/schema",
     "/v1/admin/users/",
