@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from chatbox.cli.front import admin_call
 from chatbox.settings import Settings, settings_from_env
 
 
@@ -35,26 +36,9 @@ def show_memory(report: dict[str, Any]) -> None:
 @click.pass_context
 def doctor(ctx: click.Context, front: str | None, key: str | None, as_json: bool) -> None:
     """Where a running server's memory goes: weights, KV caches, encoders, libraries, heap."""
-    import httpx
-
     settings = ctx.find_object(Settings) or settings_from_env()
     url = (front or settings.front_url or f"http://{settings.host}:{settings.port}").rstrip("/")
-    key = key or settings.admin_key
-    if not key:
-        raise click.ClickException("an admin API key is needed: --key or CHATBOX_ADMIN_KEY")
-    try:
-        resp = httpx.get(
-            url + "/v1/admin/memory", headers={"Authorization": f"Bearer {key}"}, timeout=60
-        )
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach the server at {url}: {exc}") from exc
-    if resp.status_code >= 400:
-        try:
-            detail = resp.json().get("detail") or resp.text
-        except ValueError:
-            detail = resp.text
-        raise click.ClickException(f"{resp.status_code}: {detail}")
-    report = resp.json()
+    report = admin_call(url, key or settings.admin_key, "GET", "/v1/admin/memory")
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

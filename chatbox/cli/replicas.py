@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from chatbox.cli.front import admin_call
 from chatbox.cli.options import kv_options
 from chatbox.settings import Settings, settings_from_env
 
@@ -87,25 +88,8 @@ def replicas(ctx: click.Context, front: str | None, key: str | None) -> None:
 
 
 def _call(ctx: click.Context, method: str, **kwargs: Any) -> Any:
-    import httpx
-
-    key = ctx.meta["key"]
-    if not key:
-        raise click.ClickException("an admin API key is needed: --key or CHATBOX_ADMIN_KEY")
-    url = ctx.meta["front"] + "/v1/admin/replicas" + kwargs.pop("path", "")
-    try:
-        resp = httpx.request(
-            method, url, headers={"Authorization": f"Bearer {key}"}, timeout=30, **kwargs
-        )
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach the front at {ctx.meta['front']}: {exc}") from exc
-    if resp.status_code >= 400:
-        try:
-            detail = resp.json().get("detail") or resp.text
-        except ValueError:
-            detail = resp.text
-        raise click.ClickException(f"{resp.status_code}: {detail}")
-    return resp.json()
+    path = "/v1/admin/replicas" + kwargs.pop("path", "")
+    return admin_call(ctx.meta["front"], ctx.meta["key"], method, path, **kwargs)
 
 
 def _show(rows: list[dict[str, Any]]) -> None:
