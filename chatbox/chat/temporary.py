@@ -12,6 +12,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
 from chatbox.chat.admission import Gatekeeper, Ticket
@@ -43,11 +44,34 @@ def is_temporary(conv_id: str) -> bool:
     return conv_id.startswith(PREFIX)
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the request in hand asks of retention: its header, and the API key it came with."""
+
+    keep_nothing: bool = False
+    api_key: str | None = None
+
+
+# Set once per request (a task of its own) by the web layer, before any handler runs.
+_ASKED: ContextVar[Asked] = ContextVar("chatbox_retention_asked")
+_NOTHING_ASKED = Asked()
+
+
+def ask(keep_nothing: bool, api_key: str | None) -> None:
+    """Record what the current request asks of retention, for `keeps_nothing` to read."""
+    _ASKED.set(Asked(keep_nothing, api_key))
+
+
 async def keeps_nothing(store: Store, policy: Policy, user: User) -> bool:
-    """Zero-data-retention for everything this user does: set for their tier or for them."""
-    if policy.tier(user.tier).zero_retention:
+    """Zero-data-retention for what this request does: asked for by the request (header or
+    API key), or set for the user's tier or the user. Every path that stores asks this."""
+    asked = _ASKED.get(_NOTHING_ASKED)
+    if asked.keep_nothing or policy.tier(user.tier).zero_retention:
         return True
-    return await TransferRepo(store.db).user_zero_retention(user.id)
+    transfer = TransferRepo(store.db)
+    if await transfer.user_zero_retention(user.id):
+        return True
+    return asked.api_key is not None and await transfer.key_zero_retention(asked.api_key)
 
 
 def refuse_storing() -> InvalidInput:

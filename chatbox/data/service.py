@@ -16,7 +16,7 @@ from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import turn_messages
 from chatbox.chat.runs import TurnRun
-from chatbox.chat.temporary import TemporaryChat, TemporaryChats, keeps_nothing
+from chatbox.chat.temporary import TemporaryChat, TemporaryChats, ask, keeps_nothing
 from chatbox.data.chatgpt import ImportReport, Limits, parse
 from chatbox.data.export import ExportData, Extras, build_zip, read_extras
 from chatbox.data.retention import NOTHING, Retention, RetentionReport, Sweeper, keeps
@@ -56,6 +56,12 @@ def wants_none(header: str | None) -> bool:
     if header.strip().lower() == "none":
         return True
     raise InvalidInput("X-Chatbox-Retention must be 'none' or 'default'", "X-Chatbox-Retention")
+
+
+def ask_retention(header: str | None, api_key: str | None) -> None:
+    """What this request asks of retention (its header, its API key), checked by every path
+    that stores content on its behalf."""
+    ask(wants_none(header), api_key)
 
 
 def import_limits(settings: Settings) -> Limits:
@@ -167,15 +173,6 @@ class DataService:
     def tier_keeps(self, user: User) -> str:
         return keeps(self.policy, user.tier)
 
-    async def zero_retention(
-        self, user: User, header: str | None = None, api_key: str | None = None
-    ) -> bool:
-        """Whether this request must store no content: asked for by the request, or set
-        for the user's tier, the user, or the API key it came with."""
-        if wants_none(header) or await keeps_nothing(self.store, self.policy, user):
-            return True
-        return api_key is not None and await self.transfer.key_zero_retention(api_key)
-
     def create_temporary(
         self, user: User, system_prompt: str | None = None, model: str | None = None
     ) -> TemporaryChat:
@@ -195,7 +192,8 @@ class DataService:
         return await self.temporary.answer(user, conv.system_prompt, history, content, options)
 
     async def stores_nothing(self, user: User) -> bool:
-        """Zero-data-retention for everything this user does (their tier, or their own)."""
+        """Zero-data-retention for what this request does for this user: the request's
+        header or key, the user's tier, or their own switch."""
         return await keeps_nothing(self.store, self.policy, user)
 
     async def keeps_nothing(self, user_id: str) -> bool:

@@ -25,6 +25,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
 from chatbox.accounts import AccountsService, TooManyAttempts, User
+from chatbox.data import RETENTION_HEADER, ask_retention
 from chatbox.settings import Settings
 from chatbox.web.errors import error_body
 
@@ -161,6 +162,12 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
     return session.user
 
 
+def bearer_key(request: AnyRequest) -> str | None:
+    """The API key a request authenticated with (None for a browser session)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 def authenticate_first(accounts: Callable[[], AccountsService], settings: Settings) -> Guard:
     """A guard for every route that takes the acting `user`: credentials are checked before
     its parameters or body are, so an anonymous caller gets 401, never a validation error;
@@ -176,6 +183,7 @@ def authenticate_first(accounts: Callable[[], AccountsService], settings: Settin
         user = await provide_user(connection, accounts(), settings)
         if connection.url.path.startswith(ADMIN_API) and user.role != "admin":
             raise PermissionDeniedException("only admins can use the admin API")
+        ask_retention(connection.headers.get(RETENTION_HEADER), bearer_key(connection))
 
     return guard
 

@@ -14,7 +14,7 @@ from chatbox.chat import ACTIVE_BRANCH, ChatService, InvalidInput, NotFound, Tur
 from chatbox.chat.temporary import is_temporary
 from chatbox.settings import Settings
 from chatbox.web.auth import AnyRequest
-from chatbox.web.data import stores_nothing, temporary_out
+from chatbox.web.data import temporary_out
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.intake import MAX_ID
 from chatbox.web.schemas import (
@@ -67,7 +67,7 @@ class ConversationController(Controller):
         """Start a conversation; 201 with its id. `temporary` (or zero-data-retention for
         the request, key, user or tier): a chat kept in RAM only, never stored."""
         data = data or NewConversation()
-        if data.temporary or await stores_nothing(request, data_service, user):
+        if data.temporary or await data_service.stores_nothing(user):
             temporary = data_service.create_temporary(user, data.system_prompt, data.model)
             return temporary_out(temporary)
         conv = await chat.create_conversation(user, data.title, data.system_prompt, data.model)
@@ -140,7 +140,7 @@ class ConversationController(Controller):
         if is_temporary(conv_id):
             run = await data_service.temporary.send(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
-        if await stores_nothing(request, data_service, user):
+        if await data_service.stores_nothing(user):
             run = await data_service.answer_unsaved(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
         parent = data.parent_id if data.parent_id is not None else ACTIVE_BRANCH
@@ -160,7 +160,7 @@ class ConversationController(Controller):
         data: TurnIn,
     ) -> Stream:
         """A new version of an earlier user message, as a new branch; streams its answer."""
-        if await stores_nothing(request, data_service, user):
+        if await data_service.stores_nothing(user):
             raise InvalidInput(ZDR_NO_BRANCHES)
         run = await chat.edit(user, conv_id, turn_id, data.content, data.options())
         return _stream(chat, settings, user, run)
@@ -178,7 +178,7 @@ class ConversationController(Controller):
         data: RegenerateIn | None = None,
     ) -> Stream:
         """Another answer beside this one (a new branch); streams it."""
-        if await stores_nothing(request, data_service, user):
+        if await data_service.stores_nothing(user):
             raise InvalidInput(ZDR_NO_BRANCHES)
         options = (data or RegenerateIn()).options()
         run = await chat.regenerate(user, conv_id, turn_id, options)

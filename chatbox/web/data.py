@@ -10,10 +10,8 @@ from typing import Any
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from chatbox.accounts import User
 from chatbox.chat import InvalidInput
 from chatbox.chat.temporary import TemporaryChat
-from chatbox.data import RETENTION_HEADER, DataService
 from chatbox.web.admin import require_admin
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import DataServiceDep, SettingsDep, UserDep
@@ -29,19 +27,6 @@ class DeleteMe:
 @dataclass
 class RetentionPatch:
     zero_retention: bool
-
-
-def bearer_key(request: AnyRequest) -> str | None:
-    """The API key a request authenticated with (None for a browser session)."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
-async def stores_nothing(request: AnyRequest, data: DataService, user: User) -> bool:
-    """Zero-data-retention for this request: its header, the tier, the user or the key."""
-    return await data.zero_retention(
-        user, request.headers.get(RETENTION_HEADER), bearer_key(request)
-    )
 
 
 def temporary_out(chat: TemporaryChat) -> dict[str, Any]:

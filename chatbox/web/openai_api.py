@@ -17,7 +17,6 @@ from chatbox.chat import ChatMessage, TurnOptions, UnknownModel
 from chatbox.chat.structured import off_loop
 from chatbox.engine.types import ModelInfo
 from chatbox.web.auth import AnyRequest
-from chatbox.web.data import stores_nothing
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
@@ -136,7 +135,7 @@ class OpenAIController(Controller):
     ) -> Response[Any] | Stream:
         messages = data.to_messages()
         options, shape = await off_loop(lambda: data.options(settings.max_tokens))
-        zdr = await stores_nothing(request, data_service, user)
+        zdr = await data_service.stores_nothing(user)
         model, generation, _ = await chat.complete(messages, options, user, zero_retention=zdr)
         headers = {**chat.limit_headers(user), "x-chatbox-model": model}
         route = getattr(getattr(generation, "ticket", None), "route", None)

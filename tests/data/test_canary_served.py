@@ -3,8 +3,10 @@
 Every route that accepts content (each POST, PUT or PATCH with a request body in the served
 /schema/openapi.json, and each HTML form route of the app's route table) is sent a secret word
 of its own in every free-text field, by a member with zero retention switched on for herself
-and the `X-Chatbox-Retention: none` header on the request. The word must be in no file of the
-data directory after the request, after a clean stop, and after kill -9 and a restart; parked
+and the `X-Chatbox-Retention: none` header on the request; every API route again by members
+with one kind of zero retention each (the header alone, an API key set to retention none, a
+zero-retention tier), and temporary chats through their own routes. The word must be in no
+file of the data directory after the request, after a clean stop, and after kill -9 and a restart; parked
 KV files are decoded back into text too. A route that refuses under zero retention (a 4xx)
 passes as long as nothing is stored.
 
@@ -45,6 +47,13 @@ tpm = 200000
 max_streams = 4
 priority = 1
 retention_days = 1
+
+[tiers.vault]
+rpm = 120
+tpm = 200000
+max_streams = 4
+priority = 1
+zero_retention = true
 """
 
 
@@ -58,10 +67,12 @@ class Canary:
     csrf: str
     ids: dict[str, str]
     words: dict[str, str] = field(default_factory=dict)  # route -> its secret word
-    header_only: Canary | None = None  # a member without zero retention of her own
+    asks: dict[str, str] = field(default_factory=lambda: dict(NONE))  # the request's headers
+    # Members with one kind of zero retention each: "header", "key" and "tier".
+    kinds: dict[str, Canary] = field(default_factory=dict)
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        headers = {**self.key, **NONE, **kw.pop("headers", {})}
+        headers = {**self.key, **self.asks, **kw.pop("headers", {})}
         url = self.box.url + path.format(**self.ids)
         return httpx.request(method, url, headers=headers, timeout=TIMEOUT, **kw)
 
@@ -281,19 +292,27 @@ def _login(box: Served, name: str) -> tuple[httpx.Client, str]:
     return browser, csrf.group(1)
 
 
-def _real_ids(box: Served, name: str, key: dict[str, str]) -> dict[str, str]:
-    """Ids the member owns, made before she switches zero retention on."""
-    with httpx.Client(base_url=box.url, headers=key, timeout=TIMEOUT) as c:
-        conv = c.post("/v1/conversations", json={"title": "kept"}).json()["id"]
-        said = c.post(f"/v1/conversations/{conv}/turns", json={"content": "Hi", "max_tokens": 2})
-        assert said.status_code == 200, said.text
-        turn = c.get(f"/v1/conversations/{conv}").json()["turns"][0]["id"]
-        fact = c.patch("/v1/users/me/memory", json={"add": ["Likes pumps"]}).json()
+def _real_ids(
+    box: Served, name: str, key: dict[str, str], stored: bool = True
+) -> dict[str, str]:
+    """Ids the member owns, made before she switches zero retention on (a member of a
+    zero-retention tier owns none: hers are ids she cannot see)."""
+    ids = {"conv": "c_missing", "turn": "t_missing", "fact": "m_missing"}
+    if stored:
+        with httpx.Client(base_url=box.url, headers=key, timeout=TIMEOUT) as c:
+            conv = c.post("/v1/conversations", json={"title": "kept"}).json()["id"]
+            said = c.post(
+                f"/v1/conversations/{conv}/turns", json={"content": "Hi", "max_tokens": 2}
+            )
+            assert said.status_code == 200, said.text
+            turn = c.get(f"/v1/conversations/{conv}").json()["turns"][0]["id"]
+            fact = c.patch("/v1/users/me/memory", json={"add": ["Likes pumps"]}).json()
+        ids = {"conv": conv, "turn": turn, "fact": fact["added"][0]["id"]}
     with httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT) as admin:
         ws = admin.post("/v1/workspaces", json={"name": f"team {name}"}).json()["id"]
         added = admin.post(f"/v1/workspaces/{ws}/members", json={"name": name})
         assert added.status_code in (200, 201), added.text
-    return {"conv": conv, "turn": turn, "fact": fact["added"][0]["id"], "ws": ws}
+    return {**ids, "ws": ws}
 
 
 @pytest.fixture(scope="module")
@@ -311,10 +330,19 @@ def canary(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
             box.url + "/v1/users/me/retention", json={"zero_retention": True}, headers=key
         )
         assert r.status_code == 200 and r.json()["zero_retention"] is True, r.text
+        kim = box.auth(kim_key := box.user("kim", tier="paid"))
+        kims = _real_ids(box, "kim", kim)
+        box.cli("keys", "set-retention", kim_key[:10], "none")
+        tia = box.auth(box.user("tia", tier="vault"))
+        tias = _real_ids(box, "tia", tia, stored=False)
         browser, csrf = _login(box, "ann")
         try:
             canary = Canary(box, key, browser, csrf, ids)
-            canary.header_only = Canary(box, hal, browser, "", hals, canary.words)
+            canary.kinds = {
+                "header": Canary(box, hal, browser, "", hals, canary.words),
+                "key": Canary(box, kim, browser, "", kims, canary.words, asks={}),
+                "tier": Canary(box, tia, browser, "", tias, canary.words, asks={}),
+            }
             yield canary
         finally:
             browser.close()
@@ -348,45 +376,29 @@ def test_a_routes_secret_is_stored_nowhere(canary: Canary, route: str) -> None:
     assert files_holding(canary.box.data_dir, word) == [], (route, r.status_code)
 
 
-# The header alone, from a member who keeps content otherwise (API routes: pages send no header).
-_STORED = (
-    "under X-Chatbox-Retention: none alone, {} is stored in chatbox.db"
-    " (the refusal checks only the user's and tier's zero retention)"
-)
-HEADER_LEAKS: dict[str, str] = {
-    "PATCH /v1/conversations/{conv_id}": _STORED.format("the new title and system prompt"),
-    "PATCH /v1/users/{user_id}/memory": _STORED.format("the memory fact"),
-    "POST /v1/documents": _STORED.format("the uploaded document"),
-    "POST /v1/conversations/{conv_id}/documents": _STORED.format("the attached document"),
-    "POST /v1/workspaces/{ws_id}/documents": _STORED.format("the workspace document"),
-    "POST /v1/users/me/import": _STORED.format("the imported conversation"),
-}
+# One kind of zero retention at a time, from members who keep content otherwise: the
+# X-Chatbox-Retention header alone, an API key set to retention none, a zero-retention tier
+# (API routes: pages send no header and a browser session has no key).
+KINDS = ("header", "key", "tier")
 API = [k for k in SENDERS if k.split()[1].startswith("/v1/")]
 
 
-@pytest.mark.parametrize(
-    "route",
-    [
-        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=HEADER_LEAKS[k]))
-        if k in HEADER_LEAKS
-        else k
-        for k in API
-    ],
-)
-def test_the_header_alone_keeps_a_routes_secret_nowhere(canary: Canary, route: str) -> None:
-    assert canary.header_only is not None
+@pytest.mark.parametrize("route", API)
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_of_zero_retention_keeps_a_routes_secret_nowhere(
+    canary: Canary, kind: str, route: str
+) -> None:
     word = f"canary{secrets.token_hex(6)}"
-    canary.words["header " + route] = word
-    r = SENDERS[route](canary.header_only, word)
+    canary.words[f"{kind} {route}"] = word
+    r = SENDERS[route](canary.kinds[kind], word)
     assert r.status_code < 500, (route, r.status_code, r.text[:500])
     assert files_holding(canary.box.data_dir, word) == [], (route, r.status_code)
 
 
 def test_no_secret_survives_a_stop_or_a_crash(canary: Canary, tiny_gguf: Path) -> None:
     box, decoder = canary.box, Decoder(tiny_gguf)
-    leaks = {*LEAKS, *("header " + k for k in HEADER_LEAKS)}
-    words = {r: w for r, w in canary.words.items() if r not in leaks}
-    ran = {*SENDERS, *("header " + k for k in API)} - leaks
+    words = {r: w for r, w in canary.words.items() if r not in LEAKS}
+    ran = {*SENDERS, *(f"{kind} {k}" for kind in KINDS for k in API)} - set(LEAKS)
     assert set(words) == ran, "run with the route cases"
 
     def stored() -> list[str]:
