@@ -180,7 +180,7 @@ class Services:
             settings.replica_queue_limit,
             metrics,
         )
-        replicas = ReplicaAdmin(store.replicas, fleet)
+        replicas = ReplicaAdmin(store.replicas, fleet, accounts.audit)
         await replicas.start(settings.replicas)  # none configured: nothing runs
         models = ClusterModels(LocalModels(registry, pool, settings), fleet, settings.local_engine)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
