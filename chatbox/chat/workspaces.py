@@ -20,6 +20,16 @@ from chatbox.store import Conversation, Document, Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.workspaces import Member, Workspace, WorkspaceRole
 
+__all__ = [
+    "MAX_NAME_CHARS",
+    "Member",
+    "Workspace",
+    "WorkspaceRole",
+    "Workspaces",
+    "prompt_scope",
+    "valid_name",
+]
+
 MAX_NAME_CHARS = 80
 Erase = Callable[[str, Sequence[str]], Awaitable[Erased]]
 

@@ -15,9 +15,8 @@ from chatbox.cli.accounts import _table, with_store
 
 if TYPE_CHECKING:
     from chatbox.accounts.audit import Actor
-    from chatbox.chat.workspaces import Workspaces
+    from chatbox.chat.workspaces import Workspace, Workspaces
     from chatbox.store import Store
-    from chatbox.store.workspaces import Workspace
 
 
 async def _workspace(store: Store, ref: str) -> Workspace:

@@ -12,8 +12,7 @@ from litestar import Controller, Response, get, post
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
-from chatbox.chat.sharing import Sharing
-from chatbox.store.shares import Share
+from chatbox.chat.sharing import Share, Sharing
 from chatbox.web import urls
 from chatbox.web.api.sharing import SharingDep
 from chatbox.web.api.workspaces import WorkspacesDep
