@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.completions import complete
-from chatbox.chat.erase import erase_conversations, forget_scope_kv
+from chatbox.chat.erasure import erase_conversations, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.options import TurnOptions, check_stops

@@ -1,4 +1,4 @@
-"""The gateway policy: per-tier limits, routing rules and the overload order (a TOML file)."""
+"""The policy: per-tier limits, routing rules and the overload order (a TOML file)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class TierPolicy:
     priority: int = 0  # in the engine's queue: lower goes first (0-9)
     retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
     zero_retention: bool = False  # store no content at all: answers stream, usage is counted
-    sharing: bool = True  # may share conversations by link (chatbox/chat/sharing.py)
+    sharing: bool = True  # may share conversations by link (chatbox/chat/shares.py)
 
 
 @dataclass(frozen=True)
