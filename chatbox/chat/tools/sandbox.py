@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 NOBODY = 65534
 MAX_CODE_BYTES = 64 * 1024  # the snippet travels as one argument (the kernel allows 128 KiB)
@@ -140,6 +141,15 @@ class Sandbox:
             *run,
         ]
 
+    async def unusable(self) -> str | None:
+        """Why this sandbox cannot run snippets here (bubblewrap without user namespaces,
+        no interpreter), or None when it can."""
+        try:
+            result = await self.run("print('ready')")
+        except OSError as exc:
+            return str(exc)
+        return None if result.ok and result.stdout == "ready\n" else result.stderr.strip()
+
     async def run(self, code: str) -> RunResult:
         """Run `code` and wait for it (never longer than `wall_s` plus a kill)."""
         if len(code.encode()) > MAX_CODE_BYTES or "\0" in code:
@@ -178,9 +188,10 @@ class Sandbox:
         ended = asyncio.ensure_future(asyncio.gather(*readers, proc.wait()))
         flood = asyncio.create_task(over.wait())
         timed_out = False
+        either: set[asyncio.Future[Any]] = {ended, flood}
         try:
             done, _ = await asyncio.wait(
-                {ended, flood}, timeout=self.limits.wall_s, return_when=asyncio.FIRST_COMPLETED
+                either, timeout=self.limits.wall_s, return_when=asyncio.FIRST_COMPLETED
             )
             if ended not in done:
                 timed_out = not flood.done()
