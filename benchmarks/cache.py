@@ -1,9 +1,10 @@
 """The exact-match answer cache: what a hit costs, and what it gains on a replayed workload.
 
-    python benchmarks/cache.py [--hits 300] [--requests 60] [--repeat 0.3] [--concurrency 4]
+    python benchmarks/cache.py [--hits 200] [--requests 40] [--repeat 0.3] [--concurrency 4]
 
 Starts `chatbox serve` as a user does (tests/served.py: the console script, the shipped
-models; SmolLM2 by default, `--gguf PATH` serves another file), once with the answer cache on
+models; SmolLM2 by default, `--gguf PATH` serves another file, `--tiny` the tests' tiny
+random model), once with the answer cache on
 and once with it off, each with moderation off and no rate limits.
 
 1. Exact hit: one deterministic request (temperature 0), then `--hits` identical ones, one
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -50,6 +52,7 @@ enabled = {enabled}
 [moderation]
 enabled = false
 """
+ACCESS = r"POST /v1/chat/completions 200 ([0-9.]+) ms"
 TOPICS = [
     "the tides",
     "bread yeast",
@@ -72,6 +75,10 @@ TOPICS = [
     "pendulum clocks",
     "sand dunes",
 ]
+
+
+def note(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def start(where: Path, enabled: bool, gguf: Path | None) -> tuple[Served, str]:
@@ -99,18 +106,29 @@ def exact_hits(box: Served, key: str, count: int) -> dict[str, Any]:
     with httpx.Client(base_url=box.url, headers=box.auth(key), timeout=120) as http:
         first = http.post("/v1/chat/completions", json=request)
         assert first.headers.get("x-chatbox-cache") == "miss", first.headers
+        time.sleep(1.0)  # the first answer's log line is written
+        mark = len(box.log())
         times = []
         for _ in range(count):
             t0 = time.perf_counter()
             r = http.post("/v1/chat/completions", json=request)
             times.append((time.perf_counter() - t0) * 1000)
             assert r.headers.get("x-chatbox-cache") == "hit" and r.content == first.content
+    # The server's own time for each (its access log line): without the client's share of
+    # the cores, which on a loaded machine dominates the tail.
+    served = sorted(float(ms) for ms in re.findall(ACCESS, box.log()[mark:]))
     times.sort()
     return {
         "p50_ms": statistics.median(times),
-        "p99_ms": times[int(0.99 * (len(times) - 1))],
+        "p99_ms": pick(times, 0.99),
         "max_ms": times[-1],
+        "server_p50_ms": statistics.median(served),
+        "server_p99_ms": pick(served, 0.99),
     }
+
+
+def pick(values: list[float], q: float) -> float:
+    return values[int(q * (len(values) - 1))]
 
 
 def workload(n: int, repeat: float) -> list[str]:
@@ -157,7 +175,9 @@ def main() -> None:
     results: dict[str, Any] = {"requests": len(prompts), "repeats": repeats}
     with tempfile.TemporaryDirectory(prefix="chatbox-bench-cache-") as tmp:
         for enabled in (True, False):
+            note(f"starting a server, cache {'on' if enabled else 'off'}")
             box, key = start(Path(tmp) / ("on" if enabled else "off"), enabled, ARGS.gguf)
+            note("ready")
             try:
                 # One untimed request first: the model's load and first prefill.
                 httpx.post(
@@ -168,7 +188,9 @@ def main() -> None:
                 )
                 if enabled:
                     results["hit"] = exact_hits(box, key, ARGS.hits)
+                    note(f"exact hits: {results['hit']}")
                 results["on" if enabled else "off"] = asyncio.run(replay(box, key, prompts))
+                note(f"replay: {results['on' if enabled else 'off']}")
             finally:
                 box.stop()
     on, off, hit = results["on"], results["off"], results["hit"]
@@ -176,8 +198,12 @@ def main() -> None:
     print("| measure | result | target |")
     print("|---|---|---|")
     print(
-        f"| exact hit, {ARGS.hits} in a row | p50 {hit['p50_ms']:.2f} ms, "
-        f"**p99 {hit['p99_ms']:.2f} ms** (max {hit['max_ms']:.1f}) | p99 < 5 ms |"
+        f"| exact hit, {ARGS.hits} in a row, at the client | p50 {hit['p50_ms']:.2f} ms, "
+        f"p99 {hit['p99_ms']:.2f} ms (max {hit['max_ms']:.1f}) | p99 < 5 ms |"
+    )
+    print(
+        f"| exact hit, in the server (access log) | p50 {hit['server_p50_ms']:.2f} ms, "
+        f"**p99 {hit['server_p99_ms']:.2f} ms** | p99 < 5 ms |"
     )
     print(
         f"| replay: {results['requests']} requests, {results['repeats']} repeats, "
@@ -191,11 +217,16 @@ def main() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--hits", type=int, default=300)
-    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--hits", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--repeat", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--gguf", type=Path, default=None)
+    parser.add_argument("--tiny", action="store_true", help="serve the tests' tiny random model")
     ARGS = parser.parse_args()
+    if ARGS.tiny and ARGS.gguf is None:
+        from tests.tinymodel import make_tiny_gguf
+
+        ARGS.gguf = make_tiny_gguf(Path(tempfile.mkdtemp(prefix="chatbox-tiny-")) / "tiny.gguf")
     main()

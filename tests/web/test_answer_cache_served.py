@@ -98,6 +98,22 @@ def test_the_same_request_again_is_a_hit_with_the_same_body(
     assert ask(box, keys["ann"], "alpha", seed=7).headers["x-chatbox-cache"] == "miss"
 
 
+def usage(box: Served, name: str) -> tuple[int, int]:
+    """The user's requests and tokens so far (the admin's usage report)."""
+    r = httpx.get(box.url + "/v1/admin/usage", params={"name": name}, headers=box.admin)
+    users = r.json()["users"]
+    return (users[0]["requests"], users[0]["total_tokens"]) if users else (0, 0)
+
+
+def test_a_hit_is_charged_what_the_first_answer_used(box: Served, keys: dict[str, str]) -> None:
+    before = usage(box, "cy")
+    first = ask(box, keys["cy"], "hotel")
+    spent = first.json()["usage"]["total_tokens"]
+    assert usage(box, "cy") == (before[0] + 1, before[1] + spent)
+    assert ask(box, keys["cy"], "hotel").headers["x-chatbox-cache"] == "hit"
+    assert usage(box, "cy") == (before[0] + 2, before[1] + 2 * spent)  # charge = "full"
+
+
 def test_a_fixed_seed_is_cached_and_sampling_without_one_is_not(
     box: Served, keys: dict[str, str]
 ) -> None:
