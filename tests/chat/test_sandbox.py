@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -37,6 +38,7 @@ needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=str(NO_BWRAP))
 pytestmark = pytest.mark.skipif(
     not Path(SYSTEM_PYTHON).exists(), reason=f"{SYSTEM_PYTHON} is the sandbox's interpreter"
 )
+CPU_SIGNALS = (signal.SIGKILL, signal.SIGXCPU)
 FAST = Limits(cpu_s=2, wall_s=4.0, output_bytes=4096)
 
 
@@ -136,8 +138,10 @@ def test_cpu_exhaustion_is_ended_by_the_cpu_limit(sandbox: Sandbox) -> None:
     marker = uuid.uuid4().hex
     sandbox.limits = Limits(cpu_s=1, wall_s=30.0)
     result = run(sandbox, f"# {marker}\nwhile True:\n    pass")
-    assert not result.ok and not result.timed_out, result
-    assert result.seconds < 25  # the CPU limit ended it, not the wall clock
+    # The CPU limit's signal ended it (bubblewrap reports a child's signal as 128 + n), not
+    # the wall clock.
+    assert not result.timed_out, result
+    assert result.exit_code in {-n for n in CPU_SIGNALS} | {128 + n for n in CPU_SIGNALS}
     assert_healthy(sandbox, marker)
 
 
@@ -146,7 +150,6 @@ def test_a_run_past_its_wall_time_is_killed(sandbox: Sandbox) -> None:
     sandbox.limits = Limits(wall_s=1.0)
     result = run(sandbox, f"# {marker}\nimport time\nprint('start', flush=True)\ntime.sleep(60)")
     assert result.timed_out and result.exit_code is None and result.stdout == "start\n"
-    assert result.seconds < 10
     assert_healthy(sandbox, marker)
 
 
