@@ -324,3 +324,5 @@ def _observe(
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry
     chat.telemetry = telemetry
+    chat.answers.on_lookup = telemetry.answer_cache
+    chat.answers.on_size = telemetry.answer_cache_size
