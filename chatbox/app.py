@@ -24,7 +24,7 @@ from chatbox import __version__
 from chatbox.accounts import AccountsService
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat import ChatService
-from chatbox.chat.sharing import Sharing
+from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.data import DataService
 from chatbox.knowledge import Knowledge

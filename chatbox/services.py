@@ -23,7 +23,7 @@ from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
-from chatbox.chat.sharing import Sharing
+from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -324,3 +324,5 @@ def _observe(
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry
     chat.telemetry = telemetry
+    chat.answers.on_lookup = telemetry.answer_cache
+    chat.answers.on_size = telemetry.answer_cache_size

@@ -8,7 +8,7 @@ from litestar.types import ControllerRouterHandler
 from chatbox.web.api.conversations import ConversationController
 from chatbox.web.api.data import DataController
 from chatbox.web.api.knowledge import KnowledgeController
-from chatbox.web.api.sharing import SharePagesController, SharesController
+from chatbox.web.api.shares import SharePagesController, SharesController
 from chatbox.web.api.workspaces import ConversationWorkspaceController, WorkspacesController
 from chatbox.web.console.moderation import (
     ModerationAdminController,

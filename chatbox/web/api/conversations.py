@@ -23,7 +23,7 @@ from chatbox.web.api.schemas import (
     conversation_out,
     view_out,
 )
-from chatbox.web.api.sharing import SharingDep
+from chatbox.web.api.shares import SharingDep
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.intake import MAX_ID

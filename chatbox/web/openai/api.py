@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -135,37 +136,68 @@ class OpenAIController(Controller):
     ) -> Response[Any] | Stream:
         messages = data.to_messages()
         options, shape = await off_loop(lambda: data.options(settings.max_tokens))
+        if not data.stream:
+            return await self._whole(chat, user, data, messages, options, shape)
         zdr = await data_service.stores_nothing(user)
         model, generation, _ = await chat.complete(messages, options, user, zero_retention=zdr)
         headers = {**chat.limit_headers(user), "x-chatbox-model": model}
-        route = getattr(getattr(generation, "ticket", None), "route", None)
-        if route is not None:
-            headers["x-chatbox-route"] = route.reason
-            if route.degraded_from:
-                headers["x-chatbox-degraded-from"] = route.degraded_from
-            if route.arm:
-                headers["x-chatbox-arm"] = route.arm
+        headers.update(_route_headers(getattr(generation, "ticket", None)))
         ident = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
-        if data.stream:
-            include_usage = bool((data.stream_options or {}).get("include_usage"))
-            body = chunks(generation, ident, created, model, include_usage, shape)
-            return Stream(
-                with_heartbeats(body, settings.heartbeat_s),
-                media_type="text/event-stream",
-                headers={**SSE_HEADERS, **headers},
-            )
-        choices, usage = await collect(generation, shape)
-        engine = await chat.models.engine(model)
-        return Response(
-            {
-                "id": ident,
-                "object": "chat.completion",
-                "created": created,
-                "model": model,
-                "system_fingerprint": fingerprint(engine.info),
-                "choices": choices,
-                "usage": usage_out(usage),
-            },
-            headers=headers,
+        include_usage = bool((data.stream_options or {}).get("include_usage"))
+        body = chunks(generation, ident, created, model, include_usage, shape)
+        return Stream(
+            with_heartbeats(body, settings.heartbeat_s),
+            media_type="text/event-stream",
+            headers={**SSE_HEADERS, **headers},
         )
+
+    async def _whole(
+        self,
+        chat: ChatDep,
+        user: UserDep,
+        data: ChatCompletionIn,
+        messages: tuple[ChatMessage, ...],
+        options: TurnOptions,
+        shape: AnswerShape,
+    ) -> Response[Any]:
+        """A whole answer; a deterministic request's through the answer cache, whose hit is
+        the body first sent, byte for byte, with `x-chatbox-cache: hit`."""
+        request = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
+        exact = await chat.complete_exact(messages, options, user, request)
+        headers = {**chat.limit_headers(user), "x-chatbox-model": exact.model}
+        headers.update(_route_headers(exact.ticket))
+        if exact.body is not None:
+            headers["x-chatbox-cache"] = "hit"
+            return Response(exact.body, media_type="application/json", headers=headers)
+        assert exact.generation is not None
+        choices, usage = await collect(exact.generation, shape)
+        engine = await chat.models.engine(exact.model)
+        answer = {
+            "id": "chatcmpl-" + secrets.token_hex(12),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": exact.model,
+            "system_fingerprint": fingerprint(engine.info),
+            "choices": choices,
+            "usage": usage_out(usage),
+        }
+        if exact.key is None:
+            return Response(answer, headers=headers)
+        body = json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+        kept = chat.keep_answer(exact, user, body, usage)
+        headers["x-chatbox-cache"] = "miss" if kept else "miss, not kept"
+        return Response(body, media_type="application/json", headers=headers)
+
+
+def _route_headers(ticket: Any) -> dict[str, str]:
+    """How admission routed the request (reason, degraded from, canary arm)."""
+    route = getattr(ticket, "route", None)
+    if route is None:
+        return {}
+    headers = {"x-chatbox-route": route.reason}
+    if route.degraded_from:
+        headers["x-chatbox-degraded-from"] = route.degraded_from
+    if route.arm:
+        headers["x-chatbox-arm"] = route.arm
+    return headers

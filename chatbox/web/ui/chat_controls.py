@@ -12,9 +12,9 @@ from litestar import Controller, Response, get, post
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
-from chatbox.chat.sharing import Share, Sharing
+from chatbox.chat.shares import Share, Sharing
 from chatbox.web import urls
-from chatbox.web.api.sharing import SharingDep
+from chatbox.web.api.shares import SharingDep
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, UserDep
 from chatbox.web.ui.helpers import (
