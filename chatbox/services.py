@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
-from chatbox.moderation import ModerationPolicy, ModerationService
+from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.settings import Settings
 from chatbox.store import Store
@@ -326,3 +327,30 @@ def _observe(
     chat.telemetry = telemetry
     chat.answers.on_lookup = telemetry.answer_cache
     chat.answers.on_size = telemetry.answer_cache_size
+
+
+@dataclass
+class OperatorServices:
+    """The services the command line uses on the database: no engines, no server."""
+
+    settings: Settings
+    accounts: AccountsService
+    _store: Store
+
+    def review_queue(self) -> ReviewQueue:
+        """The moderation review queue under the configured (or shipped) policy."""
+        path = self.settings.policy_path or default_policy_path()
+        return ReviewQueue(self._store, ModerationPolicy.load(path))
+
+
+@asynccontextmanager
+async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
+    """Open the database (creating the first admin on an empty one) for the command line."""
+    settings.ensure_dirs()
+    store = await Store.open(settings.db_path)
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+        yield OperatorServices(settings, accounts, store)
+    finally:
+        await store.close()

@@ -138,11 +138,9 @@ HTTP_OR_SQL = {"litestar", "starlette", "httpx", "aiosqlite", "sqlite3", "sqlean
 ALLOWED: dict[tuple[str, str], str] = {
     ("chatbox.cli.accounts", "chatbox.store"): "users/keys commands open the Store themselves",
     ("chatbox.cli.accounts", "chatbox.store.usage"): "usage reports read day_of from the store",
-    ("chatbox.cli.audit", "chatbox.store"): "audit list opens the Store for AuditLog",
     ("chatbox.cli.data", "chatbox.store"): "retention and export open the Store themselves",
     ("chatbox.cli.data", "chatbox.store.erasure"): "retention builds the ErasureRepo itself",
     ("chatbox.cli.data", "chatbox.store.transfer"): "export and import build the TransferRepo",
-    ("chatbox.cli.moderation", "chatbox.store"): "moderation commands open the Store themselves",
     ("chatbox.cli.workspaces", "chatbox.store"): "workspace commands open the Store themselves",
     ("chatbox.cli.workspaces", "chatbox.store.erasure"): "workspace delete builds the ErasureRepo",
 }
