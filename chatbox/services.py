@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +35,7 @@ from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.settings import Settings
 from chatbox.store import Store
+from chatbox.store.erasure import Erased, ErasureRepo
 
 log = logging.getLogger("chatbox")
 
@@ -336,6 +337,19 @@ class OperatorServices:
     settings: Settings
     accounts: AccountsService
     _store: Store
+
+    def workspaces(self, forget: Callable[[str], object] | None = None) -> Workspaces:
+        """Team workspaces; `forget` drops an erased conversation's parked KV files."""
+        store = self._store
+
+        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
+            done = await ErasureRepo(store.db).conversations(user_id, ids)
+            if forget is not None:
+                for conv_id in ids:
+                    forget(conv_id)  # parked KV files of the erased conversations
+            return done
+
+        return Workspaces(store, erase)
 
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""

@@ -141,8 +141,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("chatbox.cli.data", "chatbox.store"): "retention and export open the Store themselves",
     ("chatbox.cli.data", "chatbox.store.erasure"): "retention builds the ErasureRepo itself",
     ("chatbox.cli.data", "chatbox.store.transfer"): "export and import build the TransferRepo",
-    ("chatbox.cli.workspaces", "chatbox.store"): "workspace commands open the Store themselves",
-    ("chatbox.cli.workspaces", "chatbox.store.erasure"): "workspace delete builds the ErasureRepo",
 }
 
 
