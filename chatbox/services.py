@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService
+from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
@@ -28,14 +29,16 @@ from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
+from chatbox.data.service import export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.settings import Settings
-from chatbox.store import Store
+from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
 
@@ -350,6 +353,27 @@ class OperatorServices:
             return done
 
         return Workspaces(store, erase)
+
+    async def export_account(self, actor: Actor, user: User) -> bytes:
+        """An account's export as zip bytes, recorded in the audit log."""
+        await self.accounts.record(actor, "user.export", user)
+        return await export_zip(self._store, user)
+
+    async def set_retention(self, actor: Actor, user: User, mode: str) -> None:
+        """`none`: the account stores no content; `default`: its tier's. Audited."""
+        await TransferRepo(self._store.db).set_user_zero_retention(user.id, mode == "none")
+        await self.accounts.record(actor, "user.set_retention", user, retention=mode)
+
+    async def set_key_retention(self, actor: Actor, key_ref: str, mode: str) -> bool:
+        """As set_retention for one active API key (by id or prefix); False if there is none."""
+        keys = await self._store.keys.list()
+        key = next((k for k in keys if key_ref in (k.id, k.prefix)), None)
+        if key is None or key.revoked_at is not None:
+            return False
+        await TransferRepo(self._store.db).set_key_zero_retention(key.id, mode == "none")
+        owner = await self._store.users.get(key.user_id)
+        await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
+        return True
 
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""

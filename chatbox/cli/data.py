@@ -11,9 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.cli.accounts import _admin, _settings, _user, keys, users, with_store
+from chatbox.cli.accounts import (
+    _admin,
+    _person,
+    _settings,
+    _user,
+    keys,
+    users,
+    with_services,
+    with_store,
+)
 
 if TYPE_CHECKING:
+    from chatbox.services import OperatorServices
     from chatbox.store import Store
 
 RETENTION_CHOICES = click.Choice(["none", "default"])
@@ -113,15 +123,12 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
 @click.pass_context
 def users_export(ctx: click.Context, name: str, output: Path | None) -> None:
     """Export an account's data (for a user who lost access); recorded in the audit log."""
-    from chatbox.data.service import export_zip
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> bytes:
-        user = await _user(store, name)
-        admin = _admin(store)
-        await admin.audit.record(admin.actor, "user.export", user)
-        return await export_zip(store, user)
+    async def run(services: OperatorServices) -> bytes:
+        return await services.export_account(cli_actor(), await _person(services, name))
 
-    body = with_store(ctx, run)
+    body = with_services(ctx, run)
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(body)
         return
@@ -137,15 +144,12 @@ def users_export(ctx: click.Context, name: str, output: Path | None) -> None:
 @click.pass_context
 def users_set_retention(ctx: click.Context, name: str, mode: str) -> None:
     """`none`: the account stores no content (temporary chats only); `default`: its tier's."""
-    from chatbox.store.transfer import TransferRepo
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> None:
-        user = await _user(store, name)
-        await TransferRepo(store.db).set_user_zero_retention(user.id, mode == "none")
-        admin = _admin(store)
-        await admin.audit.record(admin.actor, "user.set_retention", user, retention=mode)
+    async def run(services: OperatorServices) -> None:
+        await services.set_retention(cli_actor(), await _person(services, name), mode)
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"{name!r}: retention {mode}", err=True)
 
 
@@ -155,18 +159,11 @@ def users_set_retention(ctx: click.Context, name: str, mode: str) -> None:
 @click.pass_context
 def keys_set_retention(ctx: click.Context, key_id: str, mode: str) -> None:
     """`none`: requests with this key store no content; `default`: as its user's."""
-    from chatbox.store.transfer import TransferRepo
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> None:
-        key = next((k for k in await store.keys.list() if key_id in (k.id, k.prefix)), None)
-        if key is None or key.revoked_at is not None:
+    async def run(services: OperatorServices) -> None:
+        if not await services.set_key_retention(cli_actor(), key_id, mode):
             raise click.ClickException(f"no active key {key_id!r} (see `chatbox keys list`)")
-        await TransferRepo(store.db).set_key_zero_retention(key.id, mode == "none")
-        owner = await store.users.get(key.user_id)
-        admin = _admin(store)
-        await admin.audit.record(
-            admin.actor, "key.set_retention", owner, key_id=key.id, retention=mode
-        )
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"key {key_id}: retention {mode}", err=True)
