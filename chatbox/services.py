@@ -29,7 +29,8 @@ from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
-from chatbox.data.service import export_zip
+from chatbox.data.retention import Retention, RetentionReport
+from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
@@ -353,6 +354,32 @@ class OperatorServices:
             return done
 
         return Workspaces(store, erase)
+
+    async def run_retention(
+        self, actor: Actor, dry_run: bool, forget: Callable[[str], object] | None
+    ) -> RetentionReport:
+        """Erase (or list) conversations past their tier's retention; audited."""
+        erasure = ErasureRepo(self._store.db)
+
+        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
+            done = await erasure.conversations(user_id, ids)
+            if forget is not None:
+                for conv_id in ids:
+                    forget(conv_id)  # parked KV files of the erased conversations
+            return done
+
+        policy = Policy.load(self.settings.policy_path)
+        return await Retention(erasure, policy, erase, self.accounts.audit).run(dry_run, actor)
+
+    async def erase_account(
+        self,
+        actor: Actor,
+        user: User,
+        forget: Callable[[str], object] | None,
+        forget_scope: Callable[[str], object] | None,
+    ) -> Erased:
+        """Erase an account and everything it owns; audited."""
+        return await erase_account(self._store, actor, user, forget, kv_forget_scope=forget_scope)
 
     async def export_account(self, actor: Actor, user: User) -> bytes:
         """An account's export as zip bytes, recorded in the audit log."""

@@ -138,8 +138,6 @@ HTTP_OR_SQL = {"litestar", "starlette", "httpx", "aiosqlite", "sqlite3", "sqlean
 ALLOWED: dict[tuple[str, str], str] = {
     ("chatbox.cli.accounts", "chatbox.store"): "users/keys commands open the Store themselves",
     ("chatbox.cli.accounts", "chatbox.store.usage"): "usage reports read day_of from the store",
-    ("chatbox.cli.data", "chatbox.store"): "users delete and retention run open the Store",
-    ("chatbox.cli.data", "chatbox.store.erasure"): "retention builds the ErasureRepo itself",
 }
 
 

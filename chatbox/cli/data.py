@@ -12,19 +12,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from chatbox.cli.accounts import (
-    _admin,
     _person,
     _settings,
-    _user,
     keys,
     users,
     with_services,
-    with_store,
 )
 
 if TYPE_CHECKING:
     from chatbox.services import OperatorServices
-    from chatbox.store import Store
 
 RETENTION_CHOICES = click.Choice(["none", "default"])
 
@@ -51,26 +47,14 @@ def retention() -> None:
 @click.pass_context
 def retention_run(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Erase (or, with --dry-run, list) the conversations past their tier's retention."""
-    from chatbox.accounts import AuditLog, cli_actor
-    from chatbox.chat.policy import Policy
-    from chatbox.data.retention import Retention
-    from chatbox.store.erasure import Erased, ErasureRepo
+    from chatbox.accounts import cli_actor
 
     forget = _kv_forget(ctx)
 
-    async def run(store: Store) -> Any:
-        erasure = ErasureRepo(store.db)
+    async def run(services: OperatorServices) -> Any:
+        return await services.run_retention(cli_actor(), dry_run, forget)
 
-        async def erase(user_id: str, ids: Any) -> Erased:
-            done = await erasure.conversations(user_id, ids)
-            for conv_id in ids if forget else ():
-                forget(conv_id)
-            return done
-
-        policy = Policy.load(_settings(ctx).policy_path)
-        return await Retention(erasure, policy, erase, AuditLog(store)).run(dry_run, cli_actor())
-
-    report = with_store(ctx, run)
+    report = with_services(ctx, run)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
@@ -93,17 +77,16 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Erase an account and everything it owns (usage counts stay, nameless)."""
     if not yes and not click.confirm(f"Erase {name!r} and all of its data for good?"):
         raise click.ClickException("nothing was deleted")
-    from chatbox.data.service import erase_account
+    from chatbox.accounts import cli_actor
     from chatbox.services import kv_scope_forget
 
     forget, forget_scope = _kv_forget(ctx), kv_scope_forget(_kv_dir(ctx))
 
-    async def run(store: Store) -> Any:
-        user = await _user(store, name)
-        actor = _admin(store).actor
-        return await erase_account(store, actor, user, forget, kv_forget_scope=forget_scope)
+    async def run(services: OperatorServices) -> Any:
+        user = await _person(services, name)
+        return await services.erase_account(cli_actor(), user, forget, forget_scope)
 
-    erased = with_store(ctx, run)
+    erased = with_services(ctx, run)
     click.echo(
         f"Erased {name!r}: {erased.conversations} conversation(s), {erased.documents} "
         f"document(s), {erased.memories} memory fact(s)",
