@@ -31,6 +31,11 @@ def home() -> str:
     return "/"
 
 
+def new_chat_in(ws_id: str) -> str:
+    """A new chat that starts in a workspace."""
+    return f"/?workspace={quote(ws_id, safe='')}"
+
+
 def conversation(conv_id: str, *, turn: str | None = None, q: str | None = None) -> str:
     """A conversation's page; with `turn`, scrolled to that turn (and `q` highlighted there)."""
     url = f"/c/{_seg(conv_id)}"
