@@ -129,9 +129,10 @@ def settings(conv_id: str) -> str:
     return f"{_conv(conv_id)}/settings"
 
 
-def delete(conv_id: str) -> str:
-    """GET: the delete dialog (it asks about the share links); POST: delete."""
-    return f"{_conv(conv_id)}/delete"
+def delete(conv_id: str, *, sidebar: bool = False) -> str:
+    """GET: the delete dialog (it asks about the share links; `sidebar`: asked from the
+    sidebar's menu); POST: delete."""
+    return f"{_conv(conv_id)}/delete" + ("?where=sidebar" if sidebar else "")
 
 
 def shares(conv_id: str) -> str:
