@@ -20,6 +20,7 @@ from chatbox.chat import (
     TurnView,
 )
 from chatbox.knowledge import Knowledge
+from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, KnowledgeDep, ServicesDep, SettingsDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui.helpers import (
@@ -36,7 +37,6 @@ from chatbox.web.ui.helpers import (
     ui_stream,
     viewing,
 )
-from chatbox.web.workspaces import WorkspacesDep
 
 
 @dataclass
