@@ -17,7 +17,8 @@ from typing import Any
 
 # shared-library families worth a row of their own (matched on the mapped file's path)
 LIBRARIES = (
-    ("torch libraries", re.compile(r"/(torch|nvidia|triton)/|libtorch|libgomp")),
+    # (not libgomp: llama.cpp's OpenMP runtime is mapped without torch too)
+    ("torch libraries", re.compile(r"/(torch|nvidia|triton)/|libtorch")),
     ("ONNX Runtime libraries", re.compile(r"onnxruntime")),
     ("llama.cpp libraries", re.compile(r"llama_cpp|libllama|libggml")),
     ("numpy / scipy / sklearn", re.compile(r"/(numpy|scipy|sklearn)(\.libs)?/")),
