@@ -32,6 +32,7 @@ from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService
 from chatbox.observability import Telemetry
+from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
 from chatbox.store import Store
 
@@ -258,12 +259,18 @@ class Services:
             if rule.model and rule.model not in known:
                 log.warning("tier %s names model %s, which is not installed", tier, rule.model)
 
+        moderation = self.moderation.start() if self.moderation is not None else None
+
         async def load_all() -> None:
             for name in self.default_models():
                 try:
                     await self.models.engine(name)
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
+            if moderation is not None:  # its encoders and classifiers
+                await asyncio.gather(moderation, return_exceptions=True)
+            # what loading freed goes back to the system instead of staying resident
+            await asyncio.to_thread(release_free_memory)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
 

@@ -57,6 +57,8 @@ def _slots(s: EngineSettings) -> int:
     n_parallel = max(1, s.n_parallel)
     extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else (n_parallel if s.kv_unified else 0)
     return min(n_parallel + extra, MAX_SEQS)
+
+
 log = logging.getLogger(__name__)
 
 
@@ -135,8 +137,7 @@ class LlamaEngine:
         kv_bytes = self.model.kv_bytes(n_ctx, s.kv_type)
         park_bytes = park_budget(s.park_bytes, kv_bytes, self._available)
         log.info(
-            "%s: KV cache of %d cells (%s; %d a conversation), %d MB; parked KV in RAM up to"
-            " %d MB",
+            "%s: KV cache of %d cells (%s; %d a conversation), %d MB; parked KV in RAM up to %d MB",
             self.info.name,
             n_ctx,
             "one pool" if s.kv_unified else f"{n_slots} streams",

@@ -350,9 +350,7 @@ def _record_check(graph: Path, expected: np.ndarray, max_seq_length: int) -> Non
     record = checked_file(graph)
     tmp = record.with_suffix(f".{os.getpid()}.tmp")
     with _removed_on_error(tmp):
-        tmp.write_text(
-            json.dumps({"max_seq_length": max_seq_length, "vectors": expected.tolist()})
-        )
+        tmp.write_text(json.dumps({"max_seq_length": max_seq_length, "vectors": expected.tolist()}))
     tmp.replace(record)
 
 
