@@ -37,6 +37,7 @@ from chatbox.settings import Settings
 from chatbox.store import Store
 
 log = logging.getLogger("chatbox")
+TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
 
 
 class NoModelError(RuntimeError):
@@ -269,8 +270,11 @@ class Services:
                     log.exception("could not load model %s", name)
             if moderation is not None:  # its encoders and classifiers
                 await asyncio.gather(moderation, return_exceptions=True)
-            # what loading freed goes back to the system instead of staying resident
-            await asyncio.to_thread(release_free_memory)
+            # What loading freed goes back to the system instead of staying resident, and
+            # from then on what answers, uploads and parking free (a few ms a trim).
+            while True:
+                await asyncio.to_thread(release_free_memory)
+                await asyncio.sleep(TRIM_EVERY_S)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
 

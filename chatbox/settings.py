@@ -52,7 +52,7 @@ class EngineSettings:
     flash_attn: bool | None = None
     kernel_cache: Path | None = None
     kv_type: str = "f16"  # f16, q8_0, q4_0
-    # host RAM for parked prefixes; -1: a quarter of the model's KV cache, at most a sixteenth
+    # host RAM for parked prefixes; -1: an eighth of the model's KV cache, at most a sixteenth
     # of the memory available at load (the disk tier, kv_dir, keeps what does not fit)
     park_bytes: int = -1
     # extra sequence ids that only hold cached prefixes; -1: n_parallel in a unified pool,

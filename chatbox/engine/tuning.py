@@ -72,7 +72,7 @@ def attention(
 
 
 KV_MEMORY_SHARE = 4  # one model's KV cache takes at most 1/4 of the memory available at load
-PARK_KV_SHARE = 4  # parked KV in RAM: by default a quarter of the model's KV cache...
+PARK_KV_SHARE = 8  # parked KV in RAM: by default an eighth of the model's KV cache...
 PARK_MEMORY_SHARE = 16  # ...and at most 1/16 of the memory available at load
 MIN_CELLS = 256  # llama.cpp pads a stream to 256 cells: a conversation gets at least this
 UNIFIED_PER_SEQ = 4096  # the most one conversation may hold of a unified pool, by default
@@ -122,8 +122,8 @@ def kv_shape(
 
 
 def park_budget(configured: int, kv_bytes: int, available: int) -> int:
-    """Host RAM for parked KV: as configured, or (-1) a quarter of the KV cache's bytes and
-    at most 1/PARK_MEMORY_SHARE of the memory available."""
+    """Host RAM for parked KV: as configured, or (-1) 1/PARK_KV_SHARE of the KV cache's bytes
+    and at most 1/PARK_MEMORY_SHARE of the memory available (the disk tier keeps more)."""
     if configured >= 0:
         return configured
     budget = kv_bytes // PARK_KV_SHARE

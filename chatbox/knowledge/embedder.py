@@ -71,7 +71,7 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
-_MODELS: dict[tuple[str, str, str, str, bool], Any] = {}
+_MODELS: dict[tuple[str, str, str, str, bool, str], Any] = {}
 _SPLITS: dict[tuple[str, str, str], SplitEncoder | None] = {}
 _MODELS_LOCK = threading.Lock()
 
@@ -90,7 +90,7 @@ def _shared_model(
     `onnx_cache` on CPU it is an `OnnxEncoder` when its vectors match torch's; `approximate`:
     its int8 copy where one can be made, else the same model."""
     runtime = "onnx" if onnx_cache is not None and device == "cpu" else "torch"
-    key = (str(path), device, lane, runtime, approximate)
+    key = (str(path), device, lane, runtime, approximate, str(onnx_cache))
     if approximate:
         exact = _shared_model(path, device, lane, threads, onnx_cache)
         with _MODELS_LOCK:

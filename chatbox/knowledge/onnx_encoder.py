@@ -80,7 +80,23 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         feeds, mask = self.tokenized(texts)
-        return _pooled(self.session.run(None, feeds)[0], mask)
+        return _pooled(self.session.run(None, feeds, run_options())[0], mask)
+
+
+_RUN: list[Any] = []
+
+
+def run_options() -> Any:
+    """Options of every run: the arena gives back what a run took beyond its first chunk.
+    Otherwise one batch of long texts (an upload, a classifier's training set) keeps
+    ~300 MB resident for good; a message's run allocates too little to notice."""
+    if not _RUN:
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        _RUN.append(options)
+    return _RUN[0]
 
 
 def _pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -113,12 +129,14 @@ class SplitEncoder:
 
     def front(self, text: str) -> tuple[np.ndarray, Partial]:
         feeds, mask = self._whole.tokenized([text])
-        hidden: np.ndarray = self._front.run(None, feeds)[0]
+        hidden: np.ndarray = self._front.run(None, feeds, run_options())[0]
         return _pooled(hidden, mask)[0], Partial(feeds, mask, hidden)
 
     def back(self, partial: Partial) -> np.ndarray:
         feeds = {name: partial.feeds[name] for name in self._back_inputs}
-        hidden: np.ndarray = self._back.run(None, {**feeds, self.cut: partial.hidden})[0]
+        hidden: np.ndarray = self._back.run(
+            None, {**feeds, self.cut: partial.hidden}, run_options()
+        )[0]
         vector: np.ndarray = _pooled(hidden, partial.mask)[0]
         return vector
 

@@ -289,8 +289,8 @@ def test_the_kv_cache_takes_at_most_a_quarter_of_the_memory_available() -> None:
 
 
 def test_parked_kv_in_ram_is_sized_from_the_kv_cache_and_the_memory_available() -> None:
-    assert park_budget(-1, kv_bytes=360 * MB, available=0) == 90 * MB
-    assert park_budget(-1, kv_bytes=360 * MB, available=800 * MB) == 50 * MB
+    assert park_budget(-1, kv_bytes=360 * MB, available=0) == 45 * MB
+    assert park_budget(-1, kv_bytes=360 * MB, available=480 * MB) == 30 * MB
     assert park_budget(64 * MB, kv_bytes=360 * MB, available=800 * MB) == 64 * MB  # as set
     assert park_budget(0, kv_bytes=360 * MB, available=800 * MB) == 0  # parking off
 
@@ -306,7 +306,7 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
         memory = engine.memory()
         assert memory["kv_bytes"] == engine.model.kv_bytes(2048, "f16")
         assert engine._scheduler is not None
-        assert 0 < engine._scheduler.slots.park_bytes <= memory["kv_bytes"] // 4
+        assert 0 < engine._scheduler.slots.park_bytes <= memory["kv_bytes"] // 8
     finally:
         await engine.stop()
         engine.close()
