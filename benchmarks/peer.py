@@ -7,8 +7,7 @@
    cached under ~/.cache/chatbox/peer/<version>/ (about 8 minutes on 2 cores);
 2. starts both servers on chatbox's serving copy of the default model (the Q8_0 file
    `chatbox serve` loads on CPU), 8 slots and `-c`/`--n-ctx` 16,384 each (with a stream per
-   slot llama-server splits it 2,048 a slot; chatbox gives each slot n_ctx_per_seq cells,
-   4,096, and its --n-ctx sizes only the unified pool); chatbox with a policy
+   slot both split it 2,048 a slot); chatbox with a policy
    that does not cap one user's streams and no moderation (llama-server has none;
    --moderation keeps chatbox's default in and out checks); llama-server with `-t` = the
    cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
