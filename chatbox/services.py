@@ -296,6 +296,7 @@ class Services:
             known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
             known.kv[name] = mem["kv_bytes"]
             known.parked += mem["parked_bytes"]
+            known.state_free += mem.get("state_free_bytes", 0)
         known.encoders = self.knowledge.embedder.memory()
         out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
         out["models"] = self.models.pool.loaded()

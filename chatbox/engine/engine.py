@@ -164,6 +164,8 @@ class LlamaEngine:
         )
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
+        # state memory kept free for the next save: no more than parking may hold
+        ctx.states.keep_bytes = min(ctx.states.keep_bytes, max(0, park_bytes))
         self._ctx = ctx
         disk = await asyncio.to_thread(open_store, s, self.model.path, ctx.states)
         self._scheduler = Scheduler(
@@ -336,7 +338,13 @@ class LlamaEngine:
         parked = 0
         if sched is not None:
             parked = sched.slots.parked.size + sched.slots.heads.size
-        return {"path": str(self.model.path), "kv_bytes": kv, "parked_bytes": parked}
+        kept = ctx.states.free_bytes if ctx is not None else 0
+        return {
+            "path": str(self.model.path),
+            "kv_bytes": kv,
+            "parked_bytes": parked,
+            "state_free_bytes": kept,
+        }
 
     async def kv_report(self) -> dict[int, tuple[int, int]]:
         """seq -> (cached tokens per the slot table, per llama.cpp); they must agree."""

@@ -42,6 +42,7 @@ class Known:
     weights: dict[str, str] = field(default_factory=dict)  # file path -> model name
     kv: dict[str, int] = field(default_factory=dict)  # model name -> KV cache bytes
     parked: int = 0  # parked KV held in RAM, bytes
+    state_free: int = 0  # KV state memory kept free for the next save, bytes
     encoders: dict[str, int] = field(default_factory=dict)  # row label -> bytes
 
 
@@ -142,6 +143,7 @@ def breakdown(
     left = anon  # anonymous memory not yet accounted for
     estimated = [(f"KV cache: {name}", size) for name, size in known.kv.items()]
     estimated.append(("parked KV in RAM", known.parked))
+    estimated.append(("KV state memory kept for the next save", known.state_free))
     estimated += list(known.encoders.items())
     # freed C memory malloc keeps for reuse (resident where it was touched; malloc_trim returns it)
     free = malloc_free_bytes() if malloc_free is None else malloc_free

@@ -306,7 +306,11 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
         memory = engine.memory()
         assert memory["kv_bytes"] == engine.model.kv_bytes(2048, "f16")
         assert engine._scheduler is not None
-        assert 0 < engine._scheduler.slots.park_bytes <= memory["kv_bytes"] // 8
+        park = engine._scheduler.slots.park_bytes
+        assert 0 < park <= memory["kv_bytes"] // 8
+        # free state memory kept for reuse is bounded by what parking may hold
+        assert engine._ctx is not None and engine._ctx.states.keep_bytes <= park
+        assert memory["state_free_bytes"] <= park
     finally:
         await engine.stop()
         engine.close()
