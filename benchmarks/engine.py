@@ -292,7 +292,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     else:
         path = Path(args.model) if args.model else default_model()
     shipped = path
-    # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see engine/requant.py).
+    # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see catalog/requant.py).
     path = serving_path(
         shipped, settings_from_env().cache_dir / "models", enabled=not args.no_requant
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,12 @@ from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
-from chatbox.moderation import ModerationPolicy, ModerationService
+from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
 from chatbox.store import Store
+from chatbox.store.erasure import Erased, ErasureRepo
 
 log = logging.getLogger("chatbox")
 TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
@@ -182,7 +184,7 @@ class Services:
             settings.replica_queue_limit,
             metrics,
         )
-        replicas = ReplicaAdmin(store.replicas, fleet)
+        replicas = ReplicaAdmin(store.replicas, fleet, accounts.audit)
         await replicas.start(settings.replicas)  # none configured: nothing runs
         models = ClusterModels(LocalModels(registry, pool, settings), fleet, settings.local_engine)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
@@ -338,3 +340,43 @@ def _observe(
     chat.telemetry = telemetry
     chat.answers.on_lookup = telemetry.answer_cache
     chat.answers.on_size = telemetry.answer_cache_size
+
+
+@dataclass
+class OperatorServices:
+    """The services the command line uses on the database: no engines, no server."""
+
+    settings: Settings
+    accounts: AccountsService
+    _store: Store
+
+    def workspaces(self, forget: Callable[[str], object] | None = None) -> Workspaces:
+        """Team workspaces; `forget` drops an erased conversation's parked KV files."""
+        store = self._store
+
+        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
+            done = await ErasureRepo(store.db).conversations(user_id, ids)
+            if forget is not None:
+                for conv_id in ids:
+                    forget(conv_id)  # parked KV files of the erased conversations
+            return done
+
+        return Workspaces(store, erase)
+
+    def review_queue(self) -> ReviewQueue:
+        """The moderation review queue under the configured (or shipped) policy."""
+        path = self.settings.policy_path or default_policy_path()
+        return ReviewQueue(self._store, ModerationPolicy.load(path))
+
+
+@asynccontextmanager
+async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
+    """Open the database (creating the first admin on an empty one) for the command line."""
+    settings.ensure_dirs()
+    store = await Store.open(settings.db_path)
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+        yield OperatorServices(settings, accounts, store)
+    finally:
+        await store.close()

@@ -76,6 +76,21 @@ class Conversations:
         the conversations that live in one)."""
         return {ws.id: ws.name for ws in await self.store.workspaces.list(user.id)}
 
+    async def author_names(self, user: User, view: ConversationView) -> dict[str, str]:
+        """Who wrote the user turns shown of a workspace conversation, author id to name
+        ("You" for the reader); empty for a personal one, which has one writer."""
+        if view.conversation.workspace_id is None:
+            return {}
+        names: dict[str, str] = {}
+        for tv in view.turns:
+            author = tv.turn.author_id or view.conversation.user_id  # written before authors
+            if tv.turn.role != "user" or author in names:
+                continue
+            person = None if author == user.id else await self.store.users.get(author)
+            name = person.name if person else "A former member"
+            names[author] = "You" if author == user.id else name
+        return names
+
     async def create_conversation(
         self,
         user: User,

@@ -365,6 +365,8 @@ class ChatService(Conversations):
                     "memories": list(knowledge.memory_ids),
                 },
             )
+        if knowledge.remembered:
+            run.publish("memory", {"turn_id": turn_id, "facts": list(knowledge.remembered)})
         await self.context.turn_finished(user_id, run.conversation_id, turn_id, knowledge)
 
     async def shutdown(self) -> None:

@@ -16,6 +16,8 @@ from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.store import Conversation, Store, User
 from chatbox.store.shares import Share, SharedPassage, SharedTurn, Snapshot
 
+__all__ = ["Share", "Sharing"]
+
 
 @dataclass
 class Sharing:

@@ -12,9 +12,8 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, Conversation, InvalidInput
-from chatbox.chat.workspaces import Workspaces
+from chatbox.chat.workspaces import Member, Workspace, WorkspaceRole, Workspaces
 from chatbox.knowledge import Document, Knowledge
-from chatbox.store.workspaces import Member, Workspace, WorkspaceRole
 from chatbox.web.api.knowledge import document_out
 from chatbox.web.api.schemas import conversation_out
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep

@@ -10,7 +10,7 @@ from msgspec import Struct
 
 from chatbox.accounts import User
 from chatbox.cluster.admin import UnknownReplica
-from chatbox.web.deps import AccountsDep, ServicesDep, UserDep
+from chatbox.web.deps import ServicesDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES
 
 
@@ -42,44 +42,33 @@ class ReplicasController(Controller):
         return {"replicas": services.replicas.list()}
 
     @post("/", status_code=201, responses=ERROR_RESPONSES)
-    async def add(
-        self, data: ReplicaIn, services: ServicesDep, accounts: AccountsDep, user: UserDep
-    ) -> dict[str, Any]:
+    async def add(self, data: ReplicaIn, services: ServicesDep, user: UserDep) -> dict[str, Any]:
         """Add a replica (kept in the database) and check it at once."""
         _admin(user)
         if data.kind not in ("chatbox", "openai") or data.slots < 0:
             raise ValidationException("kind must be chatbox or openai; slots 0 or more")
         try:
-            view = await services.replicas.add(data.url, data.kind, data.slots, tuple(data.models))
+            return await services.replicas.add(
+                user, data.url, data.kind, data.slots, tuple(data.models)
+            )
         except ValueError as exc:
             raise ValidationException(str(exc)) from exc
-        await accounts.record(user, "replica.add", url=view["url"], kind=view["kind"])
-        return view
 
     @delete("/", status_code=200, responses=ERROR_RESPONSES)
-    async def remove(
-        self, url: str, services: ServicesDep, accounts: AccountsDep, user: UserDep
-    ) -> dict[str, Any]:
+    async def remove(self, url: str, services: ServicesDep, user: UserDep) -> dict[str, Any]:
         """Remove a replica; answers running there finish first (they hold their stream)."""
         _admin(user)
         try:
-            await services.replicas.remove(url)
+            await services.replicas.remove(user, url)
         except UnknownReplica as exc:
             raise NotFoundException(f"no replica {url}") from exc
-        await accounts.record(user, "replica.remove", url=url)
         return {"removed": url}
 
     @post("/drain", status_code=200, responses=ERROR_RESPONSES)
-    async def drain(
-        self, data: DrainIn, services: ServicesDep, accounts: AccountsDep, user: UserDep
-    ) -> dict[str, Any]:
+    async def drain(self, data: DrainIn, services: ServicesDep, user: UserDep) -> dict[str, Any]:
         """Stop new work on a replica (undo: take work again); running answers finish."""
         _admin(user)
         try:
-            view = await services.replicas.drain(data.url, not data.undo)
+            return await services.replicas.drain(user, data.url, not data.undo)
         except UnknownReplica as exc:
             raise NotFoundException(f"no replica {data.url}") from exc
-        await accounts.record(
-            user, "replica.undrain" if data.undo else "replica.drain", url=view["url"]
-        )
-        return view

@@ -12,8 +12,7 @@ from litestar import Controller, Response, get, post
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
-from chatbox.chat.shares import Sharing
-from chatbox.store.shares import Share
+from chatbox.chat.shares import Share, Sharing
 from chatbox.web import urls
 from chatbox.web.api.shares import SharingDep
 from chatbox.web.api.workspaces import WorkspacesDep
@@ -25,13 +24,16 @@ from chatbox.web.ui.helpers import (
     chat_context,
     html,
     render,
+    shown_id,
     sidebar,
+    viewing,
 )
 
 
 @dataclass
 class DeleteForm:
     revoke_links: str = ""  # "true": revoke the chat's share links too; else they stay
+    where: str = ""  # "sidebar": asked from the sidebar's menu, which is redrawn
 
 
 @dataclass
@@ -123,14 +125,17 @@ class ChatControlsController(Controller):
     async def delete_dialog(
         self, request: AnyRequest, chat: ChatDep, sharing: SharingDep, user: UserDep, conv_id: str
     ) -> Response[str]:
-        """Asks before deleting; with live share links, whether they go too."""
+        """Asks before deleting; with live share links, whether they go too. `?where=sidebar`:
+        asked from the sidebar's menu."""
         conv = await chat.conversation(user, conv_id)
         links = await sharing.links(user, conv.id) if conv.user_id == user.id else []
-        return html(request, "_delete_dialog.html", conv=conv, links=len(links))
+        where = "sidebar" if request.query_params.get("where") == "sidebar" else ""
+        return html(request, "_delete_dialog.html", conv=conv, links=len(links), where=where)
 
     @post("/ui/c/{conv_id:str}/delete", status_code=200)
     async def delete(
         self,
+        request: AnyRequest,
         chat: ChatDep,
         sharing: SharingDep,
         user: UserDep,
@@ -138,11 +143,17 @@ class ChatControlsController(Controller):
         data: Annotated[DeleteForm, FORM],
     ) -> Response[str]:
         """Delete the conversation (its links stay unless `revoke_links` is "true"), then
-        go to a new chat. The links are snapshots, so keeping them is safe."""
+        go to a new chat; from the sidebar, of another chat than the one open, redraw the
+        sidebar instead. The links are snapshots, so keeping them is safe."""
         await chat.delete(user, conv_id)
         if data.revoke_links == "true":
             await sharing.revoke_conversation(user, conv_id)
-        return Response("", headers={"HX-Redirect": urls.home()})
+        if data.where != "sidebar" or viewing(request, conv_id):
+            return Response("", headers={"HX-Redirect": urls.home()})
+        side = await sidebar(chat, user)
+        body = render(request, "_sidebar.html", **side, conv=None, current_id=shown_id(request))
+        body += '<div id="side-dialog" hx-swap-oob="true"></div>'
+        return Response(body, media_type="text/html")
 
     # -- workspaces ------------------------------------------------------------------------
 

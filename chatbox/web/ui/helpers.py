@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from html import escape as html_escape
 from typing import Any
+from urllib.parse import urlsplit
 
 from jinja2 import Environment
 from litestar import MediaType, Request, Response
@@ -108,6 +109,7 @@ async def conversation_context(
     answers = [tv.turn.id for tv in context["turns"] if tv.turn.role == "assistant"]
     context["cited"] = await knowledge.documents.citations(user.id, answers)
     context["documents"] = await knowledge.documents.list(user.id, view.conversation.id)
+    context["authors"] = await chat.author_names(user, view)
     return context
 
 
@@ -244,12 +246,14 @@ async def _final_frame(
     conv_id: str,
     turn_id: str,
     event_id: int | str,
+    remembered: list[str],
 ) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
     cited = await knowledge.documents.citations(user.id, [turn_id]) if tv else {}
     body = render(
         request,
         "_done.html",
+        memory_saved=remembered,
         tv=tv,
         view=view,
         turn_id=turn_id,
@@ -273,9 +277,18 @@ async def ui_events(
     Tokens that are already followed by newer ones are coalesced into one render, so a
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
+    # Facts the message saved to memory ("remember that …"): the final bubble says so.
+    remembered = [f for e in run.events if e.kind == "memory" for f in e.data["facts"]]
     if run.finished and after >= len(run.events):  # reconnected after the end: say it again
         yield await _final_frame(
-            request, chat, knowledge, user, run.conversation_id, run.turn_id, run.events[-1].id
+            request,
+            chat,
+            knowledge,
+            user,
+            run.conversation_id,
+            run.turn_id,
+            run.events[-1].id,
+            remembered,
         )
         return
     text = _text_until(run, after)
@@ -298,9 +311,18 @@ async def ui_events(
                     f"you are number {position} in line…</p>",
                     event.id,
                 )
+            elif event.kind == "memory":  # a reattach may have counted it already
+                remembered.extend(f for f in event.data["facts"] if f not in remembered)
             elif event.terminal:
                 yield await _final_frame(
-                    request, chat, knowledge, user, run.conversation_id, run.turn_id, event.id
+                    request,
+                    chat,
+                    knowledge,
+                    user,
+                    run.conversation_id,
+                    run.turn_id,
+                    event.id,
+                    remembered,
                 )
 
 
@@ -330,7 +352,7 @@ async def ui_stream(
         run = None
     if run is None:
         body: AsyncIterator[bytes] = _one(
-            await _final_frame(request, chat, knowledge, user, conv_id, turn_id, "final")
+            await _final_frame(request, chat, knowledge, user, conv_id, turn_id, "final", [])
         )
     else:
         body = ui_events(request, chat, knowledge, user, run, after)
@@ -344,3 +366,15 @@ async def sidebar(chat: ChatService, user: User) -> dict[str, Any]:
     which it lists and by which it marks the conversations living in one."""
     convs: list[Conversation] = await chat.conversations(user)
     return {"convs": convs, "workspaces": await chat.workspace_names(user)}
+
+
+def shown_id(request: AnyRequest) -> str | None:
+    """The conversation the page that sent this htmx request shows, if it shows one."""
+    path = urlsplit(request.headers.get("hx-current-url", "")).path.rstrip("/")
+    prefix = urls.conversation("")
+    return path.removeprefix(prefix) or None if path.startswith(prefix) else None
+
+
+def viewing(request: AnyRequest, conv_id: str) -> bool:
+    """Whether the page that sent this htmx request shows the conversation."""
+    return shown_id(request) == conv_id

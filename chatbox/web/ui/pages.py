@@ -12,6 +12,7 @@ from chatbox.accounts import User
 from chatbox.chat import (
     ACTIVE_BRANCH,
     ChatService,
+    Conversation,
     InvalidInput,
     NotFound,
     TurnOptions,
@@ -19,6 +20,7 @@ from chatbox.chat import (
     TurnView,
 )
 from chatbox.knowledge import Knowledge
+from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, KnowledgeDep, ServicesDep, SettingsDep, UserDep
 from chatbox.web.sse import LastEventId, last_event_id
 from chatbox.web.ui.helpers import (
@@ -30,8 +32,10 @@ from chatbox.web.ui.helpers import (
     html,
     new_chat_page,
     render,
+    shown_id,
     sidebar,
     ui_stream,
+    viewing,
 )
 
 
@@ -41,6 +45,7 @@ class MessageForm:
     parent_id: str = ""  # the branch shown, when it is not the active one (?turn=)
     model: str = ""
     system_prompt: str = ""
+    workspace_id: str = ""  # a new chat started in this workspace
 
 
 @dataclass
@@ -48,6 +53,7 @@ class SettingsForm:
     title: str | None = None
     model: str | None = None
     system_prompt: str | None = None
+    where: str = ""  # "sidebar": renamed from the sidebar's menu, which is redrawn
 
 
 @dataclass
@@ -76,8 +82,16 @@ class PagesController(Controller):
     # -- pages -------------------------------------------------------------------------
 
     @get("/")
-    async def index(self, request: AnyRequest, chat: ChatDep, user: UserDep) -> Response[str]:
-        """A new, empty chat."""
+    async def index(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        workspaces: WorkspacesDep,
+        user: UserDep,
+        workspace: str | None = None,
+    ) -> Response[str]:
+        """A new, empty chat; `?workspace=ID`: one that starts in that workspace (a member's)."""
+        new_in = (await workspaces.get(user, workspace))[0] if workspace else None
         return html(
             request,
             "chat.html",
@@ -86,6 +100,7 @@ class PagesController(Controller):
             turns=[],
             running=None,
             documents=[],
+            new_in=new_in,
             models=chat.models.names(),
             default_model=chat.expected_model(user, None),
             **await sidebar(chat, user),
@@ -123,17 +138,22 @@ class PagesController(Controller):
         request: AnyRequest,
         chat: ChatDep,
         knowledge: KnowledgeDep,
+        workspaces: WorkspacesDep,
         user: UserDep,
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
-        """Start a conversation with its first message; the page becomes that chat."""
+        """Start a conversation with its first message (in a workspace with `workspace_id`);
+        the page becomes that chat."""
         if not data.content.strip():
             raise InvalidInput("the message is empty")
+
+        async def first(conv: Conversation) -> None:
+            if data.workspace_id:  # in the workspace before its first message is answered
+                await workspaces.move(user, conv.id, data.workspace_id)
+            await chat.send(user, conv.id, data.content)
+
         conv = await chat.start_conversation(
-            user,
-            lambda c: chat.send(user, c.id, data.content),
-            _blank(data.system_prompt),
-            _blank(data.model),
+            user, first, _blank(data.system_prompt), _blank(data.model)
         )
         return await new_chat_page(request, chat, knowledge, user, conv.id)
 
@@ -163,7 +183,8 @@ class PagesController(Controller):
         tv = await chat.turn_view(user, conv.id, run.user_turn_id) if run.user_turn_id else None
         body = ""
         if tv is not None:
-            body += render(request, "_turn.html", conv=conv, tv=tv)
+            authors = {user.id: "You"} if conv.workspace_id else {}
+            body += render(request, "_turn.html", conv=conv, tv=tv, authors=authors)
         body += render(request, "_streaming.html", conv=conv, run=run)
         body += render(request, "_sidebar.html", **await sidebar(chat, user), conv=conv, oob=True)
         return Response(body, media_type="text/html")
@@ -227,9 +248,12 @@ class PagesController(Controller):
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
     ) -> Response[str]:
         """One bubble (e.g. to cancel an edit)."""
-        tv = await _turn_view(chat, user, conv_id, turn_id)
-        conv = await chat.conversation(user, conv_id)
-        return html(request, "_turn.html", conv=conv, tv=tv)
+        view = await chat.view(user, conv_id)
+        tv = next((tv for tv in view.turns if tv.turn.id == turn_id), None)
+        if tv is None:
+            raise NotFound("turn not found")
+        authors = await chat.author_names(user, view)
+        return html(request, "_turn.html", conv=view.conversation, tv=tv, authors=authors)
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit")
     async def edit_form(
@@ -291,6 +315,13 @@ class PagesController(Controller):
         await chat.update_conversation(user, conv_id, **changes)
         view = await chat.view(user, conv_id)
         context = {**chat_context(chat, view), **await sidebar(chat, user)}
+        if data.where == "sidebar":  # the sidebar, and the header if this chat is open
+            shown = viewing(request, conv_id)
+            side = {**context, "conv": None, "current_id": shown_id(request)}
+            body = render(request, "_sidebar.html", **side)
+            if shown:
+                body += render(request, "_header.html", oob_head=True, **context)
+            return Response(body, media_type="text/html")
         body = render(request, "_header.html", **context)
         body += render(request, "_sidebar.html", oob=True, **context)
         return Response(body, media_type="text/html")

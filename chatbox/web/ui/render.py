@@ -58,6 +58,7 @@ _ATTRIBUTES = {
     "th": {"class"},
     "td": {"class"},
 }
+_MATH_CLASSES = {"math-inline", "math-display"}
 _LANG = re.compile(r"^[A-Za-z0-9_+#.-]{1,32}$")
 _TOKEN_CLASS = re.compile(r"^tok-[A-Za-z0-9]{1,4}$")  # Pygments' short token class names
 _ALIGN = re.compile(r"^text-align:(left|right|center)$")
@@ -66,8 +67,8 @@ _ALIGN_CLASS = re.compile(r"^align-(left|right|center)$")
 
 def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
     """Keep only harmless values of the few attributes allowed."""
-    if attr == "class" and tag == "span":  # highlighted code: Pygments token classes only
-        return value if _TOKEN_CLASS.match(value) else None
+    if attr == "class" and tag == "span":  # Pygments token classes, or a math span
+        return value if _TOKEN_CLASS.match(value) or value in _MATH_CLASSES else None
     if attr == "class" and tag in ("th", "td"):  # table alignment only
         return value if _ALIGN_CLASS.match(value) else None
     if attr == "class":  # code blocks: `language-xyz` only
@@ -115,6 +116,53 @@ def _fence(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
     return f"<pre><code>{html.escape(token.content)}</code></pre>\n"
 
 
+# Math: $…$ and \(…\) inline, $$…$$ and \[…\] display. A $ opens only before a non-space
+# and closes only after one, not before a digit, so "$5 and $10" stays text.
+_MATH = (
+    ("$$", "$$", True),
+    ("\\[", "\\]", True),
+    ("\\(", "\\)", False),
+    ("$", "$", False),
+)
+
+
+def _bad_close(src: str, end: int) -> bool:
+    """A single $ after a space or before a digit does not close math ("$5 and $10")."""
+    return src[end - 1] in " \t\n" or src[end + 1 : end + 2].isdigit()
+
+
+def _math(state: Any, silent: bool) -> bool:
+    """Inline rule, before backslash escapes: a math span becomes one token holding its TeX
+    as written (Markdown would eat `\\,` or `\\{`), typeset in the browser by KaTeX."""
+    src: str = state.src
+    pos: int = state.pos
+    for opener, closer, display in _MATH:
+        if not src.startswith(opener, pos):
+            continue
+        start = pos + len(opener)
+        end = src.find(closer, start)
+        while end != -1 and opener == "$" and _bad_close(src, end):
+            end = src.find(closer, end + 1)
+        if end == -1 or end == start:
+            continue
+        tex = src[start:end]
+        if opener == "$" and (tex[0].isspace() or "\n\n" in tex):
+            continue
+        if not silent:
+            token = state.push("math", "", 0)
+            token.content = tex.strip()
+            token.meta = {"display": display}
+        state.pos = end + len(closer)
+        return True
+    return False
+
+
+def _render_math(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    token = tokens[idx]
+    kind = "math-display" if token.meta.get("display") else "math-inline"
+    return f'<span class="{kind}">{html.escape(token.content)}</span>'
+
+
 def _align_classes(state: Any) -> None:
     """Table alignment as a class (`align-right`): a strict CSP refuses style attributes."""
     for token in state.tokens:
@@ -131,6 +179,8 @@ def _parser() -> MarkdownIt:
     md.enable(["table", "strikethrough"])
     md.disable("image")  # no remote images from an offline box; `![a](b)` stays a link
     md.add_render_rule("fence", _fence)
+    md.inline.ruler.before("escape", "math", _math)
+    md.add_render_rule("math", _render_math)
     md.core.ruler.push("align_classes", _align_classes)
     return md
 

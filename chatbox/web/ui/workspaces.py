@@ -10,8 +10,7 @@ from litestar import Controller, Response, get, post
 from litestar.types import ExceptionHandlersMap
 
 from chatbox.accounts import User
-from chatbox.chat.workspaces import Workspaces
-from chatbox.store.workspaces import Workspace
+from chatbox.chat.workspaces import Workspace, Workspaces
 from chatbox.web import urls
 from chatbox.web.api.workspaces import (
     MemberIn,
