@@ -36,12 +36,14 @@ from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
+from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
+TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
 
 
 class NoModelError(RuntimeError):
@@ -264,12 +266,21 @@ class Services:
             if rule.model and rule.model not in known:
                 log.warning("tier %s names model %s, which is not installed", tier, rule.model)
 
+        moderation = self.moderation.start() if self.moderation is not None else None
+
         async def load_all() -> None:
             for name in self.default_models():
                 try:
                     await self.models.engine(name)
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
+            if moderation is not None:  # its encoders and classifiers
+                await asyncio.gather(moderation, return_exceptions=True)
+            # What loading freed goes back to the system instead of staying resident, and
+            # from then on what answers, uploads and parking free (a few ms a trim).
+            while True:
+                await asyncio.to_thread(release_free_memory)
+                await asyncio.sleep(TRIM_EVERY_S)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
 
@@ -291,6 +302,7 @@ class Services:
             known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
             known.kv[name] = mem["kv_bytes"]
             known.parked += mem["parked_bytes"]
+            known.state_free += mem.get("state_free_bytes", 0)
         known.encoders = self.knowledge.embedder.memory()
         out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
         out["models"] = self.models.pool.loaded()
