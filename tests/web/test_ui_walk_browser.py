@@ -83,9 +83,12 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def shots() -> Iterator[Path]:
-    where = Path(tempfile.mkdtemp(prefix="chatbox-walk-"))
+    """Every state's screenshot, in a temporary directory (CHATBOX_WALK_SHOTS: kept there)."""
+    kept = os.environ.get("CHATBOX_WALK_SHOTS")
+    where = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="chatbox-walk-"))
+    where.mkdir(parents=True, exist_ok=True)
     yield where
-    if not os.environ.get("CHATBOX_KEEP_SHOTS"):
+    if not kept:
         shutil.rmtree(where, ignore_errors=True)
 
 
