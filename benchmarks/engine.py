@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from chatbox.catalog.requant import serving_path  # noqa: E402
 from chatbox.engine.engine import LlamaEngine  # noqa: E402
 from chatbox.engine.llama import Batch, Context, ContextParams  # noqa: E402
-from chatbox.engine.requant import serving_path  # noqa: E402
 from chatbox.engine.sampling import Sampler  # noqa: E402
 from chatbox.engine.types import (  # noqa: E402
     ChatMessage,

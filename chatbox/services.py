@@ -17,17 +17,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService
+from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
-from chatbox.chat.sharing import Sharing
+from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
-from chatbox.engine.registry import FRESH_S, ModelRegistry
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService
@@ -92,12 +92,12 @@ class LocalModels:
 
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
     """Erasing a conversation's parked KV files, with no engine loaded (CLI, retention): a
-    running server never parks that conversation again (`kvdisk.Erasures`)."""
+    running server never parks that conversation again (`engine.kv.disk.Erasures`)."""
     if kv_dir is None:
         return None
 
     def forget(cache_key: str) -> object:
-        from chatbox.engine.kvdisk import erase_files
+        from chatbox.engine.kv.disk import erase_files
 
         return erase_files(kv_dir, keys=[cache_key])
 
@@ -110,7 +110,7 @@ def kv_scope_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
         return None
 
     def forget(scope: str) -> object:
-        from chatbox.engine.kvdisk import erase_files
+        from chatbox.engine.kv.disk import erase_files
 
         return erase_files(kv_dir, scopes=[scope])
 
@@ -158,7 +158,7 @@ class Services:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
         def resolve(name: str) -> Path:
-            from chatbox.engine.requant import serving_path  # loads llama.cpp: only when used
+            from chatbox.catalog.requant import serving_path  # loads llama.cpp: only when used
 
             return serving_path(
                 registry.model_path(name),
@@ -324,3 +324,5 @@ def _observe(
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry
     chat.telemetry = telemetry
+    chat.answers.on_lookup = telemetry.answer_cache
+    chat.answers.on_size = telemetry.answer_cache_size

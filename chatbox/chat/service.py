@@ -370,6 +370,7 @@ class ChatService(Conversations):
     async def shutdown(self) -> None:
         """Stop every running answer; each is saved as interrupted."""
         self._closing = True
+        self.answers.clear()
         await self.summariser.shutdown()
         for task in list(self._tasks):
             task.cancel()

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chatbox.web.render import markdown, render_markdown
+from chatbox.web.ui.render import markdown, render_markdown
 
 ALLOWED = {
     "p",
