@@ -86,3 +86,10 @@ class AppMetrics:
             labelnames=("model", "status"),
             **r,
         )
+        self.feedback = Counter(
+            "chatbox_feedback_ratings",
+            "Ratings people gave answers (thumbs up or down; a change counts again), by model"
+            " and canary arm ('' outside a canary)",
+            labelnames=("model", "arm", "rating"),
+            **r,
+        )

@@ -178,6 +178,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.turns.labels(model, status).inc()
 
+    def feedback_given(self, model: str, arm: str, rating: str) -> None:
+        if self.metrics is not None:
+            self.metrics.feedback.labels(model, arm, rating).inc()
+
 
 def _attrs(attributes: dict[str, Any]) -> dict[str, Any]:
     """OpenTelemetry takes str, bool, int, float (and lists of them); None is left out."""
