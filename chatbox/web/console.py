@@ -163,6 +163,7 @@ class ConsoleController(ConsoleActions):
             models=await admin.models(),
             tier_defaults=admin.tier_defaults(),
             memory=await services.memory(),
+            feedback=await services.chat.feedback_tallies(),
         )
 
     @get("/audit")
