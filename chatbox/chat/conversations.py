@@ -228,8 +228,7 @@ class Conversations:
         return ConversationView(
             conversation=conv,
             turns=[
-                TurnView(t, siblings[t.parent_id], marks.get(t.id), ratings.get(t.id))
-                for t in page
+                TurnView(t, siblings[t.parent_id], marks.get(t.id), ratings.get(t.id)) for t in page
             ],
             running=running,
             model=model,

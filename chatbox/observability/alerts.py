@@ -304,7 +304,8 @@ def disk_fraction(path: Path) -> Callable[[], float | None]:
             usage = shutil.disk_usage(path)
         except OSError:
             return None
-        return usage.used / usage.total if usage.total else None
+        room = usage.used + usage.free  # as df counts it: blocks kept for root are not room
+        return usage.used / room if room else None
 
     return used
 

@@ -159,9 +159,7 @@ def test_erasing_the_conversation_or_the_raters_account_erases_the_comment(
         ws = admin.post("/v1/workspaces", json={"name": "erasers"}).json()["id"]
         for name in ("ann", "dee"):
             assert admin.post(f"/v1/workspaces/{ws}/members", json={"name": name}).is_success
-        assert ann.post(
-            f"/v1/conversations/{conv}/workspace", json={"workspace_id": ws}
-        ).is_success
+        assert ann.post(f"/v1/conversations/{conv}/workspace", json={"workspace_id": ws}).is_success
         assert _rate(dee, conv, answer, rating="up", comment=f"said {kept}").status_code == 201
         assert files_holding(box.data_dir, kept)
         assert admin.delete("/v1/admin/users/dee").status_code == 204
