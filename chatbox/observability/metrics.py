@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -91,5 +91,10 @@ class AppMetrics:
             "Ratings people gave answers (thumbs up or down; a change counts again), by model"
             " and canary arm ('' outside a canary)",
             labelnames=("model", "arm", "rating"),
+            **r,
+        )
+        self.disk_used = Gauge(
+            "chatbox_data_disk_used_ratio",
+            "Fraction of the data directory's disk in use (as df counts it), read each sample",
             **r,
         )

@@ -71,6 +71,10 @@ class Telemetry:
 
     async def sample_once(self, at: float) -> list[Alert]:
         """One sample of the ring at `at`, the alert rules run on it, their changes sent."""
+        if self.metrics is not None and self.alerts.disk is not None:
+            used = await asyncio.to_thread(self.alerts.disk)
+            if used is not None:
+                self.metrics.disk_used.set(used)
         row = self.ring.sample(at)
         now, before = self.ring.latest()
         if now is None:

@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
 from chatbox.engine.metrics import EngineMetricFamilies
 from chatbox.observability import Telemetry
-from chatbox.observability.alerts import Alert, Alerts
+from chatbox.observability.alerts import RULES, Alert, Alerts
 
 STEP_S = 5.0
 HOOK = "http://hook.example/alerts"
@@ -136,3 +139,23 @@ def test_a_replica_down_and_a_filling_disk_fire_on_fixed_bounds() -> None:
         ("ChatboxDiskFilling", "resolved"),
         ("ChatboxReplicaDown", "resolved"),
     ]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_prometheus_rules_match_the_rules_chatbox_runs() -> None:
+    text = (ROOT / "docs" / "prometheus-rules.yml").read_text()
+    groups = yaml.safe_load(text)["groups"]
+    alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+    assert set(alerts) == {rule.name for rule in RULES}
+    for rule in RULES:
+        assert alerts[rule.name]["labels"]["severity"] == rule.severity, rule.name
+        assert "keep_firing_for" in alerts[rule.name], rule.name  # the hysteresis
+    # Every metric the rules read is one chatbox exports (engine and remote share suffixes).
+    source = " ".join(p.read_text() for p in (ROOT / "chatbox").rglob("*.py"))
+    names = set(re.findall(r"chatbox_[a-z_()|]+[a-z]", text.replace("(engine|remote)", "engine")))
+    for name in sorted(names):
+        family = re.sub(r"_(total|bucket)$", "", name)
+        exported = f'"{family}"' in source or f'"{name}"' in source
+        assert exported, f"{name} is not a metric chatbox exports"
