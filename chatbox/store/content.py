@@ -226,6 +226,7 @@ TABLES: tuple[Table, ...] = (
             # What the person said of answers in conversations that stay (a workspace's).
             "account": Delete("user_id = :user"),
         },
+        export=InExport("feedback.json"),
     ),
     Table(
         "turns",
