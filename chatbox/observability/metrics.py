@@ -39,6 +39,18 @@ class AppMetrics:
             labelnames=("tier", "decision", "limit"),
             **r,
         )
+        self.answer_cache = Counter(
+            "chatbox_answer_cache_lookups",
+            "Exact-match answer cache lookups of deterministic API requests: hit, miss",
+            labelnames=("outcome",),
+            **r,
+        )
+        self.answer_cache_entries = Gauge(
+            "chatbox_answer_cache_entries", "Answers the exact-match answer cache holds", **r
+        )
+        self.answer_cache_bytes = Gauge(
+            "chatbox_answer_cache_bytes", "RAM the exact-match answer cache's answers take", **r
+        )
         self.auth_failures = Counter(
             "chatbox_auth_failures",
             "Refused credentials by reason (invalid_key, csrf, bad_password, throttled, ...)",
