@@ -29,6 +29,7 @@ from chatbox.chat.workspaces import Workspaces
 from chatbox.data import DataService
 from chatbox.knowledge import Knowledge
 from chatbox.observability import Telemetry
+from chatbox.observability.alerts import Alerts, disk_fraction
 from chatbox.observability.http import telemetry_middleware
 from chatbox.services import Services
 from chatbox.settings import Settings
@@ -70,6 +71,9 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         otlp_endpoint=settings.otlp_endpoint,
         keep_traces=settings.keep_traces,
         sample_s=settings.console_sample_s,
+        alerts=Alerts(
+            webhook_url=settings.alert_webhook_url, disk=disk_fraction(settings.data_dir)
+        ),
     )
     running = _Running()
 

@@ -129,6 +129,8 @@ class Settings:
     otlp_endpoint: str | None = None  # env: OTEL_EXPORTER_OTLP_ENDPOINT (the standard name)
     keep_traces: int = 200  # recent traces kept in memory for the console
     console_sample_s: float = 5.0  # how often the console's live plots take a sample
+    # Where alerts' changes are posted, as Alertmanager posts to its webhook receivers.
+    alert_webhook_url: str | None = None
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"

@@ -18,7 +18,7 @@ from chatbox.chat.runs import RunEvent, TurnRun
 from chatbox.chat.service import ACTIVE_BRANCH, ChatService
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage
-from chatbox.store import Conversation, Summary, Turn
+from chatbox.store import Conversation, Feedback, FeedbackTally, Summary, Turn
 
 __all__ = [
     "ACTIVE_BRANCH",
@@ -29,6 +29,8 @@ __all__ = [
     "Conversation",
     "ConversationView",
     "DoneEvent",
+    "Feedback",
+    "FeedbackTally",
     "Forbidden",
     "Generation",
     "GenerationFailed",

@@ -340,9 +340,13 @@ class Conversations:
             sent_window, system, summary, path, budget, engine.count_tokens
         )
         marks = await self._marks(conv.id, [t.id for t in page])
+        answers = [t.id for t in page if t.role == "assistant"]
+        ratings = await self.store.feedback.latest(user.id, answers)
         return ConversationView(
             conversation=conv,
-            turns=[TurnView(t, siblings[t.parent_id], marks.get(t.id)) for t in page],
+            turns=[
+                TurnView(t, siblings[t.parent_id], marks.get(t.id), ratings.get(t.id)) for t in page
+            ],
             running=running,
             model=model,
             context_used=window.tokens,
@@ -366,7 +370,8 @@ class Conversations:
         if turn is None:
             return None
         marks = await self._marks(turn.conversation_id, [turn.id])
-        return TurnView(turn, [turn.id], marks.get(turn.id))
+        rating = (await self.store.feedback.latest(user.id, [turn.id])).get(turn.id)
+        return TurnView(turn, [turn.id], marks.get(turn.id), rating)
 
     async def _marks(self, conv_id: str, turn_ids: list[str]) -> dict[str, ModerationMark]:
         """What moderation said of these turns; an item an admin dismissed marks nothing."""

@@ -11,6 +11,7 @@ from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.moderated import (
     moderation_event,
     note_input,
@@ -33,7 +34,15 @@ from chatbox.engine.types import (
 )
 from chatbox.moderation import Verdict
 from chatbox.observability import Telemetry
-from chatbox.store import Conversation, Routing, TurnStatus, TurnUsage, User
+from chatbox.store import (
+    Conversation,
+    Feedback,
+    FeedbackTally,
+    Routing,
+    TurnStatus,
+    TurnUsage,
+    User,
+)
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
@@ -127,6 +136,22 @@ class ChatService(Conversations):
             return False
         run.on_abandon()
         return True
+
+    async def rate(
+        self, user: User, conv_id: str, turn_id: str, rating: str, comment: str | None = None
+    ) -> Feedback:
+        """The user's rating of an answer (and why), counted per model and arm."""
+        given = await rate(self.store, self.gate.policy, user, conv_id, turn_id, rating, comment)
+        self.telemetry.feedback_given(given.model or "", given.arm or "", given.rating)
+        return given
+
+    async def rating(self, user: User, conv_id: str, turn_id: str) -> Feedback | None:
+        """The user's rating of an answer that counts now (None when not rated)."""
+        return await my_rating(self.store, user, conv_id, turn_id)
+
+    async def feedback_tallies(self) -> list[FeedbackTally]:
+        """Ratings that count, per model and arm (the console's table)."""
+        return await self.store.feedback.tallies()
 
     async def delete(self, user: User, conv_id: str) -> None:
         """Erase the conversation: its answer stops, its content and all made from it go."""

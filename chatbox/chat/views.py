@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chatbox.chat.runs import TurnRun
-from chatbox.store import Conversation, Summary, Turn
+from chatbox.store import Conversation, Feedback, Summary, Turn
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class TurnView:
     turn: Turn
     sibling_ids: list[str]  # this turn and its alternatives (same parent), oldest first
     mark: ModerationMark | None = None  # warned, flagged or filtered by moderation
+    rating: Feedback | None = None  # the viewer's rating of an answer that counts now
 
     @property
     def sibling_index(self) -> int:

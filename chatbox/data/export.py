@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbox.data.chatgpt import ImportRefused, to_chatgpt
-from chatbox.store import Conversation, Document, Memory, Turn, User
+from chatbox.store import Conversation, Document, Feedback, Memory, Turn, User
 
 SLACK = 16  # characters of whitespace a chunk may have lost at its start
 
@@ -25,6 +25,7 @@ class ExportData:
     conversations: Sequence[tuple[Conversation, list[Turn]]]
     documents: Sequence[tuple[Document, list[tuple[int | None, int, str]]]]
     memories: Sequence[Memory]
+    feedback: Sequence[Feedback] = ()  # every rating the user gave, changes included
 
 
 def slug(text: str | None, fallback: str) -> str:
@@ -138,6 +139,18 @@ def build_zip(data: ExportData, now: float | None = None) -> bytes:
             for m in data.memories
         ]
         zf.writestr("memory.json", json.dumps(facts, ensure_ascii=False, indent=1))
+        rated = [
+            {
+                "conversation_id": f.conversation_id,
+                "turn_id": f.turn_id,
+                "rating": f.rating,
+                "comment": f.comment,
+                "model": f.model,
+                "created_at": f.created_at,
+            }
+            for f in data.feedback
+        ]
+        zf.writestr("feedback.json", json.dumps(rated, ensure_ascii=False, indent=1))
         zf.writestr(
             "memory.md",
             "# What chatbox remembers about you\n\n"

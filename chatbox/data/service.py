@@ -75,13 +75,15 @@ def import_limits(settings: Settings) -> Limits:
 
 async def collect(store: Store, user: User) -> ExportData:
     """Everything of the user's that an export holds: the conversations they started and
-    may still see (not those of a workspace they left), their documents and memory."""
+    may still see (not those of a workspace they left), their documents and memory, and
+    every rating they gave."""
     transfer = TransferRepo(store.db)
     convs = [(c, await transfer.turns(c.id)) for c in await store.conversations.started(user.id)]
     docs = [
         (d, await transfer.chunk_texts(user.id, d.id)) for d in await store.documents.list(user.id)
     ]
-    return ExportData(user, convs, docs, await store.memories.list(user.id))
+    facts = await store.memories.list(user.id)
+    return ExportData(user, convs, docs, facts, await store.feedback.given_by(user.id))
 
 
 async def export_zip(store: Store, user: User) -> bytes:

@@ -98,3 +98,15 @@ class AppMetrics:
             labelnames=("model", "status"),
             **r,
         )
+        self.feedback = Counter(
+            "chatbox_feedback_ratings",
+            "Ratings people gave answers (thumbs up or down; a change counts again), by model"
+            " and canary arm ('' outside a canary)",
+            labelnames=("model", "arm", "rating"),
+            **r,
+        )
+        self.disk_used = Gauge(
+            "chatbox_data_disk_used_ratio",
+            "Fraction of the data directory's disk in use (as df counts it), read each sample",
+            **r,
+        )

@@ -154,6 +154,12 @@ class MetricRing:
         row.update(_replica_row(now, snap, prev, oldest))
         return row
 
+    def latest(self) -> tuple[Snapshot | None, Snapshot | None]:
+        """The registry at the last sample and at the one before it (None: not taken)."""
+        now = self._snaps[-1][1] if self._snaps else None
+        before = self._snaps[-2][1] if len(self._snaps) > 1 else None
+        return now, before
+
     def series(self, since: float = 0.0) -> dict[str, Any]:
         """Columns for the plots: {"t": [...], "series": {name: [value or None, ...]}}."""
         rows = [(t, r) for t, r in self.rows if t > since]

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from prometheus_client import CollectorRegistry
 
+from chatbox.observability.alerts import Alert, Alerts
 from chatbox.observability.metrics import AppMetrics
 from chatbox.observability.ring import MetricRing
 from chatbox.observability.tracing import TURN_SPAN, Tracing
@@ -38,12 +39,14 @@ class Telemetry:
         keep_traces: int = 200,
         sample_s: float = 5.0,
         history_s: float = 3600.0,
+        alerts: Alerts | None = None,
     ) -> None:
         self.enabled = enabled and registry is not None
         self.metrics = AppMetrics(registry) if self.enabled and registry is not None else None
         self.tracing = Tracing(self.enabled, otlp_endpoint if self.enabled else None, keep_traces)
         self.tracer = self.tracing.tracer
         self.ring = MetricRing(registry, sample_s, history_s)
+        self.alerts = alerts if alerts is not None else Alerts()  # read each sample
         self._sampler: asyncio.Task[None] | None = None
 
     @classmethod
@@ -61,10 +64,24 @@ class Telemetry:
     async def _sample_forever(self) -> None:
         while True:
             try:
-                self.ring.sample()
+                await self.sample_once(time.time())
             except Exception:  # a bad sample must not end the history
                 log.exception("metric sample failed")
             await asyncio.sleep(self.ring.interval_s)
+
+    async def sample_once(self, at: float) -> list[Alert]:
+        """One sample of the ring at `at`, the alert rules run on it, their changes sent."""
+        if self.metrics is not None and self.alerts.disk is not None:
+            used = await asyncio.to_thread(self.alerts.disk)
+            if used is not None:
+                self.metrics.disk_used.set(used)
+        row = self.ring.sample(at)
+        now, before = self.ring.latest()
+        if now is None:
+            return []
+        changed = self.alerts.evaluate(row, now, before, at)
+        await self.alerts.notify(changed)
+        return changed
 
     async def stop(self) -> None:
         if self._sampler is not None:
@@ -186,6 +203,10 @@ class Telemetry:
     def turn_finished(self, model: str, status: str) -> None:
         if self.metrics is not None:
             self.metrics.turns.labels(model, status).inc()
+
+    def feedback_given(self, model: str, arm: str, rating: str) -> None:
+        if self.metrics is not None:
+            self.metrics.feedback.labels(model, arm, rating).inc()
 
 
 def _attrs(attributes: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from chatbox.store.audit import AuditEntry, AuditRepo
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
+from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
@@ -33,6 +34,8 @@ __all__ = [
     "Conversation",
     "Database",
     "Document",
+    "Feedback",
+    "FeedbackTally",
     "Memory",
     "ModerationItem",
     "ReplicaRow",
@@ -71,6 +74,7 @@ class Store:
     summaries: SummaryRepo
     shares: ShareRepo
     workspaces: WorkspaceRepo
+    feedback: FeedbackRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -93,6 +97,7 @@ class Store:
             SummaryRepo(db),
             ShareRepo(db),
             WorkspaceRepo(db),
+            FeedbackRepo(db),
         )
 
     async def close(self) -> None:

@@ -208,6 +208,27 @@ TABLES: tuple[Table, ...] = (
         export="the admins' review record of a check, not the user's own data",
     ),
     Table(
+        "feedback",
+        "conversation",
+        ("comment",),
+        {
+            "turn_id": ID,
+            "conversation_id": ID,
+            "user_id": ID,
+            "rating": ENUM,
+            "model": NAMES_MODEL,
+            "arm": "a canary arm's name",
+            "tier": "a policy tier's name",
+        },
+        {
+            # Before the turns it names (a foreign key), whoever in its workspace rated them.
+            "conversation": Delete("conversation_id = :conv"),
+            # What the person said of answers in conversations that stay (a workspace's).
+            "account": Delete("user_id = :user"),
+        },
+        export=InExport("feedback.json"),
+    ),
+    Table(
         "turns",
         "conversation",
         ("content", "error"),

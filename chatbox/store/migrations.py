@@ -482,6 +482,35 @@ async def _audit_refuses_replace(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _feedback(conn: aiosqlite.Connection) -> None:
+    # A rating is never changed in place: each change is a new row, and the newest row of a
+    # (turn, person) is the one that counts; erasure deletes rows (no tombstone is needed).
+    await _script(
+        conn,
+        """
+        CREATE TABLE feedback (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            turn_id TEXT NOT NULL REFERENCES turns(id),
+            conversation_id TEXT NOT NULL REFERENCES conversations(id),
+            user_id TEXT NOT NULL REFERENCES users(id),
+            rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+            comment TEXT,
+            model TEXT,
+            arm TEXT,
+            tier TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX feedback_by_turn ON feedback (turn_id, user_id, seq);
+        CREATE INDEX feedback_by_conversation ON feedback (conversation_id);
+        CREATE INDEX feedback_by_user ON feedback (user_id)
+        """,
+    )
+    await conn.execute(
+        """CREATE TRIGGER feedback_append_only BEFORE UPDATE ON feedback
+        BEGIN SELECT RAISE(ABORT, 'feedback is append-only'); END"""
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -495,6 +524,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0010_teams", _teams),
     ("0011_import_staging", _import_staging),
     ("0012_audit_refuses_replace", _audit_refuses_replace),
+    ("0013_feedback", _feedback),
 ]
 
 

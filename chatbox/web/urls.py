@@ -378,3 +378,8 @@ def moderation_item(item_id: str) -> str:
 def moderation_resolve(item_id: str) -> str:
     """POST: dismiss or confirm (hx-vals `action`)."""
     return f"{moderation_item(item_id)}/resolve"
+
+
+def feedback(conv_id: str, turn_id: str) -> str:
+    """Rating an answer (thumbs) and saying why."""
+    return f"{_turn(conv_id, turn_id)}/feedback"

@@ -148,6 +148,11 @@ SENDERS: dict[str, Sender] = {
         "/v1/conversations/{conv}/turns/{turn}/edit",
         json={"content": _text(w), "max_tokens": 2},
     ),
+    "POST /v1/conversations/{conv_id}/turns/{turn_id}/feedback": lambda c, w: c.api(
+        "POST",
+        "/v1/conversations/{conv}/turns/{answer}/feedback",
+        json={"rating": "down", "comment": _text(w)},
+    ),
     "POST /v1/chat/completions": lambda c, w: c.api(
         "POST",
         "/v1/chat/completions",
@@ -184,6 +189,9 @@ SENDERS: dict[str, Sender] = {
     ),
     "POST /ui/c/{conv_id}/turns/{turn_id}/edit": lambda c, w: c.form(
         "/ui/c/{conv}/turns/{turn}/edit", data={"content": _text(w)}
+    ),
+    "POST /ui/c/{conv_id}/turns/{turn_id}/feedback": lambda c, w: c.form(
+        "/ui/c/{conv}/turns/{answer}/feedback", data={"rating": "up", "comment": _text(w)}
     ),
     "POST /ui/c/{conv_id}/settings": lambda c, w: c.form(
         "/ui/c/{conv}/settings", data={"title": w, "system_prompt": _text(w)}
@@ -295,7 +303,7 @@ def _login(box: Served, name: str) -> tuple[httpx.Client, str]:
 def _real_ids(box: Served, name: str, key: dict[str, str], stored: bool = True) -> dict[str, str]:
     """Ids the member owns, made before she switches zero retention on (a member of a
     zero-retention tier owns none: hers are ids she cannot see)."""
-    ids = {"conv": "c_missing", "turn": "t_missing", "fact": "m_missing"}
+    ids = {"conv": "c_missing", "turn": "t_missing", "answer": "t_missing", "fact": "m_missing"}
     if stored:
         with httpx.Client(base_url=box.url, headers=key, timeout=TIMEOUT) as c:
             conv = c.post("/v1/conversations", json={"title": "kept"}).json()["id"]
@@ -303,9 +311,15 @@ def _real_ids(box: Served, name: str, key: dict[str, str], stored: bool = True) 
                 f"/v1/conversations/{conv}/turns", json={"content": "Hi", "max_tokens": 2}
             )
             assert said.status_code == 200, said.text
-            turn = c.get(f"/v1/conversations/{conv}").json()["turns"][0]["id"]
+            turns = c.get(f"/v1/conversations/{conv}").json()["turns"]
+            assert [t["role"] for t in turns] == ["user", "assistant"], turns
             fact = c.patch("/v1/users/me/memory", json={"add": ["Likes pumps"]}).json()
-        ids = {"conv": conv, "turn": turn, "fact": fact["added"][0]["id"]}
+        ids = {
+            "conv": conv,
+            "turn": turns[0]["id"],
+            "answer": turns[1]["id"],
+            "fact": fact["added"][0]["id"],
+        }
     with httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT) as admin:
         ws = admin.post("/v1/workspaces", json={"name": f"team {name}"}).json()["id"]
         added = admin.post(f"/v1/workspaces/{ws}/members", json={"name": name})

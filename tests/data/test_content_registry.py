@@ -136,6 +136,13 @@ def _fill(app: App) -> str:
     )
     assert library.status_code == 201, library.text
     app.say(conv, f"remember {SECRET}", bob)
+    answer = c.get(f"/v1/conversations/{conv}", headers=bob).json()["turns"][-1]["id"]
+    rated = c.post(
+        f"/v1/conversations/{conv}/turns/{answer}/feedback",
+        json={"rating": "down", "comment": f"it forgot {SECRET}"},
+        headers=bob,
+    )
+    assert rated.status_code == 201, rated.text
     c.patch("/v1/users/me/memory", json={"add": [f"The user says {SECRET}"]}, headers=bob)
     shared = c.post(f"/v1/conversations/{conv}/shares", json={}, headers=bob)
     assert shared.status_code == 201, shared.text

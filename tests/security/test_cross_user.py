@@ -241,6 +241,8 @@ def body_for(method: str, path: str, victim: World) -> dict[str, Any]:
         )
     if path.endswith("/regenerate"):
         return {} if ui else {"json": {"max_tokens": 2}}
+    if path.endswith("/feedback"):
+        return {"data": {"rating": "down"}} if ui else {"json": {"rating": "down"}}
     if path.endswith("/branch"):
         return {"data": {"turn_id": victim.answer}} if ui else {"json": {"turn_id": victim.answer}}
     if path.endswith("/settings"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ PAGES = [
     "/console/data/live",
     "/console/traces",
     "/console/data/traces",
+    "/console/data/alerts",
     "/console/people",
     "/console/models",
     "/console/audit",
@@ -124,6 +127,28 @@ def test_admin_sees_every_page(box: Box) -> None:
     page = box.client.get("/console/live").text
     assert 'data-plot="tokens_per_s"' in page
     assert 'data-plot="replica_load"' not in page  # no replicas: no per-replica plots
+
+
+def test_a_firing_alert_shows_on_the_live_page_until_it_resolves(box: Box) -> None:
+    box.login("admin")
+    telemetry = box.client.app.state.services.telemetry
+    disk = [0.5]
+    telemetry.alerts.disk = lambda: disk[0]  # the test's disk, not this machine's
+    at = time.time()
+    asyncio.run(telemetry.sample_once(at))
+    assert 'id="alerts-none"' in box.client.get("/console/live").text
+    disk[0] = 0.97
+    asyncio.run(telemetry.sample_once(at + 5))
+    page = box.client.get("/console/live").text
+    firing = page.split('id="alerts-firing"')[1].split("</table>")[0]
+    assert 'data-alert="ChatboxDiskFilling"' in firing and "0.97 full" in firing
+    data = box.client.get("/console/data/alerts").json()
+    assert [a["labels"]["alertname"] for a in data["firing"]] == ["ChatboxDiskFilling"]
+    disk[0] = 0.5
+    asyncio.run(telemetry.sample_once(at + 10))
+    page = box.client.get("/console/live").text
+    assert 'id="alerts-none"' in page
+    assert 'data-alert="ChatboxDiskFilling" data-status="resolved"' in page
 
 
 def test_models_page_shows_where_memory_goes(box: Box) -> None:

@@ -17,10 +17,12 @@ from chatbox.web.api.data import temporary_out
 from chatbox.web.api.schemas import (
     BranchIn,
     ConversationPatch,
+    FeedbackIn,
     NewConversation,
     RegenerateIn,
     TurnIn,
     conversation_out,
+    feedback_out,
     view_out,
 )
 from chatbox.web.api.shares import SharingDep
@@ -183,6 +185,23 @@ class ConversationController(Controller):
         options = (data or RegenerateIn()).options()
         run = await chat.regenerate(user, conv_id, turn_id, options)
         return _stream(chat, settings, user, run)
+
+    @post("/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=HTTP_201_CREATED)
+    async def give_feedback(
+        self, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str, data: FeedbackIn
+    ) -> dict[str, Any]:
+        """Rate an answer `up` or `down`, with an optional `comment`; a new rating replaces
+        the caller's earlier one. 404 unless the caller sees the conversation; 422 under
+        zero-data-retention (nothing is stored), for a message or for a temporary chat."""
+        given = await chat.rate(user, conv_id, turn_id, data.rating, data.comment)
+        return feedback_out(given, turn_id)
+
+    @get("/{conv_id:str}/turns/{turn_id:str}/feedback")
+    async def read_feedback(
+        self, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
+    ) -> dict[str, Any]:
+        """The caller's rating of an answer that counts now (`rating` null: not rated)."""
+        return feedback_out(await chat.rating(user, conv_id, turn_id), turn_id)
 
     @get("/{conv_id:str}/turns/{turn_id:str}/events")
     async def resume(

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chatbox.chat import Conversation, ConversationView, Summary, Turn, TurnOptions
+from chatbox.chat import (
+    Conversation,
+    ConversationView,
+    Feedback,
+    Summary,
+    Turn,
+    TurnOptions,
+)
 from chatbox.web.intake import NonEmptyText
 
 
@@ -46,6 +53,25 @@ class TurnIn:
             self.seed,
             tuple(self.stop or ()),
         )
+
+
+@dataclass
+class FeedbackIn:
+    """A rating of an answer, and optionally why (each change is kept; the newest counts)."""
+
+    rating: str  # "up" or "down"
+    comment: str | None = None
+
+
+def feedback_out(given: Feedback | None, turn_id: str) -> dict[str, Any]:
+    """The caller's rating of an answer that counts now (rating null: not rated)."""
+    return {
+        "turn_id": turn_id,
+        "rating": given.rating if given else None,
+        "comment": given.comment if given else None,
+        "model": given.model if given else None,
+        "created_at": given.created_at if given else None,
+    }
 
 
 @dataclass
@@ -101,7 +127,12 @@ def view_out(view: ConversationView) -> dict[str, Any]:
         **conversation_out(view.conversation),
         "effective_model": view.model,
         "turns": [
-            {**turn_out(tv.turn), "siblings": tv.sibling_ids, "sibling_index": tv.sibling_index}
+            {
+                **turn_out(tv.turn),
+                "siblings": tv.sibling_ids,
+                "sibling_index": tv.sibling_index,
+                "my_rating": tv.rating.rating if tv.rating else None,  # the caller's
+            }
             for tv in view.turns
         ],
         "next_cursor": view.next_cursor,

@@ -199,6 +199,7 @@ class ConsoleActions(Controller):
             models=await admin.models(),
             tier_defaults=admin.tier_defaults(),
             memory=await services.memory(),
+            feedback=await services.chat.feedback_tallies(),
             notice=notice,
         )
 

@@ -53,6 +53,7 @@ class ConsoleController(ConsoleActions):
             models=models,
             replicas=replicas,
             served=served,
+            alerts=services.telemetry.alerts.state_out(),
         )
 
     @get("/data/live")
@@ -63,7 +64,13 @@ class ConsoleController(ConsoleActions):
         require_admin(user)
         return services.telemetry.ring.series(since)
 
-    # -- traces ----------------------------------------------------------------------------
+    @get("/data/alerts")
+    async def alerts_data(self, services: ServicesDep, user: UserDep) -> Any:
+        """The alerts firing now and the recent changes, each in Alertmanager's shape."""
+        require_admin(user)
+        return services.telemetry.alerts.state_out()
+
+        # -- traces ----------------------------------------------------------------------------
 
     @get("/traces")
     async def traces(
@@ -163,6 +170,7 @@ class ConsoleController(ConsoleActions):
             models=await admin.models(),
             tier_defaults=admin.tier_defaults(),
             memory=await services.memory(),
+            feedback=await services.chat.feedback_tallies(),
         )
 
     @get("/audit")

@@ -19,6 +19,7 @@ from chatbox.chat import (
     TurnRun,
     TurnView,
 )
+from chatbox.chat.feedback import MAX_COMMENT_CHARS
 from chatbox.knowledge import Knowledge
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, KnowledgeDep, ServicesDep, SettingsDep, UserDep
@@ -54,6 +55,12 @@ class SettingsForm:
     model: str | None = None
     system_prompt: str | None = None
     where: str = ""  # "sidebar": renamed from the sidebar's menu, which is redrawn
+
+
+@dataclass
+class FeedbackForm:
+    rating: str = ""
+    comment: str = ""
 
 
 @dataclass
@@ -242,6 +249,31 @@ class PagesController(Controller):
         """A new answer beside this one (the old stays as a sibling branch)."""
         await chat.regenerate(user, conv_id, turn_id, TurnOptions())
         return await self._turns(request, chat, knowledge, user, conv_id)
+
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=200)
+    async def feedback(
+        self,
+        request: AnyRequest,
+        chat: ChatDep,
+        user: UserDep,
+        conv_id: str,
+        turn_id: str,
+        data: Annotated[FeedbackForm, FORM],
+    ) -> Response[str]:
+        """Thumbs up or down on an answer; the thumbs come back with a comment field until
+        a comment is sent."""
+        given = await chat.rate(user, conv_id, turn_id, data.rating, data.comment or None)
+        conv = await chat.conversation(user, conv_id)
+        turn = await chat.turn(user, conv_id, turn_id)
+        return html(
+            request,
+            "_feedback.html",
+            conv=conv,
+            t=turn,
+            rating=given,
+            ask=given.comment is None,
+            max_comment=MAX_COMMENT_CHARS,
+        )
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
     async def turn(

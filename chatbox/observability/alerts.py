@@ -1,0 +1,427 @@
+"""Alerts over the metrics chatbox already keeps, each against a learned baseline.
+
+Every sample of the console's metric ring (`MetricRing`), each rule reads one signal per
+instance (a model, a replica, the data disk): p99 time to first token, error rate, moderation
+refusal rate, queue depth, shed rate, replicas down, the data disk's use. A baseline rule
+learns the signal's usual level as an exponentially weighted mean and variance (EWMA) from
+quiet samples only, and breaches above `mean + sigmas * std` (and above its absolute
+`floor`); a fixed rule breaches at `fire_at`. Hysteresis: an alert fires after `for_n`
+breaching samples in a row and resolves after `resolve_n` samples in a row below the lower
+bound (half the margin of a baseline rule; `clear_at` for a fixed one); between the two
+bounds it holds its state. Each change is written to the log and posted to a webhook in
+Alertmanager's JSON shape; the console shows the firing alerts and the recent changes.
+`docs/prometheus-rules.yml` gives the same rules to teams that run Prometheus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import shutil
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from chatbox.observability.ring import Snapshot
+
+log = logging.getLogger("chatbox.alerts")
+
+_SOURCES = ("chatbox_engine_", "chatbox_remote_")
+# Below this many events in a sample, a rate says nothing (one error of two is not 50%).
+MIN_EVENTS = 3
+WEBHOOK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What a rule reads at one evaluation: the ring's derived row and the registry now
+    and at the previous sample (for rates of counters)."""
+
+    row: Mapping[str, float]
+    now: Snapshot
+    before: Snapshot | None
+    disk_used: float | None = None  # the data directory's disk, fraction in use
+
+
+Signal = Callable[[Sample], dict[str, float | None]]  # instance -> value (None: no data)
+
+
+def _delta(s: Sample, name: str, where: Callable[[dict[str, str]], bool]) -> float:
+    """How much the counter samples `name` matching `where` grew since the previous sample."""
+    total = 0.0
+    for (metric, labels), value in s.now.items():
+        if metric == name and where(dict(labels)):
+            before = s.before.get((metric, labels), 0.0) if s.before is not None else value
+            total += max(0.0, value - before)
+    return total
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole >= MIN_EVENTS else None
+
+
+def _finished(s: Sample, reasons: Sequence[str] | None = None) -> float:
+    return sum(
+        _delta(
+            s, p + "requests_total", lambda d: reasons is None or d.get("finish_reason") in reasons
+        )
+        for p in _SOURCES
+    )
+
+
+def ttft_p99(s: Sample) -> dict[str, float | None]:
+    """p99 time to first token per model over the ring's window (seconds)."""
+    return {k.split("|", 1)[1]: v for k, v in s.row.items() if k.startswith("ttft_p99_s|")}
+
+
+def error_rate(s: Sample) -> dict[str, float | None]:
+    """Share of finished answers that failed since the previous sample."""
+    return {"": _share(_finished(s, ("error",)), _finished(s))}
+
+
+def refusal_rate(s: Sample) -> dict[str, float | None]:
+    """Share of moderation checks of messages and answers that blocked (refused or cut)."""
+    chat = ("input", "output")
+    blocks = _delta(s, "chatbox_moderation_blocks_total", lambda d: d.get("direction") in chat)
+    checks = _delta(s, "chatbox_moderation_checks_total", lambda d: d.get("direction") in chat)
+    return {"": _share(blocks, checks)}
+
+
+def queue_depth(s: Sample) -> dict[str, float | None]:
+    """Requests waiting for a slot, all models together."""
+    waiting = [v for k, v in s.row.items() if k.startswith("queue_depth|")]
+    return {"": sum(waiting) if waiting else None}
+
+
+def shed_rate(s: Sample) -> dict[str, float | None]:
+    """Share of admission decisions that shed a request since the previous sample."""
+    name = "chatbox_admission_decisions_total"
+    shed = _delta(s, name, lambda d: d.get("decision") == "shed")
+    return {"": _share(shed, _delta(s, name, lambda d: True))}
+
+
+def replicas_down(s: Sample) -> dict[str, float | None]:
+    """1 for each replica the front's health checks see down, 0 for each up."""
+    return {
+        dict(labels)["replica"]: 1.0 - value
+        for (metric, labels), value in s.now.items()
+        if metric == "chatbox_replica_up" and "replica" in dict(labels)
+    }
+
+
+def disk_used(s: Sample) -> dict[str, float | None]:
+    """The fraction of the data directory's disk in use."""
+    return {"": s.disk_used}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One alert: a signal, the bound it must not cross, and how long before it changes."""
+
+    name: str  # Alertmanager's `alertname`
+    signal: Signal
+    summary: str  # "{instance}", "{value}" and "{bound}" are filled in
+    instance: str = ""  # the label naming what a value is of (model, replica), if any
+    severity: Literal["warning", "critical"] = "warning"
+    sigmas: float = 4.0  # baseline rules: fire above mean + sigmas * std
+    floor: float = 0.0  # ... and only above this, however quiet the baseline
+    fire_at: float | None = None  # a fixed rule: fire at or above this
+    clear_at: float | None = None  # ... and resolve below this
+    for_n: int = 2  # breaching samples in a row before it fires
+    resolve_n: int = 3  # clear samples in a row before it resolves
+    warmup: int = 12  # quiet samples a baseline needs before it may fire
+    alpha: float = 0.05  # EWMA weight of each new quiet sample (about the last 20)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "ChatboxTTFTHigh",
+        ttft_p99,
+        "p99 time to first token of {instance} is {value}s (usually under {bound}s)",
+        "model",
+        floor=1.0,
+    ),
+    Rule(
+        "ChatboxErrorRateHigh",
+        error_rate,
+        "{value} of answers failed (usually under {bound})",
+        severity="critical",
+        floor=0.05,
+    ),
+    Rule(
+        "ChatboxRefusalRateHigh",
+        refusal_rate,
+        "moderation blocked {value} of messages and answers (usually under {bound})",
+        floor=0.2,
+    ),
+    Rule(
+        "ChatboxQueueDeep",
+        queue_depth,
+        "{value} requests wait for a slot (usually under {bound})",
+        floor=4.0,
+    ),
+    Rule(
+        "ChatboxShedding",
+        shed_rate,
+        "{value} of requests were shed (usually under {bound})",
+        floor=0.05,
+    ),
+    Rule(
+        "ChatboxReplicaDown",
+        replicas_down,
+        "replica {instance} is down",
+        "replica",
+        severity="critical",
+        fire_at=1.0,
+        clear_at=0.5,
+    ),
+    Rule(
+        "ChatboxDiskFilling",
+        disk_used,
+        "the data directory's disk is {value} full",
+        severity="critical",
+        fire_at=0.9,
+        clear_at=0.85,
+        for_n=1,
+        resolve_n=1,
+    ),
+)
+
+
+@dataclass
+class Baseline:
+    """An exponentially weighted mean and variance of a signal's quiet samples."""
+
+    mean: float = 0.0
+    var: float = 0.0
+    n: int = 0
+
+    def learn(self, value: float, alpha: float) -> None:
+        if self.n == 0:
+            self.mean = value
+        else:
+            diff = value - self.mean
+            self.mean += alpha * diff
+            self.var = (1 - alpha) * (self.var + alpha * diff * diff)
+        self.n += 1
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(max(0.0, self.var))
+
+
+@dataclass
+class Alert:
+    """One alert of one instance: firing until it resolves."""
+
+    rule: Rule
+    instance: str
+    value: float
+    bound: float
+    starts_at: float
+    ends_at: float | None = None
+
+    @property
+    def status(self) -> str:
+        return "resolved" if self.ends_at is not None else "firing"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        out = {"alertname": self.rule.name, "severity": self.rule.severity, "service": "chatbox"}
+        if self.rule.instance and self.instance:
+            out[self.rule.instance] = self.instance
+        return out
+
+    def summary(self) -> str:
+        return self.rule.summary.format(
+            instance=self.instance, value=_fmt(self.value), bound=_fmt(self.bound)
+        )
+
+    def fingerprint(self) -> str:
+        key = "\0".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The alert in Alertmanager's webhook shape (one entry of `alerts`)."""
+        return {
+            "status": self.status,
+            "labels": self.labels,
+            "annotations": {"summary": self.summary()},
+            "startsAt": _iso(self.starts_at),
+            "endsAt": _iso(self.ends_at) if self.ends_at is not None else "0001-01-01T00:00:00Z",
+            "generatorURL": "/console/live",
+            "fingerprint": self.fingerprint(),
+        }
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class _State:
+    baseline: Baseline = field(default_factory=Baseline)
+    breaching: int = 0
+    clear: int = 0
+    alert: Alert | None = None
+
+
+def webhook_payload(alerts: Sequence[Alert], external_url: str = "") -> dict[str, Any]:
+    """Alertmanager's webhook JSON (version 4) for these alerts."""
+    firing = any(a.status == "firing" for a in alerts)
+    common = {
+        k: v for k, v in alerts[0].labels.items() if all(a.labels.get(k) == v for a in alerts)
+    }
+    return {
+        "version": "4",
+        "groupKey": '{}:{service="chatbox"}',
+        "truncatedAlerts": 0,
+        "status": "firing" if firing else "resolved",
+        "receiver": "chatbox",
+        "groupLabels": {"service": "chatbox"},
+        "commonLabels": common,
+        "commonAnnotations": {},
+        "externalURL": external_url,
+        "alerts": [a.as_dict() for a in alerts],
+    }
+
+
+def disk_fraction(path: Path) -> Callable[[], float | None]:
+    """The fraction of `path`'s filesystem in use, read when asked (None if unreadable)."""
+
+    def used() -> float | None:
+        try:
+            usage = shutil.disk_usage(path)
+        except OSError:
+            return None
+        room = usage.used + usage.free  # as df counts it: blocks kept for root are not room
+        return usage.used / room if room else None
+
+    return used
+
+
+class Alerts:
+    """The rules' state: baselines, firing alerts, recent changes; where changes go."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = RULES,
+        webhook_url: str | None = None,
+        disk: Callable[[], float | None] | None = None,
+        keep: int = 50,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.rules = tuple(rules)
+        self.webhook_url = webhook_url
+        self.disk = disk
+        self.transport = transport  # tests hand a mock transport for the webhook
+        self.recent: deque[Alert] = deque(maxlen=keep)  # changes, newest last
+        self._state: dict[tuple[str, str], _State] = {}
+
+    def firing(self) -> list[Alert]:
+        """The alerts firing now, oldest first."""
+        found = [s.alert for s in self._state.values() if s.alert is not None]
+        return sorted(found, key=lambda a: a.starts_at)
+
+    def baseline(self, rule: str, instance: str = "") -> Baseline | None:
+        state = self._state.get((rule, instance))
+        return state.baseline if state is not None else None
+
+    def evaluate(
+        self, row: Mapping[str, float], now: Snapshot, before: Snapshot | None, at: float
+    ) -> list[Alert]:
+        """Run every rule on one sample; the alerts that fired or resolved now."""
+        sample = Sample(row, now, before, self.disk() if self.disk is not None else None)
+        changed: list[Alert] = []
+        for rule in self.rules:
+            values = rule.signal(sample)
+            # An instance with an open alert and no value now (its traffic stopped) is clear.
+            for (name, instance), state in self._state.items():
+                if name == rule.name and state.alert is not None and instance not in values:
+                    values[instance] = None
+            for instance, value in values.items():
+                state = self._state.setdefault((rule.name, instance), _State())
+                alert = self._step(rule, instance, state, value, at)
+                if alert is not None:
+                    changed.append(alert)
+        for alert in changed:
+            self.recent.append(alert)
+            _log(alert)
+        return changed
+
+    def _step(
+        self, rule: Rule, instance: str, state: _State, value: float | None, at: float
+    ) -> Alert | None:
+        fire, clear = self._bounds(rule, state.baseline)
+        if value is None or value < clear:
+            state.breaching, state.clear = 0, state.clear + 1
+        elif fire is not None and value > fire:
+            state.breaching, state.clear = state.breaching + 1, 0
+        else:  # between the bounds: no change either way
+            state.breaching = state.clear = 0
+        if value is not None and state.alert is None and state.breaching == 0:
+            state.baseline.learn(value, rule.alpha)
+        if state.alert is None and state.breaching >= rule.for_n and value is not None:
+            state.alert = Alert(rule, instance, value, fire if fire is not None else 0.0, at)
+            return state.alert
+        if state.alert is not None:
+            if value is not None:
+                state.alert.value = max(state.alert.value, value)
+            if state.clear >= rule.resolve_n:
+                done, state.alert = state.alert, None
+                done.ends_at = at
+                return done
+        return None
+
+    def _bounds(self, rule: Rule, base: Baseline) -> tuple[float | None, float]:
+        """(fire above, clear below); fire None: a baseline not learned yet never fires."""
+        if rule.fire_at is not None:
+            clear = rule.clear_at if rule.clear_at is not None else rule.fire_at
+            return rule.fire_at - 1e-12, clear
+        if base.n < rule.warmup:
+            return None, math.inf
+        margin = rule.sigmas * base.std
+        return max(rule.floor, base.mean + margin), max(rule.floor / 2, base.mean + margin / 2)
+
+    async def notify(self, changed: Sequence[Alert]) -> None:
+        """Post the changes to the webhook (a failure is logged, never raised)."""
+        if not changed or not self.webhook_url:
+            return
+        payload = webhook_payload(changed)
+        try:
+            async with httpx.AsyncClient(
+                timeout=WEBHOOK_TIMEOUT_S, transport=self.transport
+            ) as client:
+                r = await client.post(self.webhook_url, json=payload)
+            if r.status_code >= 300:
+                log.warning("alert webhook answered %s", r.status_code)
+        except httpx.HTTPError as exc:
+            log.warning("alert webhook failed: %s", type(exc).__name__)
+
+    def state_out(self) -> dict[str, Any]:
+        """Firing alerts and recent changes (the console's JSON)."""
+        return {
+            "firing": [a.as_dict() for a in self.firing()],
+            "recent": [a.as_dict() for a in reversed(self.recent)],
+        }
+
+
+def _log(alert: Alert) -> None:
+    level = logging.WARNING if alert.status == "firing" else logging.INFO
+    log.log(
+        level,
+        "alert %s: %s",
+        alert.status,
+        alert.summary(),
+        extra={"alertname": alert.rule.name, "alert_status": alert.status, **alert.labels},
+    )

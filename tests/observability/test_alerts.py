@@ -1,0 +1,161 @@
+"""Alert rules on the real metric families, sampled on a fake clock: an error burst and a
+latency spike each fire one alert (logged and posted in Alertmanager's webhook shape) and
+resolve once traffic is normal again; a quiet day fires nothing; a replica down and a full
+disk fire on their fixed bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, Gauge
+
+from chatbox.engine.metrics import EngineMetricFamilies
+from chatbox.observability import Telemetry
+from chatbox.observability.alerts import RULES, Alert, Alerts
+
+STEP_S = 5.0
+HOOK = "http://hook.example/alerts"
+
+
+class Box:
+    """Engine metrics, the telemetry that samples them, a fake clock, a webhook's inbox."""
+
+    def __init__(self, disk: list[float] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.engine = EngineMetricFamilies(self.registry)
+        self.posted: list[dict[str, Any]] = []
+
+        def hook(request: httpx.Request) -> httpx.Response:
+            assert str(request.url) == HOOK
+            self.posted.append(json.loads(request.content))
+            return httpx.Response(200)
+
+        self.disk = disk
+        alerts = Alerts(
+            webhook_url=HOOK,
+            transport=httpx.MockTransport(hook),
+            disk=(lambda: self.disk[0]) if self.disk is not None else None,
+        )
+        self.telemetry = Telemetry(self.registry, sample_s=STEP_S, alerts=alerts)
+        self.t = 1_800_000_000.0
+
+    def step(self, ok: int = 10, errors: int = 0, ttft_s: float = 0.2) -> list[Alert]:
+        """One sample's worth of finished answers, then the sample (and the rules) at t+5s."""
+        requests = self.engine.requests
+        requests.labels(model="tiny", finish_reason="stop").inc(ok)
+        requests.labels(model="tiny", finish_reason="error").inc(errors)
+        for _ in range(ok + errors):
+            self.engine.ttft.labels(model="tiny").observe(ttft_s)
+        self.t += STEP_S
+        return asyncio.run(self.telemetry.sample_once(self.t))
+
+    def run(self, n: int, **kw: Any) -> list[Alert]:
+        return [a for _ in range(n) for a in self.step(**kw)]
+
+    def normal(self, n: int) -> list[Alert]:
+        """Ordinary traffic: now and then one failed answer of ten."""
+        return [a for i in range(n) for a in self.step(errors=1 if i % 7 == 3 else 0)]
+
+
+def _names(alerts: list[Alert]) -> list[tuple[str, str]]:
+    return [(a.rule.name, a.status) for a in alerts]
+
+
+def test_an_error_burst_fires_an_alert_that_resolves(caplog: pytest.LogCaptureFixture) -> None:
+    box = Box()
+    caplog.set_level(logging.INFO, logger="chatbox.alerts")
+    assert box.normal(60) == []  # five quiet minutes: a baseline, and no alert
+    learned = box.telemetry.alerts.baseline("ChatboxErrorRateHigh")
+    assert learned is not None and 0.0 < learned.mean < 0.05
+
+    assert box.step(ok=2, errors=8) == []  # one bad sample is not yet an alert
+    fired = box.step(ok=2, errors=8)
+    assert _names(fired) == [("ChatboxErrorRateHigh", "firing")]
+    assert [a.rule.name for a in box.telemetry.alerts.firing()] == ["ChatboxErrorRateHigh"]
+    assert box.run(3, ok=3, errors=7) == []  # still firing: no new change
+
+    hook = box.posted[-1]
+    assert hook["version"] == "4" and hook["status"] == "firing"
+    (sent,) = hook["alerts"]
+    assert sent["labels"]["alertname"] == "ChatboxErrorRateHigh"
+    assert sent["labels"]["severity"] == "critical"
+    assert sent["status"] == "firing" and sent["startsAt"].endswith("Z")
+    assert "of answers failed" in sent["annotations"]["summary"]
+    assert any(
+        r.levelname == "WARNING" and "alert firing" in r.getMessage() for r in caplog.records
+    )
+
+    assert box.normal(2) == []  # hysteresis: two good samples do not resolve it
+    resolved = box.normal(1)
+    assert _names(resolved) == [("ChatboxErrorRateHigh", "resolved")]
+    assert box.posted[-1]["status"] == "resolved"
+    assert box.posted[-1]["alerts"][0]["endsAt"] > box.posted[-1]["alerts"][0]["startsAt"]
+    assert box.telemetry.alerts.firing() == []
+    assert any("alert resolved" in r.getMessage() for r in caplog.records)
+    assert box.normal(30) == []  # the burst was not learned as normal
+
+
+def test_a_latency_spike_fires_and_resolves_on_the_learned_ttft() -> None:
+    box = Box()
+    assert box.normal(40) == []
+    changes = box.run(4, ttft_s=8.0)
+    assert ("ChatboxTTFTHigh", "firing") in _names(changes)
+    spike = next(a for a in changes if a.rule.name == "ChatboxTTFTHigh")
+    assert spike.labels["model"] == "tiny"
+    # p99 is over the last minute: it resolves once the spike has left that window.
+    after = box.normal(20)
+    assert ("ChatboxTTFTHigh", "resolved") in _names(after)
+    assert box.telemetry.alerts.firing() == []
+
+
+def test_a_replica_down_and_a_filling_disk_fire_on_fixed_bounds() -> None:
+    box = Box(disk=[0.5])
+    up = Gauge("chatbox_replica_up", "up", ["replica"], registry=box.registry)
+    up.labels(replica="http://r1:8001").set(1)
+    assert box.normal(3) == []
+    up.labels(replica="http://r1:8001").set(0)
+    box.disk = [0.95]
+    changes = box.normal(2)
+    assert sorted(_names(changes)) == [
+        ("ChatboxDiskFilling", "firing"),
+        ("ChatboxReplicaDown", "firing"),
+    ]
+    down = next(a for a in changes if a.rule.name == "ChatboxReplicaDown")
+    assert down.labels["replica"] == "http://r1:8001"
+    box.disk = [0.87]  # between the bounds: still firing
+    assert box.normal(1) == []
+    box.disk = [0.8]
+    up.labels(replica="http://r1:8001").set(1)
+    changes = box.normal(3)
+    assert sorted(_names(changes)) == [
+        ("ChatboxDiskFilling", "resolved"),
+        ("ChatboxReplicaDown", "resolved"),
+    ]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_prometheus_rules_match_the_rules_chatbox_runs() -> None:
+    text = (ROOT / "docs" / "prometheus-rules.yml").read_text()
+    groups = yaml.safe_load(text)["groups"]
+    alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+    assert set(alerts) == {rule.name for rule in RULES}
+    for rule in RULES:
+        assert alerts[rule.name]["labels"]["severity"] == rule.severity, rule.name
+        assert "keep_firing_for" in alerts[rule.name], rule.name  # the hysteresis
+    # Every metric the rules read is one chatbox exports (engine and remote share suffixes).
+    source = " ".join(p.read_text() for p in (ROOT / "chatbox").rglob("*.py"))
+    names = set(re.findall(r"chatbox_[a-z_()|]+[a-z]", text.replace("(engine|remote)", "engine")))
+    for name in sorted(names):
+        family = re.sub(r"_(total|bucket)$", "", name)
+        exported = f'"{family}"' in source or f'"{name}"' in source
+        assert exported, f"{name} is not a metric chatbox exports"
