@@ -253,6 +253,10 @@ class CallReader:
             self._depth, self._in_str, self._esc = 0, False, False
             return True
         if self._state == "args":
+            if not self.calls[-1]["arguments"]:  # whitespace after the colon is not arguments
+                buf = self._buf = buf.lstrip()
+                if not buf:
+                    return False
             end = self._scan(buf)
             args = buf if end is None else buf[:end]
             if args:

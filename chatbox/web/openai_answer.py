@@ -139,27 +139,25 @@ async def chunks(
     model: str,
     include_usage: bool,
     shape: AnswerShape,
+    system_fingerprint: str,
 ) -> AsyncIterator[bytes]:
     """The answer as OpenAI's SSE chunks, ending with `data: [DONE]`."""
+    top = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": system_fingerprint,
+    }
 
     def frame(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        body = {
-            "id": ident,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": choices,
-            **extra,
-        }
+        body = {**top, "choices": choices, **extra}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
     # Most chunks carry one token's text and nothing else: their JSON is written as the fixed
     # head and that text, not encoded whole each time (this runs once per token on the event
     # loop the decode threads share the cores with). The bytes are what frame() writes.
-    head = json.dumps(
-        {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model},
-        ensure_ascii=False,
-    )[:-1]
+    head = json.dumps(top, ensure_ascii=False)[:-1]
 
     def text_chunk(index: int, text: str) -> bytes:
         content = json.dumps(text, ensure_ascii=False)
@@ -182,7 +180,11 @@ async def chunks(
                 [
                     {
                         "index": choice.index,
-                        "delta": {"role": "assistant", "content": ""},
+                        # A tool-call answer may have no content at all: OpenAI sends null.
+                        "delta": {
+                            "role": "assistant",
+                            "content": "" if choice.reader is None else None,
+                        },
                         "finish_reason": None,
                     }
                 ]

@@ -147,16 +147,18 @@ class OpenAIController(Controller):
                 headers["x-chatbox-arm"] = route.arm
         ident = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
+        engine = await chat.models.engine(model)
         if data.stream:
             include_usage = bool((data.stream_options or {}).get("include_usage"))
-            body = chunks(generation, ident, created, model, include_usage, shape)
+            body = chunks(
+                generation, ident, created, model, include_usage, shape, fingerprint(engine.info)
+            )
             return Stream(
                 with_heartbeats(body, settings.heartbeat_s),
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **headers},
             )
         choices, usage = await collect(generation, shape)
-        engine = await chat.models.engine(model)
         return Response(
             {
                 "id": ident,
