@@ -41,11 +41,16 @@ def test_every_streamed_chunk_carries_the_system_fingerprint(client: TestClient)
 
 
 def test_a_tool_call_stream_opens_without_empty_content(client: TestClient) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"]}}}  # fmt: skip
-    body = {"model": "tiny", "max_tokens": 80, "tools": [tool], "tool_choice": "required",
-            "parallel_tool_calls": False,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    params = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    body = {
+        "model": "tiny",
+        "max_tokens": 80,
+        "tools": [tool],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     chunks = _chunks(client, body)
     first = chunks[0]["choices"][0]["delta"]  # type: ignore[index]
     assert first["role"] == "assistant" and first.get("content") is None
