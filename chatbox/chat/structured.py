@@ -60,13 +60,15 @@ def tool_constraint(
     mode: ToolMode,
     name: str | None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    parallel: bool = True,
 ) -> Constraint:
-    """`auto` lets the model write text and constrains a call once it opens one; `required`
-    and a named function make the whole answer one call."""
+    """`auto` lets the model write text and constrains the calls once it opens one;
+    `required` and a named function make the whole answer calls. `parallel`: one or more
+    calls, else exactly one."""
     if not tools or mode == "none":
         return Constraint()
     try:
-        grammar = tool_call_grammar(tools, name, max_tokens)
+        grammar = tool_call_grammar(tools, name, max_tokens, parallel)
     except SchemaTooLarge as exc:
         raise InvalidInput(str(exc), exc.where or "tools") from exc
     except ValueError as exc:
