@@ -113,6 +113,8 @@ def classify(exc: Exception) -> Problem:
         problem.extra["available"] = exc.available
     if isinstance(exc, TooLong):
         problem.extra["limit"] = exc.limit
+        if exc.param:
+            problem.extra["param"] = exc.param
     if isinstance(exc, Overloaded):
         problem.headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, Refused):

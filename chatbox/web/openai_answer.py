@@ -101,7 +101,7 @@ def _delta(piece: Piece) -> dict[str, Any]:
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
 
 
-def _reasons(done: DoneEvent, n: int) -> list[str]:
+def finish_reasons(done: DoneEvent, n: int) -> list[str]:
     return list(done.finish_reasons) if len(done.finish_reasons) == n else [done.finish_reason] * n
 
 
@@ -120,7 +120,7 @@ async def collect(generation: Generation, shape: AnswerShape) -> tuple[list[dict
     if done is None or done.finish_reason == "error":
         raise GenerationFailed(done.error if done and done.error else "generation failed")
     out = []
-    for choice, reason in zip(choices, _reasons(done, shape.n), strict=True):
+    for choice, reason in zip(choices, finish_reasons(done, shape.n), strict=True):
         choice.finish()
         body: dict[str, Any] = {
             "index": choice.index,
@@ -210,7 +210,7 @@ async def chunks(
             error = {"error": {"message": message, "type": "server_error"}}
             yield f"data: {json.dumps(error)}\n\n".encode()
         else:
-            for choice, reason in zip(choices, _reasons(done, shape.n), strict=True):
+            for choice, reason in zip(choices, finish_reasons(done, shape.n), strict=True):
                 for delta in choice.finish():
                     yield one(choice, delta, None)
                 yield one(choice, {}, choice.finish_reason(reason))

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible API: /v1/chat/completions and /v1/models, stateless."""
+"""The OpenAI-compatible API: /v1/chat/completions, /v1/completions and /v1/models,
+stateless."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
 from chatbox import __version__
-from chatbox.chat import ChatMessage, TurnOptions, UnknownModel
+from chatbox.chat import ChatMessage, Generation, TurnOptions, UnknownModel
 from chatbox.chat.structured import off_loop
 from chatbox.engine.types import ModelInfo
 from chatbox.web.auth import AnyRequest
@@ -23,6 +24,7 @@ from chatbox.web.intake import NonEmptyObjects
 from chatbox.web.knowledge import EMBEDDING_MODEL
 from chatbox.web.openai_answer import chunks, collect, usage_out
 from chatbox.web.openai_request import AnswerShape, extend_options, messages_in
+from chatbox.web.openai_text import CompletionIn, collect_text, text_chunks
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 
@@ -97,6 +99,19 @@ class ChatCompletionIn:
         return extend_options(base, values, default_max_tokens)
 
 
+def route_headers(limits: dict[str, str], model: str, generation: Any) -> dict[str, str]:
+    """The rate limits, and the model and route that answer (x-chatbox-*)."""
+    headers = {**limits, "x-chatbox-model": model}
+    route = getattr(getattr(generation, "ticket", None), "route", None)
+    if route is not None:
+        headers["x-chatbox-route"] = route.reason
+        if route.degraded_from:
+            headers["x-chatbox-degraded-from"] = route.degraded_from
+        if route.arm:
+            headers["x-chatbox-arm"] = route.arm
+    return headers
+
+
 class OpenAIController(Controller):
     path = "/v1"
     tags = ["openai"]
@@ -137,14 +152,7 @@ class OpenAIController(Controller):
         options, shape = await off_loop(lambda: data.options(settings.max_tokens))
         zdr = await data_service.stores_nothing(user)
         model, generation, _ = await chat.complete(messages, options, user, zero_retention=zdr)
-        headers = {**chat.limit_headers(user), "x-chatbox-model": model}
-        route = getattr(getattr(generation, "ticket", None), "route", None)
-        if route is not None:
-            headers["x-chatbox-route"] = route.reason
-            if route.degraded_from:
-                headers["x-chatbox-degraded-from"] = route.degraded_from
-            if route.arm:
-                headers["x-chatbox-arm"] = route.arm
+        headers = route_headers(chat.limit_headers(user), model, generation)
         ident = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         engine = await chat.models.engine(model)
@@ -171,3 +179,49 @@ class OpenAIController(Controller):
             },
             headers=headers,
         )
+
+    @post("/completions", status_code=200, responses=ERROR_RESPONSES)
+    async def text_completions(
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        data: CompletionIn,
+        data_service: DataServiceDep,
+    ) -> Response[Any] | Stream:
+        """Text completions: each prompt as it is, without the chat template; admitted,
+        moderated and metered per prompt as a chat completion is."""
+        prompts = data.prompts()
+        options, shape = await off_loop(lambda: data.options(settings.max_tokens))
+        zdr = await data_service.stores_nothing(user)
+        generations: list[Generation] = []
+        model = ""
+        try:
+            for prompt in prompts:
+                model, generation, _ = await chat.complete(
+                    (), options, user, zero_retention=zdr, prompt=prompt
+                )
+                generations.append(generation)
+        except BaseException:
+            for started in generations:
+                started.cancel()
+            raise
+        headers = route_headers(chat.limit_headers(user), model, generations[0])
+        engine = await chat.models.engine(model)
+        top = {
+            "id": "cmpl-" + secrets.token_hex(12),
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint(engine.info),
+        }
+        if data.stream:
+            include_usage = bool((data.stream_options or {}).get("include_usage"))
+            body = text_chunks(generations, top, include_usage, shape)
+            return Stream(
+                with_heartbeats(body, settings.heartbeat_s),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **headers},
+            )
+        choices, usage = await collect_text(generations, shape)
+        return Response({**top, "choices": choices, "usage": usage_out(usage)}, headers=headers)

@@ -6,9 +6,9 @@ of its own in every free-text field, by a member with zero retention switched on
 and the `X-Chatbox-Retention: none` header on the request; every API route again by members
 with one kind of zero retention each (the header alone, an API key set to retention none, a
 zero-retention tier), and temporary chats through their own routes. The word must be in no
-file of the data directory after the request, after a clean stop, and after kill -9 and a restart; parked
-KV files are decoded back into text too. A route that refuses under zero retention (a 4xx)
-passes as long as nothing is stored.
+file of the data directory after the request, after a clean stop, and after kill -9 and a
+restart; parked KV files are decoded back into text too. A route that refuses under zero
+retention (a 4xx) passes as long as nothing is stored.
 
 A content route added to the app without a case here fails the coverage test: each one is
 either exercised (SENDERS) or named with a reason it cannot carry content (NO_CONTENT).
@@ -160,6 +160,11 @@ SENDERS: dict[str, Sender] = {
                 {"role": "user", "content": _text(w)},
             ],
         },
+    ),
+    "POST /v1/completions": lambda c, w: c.api(
+        "POST",
+        "/v1/completions",
+        json={"model": "tiny", "max_tokens": 2, "user": w, "prompt": [_text(w), _text(w)]},
     ),
     "POST /v1/embeddings": lambda c, w: c.api(
         "POST", "/v1/embeddings", json={"input": [_text(w)], "user": w}
