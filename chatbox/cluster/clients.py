@@ -171,9 +171,16 @@ class ChatboxClient:
         resp.raise_for_status()
         return int(resp.json()["tokens"])
 
-    async def forget(self, model: str | None, cache_keys: list[str], timeout_s: float) -> None:
-        """Drop erased conversations' KV there (the model's, or every model's with None)."""
-        body = forget_to_json(model, cache_keys)
+    async def forget(
+        self,
+        model: str | None,
+        cache_keys: list[str],
+        timeout_s: float,
+        scopes: list[str] | None = None,
+    ) -> None:
+        """Drop erased conversations' (and erased accounts' scopes') KV there (the model's,
+        or every model's with None)."""
+        body = forget_to_json(model, cache_keys, scopes)
         try:
             resp = await self.http.post(PREFIX + "/forget", json=body, timeout=timeout_s)
         except httpx.HTTPError as exc:
@@ -324,7 +331,13 @@ class OpenAIClient:
     def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
         raise NotImplementedError("OpenAI servers have no common tokenize endpoint")
 
-    async def forget(self, model: str | None, cache_keys: list[str], timeout_s: float) -> None:
+    async def forget(
+        self,
+        model: str | None,
+        cache_keys: list[str],
+        timeout_s: float,
+        scopes: list[str] | None = None,
+    ) -> None:
         """Nothing to call: such a server's prompt cache is its own (keyed by prompt text,
         not by conversation, and it ages out there); chatbox cannot drop an entry of it."""
         return None

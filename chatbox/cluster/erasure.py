@@ -32,23 +32,30 @@ def holders(fleet: Fleet, model: str) -> list[Member]:
 
 
 async def forget_on_replicas(
-    fleet: Fleet, model: str, cache_keys: Sequence[str], timeout_s: float = FORGET_TIMEOUT_S
+    fleet: Fleet,
+    model: str,
+    cache_keys: Sequence[str],
+    timeout_s: float = FORGET_TIMEOUT_S,
+    scopes: Sequence[str] = (),
 ) -> list[str]:
-    """Send the forget call to every holder at once; return the URLs that missed it."""
+    """Send the forget call (conversations' keys, erased accounts' scopes) to every holder
+    at once; return the URLs that missed it."""
     members = holders(fleet, model)
-    if not members or not cache_keys:
+    if not members or not (cache_keys or scopes):
         return []
-    keys = list(cache_keys)
+    keys, scoped = list(cache_keys), list(scopes)
 
     async def one(member: Member) -> str | None:
         assert isinstance(member.client, ChatboxClient)
+        call = member.client.forget(model, keys, timeout_s, scoped)
         try:
-            await asyncio.wait_for(member.client.forget(model, keys, timeout_s), timeout_s)
+            await asyncio.wait_for(call, timeout_s)
         except (ReplicaFailed, TimeoutError) as exc:
             log.warning(
-                "replica %s missed the erasure of %d conversation(s): %s",
+                "replica %s missed the erasure of %d conversation(s) and %d account(s): %s",
                 member.url,
                 len(keys),
+                len(scoped),
                 str(exc) or "no reply in time",
             )
             return member.url

@@ -4,8 +4,9 @@ A chatbox replica takes `POST /v1/replica/generate` with a request as JSON and a
 NDJSON lines: `{"type": "start", "prompt_tokens": n}`, then `{"type": "token", "id": i,
 "text": ...}` per event (several may share one chunk), `{"type": "wait"}` heartbeats while
 nothing else is sent, and one `{"type": "done", ...}` last. Closing the connection cancels.
-`POST /v1/replica/forget` with `{"cache_keys": [...], "model": name or null}` drops erased
-conversations' KV (cached, parked in RAM or on disk) from that model, or from every model.
+`POST /v1/replica/forget` with `{"cache_keys": [...], "scopes": [...], "model": name or null}`
+drops erased conversations' KV, and every KV of erased accounts' cache scopes (cached, parked in
+RAM or on disk), from that model, or from every model.
 """
 
 from __future__ import annotations
@@ -104,22 +105,32 @@ def request_from_json(body: Any) -> tuple[str, GenerationRequest]:
 MAX_FORGET_KEYS = 100_000  # an account's conversations, in one call
 
 
-def forget_to_json(model: str | None, cache_keys: list[str]) -> dict[str, Any]:
-    return {"model": model, "cache_keys": cache_keys}
+def forget_to_json(
+    model: str | None, cache_keys: list[str], scopes: list[str] | None = None
+) -> dict[str, Any]:
+    return {"model": model, "cache_keys": cache_keys, "scopes": scopes or []}
 
 
-def forget_from_json(body: Any) -> tuple[str | None, list[str]]:
-    """The model (None: every model) and cache keys of a forget call; ValueError if bad."""
+def _strings(body: dict[str, Any], field: str) -> list[str]:
+    values = body.get(field, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise ValueError(f"{field} must be a list of non-empty strings")
+    if len(values) > MAX_FORGET_KEYS:
+        raise ValueError(f"at most {MAX_FORGET_KEYS} {field} a call")
+    return values
+
+
+def forget_from_json(body: Any) -> tuple[str | None, list[str], list[str]]:
+    """The model (None: every model), cache keys and cache scopes (erased accounts: every KV
+    of theirs, stateless completions' too) of a forget call; ValueError if bad."""
     if not isinstance(body, dict):
         raise ValueError("a forget call is a JSON object")
-    model, keys = body.get("model"), body.get("cache_keys")
+    model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ValueError("model must be a string or null")
-    if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+    if "cache_keys" not in body:
         raise ValueError("cache_keys must be a list of non-empty strings")
-    if len(keys) > MAX_FORGET_KEYS:
-        raise ValueError(f"at most {MAX_FORGET_KEYS} cache keys a call")
-    return model, keys
+    return model, _strings(body, "cache_keys"), _strings(body, "scopes")
 
 
 def estimate_tokens(messages: tuple[ChatMessage, ...]) -> int:

@@ -106,15 +106,15 @@ class RemoteEngine:
         await forget_on_replicas(self.fleet, self.name, cache_keys)
 
     async def forget_scope(self, scope: str) -> None:
-        """An account was erased: drop its scope's KV from this front's own engine. The
-        replicas are sent its conversations' keys (`forget_many`); the protocol has no call
-        for a scope, so KV of its stateless completions there ages out under the size cap."""
+        """An account was erased: drop its scope's KV (its stateless completions' too, whose
+        keys nobody else knows) from this front's own engine and every chatbox replica."""
         member = self.fleet.members.get(LOCAL)
         client = member.client if member is not None else None
         engine = client.loaded(self.name) if isinstance(client, LocalClient) else None
         forget = getattr(engine, "forget_scope", None)
         if forget is not None:
             await forget(scope)
+        await forget_on_replicas(self.fleet, self.name, [], scopes=[scope])
 
     def stats(self) -> EngineStats:
         return self.fleet.stats(self.name) or EngineStats()

@@ -248,10 +248,11 @@ class ReplicaApp:
         await _json(send, 200, {"tokens": tokens})
 
     async def _forget(self, receive: Receive, send: Send) -> None:
-        """Conversations were erased at the front: drop their KV from the model (or every
-        loaded model) here, live, parked in RAM and on disk, before answering."""
+        """Conversations (or whole accounts, by cache scope) were erased at the front: drop
+        their KV from the model (or every loaded model) here, live, parked in RAM and on
+        disk, before answering."""
         try:
-            model, keys = forget_from_json(await _body(receive))
+            model, keys, scopes = forget_from_json(await _body(receive))
         except ValueError as exc:
             await _json(send, 400, {"error": str(exc)})
             return
@@ -266,7 +267,11 @@ class ReplicaApp:
             if forget is not None:
                 for key in keys:
                     await forget(key)
-        await _json(send, 200, {"models": names, "cache_keys": len(keys)})
+            forget_scope = getattr(engine, "forget_scope", None)
+            if forget_scope is not None:
+                for scope in scopes:
+                    await forget_scope(scope)
+        await _json(send, 200, {"models": names, "cache_keys": len(keys), "scopes": len(scopes)})
 
 
 async def _body(receive: Receive) -> Any:

@@ -5,8 +5,9 @@ drafts, summaries, titles, memory facts, documents and their chunks, their FTS i
 their vectors, share snapshots, moderation items' text, parked KV (token ids are the text).
 Each table declares its owner scope, which of its text or blob columns hold content (and why
 each other one does not), and, for each kind of erasure, which of its rows that erasure takes
-and how (delete, blank, forget from an FTS index, drop vectors). `chatbox.store.erasure` runs
-these in the order listed here; tests/data/test_content_registry.py fails when the schema has
+and how (delete, blank, forget from an FTS index, drop vectors), and where a user's export
+holds its content (or why it does not). `chatbox.store.erasure` runs these in the order
+listed here; tests/data/test_content_registry.py fails when the schema has
 a table or a text column that is not declared here.
 """
 
@@ -63,6 +64,17 @@ class WithParent:
 
 Action = Delete | Blank | Forget | DropVectors | WithParent
 
+
+@dataclass(frozen=True)
+class InExport:
+    """Where a user's export (`chatbox.data.export`) holds this table's content: a glob of
+    the zip's file names."""
+
+    files: str
+
+
+DERIVED = "derived from content exported elsewhere (an index of it)"
+
 # Reasons shared by many plain (non-content) columns.
 ID = "an identifier"
 NAMES_MODEL = "a model's name (the catalogue's, not a person's words)"
@@ -84,6 +96,7 @@ class Table:
     source: tuple[str, str] | None = None  # fts5: (content table, its rowid column)
     counts: tuple[Kind, str] | None = None  # (erasure, `Erased` field counting its rows here)
     why: str = ""  # for a table that no erasure touches, or that holds no person's data
+    export: InExport | str = ""  # a content table: where the export holds it, or why not
 
 
 TABLES: tuple[Table, ...] = (
@@ -108,6 +121,7 @@ TABLES: tuple[Table, ...] = (
             "workspace": Blank("workspace_id = :ws", "workspace_id = NULL"),
         },
         counts=("conversation", "conversations"),
+        export=InExport("conversations.json"),
     ),
     Table(
         "turn_fts",
@@ -116,6 +130,7 @@ TABLES: tuple[Table, ...] = (
         erase={"conversation": Forget("conversation_id = :conv")},
         virtual="fts5",
         source=("turns", "seq"),
+        export=DERIVED,
     ),
     Table(
         "turn_vec",
@@ -130,6 +145,7 @@ TABLES: tuple[Table, ...] = (
             "account": DropVectors("SELECT rowid, user_id FROM turn_vec WHERE user_id = :user"),
         },
         virtual="vec0",
+        export=DERIVED,
     ),
     Table(
         "turn_citations",
@@ -150,6 +166,7 @@ TABLES: tuple[Table, ...] = (
         ("content",),
         {"id": ID, "conversation_id": ID, "covers_id": ID, "model": NAMES_MODEL},
         {"conversation": Delete("conversation_id = :conv")},
+        export="a model's summary of turns that are exported",
     ),
     Table(
         "drafts",
@@ -165,6 +182,7 @@ TABLES: tuple[Table, ...] = (
             "degraded_from": NAMES_MODEL,
         },
         {"conversation": Delete("conversation_id = :conv")},
+        export="an answer being written; exported once it is a turn",
     ),
     Table(
         "moderation_items",
@@ -187,6 +205,7 @@ TABLES: tuple[Table, ...] = (
             "conversation": Blank("conversation_id = :conv", "text = NULL, source = NULL"),
             "account": Blank("user_id = :user", "text = NULL, source = NULL"),
         },
+        export="the admins' review record of a check, not the user's own data",
     ),
     Table(
         "turns",
@@ -206,6 +225,7 @@ TABLES: tuple[Table, ...] = (
         },
         {"conversation": Delete("conversation_id = :conv")},
         counts=("conversation", "turns"),
+        export=InExport("conversations.json"),
     ),
     Table(
         "memory_extractions",
@@ -226,6 +246,7 @@ TABLES: tuple[Table, ...] = (
             "account": DropVectors("SELECT rowid, user_id FROM chunk_vec WHERE user_id = :user"),
         },
         virtual="vec0",
+        export=DERIVED,
     ),
     Table(
         "chunk_fts",
@@ -234,6 +255,7 @@ TABLES: tuple[Table, ...] = (
         erase={"document": WithParent("chunks")},
         virtual="fts5",
         source=("chunks", "seq"),
+        export=DERIVED,
     ),
     Table(
         "chunks",
@@ -241,6 +263,7 @@ TABLES: tuple[Table, ...] = (
         ("text",),
         {"document_id": ID, "user_id": ID},
         {"document": Delete("document_id = :doc")},
+        export=InExport("documents/*"),
     ),
     Table(
         "documents",
@@ -255,6 +278,7 @@ TABLES: tuple[Table, ...] = (
         },
         {"document": Delete("id = :doc")},
         counts=("document", "documents"),
+        export=InExport("documents/index.json"),
     ),
     # -- a memory fact ------------------------------------------------------------------------
     Table(
@@ -267,6 +291,7 @@ TABLES: tuple[Table, ...] = (
             "account": DropVectors("SELECT rowid, user_id FROM memory_vec WHERE user_id = :user"),
         },
         virtual="vec0",
+        export=DERIVED,
     ),
     Table(
         "memories",
@@ -275,6 +300,7 @@ TABLES: tuple[Table, ...] = (
         {"id": ID, "user_id": ID, "source": ENUM, "conversation_id": ID},
         {"memory": Delete("seq = :memory")},
         counts=("memory", "memories"),
+        export=InExport("memory.json"),
     ),
     # -- a share link: its snapshot's text ------------------------------------------------------
     Table(
@@ -283,6 +309,7 @@ TABLES: tuple[Table, ...] = (
         ("document", "text"),
         {"share_id": ID},
         {"share": Delete("share_id = :share")},
+        export="a snapshot of exported turns and passages, for the link's readers",
     ),
     Table(
         "share_turns",
@@ -290,6 +317,7 @@ TABLES: tuple[Table, ...] = (
         ("content",),
         {"share_id": ID, "role": ENUM, "model": NAMES_MODEL},
         {"share": Delete("share_id = :share")},
+        export="a snapshot of exported turns, for the link's readers",
     ),
     Table(
         "shares",
@@ -303,6 +331,7 @@ TABLES: tuple[Table, ...] = (
             "upto_turn_id": ID,
         },
         {"share": Delete("id = :share")},
+        export="a snapshot's title, copied from an exported conversation",
     ),
     # -- a workspace ----------------------------------------------------------------------------
     Table(
@@ -319,6 +348,7 @@ TABLES: tuple[Table, ...] = (
         ("system_prompt",),
         {"id": ID, "name": "the name an admin gave it (the audit log names it too)"},
         {"workspace": Delete("id = :ws")},
+        export="the workspace's, not one member's",
     ),
     # -- an account: what is left of it once its content is gone -------------------------------
     Table(
@@ -375,6 +405,7 @@ TABLES: tuple[Table, ...] = (
                 " zero_retention = 0, deleted_at = :now",
             )
         },
+        export=InExport("README.txt"),
     ),
     # -- the appliance's own ------------------------------------------------------------------
     Table(

@@ -106,3 +106,21 @@ def test_a_delete_reaches_replicas_that_are_all_draining(data_dir: Path, replica
         assert out.exit_code == 0 and "draining" in out.output, out.output
         delete(server.url, server.headers, conv)
         assert cached([replica]) == {replica.url: 0}
+
+
+def test_deleting_an_account_drops_its_stateless_kv_on_the_replicas(
+    data_dir: Path, replica: Replica
+) -> None:
+    """A stateless completion's KV has a key nobody keeps; the account's erasure reaches it
+    on the replica by the account's cache scope."""
+    from tests.conftest import bearer, seed_user
+
+    with front(data_dir, [replica.url]) as server:
+        member = bearer(seed_user(server.settings, "zoe", role="member"))
+        body = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        done = httpx.post(server.url + "/v1/chat/completions", json=body, headers=member)
+        assert done.status_code == 200, done.text
+        assert settled([replica], {replica.url: 1}) == {replica.url: 1}
+        gone = httpx.delete(server.url + "/v1/admin/users/zoe", headers=server.headers)
+        assert gone.status_code == 204, gone.text
+        assert cached([replica]) == {replica.url: 0}

@@ -297,9 +297,7 @@ def _login(box: Served, name: str) -> tuple[httpx.Client, str]:
     return browser, csrf.group(1)
 
 
-def _real_ids(
-    box: Served, name: str, key: dict[str, str], stored: bool = True
-) -> dict[str, str]:
+def _real_ids(box: Served, name: str, key: dict[str, str], stored: bool = True) -> dict[str, str]:
     """Ids the member owns, made before she switches zero retention on (a member of a
     zero-retention tier owns none: hers are ids she cannot see)."""
     ids = {"conv": "c_missing", "turn": "t_missing", "fact": "m_missing"}

@@ -3,6 +3,9 @@ erasing an account takes its rows from every table the registry says that erasur
 
 from __future__ import annotations
 
+import io
+import zipfile
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +251,24 @@ def test_deleting_a_workspace_leaves_none_of_its_content_in_any_registered_table
     assert members[0] == 0
     for needle in (WS_SECRET, WS_SECRET[:9], WS_SECRET[-9:]):
         assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+
+
+def test_every_content_table_says_where_the_export_holds_it() -> None:
+    missing = [t.name for t in content.holding_content() if not t.export]
+    assert missing == [], "content tables that say neither where they are exported nor why not"
+
+
+def test_the_export_holds_each_table_the_registry_says_it_does(app: App) -> None:
+    _fill(app)
+    got = app.client.get("/v1/users/me/export", headers=app.bob)
+    assert got.status_code == 200, got.text
+    with zipfile.ZipFile(io.BytesIO(got.content)) as zf:
+        files = {name: zf.read(name).decode() for name in zf.namelist()}
+    absent = []
+    for t in content.holding_content():
+        if isinstance(t.export, content.InExport):
+            word = WORDS.get(t.name, SECRET)
+            held = [n for n, text in files.items() if fnmatch(n, t.export.files) and word in text]
+            if not held:
+                absent.append(f"{t.name} in {t.export.files}")
+    assert absent == [], "declared as exported, but not in the export"
