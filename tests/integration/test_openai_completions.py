@@ -228,3 +228,24 @@ def test_several_tool_results_come_back_in_one_request(client: openai.OpenAI) ->
     )
     assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls
     assert reply.usage is not None and reply.usage.prompt_tokens > 40
+
+
+# -- LangChain ----------------------------------------------------------------------------
+
+
+def test_langchain_raises_context_overflow_on_a_prompt_too_long(box: Served) -> None:
+    """LangChain's trimming and fallbacks catch ContextOverflowError: OpenAI's 400
+    `context_length_exceeded` is what they read it from."""
+    from langchain_core.exceptions import ContextOverflowError
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model="tiny",
+        base_url=box.url + "/v1",
+        api_key=box.user("bob", tier="paid"),  # type: ignore[arg-type]
+        max_retries=0,
+        max_completion_tokens=4,
+    )
+    assert chat.invoke("hello").content  # the same client answers a prompt that fits
+    with pytest.raises(ContextOverflowError):
+        chat.invoke("word " * 20_000)
