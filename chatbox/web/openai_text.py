@@ -28,7 +28,7 @@ MAX_LOGPROBS = 5  # OpenAI's limit for text completions
 
 @dataclass
 class CompletionIn:
-    prompt: Any = None  # a string or a list of strings; checked by `prompts` to name it
+    prompt: str | list[str]
     model: str | None = None
     max_tokens: int | None = DEFAULT_MAX_TOKENS
     temperature: float | None = None
@@ -56,8 +56,6 @@ class CompletionIn:
             if len(raw) > MAX_PROMPTS:
                 raise InvalidInput(f"prompt may hold at most {MAX_PROMPTS} strings", "prompt")
             return list(raw)
-        if isinstance(raw, list) and raw and all(isinstance(p, int | list) for p in raw):
-            raise InvalidInput("prompt as token ids is not supported; send text", "prompt")
         raise InvalidInput("prompt must be a string or a non-empty list of strings", "prompt")
 
     def options(self, default_max_tokens: int) -> tuple[TurnOptions, AnswerShape]:
