@@ -256,7 +256,8 @@ def tool_call_grammar(
     body = convert_schema(schema, ("name", "arguments"))
     body = re.sub(r"^root ::=", "tool-call ::=", body, flags=re.M)
     one = f'"{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"'
-    more = ' ("\\n" tagged-tool-call)*' if parallel else ""
+    # A model that writes a newline after a call may still end there, not only call again.
+    more = ' ("\\n" tagged-tool-call)* "\\n"?' if parallel else ""
     return f"{body}\ntagged-tool-call ::= {one}\nroot ::= tagged-tool-call{more}\n"
 
 

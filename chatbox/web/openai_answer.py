@@ -40,6 +40,7 @@ class Choice:
         self.text: list[str] = []
         self.logprobs: list[dict[str, Any]] = []
         self._unsent: list[dict[str, Any]] = []  # logprobs not yet on a streamed chunk
+        self._held: list[Piece] = []  # a second or later call, until its arguments are whole
 
     def feed(self, event: TokenEvent) -> list[dict[str, Any]]:
         """Deltas for one token event."""
@@ -50,10 +51,32 @@ class Choice:
         if self.reader is None:
             self.text.append(event.text)
             return [{"content": event.text}]
-        return [_delta(p) for p in self.reader.feed(event.text)]
+        if self.reader.repeated:
+            return []
+        out = []
+        for p in self.reader.feed(event.text):
+            if p.kind == "repeat":  # the repeated call is never sent
+                self._held.clear()
+                break
+            if p.kind == "end":
+                out += [_delta(h) for h in self._held]
+                self._held.clear()
+            elif p.kind != "content" and p.index > 0:
+                self._held.append(p)  # sent once it is whole and not a repeat
+            else:
+                out.append(_delta(p))
+        return out
+
+    @property
+    def ended(self) -> bool:
+        """The model repeated a call: nothing it writes after that is read."""
+        return self.reader is not None and self.reader.repeated
 
     def finish(self) -> list[dict[str, Any]]:
-        return [_delta(p) for p in self.reader.finish()] if self.reader is not None else []
+        if self.reader is None or self.reader.repeated:
+            return []
+        held, self._held = self._held, []  # a last call cut by max_tokens, as it stands
+        return [_delta(p) for p in [*held, *self.reader.finish()]]
 
     def take_logprobs(self) -> dict[str, Any] | None:
         if not self.shape.logprobs:
@@ -62,8 +85,8 @@ class Choice:
         return {"content": sent}
 
     def finish_reason(self, reason: str) -> str:
-        if reason in ("length", "content_filter"):  # content_filter: moderation cut it
-            return reason
+        if reason == "content_filter" or (reason == "length" and not self.ended):
+            return reason  # content_filter: moderation cut it; a repeat ended it before any cut
         return "tool_calls" if self.reader is not None and self.reader.calls else "stop"
 
     def message(self) -> dict[str, Any]:
@@ -113,6 +136,8 @@ async def collect(generation: Generation, shape: AnswerShape) -> tuple[list[dict
         async for event in generation:
             if isinstance(event, TokenEvent):
                 choices[event.index].feed(event)
+                if shape.n == 1 and choices[0].ended:
+                    generation.cancel()  # ends with a DoneEvent (usage so far)
             elif isinstance(event, DoneEvent):
                 done = event
     finally:
@@ -203,6 +228,8 @@ async def chunks(
                             out += one(choice, delta, None)
                 if out:
                     yield bytes(out)
+                if shape.n == 1 and choice.ended:
+                    generation.cancel()  # ends with a DoneEvent (usage so far)
             elif isinstance(event, DoneEvent):
                 done = event
         if done is None or done.finish_reason == "error":
