@@ -141,7 +141,8 @@ RUN python -m compileall -q /app/chatbox
 FROM ${RUNTIME_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q \
-    && apt-get install -y -q --no-install-recommends ca-certificates libgomp1 python3 tini \
+    && apt-get install -y -q --no-install-recommends bubblewrap ca-certificates libgomp1 python3 \
+        tini \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/* /var/log/apt /var/log/dpkg.log \
     && groupadd --gid 10001 chatbox \
     && useradd --uid 10001 --gid 10001 --no-log-init --home-dir /home/chatbox --create-home \

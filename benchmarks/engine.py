@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from chatbox.catalog.requant import serving_path  # noqa: E402
 from chatbox.engine.engine import LlamaEngine  # noqa: E402
 from chatbox.engine.llama import Batch, Context, ContextParams  # noqa: E402
-from chatbox.engine.requant import serving_path  # noqa: E402
 from chatbox.engine.sampling import Sampler  # noqa: E402
 from chatbox.engine.types import (  # noqa: E402
     ChatMessage,
@@ -292,7 +292,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     else:
         path = Path(args.model) if args.model else default_model()
     shipped = path
-    # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see engine/requant.py).
+    # What `chatbox serve` loads on CPU: a Q8_0 copy of Q4_1/Q5_1 files (see catalog/requant.py).
     path = serving_path(
         shipped, settings_from_env().cache_dir / "models", enabled=not args.no_requant
     )

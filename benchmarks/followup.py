@@ -28,8 +28,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.engine import default_model  # noqa: E402
+from chatbox.catalog.requant import serving_path  # noqa: E402
 from chatbox.engine.llama import Batch, Context, ContextParams, Model  # noqa: E402
-from chatbox.engine.requant import serving_path  # noqa: E402
 from chatbox.settings import settings_from_env  # noqa: E402
 
 SIZES = (1, 5, 14, 19)

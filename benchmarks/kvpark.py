@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.load import BENCH_POLICY, free_port, make_users  # noqa: E402
 from benchmarks.peer import wait_ready  # noqa: E402
-from chatbox.engine.kvdisk import key_name  # noqa: E402
+from chatbox.engine.kv.disk import key_name  # noqa: E402
 
 FOLLOW_UP = "And then?"
 PRIME_TOKENS = 24  # the first answer (part of the history the follow-up resends)

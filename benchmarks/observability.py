@@ -53,7 +53,7 @@ def serve(data_dir: Path, telemetry: bool, streams: int, max_tokens: int) -> tup
     import uvicorn
 
     from chatbox.app import create_app
-    from chatbox.engine.registry import ModelRegistry
+    from chatbox.catalog.registry import ModelRegistry
     from chatbox.settings import EngineSettings, Settings
     from chatbox.store import Store
 

@@ -124,7 +124,7 @@ def build_peer(cache: Path, version: str, jobs: int) -> Path:
 def serving_model() -> Path:
     """chatbox's serving copy of its default model (what `chatbox serve` loads on CPU)."""
     from benchmarks.engine import default_model
-    from chatbox.engine.requant import serving_path
+    from chatbox.catalog.requant import serving_path
     from chatbox.settings import settings_from_env
 
     return serving_path(default_model(), settings_from_env().cache_dir / "models")

@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.load import BENCH_POLICY  # noqa: E402
-from chatbox.engine.registry import ModelRegistry  # noqa: E402
+from chatbox.catalog.registry import ModelRegistry  # noqa: E402
 from tests.conftest import LiveServer, default_model_path, test_settings  # noqa: E402
 from tests.tinymodel import make_tiny_gguf  # noqa: E402
 

@@ -22,11 +22,11 @@ from prometheus_client import CollectorRegistry
 
 from chatbox import __version__
 from chatbox.accounts import AccountsService
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat import ChatService
-from chatbox.chat.sharing import Sharing
+from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.data import DataService
-from chatbox.engine.registry import ModelRegistry
 from chatbox.knowledge import Knowledge
 from chatbox.observability import Telemetry
 from chatbox.observability.http import telemetry_middleware
@@ -43,7 +43,7 @@ from chatbox.web.errors import EXCEPTION_HANDLERS
 from chatbox.web.intake import check_request
 from chatbox.web.openapi import describe
 from chatbox.web.security import security_headers
-from chatbox.web.templating import configure_templates
+from chatbox.web.ui.templating import configure_templates
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = ROOT / "templates"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,23 +18,24 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService
+from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
-from chatbox.chat.sharing import Sharing
+from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
 from chatbox.engine.pool import EnginePool
-from chatbox.engine.registry import FRESH_S, ModelRegistry
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
-from chatbox.moderation import ModerationPolicy, ModerationService
+from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.settings import Settings
 from chatbox.store import Store
+from chatbox.store.erasure import Erased, ErasureRepo
 
 log = logging.getLogger("chatbox")
 
@@ -92,12 +94,12 @@ class LocalModels:
 
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
     """Erasing a conversation's parked KV files, with no engine loaded (CLI, retention): a
-    running server never parks that conversation again (`kvdisk.Erasures`)."""
+    running server never parks that conversation again (`engine.kv.disk.Erasures`)."""
     if kv_dir is None:
         return None
 
     def forget(cache_key: str) -> object:
-        from chatbox.engine.kvdisk import erase_files
+        from chatbox.engine.kv.disk import erase_files
 
         return erase_files(kv_dir, keys=[cache_key])
 
@@ -110,7 +112,7 @@ def kv_scope_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
         return None
 
     def forget(scope: str) -> object:
-        from chatbox.engine.kvdisk import erase_files
+        from chatbox.engine.kv.disk import erase_files
 
         return erase_files(kv_dir, scopes=[scope])
 
@@ -158,7 +160,7 @@ class Services:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
         def resolve(name: str) -> Path:
-            from chatbox.engine.requant import serving_path  # loads llama.cpp: only when used
+            from chatbox.catalog.requant import serving_path  # loads llama.cpp: only when used
 
             return serving_path(
                 registry.model_path(name),
@@ -180,7 +182,7 @@ class Services:
             settings.replica_queue_limit,
             metrics,
         )
-        replicas = ReplicaAdmin(store.replicas, fleet)
+        replicas = ReplicaAdmin(store.replicas, fleet, accounts.audit)
         await replicas.start(settings.replicas)  # none configured: nothing runs
         models = ClusterModels(LocalModels(registry, pool, settings), fleet, settings.local_engine)
         knowledge = Knowledge(store, settings, lambda: models.engine(models.default()))
@@ -324,3 +326,45 @@ def _observe(
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry
     chat.telemetry = telemetry
+    chat.answers.on_lookup = telemetry.answer_cache
+    chat.answers.on_size = telemetry.answer_cache_size
+
+
+@dataclass
+class OperatorServices:
+    """The services the command line uses on the database: no engines, no server."""
+
+    settings: Settings
+    accounts: AccountsService
+    _store: Store
+
+    def workspaces(self, forget: Callable[[str], object] | None = None) -> Workspaces:
+        """Team workspaces; `forget` drops an erased conversation's parked KV files."""
+        store = self._store
+
+        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
+            done = await ErasureRepo(store.db).conversations(user_id, ids)
+            if forget is not None:
+                for conv_id in ids:
+                    forget(conv_id)  # parked KV files of the erased conversations
+            return done
+
+        return Workspaces(store, erase)
+
+    def review_queue(self) -> ReviewQueue:
+        """The moderation review queue under the configured (or shipped) policy."""
+        path = self.settings.policy_path or default_policy_path()
+        return ReviewQueue(self._store, ModerationPolicy.load(path))
+
+
+@asynccontextmanager
+async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
+    """Open the database (creating the first admin on an empty one) for the command line."""
+    settings.ensure_dirs()
+    store = await Store.open(settings.db_path)
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+        yield OperatorServices(settings, accounts, store)
+    finally:
+        await store.close()

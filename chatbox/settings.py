@@ -93,7 +93,7 @@ class Settings:
     max_system_prompt_chars: int = 20_000  # a conversation's system prompt
     max_stop_strings: int = 4  # stop sequences per request (as OpenAI's API)
     max_stop_chars: int = 64  # characters in each stop sequence
-    # -- accounts, quotas, routing, overload (the gateway) ----------------------------------
+    # -- accounts, quotas, routing, overload (admission) ------------------------------------
     admin_password: str | None = field(default=None, repr=False)  # seeds the first admin
     admin_name: str = "admin"
     session_ttl_s: float = 14 * 24 * 3600.0

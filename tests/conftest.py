@@ -12,7 +12,7 @@ from litestar.testing import TestClient
 
 from chatbox.accounts import ensure_admin
 from chatbox.app import create_app
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
 from tests.tinymodel import make_tiny_gguf

@@ -14,8 +14,8 @@ from typing import Any
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat import ChatService
-from chatbox.engine.registry import ModelRegistry
 from chatbox.engine.types import EngineStats
 from tests.conftest import ADMIN_PASSWORD, bearer, seed_user, test_settings
 

@@ -1,4 +1,5 @@
-"""No two modules of chatbox import each other (the layers of docs/architecture.md point one way).
+"""The layers of docs/architecture.md point one way: no two modules of chatbox import each
+other, and every import goes down the layers (web -> services -> domain -> store).
 
 Every import statement counts: at the top, under `if TYPE_CHECKING:`, and inside functions
 (a lazy import is still a dependency). `from chatbox.x import y` counts as importing the
@@ -104,3 +105,107 @@ def test_no_two_modules_import_each_other() -> None:
     assert not circles, "modules that import each other:\n" + "\n".join(
         f"  {a} <-> {b}" for a, b in circles
     )
+
+
+# Each layer may import only layers below it (a lower rank), never one above or beside it:
+# web -> services -> domain (data -> chat -> moderation, cluster -> knowledge, accounts ->
+# catalog -> engine) -> store. The entry points sit on top.
+RANKS = {
+    "chatbox.__main__": 100,
+    "chatbox.cli": 90,
+    "chatbox.app": 80,
+    "chatbox.web": 70,
+    "chatbox.services": 60,
+    "chatbox.data": 50,
+    "chatbox.chat": 40,
+    "chatbox.moderation": 30,
+    "chatbox.cluster": 30,
+    "chatbox.knowledge": 20,
+    "chatbox.accounts": 20,
+    "chatbox.catalog": 15,
+    "chatbox.engine": 10,
+    "chatbox.store": 0,
+}
+# Imported by any layer; they import none of the layers.
+NEUTRAL = {"chatbox", "chatbox.settings", "chatbox.cpu", "chatbox.observability"}
+# Callers that reach the store only through services (or the domain above the store).
+NO_STORE = {"chatbox.web", "chatbox.cli", "chatbox.app"}
+# The engine and the model catalogue know nothing of HTTP or SQL.
+NO_HTTP_OR_SQL = {"chatbox.engine", "chatbox.catalog"}
+HTTP_OR_SQL = {"litestar", "starlette", "httpx", "aiosqlite", "sqlite3", "sqlean", "sqlite_vec"}
+
+# Imports that break the direction and need more work than a move; each says why it is here.
+ALLOWED: dict[tuple[str, str], str] = {
+    ("chatbox.cli.accounts", "chatbox.store"): "users/keys commands open the Store themselves",
+    ("chatbox.cli.accounts", "chatbox.store.usage"): "usage reports read day_of from the store",
+    ("chatbox.cli.data", "chatbox.store"): "retention and export open the Store themselves",
+    ("chatbox.cli.data", "chatbox.store.erasure"): "retention builds the ErasureRepo itself",
+    ("chatbox.cli.data", "chatbox.store.transfer"): "export and import build the TransferRepo",
+}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[tuple[str, str, str]]:
+    """Imports that point up or sideways, reach the store from web or CLI, or leave NEUTRAL:
+    (importer, imported, why)."""
+    found = []
+    for a, targets in sorted(graph.items()):
+        for b in sorted(targets):
+            la, lb = layer(a), layer(b)
+            if la == lb or lb in NEUTRAL:
+                continue
+            if la in NEUTRAL:
+                found.append((a, b, f"{la} imports no layer"))
+            elif la in NO_STORE and lb == "chatbox.store":
+                found.append((a, b, f"{la} reaches the store only through services"))
+            elif RANKS[la] <= RANKS[lb]:
+                found.append((a, b, f"{la} is not above {lb}"))
+    return found
+
+
+def test_a_wrong_way_import_is_found() -> None:
+    graph = {
+        "chatbox.store.users": {"chatbox.accounts.people"},
+        "chatbox.accounts.people": {"chatbox.store.users", "chatbox.settings"},
+        "chatbox.web.auth": {"chatbox.store.users", "chatbox.accounts.people"},
+        "chatbox.engine.pool": {"chatbox.chat.models"},
+        "chatbox.cluster.fleet": {"chatbox.moderation.queue"},
+        "chatbox.settings": {"chatbox.store.users"},
+    }
+    assert [(a, b) for a, b, _ in wrong_way(graph)] == [
+        ("chatbox.cluster.fleet", "chatbox.moderation.queue"),
+        ("chatbox.engine.pool", "chatbox.chat.models"),
+        ("chatbox.settings", "chatbox.store.users"),
+        ("chatbox.store.users", "chatbox.accounts.people"),
+        ("chatbox.web.auth", "chatbox.store.users"),
+    ]
+
+
+def test_imports_point_down_the_layers() -> None:
+    graph = import_graph()
+    assert {layer(m) for m in graph} <= set(RANKS) | NEUTRAL, "a package without a layer"
+    found = wrong_way(graph)
+    unexpected = [f"{a} -> {b}: {why}" for a, b, why in found if (a, b) not in ALLOWED]
+    assert not unexpected, "imports against the layers:\n" + "\n".join(unexpected)
+    stale = set(ALLOWED) - {(a, b) for a, b, _ in found}
+    assert not stale, f"allowed imports no longer made (drop them from ALLOWED): {sorted(stale)}"
+
+
+def test_the_engine_and_catalog_import_no_http_or_sql() -> None:
+    found = []
+    for name, path in all_modules().items():
+        if layer(name) not in NO_HTTP_OR_SQL:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            found += [f"{name} imports {r}" for r in sorted(roots & HTTP_OR_SQL)]
+    assert not found, "\n".join(found)

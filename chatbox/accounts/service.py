@@ -38,6 +38,9 @@ class AccountsService:
     async def user(self, user_id: str) -> User | None:
         return await self.store.users.get(user_id)
 
+    async def by_name(self, name: str) -> User | None:
+        return await self.store.users.get_by_name(name)
+
     async def by_key(self, secret: str) -> User | None:
         """The enabled user owning this unrevoked API key."""
         return await self.store.keys.authenticate(secret)

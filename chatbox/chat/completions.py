@@ -68,6 +68,7 @@ async def complete(
     user: User | None = None,
     moderation: ModerationService | None = None,
     zero_retention: bool = False,
+    ticket: Ticket | None = None,
     prompt: str | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
@@ -76,7 +77,8 @@ async def complete(
     then moderated: what is new in the messages before any model work (the rest of a long
     history or message beside generation), the answer as it streams. Under `zero_retention`
     its KV has no key and is never parked (the engine drops it when the answer ends), and a
-    review item keeps category and scores only.
+    review item keeps category and scores only. `ticket`: the user's request, admitted
+    already (the answer cache admits before it looks).
 
     A raw `prompt` (/v1/completions) is sent as it is, without the chat template; `messages`
     is then ignored and the prompt is admitted and moderated as one user message. Its size
@@ -87,8 +89,9 @@ async def complete(
     if not messages:
         raise InvalidInput("messages must not be empty")
     sampling = options.sampling(max_tokens)
-    ticket: Ticket | None = None
-    if user is not None:
+    if ticket is not None:
+        model = ticket.model
+    elif user is not None:
         text = "\n".join(m.content for m in messages)
         ticket = await gate.admit(user, options.model, text)
         model = ticket.model
@@ -134,6 +137,12 @@ async def complete(
         again = options.n <= 1 and not options.tools
         rest = screening.start_rest if screening is not None else None
         generation = ModeratedGeneration(
-            generation, moderation, user, rest, remember=again, unsaved=zero_retention
+            generation,
+            moderation,
+            user,
+            rest,
+            remember=again,
+            unsaved=zero_retention,
+            screened=screening.verdict if screening is not None else None,
         )
     return model, generation, tokens

@@ -7,26 +7,42 @@ need (which conversations are answering now) lives here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from chatbox.chat.access import Act, conversation_for, may
-from chatbox.chat.admission import Gatekeeper
+from chatbox.chat.admission import Gatekeeper, Ticket
+from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
 from chatbox.chat.completions import complete
-from chatbox.chat.erase import erase_conversations, forget_scope_kv
+from chatbox.chat.erasure import erase_conversations, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.models import ModelProvider, resolve_model
+from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.summaries import Summariser, history_budget, sent_window
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.views import ConversationView, ModerationMark, TurnView, strongest
 from chatbox.chat.workspaces import prompt_scope
-from chatbox.engine.types import ChatMessage, Generation
+from chatbox.engine.types import ChatMessage, Generation, Usage
 from chatbox.moderation import ModerationService
 from chatbox.settings import Settings
 from chatbox.store import Conversation, Store, Turn, User
 from chatbox.store.erasure import Erased
+
+
+@dataclass(frozen=True)
+class Exact:
+    """A request through the answer cache: a hit's `body`, or the running `generation` (and
+    the `key` its answer may be kept under)."""
+
+    model: str
+    ticket: Ticket | None
+    generation: Generation | None
+    key: str | None
+    body: bytes | None = None
 
 
 @dataclass
@@ -42,8 +58,10 @@ class Conversations:
     _reserved: set[str] = field(default_factory=set)  # about to answer
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
     summariser: Summariser = field(init=False)  # long conversations' oldest parts
+    answers: AnswerCache = field(init=False)  # deterministic API answers (answer_cache.py)
 
     def __post_init__(self) -> None:
+        self.answers = AnswerCache(self.gate.policy.answer_cache)
         # Engines are looked up per call, through whatever provides them now.
         self.summariser = Summariser(self.store, lambda m: self.models.engine(m), self.settings)
 
@@ -57,6 +75,21 @@ class Conversations:
         """The workspaces the user belongs to, id to name (the sidebar lists them and marks
         the conversations that live in one)."""
         return {ws.id: ws.name for ws in await self.store.workspaces.list(user.id)}
+
+    async def author_names(self, user: User, view: ConversationView) -> dict[str, str]:
+        """Who wrote the user turns shown of a workspace conversation, author id to name
+        ("You" for the reader); empty for a personal one, which has one writer."""
+        if view.conversation.workspace_id is None:
+            return {}
+        names: dict[str, str] = {}
+        for tv in view.turns:
+            author = tv.turn.author_id or view.conversation.user_id  # written before authors
+            if tv.turn.role != "user" or author in names:
+                continue
+            person = None if author == user.id else await self.store.users.get(author)
+            name = person.name if person else "A former member"
+            names[author] = "You" if author == user.id else name
+        return names
 
     async def create_conversation(
         self,
@@ -155,8 +188,92 @@ class Conversations:
             user,
             self.moderation,
             zero_retention,
-            prompt,
+            prompt=prompt,
         )
+
+    async def complete_exact(
+        self,
+        messages: tuple[ChatMessage, ...],
+        options: TurnOptions,
+        user: User,
+        request: Mapping[str, Any],
+    ) -> Exact:
+        """A whole (not streamed) stateless completion through the answer cache: a hit
+        carries the body first sent for this request; otherwise the generation runs, and
+        `keep_answer` may keep its body. Admitted once either way (rate limits, budgets);
+        a hit is charged as the policy's `answer_cache.charge` says. The cache is neither
+        read nor written under zero retention (`keeps_nothing`, the one check) or for a
+        request that is not deterministic."""
+        self.check_options(options)
+        zero_retention = await keeps_nothing(self.store, self.gate.policy, user)
+        policy = self.gate.policy.answer_cache
+        usable = policy.enabled and policy.max_bytes > 0 and deterministic(options)
+        if zero_retention or not usable or not messages:
+            model, generation, _ = await self.complete(messages, options, user, zero_retention)
+            return Exact(model, None, generation, None)
+        text = "\n".join(m.content for m in messages)
+        ticket = await self.gate.admit(user, options.model, text)
+        try:
+            engine = await self.models.engine(ticket.model)
+            identity = await self.answers.identities.of(engine.info)
+            tier = self.gate.policy.tier(user.tier).name
+            scope = f"tier:{tier}" if tier in policy.public_tiers else user.id
+            key = request_key(
+                scope,
+                ticket.model,
+                identity,
+                self._moderation_rules(tier),
+                request,
+                options,
+                self.settings.max_tokens,
+            )
+            hit = self.answers.get(key)
+        except BaseException:
+            await ticket.finish(None)
+            raise
+        if hit is not None:
+            full = policy.charge == "full"
+            charged = (hit.prompt_tokens, hit.completion_tokens) if full else (0, 0)
+            await ticket.finish(Usage(*charged, cached_tokens=hit.cached_tokens))
+            return Exact(ticket.model, ticket, None, None, hit.body)
+        model, generation, _ = await complete(
+            self.models,
+            self.gate,
+            self.settings.max_tokens,
+            messages,
+            options,
+            user,
+            self.moderation,
+            False,
+            ticket,
+        )
+        return Exact(model, ticket, generation, key)
+
+    def keep_answer(self, exact: Exact, user: User, body: bytes, usage: Usage) -> bool:
+        """Keep a missed request's whole answer for the next identical one: only one every
+        moderation check passed without a mark (a hit is served without checks)."""
+        if exact.key is None or exact.generation is None:
+            return False
+        generation = exact.generation
+        if isinstance(generation, ModeratedGeneration):
+            if not generation.clean():
+                return False
+        elif self.moderation is not None and self.moderation.enabled:
+            return False  # moderation is on, yet this answer went unchecked
+        counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        return self.answers.put(exact.key, user.id, body, counts)
+
+    def forget_answers_of(self, user_id: str) -> int:
+        """Drop the cached answers of an erased account."""
+        return self.answers.forget_owner(user_id)
+
+    def _moderation_rules(self, tier: str) -> str:
+        """What moderation's verdicts depend on for this tier (its rules, its classifiers
+        loaded): an answer checked under other rules is not served from the cache."""
+        if self.moderation is None or not self.moderation.enabled:
+            return "off"
+        version = self.moderation.moderator.version
+        return hashlib.sha256(f"{version}\0{tier}".encode()).hexdigest()[:16]
 
     async def erase(self, user_id: str, conv_ids: Sequence[str]) -> Erased:
         """Erase these conversations of the user (their answers stop first, their KV goes)."""

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from chatbox.accounts import AuditLog
+from chatbox.catalog.gguf import InvalidModelFile, read_model_file
+from chatbox.catalog.registry import ModelRegistry, RegistryError
 from chatbox.chat.policy import Policy
-from chatbox.engine.modelfile import InvalidModelFile, read_model_file
 from chatbox.engine.pool import EnginePool
-from chatbox.engine.registry import ModelRegistry, RegistryError
 from chatbox.store import User
 
 

@@ -178,8 +178,10 @@ class ModeratedGeneration:
         rest: Callable[[], asyncio.Task[Verdict]] | None = None,
         remember: bool = False,
         unsaved: bool = False,
+        screened: Verdict | None = None,
     ) -> None:
-        """`rest`: starts the check of the request's messages left for beside generation (a
+        """`screened`: the verdict on the messages before any model work; `rest`: starts
+        the check of the request's messages left for beside generation (a
         block cuts every answer); `remember`: check the answer, once it is whole, as the
         next request will send it back (an OpenAI client's history); `unsaved`: zero data
         retention (queue items keep no text)."""
@@ -192,7 +194,26 @@ class ModeratedGeneration:
         self.pending: asyncio.Task[Verdict] | None = None
         self.input_block: Verdict | None = None
         self.remember = remember
+        self.screened = screened
         self._answer: list[str] = []
+
+    def clean(self) -> bool:
+        """Every check of the request and its answers ran and none warned, flagged or
+        blocked: what a cached answer must be, since serving it again runs no check."""
+        if self.input_block is not None or (self.screened and self.screened.flagged):
+            return False
+        if self.rest is not None:
+            task = self.pending
+            if task is None or not task.done() or task.cancelled() or task.exception():
+                return False
+            if task.result().flagged:
+                return False
+        if self.moderation.policy.output and not self.watches:
+            return False  # output checks are on, yet no answer was watched
+        return not any(
+            w.verdict is not None or (w.mark is not None and w.mark.flagged)
+            for w in self.watches.values()
+        )
 
     def _start_rest(self) -> None:
         # At the first token, not before: on a CPU box the check would take cores from the

@@ -1,4 +1,4 @@
-"""The gateway policy: per-tier limits, routing rules and the overload order (a TOML file)."""
+"""The policy: per-tier limits, routing rules and the overload order (a TOML file)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class TierPolicy:
     priority: int = 0  # in the engine's queue: lower goes first (0-9)
     retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
     zero_retention: bool = False  # store no content at all: answers stream, usage is counted
-    sharing: bool = True  # may share conversations by link (chatbox/chat/sharing.py)
+    sharing: bool = True  # may share conversations by link (chatbox/chat/shares.py)
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,26 @@ class OverloadPolicy:
     retry_after_s: int = 5
 
 
+CACHE_CHARGES = ("full", "requests")
+
+
+@dataclass(frozen=True)
+class AnswerCachePolicy:
+    """The exact-match cache of deterministic OpenAI-API answers (chatbox/chat/answer_cache.py)."""
+
+    enabled: bool = True
+    max_bytes: int = 64 * 1024 * 1024  # the answers kept in RAM, least recently used out first
+    ttl_s: int = 3600  # an answer older than this is answered afresh
+    charge: str = "full"  # full: a hit costs the tokens the first answer used; requests: none
+    public_tiers: tuple[str, ...] = ()  # tiers whose users share one another's answers
+
+
 @dataclass(frozen=True)
 class Policy:
     tiers: dict[str, TierPolicy]
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     overload: OverloadPolicy = field(default_factory=OverloadPolicy)
+    answer_cache: AnswerCachePolicy = field(default_factory=AnswerCachePolicy)
 
     def tier(self, name: str) -> TierPolicy:
         """The tier's policy; an undefined tier gets the free tier's (or built-in) limits."""
@@ -103,8 +118,25 @@ class Policy:
             if k in {f.name for f in fields(OverloadPolicy)}
         }
         return cls(
-            tiers, RoutingPolicy(pins=pins, canaries=canaries, **extra), OverloadPolicy(**overload)
+            tiers,
+            RoutingPolicy(pins=pins, canaries=canaries, **extra),
+            OverloadPolicy(**overload),
+            _answer_cache(raw.get("answer_cache", {})),
         )
+
+
+def _answer_cache(body: dict[str, Any]) -> AnswerCachePolicy:
+    known = {f.name for f in fields(AnswerCachePolicy)}
+    unknown = set(body) - known
+    if unknown:
+        raise ValueError(f"answer_cache: unknown keys {sorted(unknown)}")
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
+    cache = AnswerCachePolicy(**values)
+    if cache.charge not in CACHE_CHARGES:
+        raise ValueError(f"answer_cache: charge must be one of {CACHE_CHARGES}")
+    if not isinstance(cache.max_bytes, int) or cache.max_bytes < 0:
+        raise ValueError("answer_cache: max_bytes must be a whole number >= 0")
+    return cache
 
 
 def _tier(name: str, body: dict[str, Any]) -> TierPolicy:

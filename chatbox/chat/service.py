@@ -365,11 +365,14 @@ class ChatService(Conversations):
                     "memories": list(knowledge.memory_ids),
                 },
             )
+        if knowledge.remembered:
+            run.publish("memory", {"turn_id": turn_id, "facts": list(knowledge.remembered)})
         await self.context.turn_finished(user_id, run.conversation_id, turn_id, knowledge)
 
     async def shutdown(self) -> None:
         """Stop every running answer; each is saved as interrupted."""
         self._closing = True
+        self.answers.clear()
         await self.summariser.shutdown()
         for task in list(self._tasks):
             task.cancel()

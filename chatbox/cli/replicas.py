@@ -39,9 +39,9 @@ def replica(
     """Serve only engines (no UI, store or accounts) to a front over the replica protocol."""
     import uvicorn
 
+    from chatbox.catalog.registry import RegistryError
     from chatbox.cluster.replica import ReplicaApp, is_loopback, replica_engine_settings
     from chatbox.engine.pool import EnginePool
-    from chatbox.engine.registry import RegistryError
     from chatbox.services import model_registry
 
     settings = _settings(ctx).with_overrides(**engine)
@@ -59,7 +59,7 @@ def replica(
         raise click.ClickException(str(exc)) from exc
 
     def resolve(name: str) -> Any:
-        from chatbox.engine.requant import serving_path
+        from chatbox.catalog.requant import serving_path
 
         return serving_path(
             registry.model_path(name),

@@ -93,7 +93,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     import uvicorn  # the server and the app load only for this command
 
     from chatbox.app import create_app
-    from chatbox.engine.registry import RegistryError
+    from chatbox.catalog.registry import RegistryError
     from chatbox.observability.logs import configure_logging
     from chatbox.services import model_registry, no_model_message
 

@@ -11,34 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.cli.accounts import _table, with_store
+from chatbox.cli.accounts import _table, with_services
 
 if TYPE_CHECKING:
     from chatbox.accounts.audit import Actor
-    from chatbox.chat.workspaces import Workspaces
-    from chatbox.store import Store
-    from chatbox.store.workspaces import Workspace
+    from chatbox.chat.workspaces import Workspace
+    from chatbox.services import OperatorServices
 
 
-async def _workspace(store: Store, ref: str) -> Workspace:
-    ws = await store.workspaces.get(ref)
-    if ws is None:
-        raise click.ClickException(f"no workspace {ref!r}")
-    return ws
+async def _workspace(services: OperatorServices, ref: str) -> Workspace:
+    from chatbox.chat.errors import NotFound
 
-
-def _service(store: Store, forget: Any = None) -> Workspaces:
-    """The workspaces service as the CLI's operator uses it (it writes the audit log)."""
-    from chatbox.chat.workspaces import Workspaces
-    from chatbox.store.erasure import Erased, ErasureRepo
-
-    async def erase(user_id: str, ids: Any) -> Erased:
-        done = await ErasureRepo(store.db).conversations(user_id, ids)
-        for conv_id in ids if forget else ():
-            forget(conv_id)  # parked KV files of the erased conversations
-        return done
-
-    return Workspaces(store, erase)
+    try:
+        return await services.workspaces().operator_find(ref)
+    except NotFound as exc:
+        raise click.ClickException(f"no workspace {ref!r}") from exc
 
 
 def _operator() -> Actor:
@@ -63,15 +50,15 @@ def create(
     """A new workspace, with its owners."""
     from chatbox.chat.errors import InvalidInput
 
-    async def run(store: Store) -> Workspace:
+    async def run(services: OperatorServices) -> Workspace:
         try:
-            return await _service(store).operator_create(
+            return await services.workspaces().operator_create(
                 _operator(), name, system_prompt or None, owners
             )
         except InvalidInput as exc:
             raise click.ClickException(str(exc)) from exc
 
-    ws = with_store(ctx, run)
+    ws = with_services(ctx, run)
     click.echo(f"created workspace {ws.name} ({ws.id})")
 
 
@@ -81,10 +68,9 @@ def create(
 def list_workspaces(ctx: click.Context, as_json: bool) -> None:
     """Every workspace with its members."""
 
-    async def run(store: Store) -> list[dict[str, Any]]:
+    async def run(services: OperatorServices) -> list[dict[str, Any]]:
         out = []
-        for ws in await store.workspaces.list():
-            members = await store.workspaces.members(ws.id)
+        for ws, members in await services.workspaces().operator_overview():
             out.append(
                 {
                     "id": ws.id,
@@ -95,7 +81,7 @@ def list_workspaces(ctx: click.Context, as_json: bool) -> None:
             )
         return out
 
-    found = with_store(ctx, run)
+    found = with_services(ctx, run)
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -127,11 +113,11 @@ def list_workspaces(ctx: click.Context, as_json: bool) -> None:
 def add_member(ctx: click.Context, workspace: str, user: str, role: str) -> None:
     """Add USER to WORKSPACE (by name or id), or change their role."""
 
-    async def run(store: Store) -> None:
+    async def run(services: OperatorServices) -> None:
         from chatbox.chat.errors import InvalidInput, NotFound
 
         try:
-            await _service(store).operator_set_member(
+            await services.workspaces().operator_set_member(
                 _operator(), workspace, user, "owner" if role == "owner" else "member"
             )
         except NotFound as exc:
@@ -139,7 +125,7 @@ def add_member(ctx: click.Context, workspace: str, user: str, role: str) -> None
         except InvalidInput as exc:
             raise click.ClickException(str(exc)) from exc
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"{user} is now {'an owner' if role == 'owner' else 'a member'} of {workspace}")
 
 
@@ -150,16 +136,16 @@ def add_member(ctx: click.Context, workspace: str, user: str, role: str) -> None
 def remove_member(ctx: click.Context, workspace: str, user: str) -> None:
     """Remove USER from WORKSPACE: their access ends at once; what they wrote stays."""
 
-    async def run(store: Store) -> None:
+    async def run(services: OperatorServices) -> None:
         from chatbox.chat.errors import NotFound
 
-        ws = await _workspace(store, workspace)
+        ws = await _workspace(services, workspace)
         try:
-            await _service(store).operator_remove_member(_operator(), ws.id, user)
+            await services.workspaces().operator_remove_member(_operator(), ws.id, user)
         except NotFound as exc:
             raise click.ClickException(f"{user} is not a member of {ws.name}") from exc
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"removed {user} from {workspace}")
 
 
@@ -178,10 +164,10 @@ def delete(ctx: click.Context, workspace: str, yes: bool) -> None:
 
     forget = _kv_forget(ctx)
 
-    async def run(store: Store) -> tuple[str, int, int]:
-        ws = await _workspace(store, workspace)
-        erased = await _service(store, forget).erase_workspace(ws.id, _operator())
+    async def run(services: OperatorServices) -> tuple[str, int, int]:
+        ws = await _workspace(services, workspace)
+        erased = await services.workspaces(forget).erase_workspace(ws.id, _operator())
         return ws.name, erased.conversations, erased.documents
 
-    name, convs, docs = with_store(ctx, run)
+    name, convs, docs = with_services(ctx, run)
     click.echo(f"deleted workspace {name}: {convs} conversations and {docs} documents erased")

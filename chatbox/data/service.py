@@ -247,6 +247,7 @@ class DataService:
         conv_ids = [c.id for c in await self.transfer.conversations(user.id)]
         first = await self._erase(user.id, conv_ids)  # running answers stop, KV goes
         await self.chat.forget_kv_of(user.id)  # its completions' KV, live and parked
+        self.chat.forget_answers_of(user.id)  # its cached API answers
         return await erase_account(
             self.store, actor, user, self.kv_forget, first, self.kv_forget_scope
         )

@@ -3,11 +3,11 @@ chunks of new requests, as many as the prefill pacer allows."""
 
 from __future__ import annotations
 
-from chatbox.engine import speculative
 from chatbox.engine.job import Job
 from chatbox.engine.llama import Batch
 from chatbox.engine.pacing import PrefillPacer, prefill_budget
-from chatbox.engine.stepcost import StepCosts
+from chatbox.engine.speculative import step as speculative
+from chatbox.engine.speculative.stepcost import StepCosts
 
 # Guesses pay only while a step is small. With more streams decoding, a CPU step is
 # compute-bound and every guessed row costs nearly what a real token does; on a GPU, where

@@ -14,14 +14,15 @@ from prometheus_client import CollectorRegistry
 
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.generation import EngineGeneration
+from chatbox.engine.job import Job
 from chatbox.engine.kernels import choose_apart
-from chatbox.engine.kvdisk import forget_everywhere, forget_scope_everywhere, open_store
+from chatbox.engine.kv.disk import forget_everywhere, forget_scope_everywhere, open_store
+from chatbox.engine.kv.prefixes import common_prefix
 from chatbox.engine.llama import Context, ContextParams, Model
 from chatbox.engine.metrics import EngineMetrics
-from chatbox.engine.prefixes import common_prefix
 from chatbox.engine.retokenize import Retokenizer
 from chatbox.engine.sampling import check_grammar
-from chatbox.engine.scheduler import Job, Scheduler
+from chatbox.engine.scheduler import Scheduler
 from chatbox.engine.tuning import (
     ThreadTuner,
     attention,

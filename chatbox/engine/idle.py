@@ -5,7 +5,7 @@ With a KV stream per slot a finished conversation stays live in its slot until a
 conversation takes the slot; it is parked (its state saved to host RAM and disk) then, on
 the decode thread, while every running stream waits. A 1,900-token conversation's state is
 44 MB: 4-5 ms to save into memory the state pool kept, 90-160 ms into fresh memory on a
-virtual machine that backs guest memory on first touch (kvstate.py). So once the engine has sat
+virtual machine that backs guest memory on first touch (kv/state.py). So once the engine has sat
 idle for `PARK_AHEAD_S` after its last answer (after the turns' markers, which change what
 would be saved), idle conversations are saved one at a time, least recently used first,
 and stay live: taking such a slot later only drops its KV.
@@ -20,8 +20,8 @@ from chatbox.engine.turns import TurnTails
 
 if TYPE_CHECKING:
     from chatbox.engine.job import Job
+    from chatbox.engine.kv.slots import SlotTable
     from chatbox.engine.llama import Batch, Context
-    from chatbox.engine.slots import SlotTable
     from chatbox.engine.types import FinishReason
 
 PARK_AHEAD_S = 1.0  # idle time after the last answer before conversations are parked ahead

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chatbox.engine.detok import StopTextStream
+from chatbox.engine.kv.slots import Slot
 from chatbox.engine.llama import Model
-from chatbox.engine.lookup import Drafter, Prior
 from chatbox.engine.sampling import Sampler
-from chatbox.engine.slots import Slot
+from chatbox.engine.speculative.lookup import Drafter, Prior
 from chatbox.engine.types import EngineEvent, GenerationRequest, Timings, TokenLogprob
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from chatbox.engine.kvstate import State, StatePool, pointer
+from chatbox.engine.kv.state import State, StatePool, pointer
 
 log = logging.getLogger("chatbox.engine.llama_cpp")
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation. llama.cpp's
@@ -290,7 +290,7 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
         self.kv_unified = p.kv_unified
-        self.states = StatePool()  # memory that saved sequence state goes into (kvstate.py)
+        self.states = StatePool()  # memory that saved sequence state goes into (kv/state.py)
         self.n_threads, self.n_threads_batch = p.n_threads, p.n_threads_batch or p.n_threads
         self._rows: dict[int, np.ndarray] = {}  # logits row address -> a view of it
 
@@ -356,7 +356,7 @@ class Context:
         llama_cpp.llama_memory_clear(self.mem, True)
 
     def seq_save(self, seq: int) -> State:
-        """The sequence's KV as state (for parking in host RAM; see kvstate.py)."""
+        """The sequence's KV as state (for parking in host RAM; see kv/state.py)."""
         size = int(llama_cpp.llama_state_seq_get_size(self.ptr, seq))
         if size <= 0:
             return b""

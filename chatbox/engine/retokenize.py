@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from chatbox.engine.prefixes import common_prefix
+from chatbox.engine.kv.prefixes import common_prefix
 
 log = logging.getLogger(__name__)
 

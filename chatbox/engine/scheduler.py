@@ -17,20 +17,20 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from chatbox.engine import speculative
 from chatbox.engine.batching import build_batch, deepest
-from chatbox.engine.forks import start_forks
 from chatbox.engine.idle import IdleWork
 from chatbox.engine.job import Job, start_sampling, timings
-from chatbox.engine.kvdisk import DiskStore
+from chatbox.engine.kv.disk import DiskStore
+from chatbox.engine.kv.forks import start_forks
+from chatbox.engine.kv.slots import SlotTable
 from chatbox.engine.llama import DECODE_NO_KV_SPACE, DECODE_OK, Batch, Context, Model
-from chatbox.engine.lookup import Prior
 from chatbox.engine.metrics import EngineMetrics
 from chatbox.engine.outbox import Outbox
 from chatbox.engine.pacing import PrefillPacer
 from chatbox.engine.sampling import top_logprobs
-from chatbox.engine.slots import SlotTable
-from chatbox.engine.stepcost import StepCosts
+from chatbox.engine.speculative import step as speculative
+from chatbox.engine.speculative.lookup import Prior
+from chatbox.engine.speculative.stepcost import StepCosts
 from chatbox.engine.tuning import ThreadTuner
 from chatbox.engine.types import (
     DoneEvent,
@@ -46,9 +46,6 @@ log = logging.getLogger(__name__)
 # Between steps the stats are refreshed this often unless the queue or running set changed:
 # refreshing them every step would cost the decode thread ~45 us a step.
 PUBLISH_EVERY_S = 0.05
-
-
-__all__ = ["Job", "Scheduler"]  # Job lives in job.py; engine.py imports it from here
 
 
 class Scheduler:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chatbox.engine.job import Job
+from chatbox.engine.kv.prefixes import common_prefix
+from chatbox.engine.kv.slots import Slot, SlotTable
 from chatbox.engine.llama import DECODE_OK, Batch, Context
-from chatbox.engine.prefixes import common_prefix
-from chatbox.engine.slots import Slot, SlotTable
 from chatbox.engine.types import ChatMessage, FinishReason
 
 GRACE_S = 0.5  # idle time after an answer before its turn's tokens are decoded

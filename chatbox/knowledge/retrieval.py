@@ -7,6 +7,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -81,13 +82,17 @@ class Retriever:
     ) -> TurnContext:
         """A workspace conversation draws on its workspace's library only: never on the
         memory or documents of whichever member happens to be asking."""
+        remembered: tuple[str, ...] = ()
         try:
-            return await self._for_turn(
+            if workspace_id is None and await self.memory.enabled(user_id):
+                remembered = await self._explicit(user_id, conversation_id, query)
+            context = await self._for_turn(
                 user_id, conversation_id, query, budget_tokens, count, workspace_id
             )
+            return replace(context, remembered=remembered)
         except Exception:  # retrieval is an aid: a failure there must not fail the turn
             log.exception("retrieval failed; answering without it")
-            return TurnContext()
+            return TurnContext(remembered=remembered)
 
     async def _for_turn(
         self,
@@ -99,8 +104,6 @@ class Retriever:
         workspace_id: str | None = None,
     ) -> TurnContext:
         use_memory = workspace_id is None and await self.memory.enabled(user_id)
-        if use_memory:
-            await self._explicit(user_id, conversation_id, query)
         owner = library_owner(workspace_id, user_id)  # whose documents: the user's or the team's
         has_docs = await self.store.documents.has_any(owner, conversation_id)
         use_memory = use_memory and await self.store.memories.count(user_id) > 0
@@ -152,17 +155,20 @@ class Retriever:
         text = "\n\n".join(sections) if citations else "\n".join(sections)
         return TurnContext(text, tuple(citations), tuple(memory_ids), count(text))
 
-    async def _explicit(self, user_id: str, conversation_id: str, message: str) -> None:
-        """'Remember that …' is stored at once; 'forget …' removes the closest facts."""
+    async def _explicit(self, user_id: str, conversation_id: str, message: str) -> tuple[str, ...]:
+        """'Remember that …' is stored at once (the facts as saved are returned); 'forget …'
+        removes the closest facts."""
         fact = explicit_fact(message)
         if fact is not None:
             # moderation (not kept, and recorded) or zero-data-retention (not kept)
             with contextlib.suppress(ContentRefused, NotKept):
-                await self.memory.add(user_id, [fact], "explicit", conversation_id)
-            return
+                changes = await self.memory.add(user_id, [fact], "explicit", conversation_id)
+                return tuple(c.memory.text for c in changes)
+            return ()
         forget = forget_request(message)
         if forget is not None:
             await self.memory.forget(user_id, forget)
+        return ()
 
     async def _chunks(
         self, user_id: str, conversation_id: str, query: str, vector: np.ndarray

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,8 @@ from chatbox.store.search import HIT_END as HIT_END  # re-exported for the web l
 from chatbox.store.search import HIT_START as HIT_START
 
 INDEX_BATCH = 128
+# Turns written since the user's last search (an answer or a few) are embedded with the query.
+URGENT_TURNS = 8
 SEMANTIC_MIN_SIM = 0.3
 SNIPPET_CHARS = 200
 
@@ -51,6 +54,8 @@ class SearchService:
         self.store = store
         self.embedder = embedder
         self.vectors = index
+        self._indexing: dict[str, asyncio.Lock] = {}  # one indexer per user at a time
+        self._tasks: set[asyncio.Task[int]] = set()
 
     async def semantic(self, user_id: str, vector: np.ndarray, limit: int) -> list[TurnHit]:
         """The user's indexed turns nearest in meaning (score: L2 distance), nearest first."""
@@ -77,6 +82,37 @@ class SearchService:
             done += len(pending)
         return done
 
+    async def _query_vector(self, user_id: str, query: str) -> np.ndarray:
+        """The query's vector, with the user's turns not yet indexed caught up first.
+
+        A search never waits on the background lane, which streaming answers' moderation
+        keeps busy: a few new turns are embedded in the query's own urgent batch, a longer
+        backlog (a first search) is indexed in the background while this search uses what is
+        indexed already (its words search sees every turn).
+        """
+        lock = self._indexing.setdefault(user_id, asyncio.Lock())
+        if lock.locked():  # a backlog is being indexed
+            return await self.embedder.embed_one(query)
+        async with lock:
+            pending = await self.store.search.unindexed(user_id, URGENT_TURNS + 1)
+            if len(pending) > URGENT_TURNS:
+                task = asyncio.create_task(self._index_locked(user_id, lock))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                pending = []
+            if not pending:
+                return await self.embedder.embed_one(query)
+            texts = [query, *(text[:2000] or " " for _, text in pending)]
+            vectors = await self.embedder.embed(texts, urgent=True)
+            items = [(seq, v) for (seq, _), v in zip(pending, vectors[1:], strict=True)]
+            await self.store.search.add_vectors(user_id, items, pending[-1][0])
+            query_vector: np.ndarray = vectors[0]
+            return query_vector
+
+    async def _index_locked(self, user_id: str, lock: asyncio.Lock) -> int:
+        async with lock:
+            return await self.index(user_id)
+
     async def search(
         self, user_id: str, query: str, mode: str = "both", limit: int = 20
     ) -> list[SearchHit]:
@@ -95,8 +131,7 @@ class SearchService:
             for rank, hit in enumerate(found):
                 hits[hit.turn_id] = self._hit(hit, hit.snippet, "words", 1.0 / (1 + rank))
         if mode in ("meaning", "both"):
-            await self.index(user_id)
-            vector = await self.embedder.embed_one(query)
+            vector = await self._query_vector(user_id, query)
             for hit in await self.semantic(user_id, vector, limit):
                 sim = 1.0 - hit.score * hit.score / 2.0
                 if sim < SEMANTIC_MIN_SIM:

@@ -46,3 +46,4 @@ class TurnContext:
     memory_ids: tuple[str, ...] = ()
     tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    remembered: tuple[str, ...] = ()  # facts the message asked to keep, as saved to memory

@@ -1,4 +1,4 @@
-"""The gateway's part: an ASGI middleware that opens each request's root span, sets the
+"""The front door's part: an ASGI middleware that opens each request's root span, sets the
 trace id header, counts requests by route template and status, and logs an access line.
 
 It wraps the app's whole handler (outside routing), so requests that match no route (404s

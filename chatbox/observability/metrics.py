@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -38,6 +38,18 @@ class AppMetrics:
             "Admission decisions: admitted, queued, degraded, rate_limited (by limit), shed",
             labelnames=("tier", "decision", "limit"),
             **r,
+        )
+        self.answer_cache = Counter(
+            "chatbox_answer_cache_lookups",
+            "Exact-match answer cache lookups of deterministic API requests: hit, miss",
+            labelnames=("outcome",),
+            **r,
+        )
+        self.answer_cache_entries = Gauge(
+            "chatbox_answer_cache_entries", "Answers the exact-match answer cache holds", **r
+        )
+        self.answer_cache_bytes = Gauge(
+            "chatbox_answer_cache_bytes", "RAM the exact-match answer cache's answers take", **r
         )
         self.auth_failures = Counter(
             "chatbox_auth_failures",

@@ -151,6 +151,15 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.admission.labels(tier, decision, limit).inc()
 
+    def answer_cache(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.answer_cache.labels(outcome).inc()
+
+    def answer_cache_size(self, entries: int, size: int) -> None:
+        if self.metrics is not None:
+            self.metrics.answer_cache_entries.set(entries)
+            self.metrics.answer_cache_bytes.set(size)
+
     def auth_failure(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.auth_failures.labels(reason).inc()

@@ -525,6 +525,15 @@ ARTIFACTS: tuple[Artifact, ...] = (
         on_disk=False,
     ),
     Artifact(
+        "RAM: cached API answers",
+        "user",
+        "the answer cache: response bodies of deterministic OpenAI-API requests, by a hash"
+        " of the user and the request (chatbox/chat/answer_cache.py); never under zero retention",
+        "an account's erasure drops the answers its requests wrote; each is gone after"
+        " `answer_cache.ttl_s`, when evicted, or at shutdown",
+        on_disk=False,
+    ),
+    Artifact(
         "exports",
         "user",
         "a user's export zip: built in RAM and sent; the CLI writes it (0600) where told",

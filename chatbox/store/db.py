@@ -16,7 +16,7 @@ import aiosqlite
 import sqlean
 import sqlite_vec
 
-from chatbox.store.migrate import apply_migrations
+from chatbox.store.migrations import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
 
 log = logging.getLogger("chatbox.store")

@@ -1,26 +1,17 @@
-"""Named, ordered schema migrations (the first round's), each recorded once applied.
+"""The schema's migrations: one ordered list of named steps, each applied once and recorded.
 
-Later rounds add theirs in their own modules; `chatbox.store.migrate` applies them all.
+The names are what a database records in its `migrations` table, so a step keeps its name
+for good; a new step goes at the end of `MIGRATIONS`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import aiosqlite
 
 Migration = Callable[[aiosqlite.Connection], Awaitable[None]]
-MIGRATIONS: list[tuple[str, Migration]] = []
-
-
-def migration(name: str) -> Callable[[Migration], Migration]:
-    """Register a migration; order of definition is the order of application."""
-
-    def register(fn: Migration) -> Migration:
-        MIGRATIONS.append((name, fn))
-        return fn
-
-    return register
 
 
 async def _script(conn: aiosqlite.Connection, sql: str) -> None:
@@ -30,7 +21,6 @@ async def _script(conn: aiosqlite.Connection, sql: str) -> None:
             await conn.execute(statement)
 
 
-@migration("0001_initial")
 async def _initial(conn: aiosqlite.Connection) -> None:
     await _script(
         conn,
@@ -90,7 +80,6 @@ async def _initial(conn: aiosqlite.Connection) -> None:
     )
 
 
-@migration("0002_accounts")
 async def _accounts(conn: aiosqlite.Connection) -> None:
     await _script(
         conn,
@@ -132,7 +121,6 @@ async def _accounts(conn: aiosqlite.Connection) -> None:
     )
 
 
-@migration("0003_knowledge")
 async def _knowledge(conn: aiosqlite.Connection) -> None:
     # Vectors: all-MiniLM-L6-v2, 384-d, unit length, so L2 order is cosine order.
     # Each vec0 table is partitioned by user: a KNN query only ever scans one user's rows.
@@ -228,10 +216,302 @@ _KNOWLEDGE_TRIGGERS = (
 )
 
 
-@migration("0004_turn_routing")
 async def _turn_routing(conn: aiosqlite.Connection) -> None:
     # How each answer's model was chosen, kept with it so canary arms can be compared and a
     # degraded answer still says so after a reload.
     for table in ("turns", "drafts"):
         for column in ("route", "arm", "degraded_from"):
             await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+
+
+async def _audit_log(conn: aiosqlite.Connection) -> None:
+    # Admin actions: who (actor), what (action), on whom (target), when (at), and a JSON
+    # detail that never holds content or secrets. Names are copied in, not referenced, so a
+    # row outlives a renamed or deleted account. Append-only: triggers refuse UPDATE and DELETE.
+    await _script(
+        conn,
+        """
+        CREATE TABLE audit_log (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            actor_id TEXT,
+            actor_name TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target_id TEXT,
+            target_name TEXT,
+            detail TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_log_by_target ON audit_log (target_id, id);
+        CREATE INDEX audit_log_by_action ON audit_log (action, id)
+        """,
+    )
+    for trigger in _AUDIT_TRIGGERS:
+        await conn.execute(trigger)
+
+
+_AUDIT_TRIGGERS = (
+    """CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END""",
+    """CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log BEGIN
+        SELECT RAISE(ABORT, 'the audit log is append-only');
+    END""",
+)
+
+
+async def _moderation(conn: aiosqlite.Connection) -> None:
+    # Review items of moderation (text only where the policy keeps it), and a new turn
+    # status, `filtered`: an answer cut by output moderation. SQLite cannot alter a CHECK,
+    # so the constraint is widened in the schema text (a superset: every row still passes).
+    await _script(
+        conn,
+        """
+        CREATE TABLE moderation_items (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            user_id TEXT REFERENCES users(id),
+            tier TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('warn', 'flag', 'block')),
+            category TEXT NOT NULL,
+            scores TEXT NOT NULL DEFAULT '{}',
+            text TEXT,
+            conversation_id TEXT,
+            turn_id TEXT,
+            source TEXT,
+            status TEXT NOT NULL DEFAULT 'open'
+                CHECK (status IN ('open', 'noted', 'dismissed', 'confirmed')),
+            resolved_by TEXT,
+            resolved_at REAL
+        );
+        CREATE INDEX moderation_by_status ON moderation_items (status, created_at);
+        CREATE INDEX moderation_by_turn ON moderation_items (turn_id)
+        """,
+    )
+    # A deleted conversation takes the text of its items with it (scores stay).
+    await conn.execute(
+        """CREATE TRIGGER moderation_forget_conversation
+        AFTER UPDATE OF deleted_at ON conversations WHEN new.deleted_at IS NOT NULL BEGIN
+            UPDATE moderation_items SET text = NULL WHERE conversation_id = new.id;
+        END"""
+    )
+    async with conn.execute("PRAGMA schema_version") as cur:
+        row = await cur.fetchone()
+    version = int(row[0]) if row else 0
+    await conn.execute("PRAGMA writable_schema = ON")
+    await conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, \"'interrupted')\","
+        " \"'interrupted', 'filtered')\") WHERE type = 'table' AND name = 'turns'"
+    )
+    await conn.execute(f"PRAGMA schema_version = {version + 1}")
+    await conn.execute("PRAGMA writable_schema = OFF")
+
+
+async def _data_rules(conn: aiosqlite.Connection) -> None:
+    # Erasure keeps the conversation row as a content-free tombstone (id, owner, when:
+    # `erased_at`); a deleted account keeps its row as one too (usage stays counted). FTS5's
+    # secure-delete removes erased words from the index itself, not only from its lookups.
+    # Zero-data-retention can be asked for per account and per API key.
+    await _script(
+        conn,
+        """
+        ALTER TABLE conversations ADD COLUMN erased_at REAL;
+        ALTER TABLE users ADD COLUMN deleted_at REAL;
+        ALTER TABLE users ADD COLUMN zero_retention INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE api_keys ADD COLUMN zero_retention INTEGER NOT NULL DEFAULT 0;
+        INSERT INTO turn_fts (turn_fts, rank) VALUES ('secure-delete', 1);
+        INSERT INTO chunk_fts (chunk_fts, rank) VALUES ('secure-delete', 1)
+        """,
+    )
+    for trigger in _ERASURE_TRIGGERS:
+        await conn.execute(trigger)
+
+
+_ERASURE_TRIGGERS = (
+    # Append-only holds for every kept turn: only an erased conversation's turns may go.
+    """CREATE TRIGGER turns_erase_only BEFORE DELETE ON turns
+    WHEN (SELECT erased_at FROM conversations WHERE id = old.conversation_id) IS NULL BEGIN
+        SELECT RAISE(ABORT, 'turns are append-only; only an erased conversation loses them');
+    END""",
+    # Nothing new lands in a deleted conversation: a late answer or a late memory extraction.
+    """CREATE TRIGGER turns_not_into_deleted BEFORE INSERT ON turns
+    WHEN (SELECT deleted_at FROM conversations WHERE id = new.conversation_id) IS NOT NULL
+    BEGIN SELECT RAISE(ABORT, 'the conversation was deleted'); END""",
+    """CREATE TRIGGER memories_not_from_deleted BEFORE INSERT ON memories
+    WHEN new.conversation_id IS NOT NULL
+        AND (SELECT deleted_at FROM conversations WHERE id = new.conversation_id) IS NOT NULL
+    BEGIN SELECT RAISE(ABORT, 'the conversation was deleted'); END""",
+)
+
+
+async def _summaries(conn: aiosqlite.Connection) -> None:
+    # Summaries of a long conversation's oldest turns (chatbox/store/summaries.py): append-only
+    # like turns; erasing the conversation deletes its turns, which take these along.
+    await _script(
+        conn,
+        """
+        CREATE TABLE summaries (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            conversation_id TEXT NOT NULL REFERENCES conversations(id),
+            covers_id TEXT NOT NULL REFERENCES turns(id) ON DELETE CASCADE,
+            covered INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            model TEXT,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX summaries_by_conversation ON summaries (conversation_id, seq)
+        """,
+    )
+    await conn.execute(
+        """CREATE TRIGGER summaries_append_only BEFORE UPDATE ON summaries
+        BEGIN SELECT RAISE(ABORT, 'summaries are append-only'); END"""
+    )
+    await conn.execute(
+        """CREATE TRIGGER summaries_erase_only BEFORE DELETE ON summaries
+        WHEN (SELECT erased_at FROM conversations WHERE id = old.conversation_id) IS NULL
+        BEGIN SELECT RAISE(ABORT, 'summaries go only with an erased conversation'); END"""
+    )
+
+
+async def _replicas(conn: aiosqlite.Connection) -> None:
+    # Router mode's remote engines (chatbox/cluster). Live health and load stay in the front;
+    # only what an operator configured is kept. `secret` is the replica's bearer token where
+    # it differs from the shared CHATBOX_REPLICA_TOKEN (an OpenAI server's API key).
+    await _script(
+        conn,
+        """
+        CREATE TABLE replicas (
+            url TEXT PRIMARY KEY,
+            kind TEXT NOT NULL DEFAULT 'chatbox',
+            slots INTEGER NOT NULL DEFAULT 0,
+            models TEXT NOT NULL DEFAULT '',
+            secret TEXT,
+            draining INTEGER NOT NULL DEFAULT 0,
+            added_at REAL NOT NULL
+        )
+        """,
+    )
+
+
+async def _teams(conn: aiosqlite.Connection) -> None:
+    # Share links: a snapshot's text is copied in (later edits or erasure of the conversation
+    # leave it as shared); only the token's hash is kept. Workspaces: a conversation or a
+    # document may belong to one, and each turn records who wrote it.
+    await _script(
+        conn,
+        """
+        CREATE TABLE shares (
+            id TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            conversation_id TEXT NOT NULL,
+            title TEXT,
+            upto_turn_id TEXT NOT NULL,
+            turns INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX shares_by_user ON shares (user_id, conversation_id);
+        CREATE TABLE share_turns (
+            share_id TEXT NOT NULL REFERENCES shares(id) ON DELETE CASCADE,
+            ord INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            model TEXT,
+            PRIMARY KEY (share_id, ord)
+        );
+        CREATE TABLE share_passages (
+            share_id TEXT NOT NULL REFERENCES shares(id) ON DELETE CASCADE,
+            turn_ord INTEGER NOT NULL,
+            ord INTEGER NOT NULL,
+            document TEXT NOT NULL,
+            page INTEGER,
+            text TEXT NOT NULL,
+            PRIMARY KEY (share_id, turn_ord, ord)
+        );
+        CREATE TABLE workspaces (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            system_prompt TEXT,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE workspace_members (
+            workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            role TEXT NOT NULL CHECK (role IN ('owner', 'member')),
+            added_at REAL NOT NULL,
+            PRIMARY KEY (workspace_id, user_id)
+        );
+        CREATE INDEX workspace_members_by_user ON workspace_members (user_id);
+        ALTER TABLE conversations ADD COLUMN workspace_id TEXT;
+        ALTER TABLE turns ADD COLUMN author_id TEXT;
+        ALTER TABLE documents ADD COLUMN workspace_id TEXT;
+        CREATE INDEX conversations_by_workspace ON conversations (workspace_id, deleted_at)
+        """,
+    )
+
+
+async def _import_staging(conn: aiosqlite.Connection) -> None:
+    # An import is written in short transactions, hidden (deleted_at set, importing = 1) until
+    # all of it is in; a crash leaves it hidden, and the sweeper erases it as a deletion.
+    # Retention counts an imported conversation from `imported_at` as well as its last turn.
+    await _script(
+        conn,
+        """
+        ALTER TABLE conversations ADD COLUMN imported_at REAL;
+        ALTER TABLE conversations ADD COLUMN importing INTEGER NOT NULL DEFAULT 0;
+        DROP TRIGGER turns_not_into_deleted
+        """,
+    )
+    await conn.execute(
+        """CREATE TRIGGER turns_not_into_deleted BEFORE INSERT ON turns
+        WHEN (SELECT deleted_at IS NOT NULL AND (importing = 0 OR erased_at IS NOT NULL)
+              FROM conversations WHERE id = new.conversation_id)
+        BEGIN SELECT RAISE(ABORT, 'the conversation was deleted'); END"""
+    )
+
+
+async def _audit_refuses_replace(conn: aiosqlite.Connection) -> None:
+    # `INSERT OR REPLACE` deletes the row it collides with without firing the delete trigger
+    # (recursive triggers are off), so an insert onto a taken id is refused before it runs.
+    await conn.execute(
+        """CREATE TRIGGER audit_log_no_replace BEFORE INSERT ON audit_log
+        WHEN EXISTS (SELECT 1 FROM audit_log WHERE id = new.id) BEGIN
+            SELECT RAISE(ABORT, 'the audit log is append-only');
+        END"""
+    )
+
+
+MIGRATIONS: list[tuple[str, Migration]] = [
+    ("0001_initial", _initial),
+    ("0002_accounts", _accounts),
+    ("0003_knowledge", _knowledge),
+    ("0004_turn_routing", _turn_routing),
+    ("0005_audit_log", _audit_log),
+    ("0006_moderation", _moderation),
+    ("0007_data_rules", _data_rules),
+    ("0008_summaries", _summaries),
+    ("0009_replicas", _replicas),
+    ("0010_teams", _teams),
+    ("0011_import_staging", _import_staging),
+    ("0012_audit_refuses_replace", _audit_refuses_replace),
+]
+
+
+async def apply_migrations(conn: aiosqlite.Connection) -> list[str]:
+    """Apply every migration not yet recorded, in order; returns the names applied now."""
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    async with conn.execute("SELECT name FROM migrations") as cur:
+        done = {row[0] for row in await cur.fetchall()}
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        await fn(conn)
+        await conn.execute(
+            "INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time())
+        )
+        applied.append(name)
+    return applied

@@ -5,31 +5,31 @@ from __future__ import annotations
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import ControllerRouterHandler
 
-from chatbox.web.admin import AdminApiController, AdminPagesController
-from chatbox.web.attachments import AttachmentsController
-from chatbox.web.chat_controls import ChatControlsController
-from chatbox.web.console import ConsoleController
-from chatbox.web.console_workspaces import ConsoleWorkspacesController
-from chatbox.web.conversations import ConversationController
-from chatbox.web.data import DataController
-from chatbox.web.data_pages import DataPagesController
-from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
-from chatbox.web.health import HealthController
-from chatbox.web.knowledge import KnowledgeController
-from chatbox.web.knowledge_pages import KnowledgePagesController
-from chatbox.web.library import LibraryController
-from chatbox.web.login import LoginController
-from chatbox.web.moderation import (
+from chatbox.web.api.conversations import ConversationController
+from chatbox.web.api.data import DataController
+from chatbox.web.api.knowledge import KnowledgeController
+from chatbox.web.api.shares import SharePagesController, SharesController
+from chatbox.web.api.workspaces import ConversationWorkspaceController, WorkspacesController
+from chatbox.web.console.moderation import (
     ModerationAdminController,
     ModerationPagesController,
     ModerationsController,
 )
-from chatbox.web.openai_api import OpenAIController
-from chatbox.web.pages import PagesController
-from chatbox.web.replicas import ReplicasController
-from chatbox.web.sharing import SharePagesController, SharesController
-from chatbox.web.workspace_pages import WorkspacePagesController
-from chatbox.web.workspaces import ConversationWorkspaceController, WorkspacesController
+from chatbox.web.console.pages import ConsoleController
+from chatbox.web.console.replicas import ReplicasController
+from chatbox.web.console.usage import AdminApiController, AdminPagesController
+from chatbox.web.console.workspaces import ConsoleWorkspacesController
+from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
+from chatbox.web.health import HealthController
+from chatbox.web.openai.api import OpenAIController
+from chatbox.web.ui.attachments import AttachmentsController
+from chatbox.web.ui.chat_controls import ChatControlsController
+from chatbox.web.ui.data import DataPagesController
+from chatbox.web.ui.knowledge import KnowledgePagesController
+from chatbox.web.ui.library import LibraryController
+from chatbox.web.ui.login import LoginController
+from chatbox.web.ui.pages import PagesController
+from chatbox.web.ui.workspaces import WorkspacePagesController
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,

@@ -5,7 +5,7 @@ raises the matching error class). The conversation API answers invalid input wit
 OpenAI-compatible endpoints answer as OpenAI's API does (`as_openai`): all four of
 `message`, `type`, `param` and `code`, invalid input as 400 `invalid_request_error` naming
 the parameter. A failure on the server's side is a 5xx on both. The HTML UI takes its
-statuses from `classify` too, and only words the message for a person (`chatbox.web.ui`).
+statuses from `classify` too, and only words the message for a person (`chatbox.web.ui.helpers`).
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ def home() -> str:
     return "/"
 
 
+def new_chat_in(ws_id: str) -> str:
+    """A new chat that starts in a workspace."""
+    return f"/?workspace={quote(ws_id, safe='')}"
+
+
 def conversation(conv_id: str, *, turn: str | None = None, q: str | None = None) -> str:
     """A conversation's page; with `turn`, scrolled to that turn (and `q` highlighted there)."""
     url = f"/c/{_seg(conv_id)}"
@@ -124,9 +129,10 @@ def settings(conv_id: str) -> str:
     return f"{_conv(conv_id)}/settings"
 
 
-def delete(conv_id: str) -> str:
-    """GET: the delete dialog (it asks about the share links); POST: delete."""
-    return f"{_conv(conv_id)}/delete"
+def delete(conv_id: str, *, sidebar: bool = False) -> str:
+    """GET: the delete dialog (it asks about the share links; `sidebar`: asked from the
+    sidebar's menu); POST: delete."""
+    return f"{_conv(conv_id)}/delete" + ("?where=sidebar" if sidebar else "")
 
 
 def shares(conv_id: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, test_settings
 from tests.web.test_browser import browser, watch_csp  # noqa: F401  (a fixture)
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from chatbox.chat.policy import default_policy_path
-from chatbox.engine.kvdisk import SUFFIX, parked_tokens
+from chatbox.engine.kv.disk import SUFFIX, parked_tokens
 from tests.served import Served, files_holding
 
 NONE = {"X-Chatbox-Retention": "none"}

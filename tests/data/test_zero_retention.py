@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
-from chatbox.engine.registry import ModelRegistry
 from chatbox.settings import Settings
 from tests.data.conftest import App, files_holding
 from tests.sse import parse_sse

@@ -11,7 +11,7 @@ import pytest
 
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.idle import PARK_AHEAD_S
-from chatbox.engine.parking import Parked
+from chatbox.engine.kv.parking import Parked
 from chatbox.engine.scheduler import Scheduler
 from chatbox.engine.types import SamplingParams
 from tests.engine.conftest import TINY_SETTINGS

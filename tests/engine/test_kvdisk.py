@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatbox.engine import kvdisk
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.kvdisk import (
+from chatbox.engine.kv import disk as kvdisk
+from chatbox.engine.kv.disk import (
     SUFFIX,
     DiskEntry,
     DiskStore,

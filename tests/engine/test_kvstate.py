@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatbox.engine.kvstate import GRAIN, PAGE, StatePool, mapped, new_state, pointer, read_state
+from chatbox.engine.kv.state import GRAIN, PAGE, StatePool, mapped, new_state, pointer, read_state
 from chatbox.engine.llama import Batch, Context, ContextParams, Model
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.lookup import Drafter, Prior
+from chatbox.engine.speculative.lookup import Drafter, Prior
 from chatbox.engine.types import GenerationRequest, SamplingParams
 from chatbox.settings import EngineSettings
 from tests.engine.conftest import TINY_SETTINGS

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from chatbox.engine.modelfile import (
+from chatbox.catalog.gguf import (
     InvalidModelFile,
     format_params,
     format_size,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from chatbox.engine.manifest import Manifest, default_manifest_path
-from chatbox.engine.modelfile import InvalidModelFile
-from chatbox.engine.registry import (
+from chatbox.catalog.gguf import InvalidModelFile
+from chatbox.catalog.manifest import Manifest, default_manifest_path
+from chatbox.catalog.registry import (
     ModelNotInstalled,
     ModelRegistry,
     ModelUnavailable,

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chatbox.catalog.gguf import read_model_file
+from chatbox.catalog.requant import serving_path
 from chatbox.engine.engine import LlamaEngine
 from chatbox.engine.llama import quantize
-from chatbox.engine.modelfile import read_model_file
-from chatbox.engine.requant import serving_path
 from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import chat, generate, softmax

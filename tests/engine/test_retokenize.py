@@ -11,8 +11,8 @@ import pytest
 
 from chatbox.engine.chat_template import ChatTemplate
 from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.kv.prefixes import common_prefix
 from chatbox.engine.llama import Model
-from chatbox.engine.prefixes import common_prefix
 from chatbox.engine.retokenize import CHECKS, MIN_CHARS, Retokenizer
 from chatbox.engine.types import ChatMessage
 from tests.engine.conftest import TINY_SETTINGS

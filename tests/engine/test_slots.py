@@ -7,9 +7,9 @@ import pickle
 import random
 from pathlib import Path
 
-from chatbox.engine.kvdisk import DiskStore, Erasures
-from chatbox.engine.prefixes import common_prefix
-from chatbox.engine.slots import MIN_PARK_TOKENS, SlotTable
+from chatbox.engine.kv.disk import DiskStore, Erasures
+from chatbox.engine.kv.prefixes import common_prefix
+from chatbox.engine.kv.slots import MIN_PARK_TOKENS, SlotTable
 
 
 class FakeKv:

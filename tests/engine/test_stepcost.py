@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.stepcost import StepCosts
+from chatbox.engine.speculative.stepcost import StepCosts
 from chatbox.engine.types import GenerationRequest, SamplingParams
 from tests.engine.conftest import TINY_SETTINGS
 from tests.engine.helpers import chat, collect

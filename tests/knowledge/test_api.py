@@ -11,7 +11,7 @@ import pytest
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.knowledge.embedder import Embedder
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user

@@ -17,9 +17,9 @@ from litestar.testing import TestClient
 
 import chatbox.chat.service as chat_service
 from chatbox.app import create_app
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
 from chatbox.cli import main
-from chatbox.engine.registry import ModelRegistry
 from chatbox.moderation import Moderator, Verdict
 from chatbox.settings import Settings
 from tests.conftest import LiveServer, bearer, seed_user, test_settings

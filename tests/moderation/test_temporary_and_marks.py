@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 
 import chatbox.chat.temporary as temporary
 from chatbox.app import create_app
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
-from chatbox.engine.registry import ModelRegistry
 from chatbox.moderation import Moderator, Verdict
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user, test_settings

@@ -54,7 +54,7 @@ SECRET = re.compile(r"bobsecret|zephyr", re.IGNORECASE)
 SEARCH = "descale pump citric acid"  # finds bob's turns without naming a secret word
 # The streaming bubble's SSE answers an unknown or foreign answer with a 200 and its final
 # "no longer available" frame, so that the SSE client stops instead of retrying
-# (chatbox.web.ui.ui_stream); it must still show nothing of bob's.
+# (chatbox.web.ui.helpers.ui_stream); it must still show nothing of bob's.
 SSE_FINAL_FRAME = ("GET /ui/c/{conv_id:str}/turns/{turn_id:str}/stream",)
 # Managing a workspace that one is not a member of (its members, deleting it) is an admin's
 # audited power, not a leak; reading anything in it is not (tests/web/test_workspaces.py).

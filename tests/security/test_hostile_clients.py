@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
 from tests.conftest import LiveServer, bearer, seed_user
 from tests.security.conftest import roomy

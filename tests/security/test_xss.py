@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from chatbox.web.render import render_markdown
+from chatbox.web.ui.render import render_markdown
 from tests.security.conftest import Cast, send_turn
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chatbox.store import Store, TurnUsage
-from chatbox.store.migrate import MIGRATIONS
+from chatbox.store.migrations import MIGRATIONS
 
 
 async def test_migrations_are_recorded_once_and_vec_is_loaded(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user
 from tests.sse import parse_sse

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import LiveServer, test_settings
 from tests.web.test_browser import browser, login, page  # noqa: F401  (shared fixtures)
 

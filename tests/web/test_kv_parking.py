@@ -9,8 +9,8 @@ from typing import Any
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
-from chatbox.engine.kvdisk import SUFFIX, key_name
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
+from chatbox.engine.kv.disk import SUFFIX, key_name
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user
 from tests.sse import parse_sse

@@ -16,8 +16,8 @@ import pytest
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.engine.engine import LlamaEngine
-from chatbox.engine.registry import ModelRegistry
 from chatbox.settings import Settings
 from tests.conftest import LiveServer, bearer, seed_user, test_settings
 

@@ -13,8 +13,8 @@ import pytest
 from litestar.testing import TestClient
 
 from chatbox.app import create_app
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.summaries import SUMMARY_HEADING, SUMMARY_PRIORITY
-from chatbox.engine.registry import ModelRegistry
 from chatbox.engine.types import Engine, GenerationRequest
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user, test_settings

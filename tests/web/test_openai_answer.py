@@ -6,8 +6,8 @@ import json
 from collections.abc import AsyncIterator
 
 from chatbox.engine.types import DoneEvent, EngineEvent, TokenEvent, Usage
-from chatbox.web.openai_answer import chunks
-from chatbox.web.openai_request import AnswerShape
+from chatbox.web.openai.answer import chunks
+from chatbox.web.openai.request import AnswerShape
 
 TEXTS = [" plain", ' "quoted"', "line\nbreak", "tab\tand\\slash", " café ☕", "</script>", ""]
 

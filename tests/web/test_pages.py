@@ -10,7 +10,7 @@ from litestar.testing import TestClient
 
 from chatbox.chat import Busy, InvalidInput, Overloaded, TooLong, TurnRun
 from chatbox.web.errors import classify
-from chatbox.web.ui import friendly_message, ui_events
+from chatbox.web.ui.helpers import friendly_message, ui_events
 from tests.sse import Event, parse_sse
 
 HX = {"HX-Request": "true"}

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import LiveServer
 from tests.gateway import Box, gateway_box
 from tests.sse import parse_sse
@@ -226,7 +226,7 @@ def test_queued_requests_see_their_position(tmp_path: Path, tiny_gguf: Path) -> 
 
 async def test_the_streaming_bubble_shows_the_queue_position() -> None:
     from chatbox.chat import TurnRun
-    from chatbox.web.ui import ui_events
+    from chatbox.web.ui.helpers import ui_events
 
     run = TurnRun("c_1", "t_2", "t_1", "tiny", "t_1", grace_s=1.0)
     run.publish("start", {"turn_id": "t_2"})

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chatbox.web.render import markdown, render_markdown
+from chatbox.web.ui.render import markdown, render_markdown
 
 ALLOWED = {
     "p",
@@ -170,3 +170,35 @@ def test_empty_and_jinja_helper() -> None:
     assert render_markdown("") == ""
     assert str(markdown(None)) == ""
     assert str(markdown("*x*")) == "<p><em>x</em></p>\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "spans"),
+    [
+        ("a thin space $a\\,b$ here", ['<span class="math-inline">a\\,b</span>']),
+        ("sets \\(\\{x\\}\\) and", ['<span class="math-inline">\\{x\\}</span>']),
+        (
+            "$$\\frac{1}{2}\\,\\text{cm}$$",
+            ['<span class="math-display">\\frac{1}{2}\\,\\text{cm}</span>'],
+        ),
+        ("\\[a_1 * b_2 * c\\]", ['<span class="math-display">a_1 * b_2 * c</span>']),
+        ("$x < y$", ['<span class="math-inline">x &lt; y</span>']),
+    ],
+)
+def test_math_keeps_its_tex_for_katex(text: str, spans: list[str]) -> None:
+    html = render_markdown(text)
+    for span in spans:
+        assert span in html, html
+
+
+@pytest.mark.parametrize(
+    "text", ["costs $5 and $10", "`$x$` in code", "```\n$$a\\,b$$\n```", "a $ b $ c"]
+)
+def test_dollars_that_are_not_math_stay_text(text: str) -> None:
+    assert "math-" not in render_markdown(text)
+
+
+def test_a_math_span_cannot_smuggle_markup() -> None:
+    html = render_markdown('$<script>alert(1)</script>$ and $x" onclick="y$')
+    assert "<script" not in html
+    assert '<span class="math-inline">x" onclick="y</span>' in html  # text, not an attribute

@@ -8,11 +8,11 @@ from pathlib import Path
 from jinja2 import Environment
 
 from chatbox.app import TEMPLATES_DIR, create_app
-from chatbox.engine.registry import ModelRegistry
+from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
 from chatbox.web import urls
-from chatbox.web.render import markdown
-from chatbox.web.templating import UPLOAD_ACCEPT
+from chatbox.web.ui.render import markdown
+from chatbox.web.ui.templating import UPLOAD_ACCEPT
 
 # Attributes that hold a URL the browser (or htmx) follows.
 URL_ATTRS = (

@@ -137,3 +137,23 @@ def test_the_workspace_page_keeps_its_library(box: Box) -> None:
     r = c.post(f"/ui/w/{ws}/documents/{doc}/delete", headers=bob)
     assert r.status_code == 200 and "Deleted runbook.md." in r.text
     assert c.get(f"/v1/workspaces/{ws}/documents", headers=carol).json()["data"] == []
+
+
+def test_a_new_chat_starts_in_a_workspace_only_for_its_members(box: Box) -> None:
+    c = box.client
+    ws = team(box)
+    bob, carol, ann = box.h("bob"), box.h("carol"), box.h("ann")
+    assert 'data-testid="ws-new-chat"' in c.get(f"/w/{ws}", headers=bob).text
+    page = c.get(f"/?workspace={ws}", headers=bob)
+    assert page.status_code == 200 and f'name="workspace_id" value="{ws}"' in page.text
+    r = c.post("/ui/new/send", headers=bob, data={"content": "pump check", "workspace_id": ws})
+    assert r.status_code == 200, r.text
+    conv = r.headers["HX-Push-Url"].rsplit("/", 1)[-1]
+    assert 'data-testid="conv-workspace"' in r.text
+    assert c.get(f"/c/{conv}", headers=carol).status_code == 200  # a teammate reads it
+    # An outsider can neither open such a page nor start a chat there; nothing is left behind.
+    assert c.get(f"/?workspace={ws}", headers=ann).status_code == 404
+    before = c.get("/v1/conversations", headers=ann).json()["data"]
+    r = c.post("/ui/new/send", headers=ann, data={"content": "sneak in", "workspace_id": ws})
+    assert r.status_code == 404
+    assert c.get("/v1/conversations", headers=ann).json()["data"] == before

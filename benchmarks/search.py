@@ -1,0 +1,174 @@
+"""Search benchmark: how long `GET /v1/search` takes while other members' answers stream.
+
+    python benchmarks/search.py [--gguf PATH] [--streams 2] [--searches 16] [--json OUT]
+
+Starts `chatbox serve` as a user does (tests/served.py; the tiny random model unless `--gguf`
+names another) with the shipped policy, so output moderation screens every answer's windows
+on the embedding model's background lane, as on a real box. One member has a few chats. It
+times a search (words and meaning) four ways:
+1. the first search of the box (the embedding model loads, the member's turns are indexed);
+2. `--searches` searches with nothing else running;
+3. the same while `--streams` other members' answers stream without a pause;
+4. each right after one of the member's own answers ends (new turns not yet indexed), while
+   the other answers stream.
+Target: p99 < 500 ms while answers stream (3 and 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.served import Served  # noqa: E402
+from tests.tinymodel import make_tiny_gguf  # noqa: E402
+
+QUERIES = ("otters sleeping", "bread recipe", "garden shed", "tax forms", "river boat trip")
+# A different word each time: a query's vector is cached, and a repeated one would be free.
+EXTRA = [
+    "red",
+    "blue",
+    "green",
+    "small",
+    "large",
+    "early",
+    "late",
+    "quick",
+    "slow",
+    "warm",
+    "cold",
+    "old",
+    "new",
+    "tall",
+    "short",
+]
+TOPICS = (
+    "Tell me about sea otters and how they sleep.",
+    "Give me a recipe for rye bread.",
+    "How do I build a small garden shed?",
+    "Which forms do I need for my taxes?",
+)
+
+
+def answer(box: Served, key: str, conv: str, text: str) -> None:
+    """Send a message and read its answer's stream to the end."""
+    with httpx.stream(
+        "POST",
+        f"{box.url}/v1/conversations/{conv}/turns",
+        headers=box.auth(key),
+        json={"content": text},
+        timeout=300,
+    ) as r:
+        r.read()
+
+
+def query(i: int) -> str:
+    first, second = EXTRA[i % len(EXTRA)], EXTRA[(i // len(EXTRA)) % len(EXTRA)]
+    return f"{QUERIES[i % len(QUERIES)]} {first} {second}"
+
+
+def searched(box: Served, key: str, q: str) -> float:
+    t0 = time.perf_counter()
+    r = httpx.get(f"{box.url}/v1/search", params={"q": q}, headers=box.auth(key), timeout=120)
+    took = time.perf_counter() - t0
+    assert r.status_code == 200, r.text[:300]
+    return took * 1000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def row(name: str, ms: list[float]) -> dict[str, Any]:
+    return {
+        "phase": name,
+        "searches": len(ms),
+        "p50_ms": statistics.median(ms),
+        "p99_ms": pct(ms, 99),
+        "max_ms": max(ms),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gguf", type=Path, help="the model to serve (default: tiny random)")
+    parser.add_argument("--streams", type=int, default=2)
+    parser.add_argument("--searches", type=int, default=16)
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.gguf or make_tiny_gguf(Path(tmp) / "tiny.gguf")
+        env = {"CHATBOX_MAX_TOKENS": "64"}
+        with Served(Path(tmp), model=model, policy=None, env=env) as box:
+            ann = box.user("ann", tier="paid")
+            others = [box.user(f"member{i}", tier="paid") for i in range(args.streams)]
+            convs = []
+            for topic in TOPICS:
+                conv = httpx.post(
+                    f"{box.url}/v1/conversations", headers=box.auth(ann), json={}, timeout=60
+                ).json()["id"]
+                answer(box, ann, conv, topic)
+                convs.append(conv)
+            rows.append(
+                row(
+                    "first search (model loads, turns indexed)",
+                    [searched(box, ann, "first search")],
+                )
+            )
+            idle = [searched(box, ann, query(i)) for i in range(args.searches)]
+            rows.append(row("idle", idle))
+
+            stop = threading.Event()
+
+            def stream(key: str) -> None:
+                conv = httpx.post(
+                    f"{box.url}/v1/conversations", headers=box.auth(key), json={}, timeout=60
+                ).json()["id"]
+                n = 0
+                while not stop.is_set():
+                    answer(box, key, conv, f"Write a long story about a dragon, part {n}.")
+                    n += 1
+
+            threads = [threading.Thread(target=stream, args=(k,), daemon=True) for k in others]
+            for t in threads:
+                t.start()
+            time.sleep(3.0)  # every stream under way
+            during = []
+            for i in range(args.searches):
+                during.append(searched(box, ann, query(100 + i)))
+                time.sleep(0.2)
+            rows.append(row(f"while {args.streams} answers stream", during))
+            after = []
+            for i in range(args.searches // 2):
+                answer(box, ann, convs[i % len(convs)], f"And one more thing, number {i}?")
+                after.append(searched(box, ann, query(200 + i)))
+            rows.append(row(f"right after an answer, {args.streams} streaming", after))
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+    print(f"{'phase':<46} {'n':>3} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    for r in rows:
+        print(
+            f"{r['phase']:<46} {r['searches']:>3} {r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}"
+            f" {r['max_ms']:>8.0f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

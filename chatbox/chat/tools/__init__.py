@@ -1,0 +1,1 @@
+"""Tools the assistant runs: the code interpreter's sandbox (`sandbox.py`)."""

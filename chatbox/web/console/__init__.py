@@ -1,0 +1,1 @@
+"""The admin console: its pages and actions, usage, moderation, workspaces and replicas."""

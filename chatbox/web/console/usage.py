@@ -1,0 +1,57 @@
+"""Admin views: usage per user and model (no conversation content), as JSON and a page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Response, get
+from litestar.exceptions import PermissionDeniedException
+
+from chatbox.accounts import User
+from chatbox.accounts.usage import day_of
+from chatbox.web.auth import AnyRequest
+from chatbox.web.deps import AccountsDep, ServicesDep, UserDep
+from chatbox.web.ui.helpers import UI_EXCEPTION_HANDLERS, html
+
+
+def require_admin(user: User) -> None:
+    if user.role != "admin":
+        raise PermissionDeniedException("only admins can see usage")
+
+
+class AdminApiController(Controller):
+    path = "/v1/admin"
+    tags = ["admin"]
+
+    @get("/usage")
+    async def usage(
+        self,
+        accounts: AccountsDep,
+        user: UserDep,
+        since: str | None = None,
+        name: str | None = None,
+    ) -> dict[str, Any]:
+        """Usage per user, model, day and experiment arm (admins only)."""
+        require_admin(user)
+        return await accounts.usage(since, name)
+
+    @get("/memory")
+    async def memory(self, services: ServicesDep, user: UserDep) -> dict[str, Any]:
+        """Where the server's resident memory goes, row by row, beside its RSS (admins only)."""
+        if user.role != "admin":
+            raise PermissionDeniedException("only admins can see the server's memory")
+        return await services.memory()
+
+
+class AdminPagesController(Controller):
+    include_in_schema = False
+    exception_handlers = UI_EXCEPTION_HANDLERS
+
+    @get("/admin/usage")
+    async def usage_page(
+        self, request: AnyRequest, accounts: AccountsDep, user: UserDep, since: str | None = None
+    ) -> Response[str]:
+        require_admin(user)
+        since = since or day_of()[:8] + "01"
+        report = await accounts.usage(since, None)
+        return html(request, "admin_usage.html", report=report, since=since)

@@ -1,0 +1,71 @@
+"""Existing databases upgrade: they record migrations by name, and those names never change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chatbox.store import Database, migrations
+
+# What databases in use have recorded in their `migrations` table, in the order applied.
+RECORDED = [
+    "0001_initial",
+    "0002_accounts",
+    "0003_knowledge",
+    "0004_turn_routing",
+    "0005_audit_log",
+    "0006_moderation",
+    "0007_data_rules",
+    "0008_summaries",
+    "0009_replicas",
+    "0010_teams",
+    "0011_import_staging",
+    "0012_audit_refuses_replace",
+]
+
+
+async def _recorded(db: Database) -> list[str]:
+    return [r["name"] for r in await db.fetchall("SELECT name FROM migrations ORDER BY rowid")]
+
+
+async def _schema(db: Database) -> list[tuple[str, str]]:
+    rows = await db.fetchall(
+        "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
+    )
+    return [(r["name"], r["sql"]) for r in rows]
+
+
+def test_the_list_keeps_every_recorded_name_in_its_place() -> None:
+    names = [name for name, _ in migrations.MIGRATIONS]
+    assert names[: len(RECORDED)] == RECORDED
+    assert len(set(names)) == len(names)
+
+
+async def test_a_database_migrated_to_the_end_is_recognised(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "db.sqlite")
+    schema = await _schema(db)
+    await db.close()
+    db = await Database.open(tmp_path / "db.sqlite")  # nothing is applied twice
+    assert (await _recorded(db))[: len(RECORDED)] == RECORDED
+    assert await _schema(db) == schema
+    await db.close()
+
+
+@pytest.mark.parametrize("steps", [4, 11])
+async def test_an_older_database_gets_exactly_the_steps_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int
+) -> None:
+    fresh = await Database.open(tmp_path / "fresh.sqlite")
+    want = await _schema(fresh)
+    await fresh.close()
+    every = migrations.MIGRATIONS
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", every[:steps])
+        old = await Database.open(tmp_path / "old.sqlite")
+        assert await _recorded(old) == RECORDED[:steps]
+        await old.close()
+    db = await Database.open(tmp_path / "old.sqlite")
+    assert await _recorded(db) == [name for name, _ in every]
+    assert await _schema(db) == want
+    await db.close()
