@@ -38,7 +38,7 @@ RUN apt-get update -q \
 ARG NODE_EXTRA_CA_CERTS
 WORKDIR /src
 COPY package.json package-lock.json ./
-RUN mkdir -p static && npm ci --no-audit --no-fund --loglevel=error
+RUN mkdir -p static && npm ci --omit=dev --no-audit --no-fund --loglevel=error
 
 # -- the toolchain: compiler, CMake, Python ------------------------------------------------------
 FROM ${BUILDER_IMAGE} AS toolchain

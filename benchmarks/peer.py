@@ -7,8 +7,7 @@
    cached under ~/.cache/chatbox/peer/<version>/ (about 8 minutes on 2 cores);
 2. starts both servers on chatbox's serving copy of the default model (the Q8_0 file
    `chatbox serve` loads on CPU), 8 slots and `-c`/`--n-ctx` 16,384 each (with a stream per
-   slot llama-server splits it 2,048 a slot; chatbox gives each slot n_ctx_per_seq cells,
-   4,096, and its --n-ctx sizes only the unified pool); chatbox with a policy
+   slot both split it 2,048 a slot); chatbox with a policy
    that does not cap one user's streams and no moderation (llama-server has none;
    --moderation keeps chatbox's default in and out checks); llama-server with `-t` = the
    cores (for one-token steps and batches alike), chatbox with its defaults unless --threads;
@@ -25,8 +24,15 @@
    part on both servers goes first (--warmup: a fresh process's first requests are slow
    here);
 4. prints each run (with chunks per token of the 1- and 8-stream parts: one a token is
-   what OpenAI and llama-server send), then the median over pairs of chatbox / llama-server.
+   what OpenAI and llama-server send), then the median over pairs of chatbox / llama-server;
+5. prints the resident memory (VmRSS) of both servers at ready and after the load, and
+   chatbox's own breakdown of it (`chatbox doctor`'s rows) after the load.
 Targets: >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
+
+--as-shipped: chatbox as a team runs it: the default moderation (in and out checks) and the
+shipped engine settings (no --n-parallel / --n-ctx passed to chatbox). --memory: only the
+memory part (both servers' RSS at ready, one round of every part, RSS after it; no timed
+pairs). --no-peer: chatbox alone (where llama-server is not built).
 """
 
 from __future__ import annotations
@@ -140,6 +146,7 @@ class Server:
     url: str
     key: str
     model: str
+    admin: str = ""  # chatbox: an admin's API key
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -170,13 +177,15 @@ def start_chatbox(args: argparse.Namespace, work: Path) -> Server:
     ((_, key),) = make_users(data, 1, 1.0)  # one paid user
     policy = work / "policy.toml"  # no per-user stream cap, nobody shed
     text = BENCH_POLICY.format(model="smollm2", high_water=256)
-    if not args.moderation:  # llama-server moderates nothing: compare the engines alone
+    if not (args.moderation or args.as_shipped):  # llama-server moderates nothing
         text += "\n[moderation]\nenabled = false\n"
     policy.write_text(text)
     port = free_port()
     cmd = [sys.executable, "-m", "chatbox", "--data-dir", str(data), "serve"]
     cmd += ["--port", str(port), "--model", "smollm2", "--policy", str(policy)]
-    cmd += ["--n-parallel", str(args.slots), "--n-ctx", str(args.n_ctx), "--log-level", "warning"]
+    if not args.as_shipped:
+        cmd += ["--n-parallel", str(args.slots), "--n-ctx", str(args.n_ctx)]
+    cmd += ["--log-level", "warning"]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     cmd += args.chatbox_arg
@@ -192,7 +201,55 @@ def start_chatbox(args: argparse.Namespace, work: Path) -> Server:
     )
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "/readyz", log)
-    return Server("chatbox", proc, url, key, "smollm2")
+    admin = admin_key(data)
+    return Server("chatbox", proc, url, key, "smollm2", admin)
+
+
+ADMIN_KEY = ("keys", "create", "--user", "admin")
+
+
+def admin_key(data: Path) -> str:
+    """An API key for chatbox's admin (for its memory breakdown)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "chatbox", "--data-dir", str(data), *ADMIN_KEY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def rss_mb(server: Server) -> float:
+    """The server process's resident memory (VmRSS), MB."""
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def breakdown(server: Server) -> list[tuple[str, float]]:
+    """chatbox's rows of where its RSS goes (GET /v1/admin/memory), MB, largest first."""
+    resp = httpx.get(
+        server.url + "/v1/admin/memory",
+        headers={"Authorization": f"Bearer {server.admin}"},
+        timeout=60,
+    )
+    resp.raise_for_status()
+    return [(r["what"], r["bytes"] / 2**20) for r in resp.json()["rows"]]
+
+
+def settle_memory(servers: list[Server], seconds: float = 30.0) -> None:
+    """Wait until neither server's RSS moved by more than 1 MB for 3 s (work that follows
+    readiness, e.g. chatbox loading its encoders), at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    last = [rss_mb(s) for s in servers]
+    while time.monotonic() < deadline:
+        time.sleep(3)
+        now = [rss_mb(s) for s in servers]
+        if all(abs(a - b) < 1 for a, b in zip(now, last, strict=True)):
+            return
+        last = now
 
 
 def start_peer(args: argparse.Namespace, binary: Path, model: Path, work: Path) -> Server:
@@ -536,24 +593,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--moderation", action="store_true", help="keep chatbox's default moderation on"
     )
+    ap.add_argument(
+        "--as-shipped",
+        action="store_true",
+        help="chatbox's default moderation and shipped engine settings",
+    )
+    ap.add_argument("--memory", action="store_true", help="only RSS at ready and after a round")
+    ap.add_argument("--no-peer", action="store_true", help="chatbox alone")
     ap.add_argument("--only-build", action="store_true", help="build the peer and stop")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "peer.json"))
     args = ap.parse_args(argv)
     from chatbox.settings import settings_from_env
 
     version = importlib.metadata.version("llama-cpp-python")
-    built = build_peer(settings_from_env().cache_dir, version, args.jobs)
-    # Run a copy under another name, so that stopping it never touches another llama-server.
-    binary = built.with_name("cpp-peer")
-    if not binary.exists() or binary.stat().st_mtime < built.stat().st_mtime:
-        shutil.copy2(built, binary)
-    print(f"llama-server: {binary}")
+    binary = Path("/nonexistent")
+    if not args.no_peer:
+        built = build_peer(settings_from_env().cache_dir, version, args.jobs)
+        # A copy under another name: stopping it never touches another llama-server.
+        binary = built.with_name("cpp-peer")
+        if not binary.exists() or binary.stat().st_mtime < built.stat().st_mtime:
+            shutil.copy2(built, binary)
+        print(f"llama-server: {binary}")
     if args.only_build:
         return 0
     model = serving_model()
     print(f"model: {model}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="chatbox-peer-"))
-    servers = [start_chatbox(args, work), start_peer(args, binary, model, work)]
+    servers = [start_chatbox(args, work)]
+    if not args.no_peer:
+        servers.append(start_peer(args, binary, model, work))
+    if args.memory:
+        return memory_only(args, servers, binary, model, work)
     runs: list[dict[str, Any]] = []
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
@@ -597,6 +667,40 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"version": version, "model": str(model), "args": vars(args), "runs": runs}
     out.write_text(json.dumps({**result, "ratios": ratios}, indent=2))
+    print(f"wrote {out} (server logs in {work})")
+    return 0
+
+
+def memory_only(
+    args: argparse.Namespace, servers: list[Server], binary: Path, model: Path, work: Path
+) -> int:
+    """RSS of each server at ready and after one round of every part; chatbox's rows."""
+    try:
+        settle_memory(servers)
+        ready = {s.name: rss_mb(s) for s in servers}
+        at_ready = breakdown(servers[0])
+        for phase in PHASES:
+            for server in list(servers):
+                settle(servers)
+                run_phase_retrying(server, args, phase, binary, model, work, servers)
+        after = {s.name: rss_mb(s) for s in servers}
+        rows = breakdown(servers[0])
+    finally:
+        for server in servers:
+            server.stop()
+    print("\n| server | RSS at ready MB | RSS after the load MB |")
+    print("|---|---|---|")
+    for name in ready:
+        print(f"| {name} | {ready[name]:,.0f} | {after[name]:,.0f} |")
+    print("\n| chatbox: where RSS goes | at ready MB | after the load MB |")
+    print("|---|---|---|")
+    before = dict(at_ready)
+    for what, mb in rows:
+        print(f"| {what} | {before.get(what, 0.0):,.1f} | {mb:,.1f} |")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"args": vars(args), "rss_ready_mb": ready, "rss_after_mb": after}
+    out.write_text(json.dumps({**result, "breakdown_after_mb": dict(rows)}, indent=2))
     print(f"wrote {out} (server logs in {work})")
     return 0
 

@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService
+from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
@@ -28,16 +29,21 @@ from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
+from chatbox.data.retention import Retention, RetentionReport
+from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
+from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
-from chatbox.store import Store
+from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
+TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
 
 
 class NoModelError(RuntimeError):
@@ -260,12 +266,21 @@ class Services:
             if rule.model and rule.model not in known:
                 log.warning("tier %s names model %s, which is not installed", tier, rule.model)
 
+        moderation = self.moderation.start() if self.moderation is not None else None
+
         async def load_all() -> None:
             for name in self.default_models():
                 try:
                     await self.models.engine(name)
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
+            if moderation is not None:  # its encoders and classifiers
+                await asyncio.gather(moderation, return_exceptions=True)
+            # What loading freed goes back to the system instead of staying resident, and
+            # from then on what answers, uploads and parking free (a few ms a trim).
+            while True:
+                await asyncio.to_thread(release_free_memory)
+                await asyncio.sleep(TRIM_EVERY_S)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
 
@@ -287,6 +302,7 @@ class Services:
             known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
             known.kv[name] = mem["kv_bytes"]
             known.parked += mem["parked_bytes"]
+            known.state_free += mem.get("state_free_bytes", 0)
         known.encoders = self.knowledge.embedder.memory()
         out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
         out["models"] = self.models.pool.loaded()
@@ -350,6 +366,53 @@ class OperatorServices:
             return done
 
         return Workspaces(store, erase)
+
+    async def run_retention(
+        self, actor: Actor, dry_run: bool, forget: Callable[[str], object] | None
+    ) -> RetentionReport:
+        """Erase (or list) conversations past their tier's retention; audited."""
+        erasure = ErasureRepo(self._store.db)
+
+        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
+            done = await erasure.conversations(user_id, ids)
+            if forget is not None:
+                for conv_id in ids:
+                    forget(conv_id)  # parked KV files of the erased conversations
+            return done
+
+        policy = Policy.load(self.settings.policy_path)
+        return await Retention(erasure, policy, erase, self.accounts.audit).run(dry_run, actor)
+
+    async def erase_account(
+        self,
+        actor: Actor,
+        user: User,
+        forget: Callable[[str], object] | None,
+        forget_scope: Callable[[str], object] | None,
+    ) -> Erased:
+        """Erase an account and everything it owns; audited."""
+        return await erase_account(self._store, actor, user, forget, kv_forget_scope=forget_scope)
+
+    async def export_account(self, actor: Actor, user: User) -> bytes:
+        """An account's export as zip bytes, recorded in the audit log."""
+        await self.accounts.record(actor, "user.export", user)
+        return await export_zip(self._store, user)
+
+    async def set_retention(self, actor: Actor, user: User, mode: str) -> None:
+        """`none`: the account stores no content; `default`: its tier's. Audited."""
+        await TransferRepo(self._store.db).set_user_zero_retention(user.id, mode == "none")
+        await self.accounts.record(actor, "user.set_retention", user, retention=mode)
+
+    async def set_key_retention(self, actor: Actor, key_ref: str, mode: str) -> bool:
+        """As set_retention for one active API key (by id or prefix); False if there is none."""
+        keys = await self._store.keys.list()
+        key = next((k for k in keys if key_ref in (k.id, k.prefix)), None)
+        if key is None or key.revoked_at is not None:
+            return False
+        await TransferRepo(self._store.db).set_key_zero_retention(key.id, mode == "none")
+        owner = await self._store.users.get(key.user_id)
+        await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
+        return True
 
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""

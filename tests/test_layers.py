@@ -138,9 +138,6 @@ HTTP_OR_SQL = {"litestar", "starlette", "httpx", "aiosqlite", "sqlite3", "sqlean
 ALLOWED: dict[tuple[str, str], str] = {
     ("chatbox.cli.accounts", "chatbox.store"): "users/keys commands open the Store themselves",
     ("chatbox.cli.accounts", "chatbox.store.usage"): "usage reports read day_of from the store",
-    ("chatbox.cli.data", "chatbox.store"): "retention and export open the Store themselves",
-    ("chatbox.cli.data", "chatbox.store.erasure"): "retention builds the ErasureRepo itself",
-    ("chatbox.cli.data", "chatbox.store.transfer"): "export and import build the TransferRepo",
 }
 
 

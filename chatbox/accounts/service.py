@@ -21,6 +21,10 @@ log = logging.getLogger("chatbox.accounts")
 ADMIN_PASSWORD_FILE = "admin-password.txt"  # in the data directory, mode 0600
 
 
+class AccountDisabled(Exception):
+    """The password was right, but an admin has disabled the account."""
+
+
 class AccountsService:
     """Who is acting: password and key checks, sessions, and the users admins manage."""
 
@@ -50,7 +54,14 @@ class AccountsService:
         return await self.store.sessions.get(token)
 
     async def check_password(self, name: str, password: str) -> User | None:
-        return await self.store.users.check_password(name, password)
+        """The enabled user the name and password belong to; None when they do not match.
+
+        Raises AccountDisabled only after the right password: that an account exists and is
+        disabled is told to whoever holds its password, never to a guesser."""
+        user = await self.store.users.verify_password(name, password)
+        if user is not None and user.disabled:
+            raise AccountDisabled(user.name)
+        return user
 
     async def start_session(self, user: User) -> str:
         """A new browser session for `user`; the cookie token."""

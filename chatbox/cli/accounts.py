@@ -77,6 +77,13 @@ async def _user(store: Store, name: str) -> User:
     return user
 
 
+async def _person(services: OperatorServices, name: str) -> User:
+    user = await services.accounts.by_name(name)
+    if user is None:
+        raise click.ClickException(f"no user named {name!r} (see `chatbox users list`)")
+    return user
+
+
 def _table(rows: list[list[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

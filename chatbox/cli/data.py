@@ -11,10 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chatbox.cli.accounts import _admin, _settings, _user, keys, users, with_store
+from chatbox.cli.accounts import (
+    _person,
+    _settings,
+    keys,
+    users,
+    with_services,
+)
 
 if TYPE_CHECKING:
-    from chatbox.store import Store
+    from chatbox.services import OperatorServices
 
 RETENTION_CHOICES = click.Choice(["none", "default"])
 
@@ -41,26 +47,14 @@ def retention() -> None:
 @click.pass_context
 def retention_run(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Erase (or, with --dry-run, list) the conversations past their tier's retention."""
-    from chatbox.accounts import AuditLog, cli_actor
-    from chatbox.chat.policy import Policy
-    from chatbox.data.retention import Retention
-    from chatbox.store.erasure import Erased, ErasureRepo
+    from chatbox.accounts import cli_actor
 
     forget = _kv_forget(ctx)
 
-    async def run(store: Store) -> Any:
-        erasure = ErasureRepo(store.db)
+    async def run(services: OperatorServices) -> Any:
+        return await services.run_retention(cli_actor(), dry_run, forget)
 
-        async def erase(user_id: str, ids: Any) -> Erased:
-            done = await erasure.conversations(user_id, ids)
-            for conv_id in ids if forget else ():
-                forget(conv_id)
-            return done
-
-        policy = Policy.load(_settings(ctx).policy_path)
-        return await Retention(erasure, policy, erase, AuditLog(store)).run(dry_run, cli_actor())
-
-    report = with_store(ctx, run)
+    report = with_services(ctx, run)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
@@ -83,17 +77,16 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Erase an account and everything it owns (usage counts stay, nameless)."""
     if not yes and not click.confirm(f"Erase {name!r} and all of its data for good?"):
         raise click.ClickException("nothing was deleted")
-    from chatbox.data.service import erase_account
+    from chatbox.accounts import cli_actor
     from chatbox.services import kv_scope_forget
 
     forget, forget_scope = _kv_forget(ctx), kv_scope_forget(_kv_dir(ctx))
 
-    async def run(store: Store) -> Any:
-        user = await _user(store, name)
-        actor = _admin(store).actor
-        return await erase_account(store, actor, user, forget, kv_forget_scope=forget_scope)
+    async def run(services: OperatorServices) -> Any:
+        user = await _person(services, name)
+        return await services.erase_account(cli_actor(), user, forget, forget_scope)
 
-    erased = with_store(ctx, run)
+    erased = with_services(ctx, run)
     click.echo(
         f"Erased {name!r}: {erased.conversations} conversation(s), {erased.documents} "
         f"document(s), {erased.memories} memory fact(s)",
@@ -113,15 +106,12 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
 @click.pass_context
 def users_export(ctx: click.Context, name: str, output: Path | None) -> None:
     """Export an account's data (for a user who lost access); recorded in the audit log."""
-    from chatbox.data.service import export_zip
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> bytes:
-        user = await _user(store, name)
-        admin = _admin(store)
-        await admin.audit.record(admin.actor, "user.export", user)
-        return await export_zip(store, user)
+    async def run(services: OperatorServices) -> bytes:
+        return await services.export_account(cli_actor(), await _person(services, name))
 
-    body = with_store(ctx, run)
+    body = with_services(ctx, run)
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(body)
         return
@@ -137,15 +127,12 @@ def users_export(ctx: click.Context, name: str, output: Path | None) -> None:
 @click.pass_context
 def users_set_retention(ctx: click.Context, name: str, mode: str) -> None:
     """`none`: the account stores no content (temporary chats only); `default`: its tier's."""
-    from chatbox.store.transfer import TransferRepo
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> None:
-        user = await _user(store, name)
-        await TransferRepo(store.db).set_user_zero_retention(user.id, mode == "none")
-        admin = _admin(store)
-        await admin.audit.record(admin.actor, "user.set_retention", user, retention=mode)
+    async def run(services: OperatorServices) -> None:
+        await services.set_retention(cli_actor(), await _person(services, name), mode)
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"{name!r}: retention {mode}", err=True)
 
 
@@ -155,18 +142,11 @@ def users_set_retention(ctx: click.Context, name: str, mode: str) -> None:
 @click.pass_context
 def keys_set_retention(ctx: click.Context, key_id: str, mode: str) -> None:
     """`none`: requests with this key store no content; `default`: as its user's."""
-    from chatbox.store.transfer import TransferRepo
+    from chatbox.accounts import cli_actor
 
-    async def run(store: Store) -> None:
-        key = next((k for k in await store.keys.list() if key_id in (k.id, k.prefix)), None)
-        if key is None or key.revoked_at is not None:
+    async def run(services: OperatorServices) -> None:
+        if not await services.set_key_retention(cli_actor(), key_id, mode):
             raise click.ClickException(f"no active key {key_id!r} (see `chatbox keys list`)")
-        await TransferRepo(store.db).set_key_zero_retention(key.id, mode == "none")
-        owner = await store.users.get(key.user_id)
-        admin = _admin(store)
-        await admin.audit.record(
-            admin.actor, "key.set_retention", owner, key_id=key.id, retention=mode
-        )
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"key {key_id}: retention {mode}", err=True)

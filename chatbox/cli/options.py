@@ -21,14 +21,14 @@ def kv_options(f: F) -> F:
                 "--n-ctx",
                 type=int,
                 default=None,
-                help="KV cells of the unified pool (CHATBOX_KV_UNIFIED=1); a KV stream per "
-                "slot (the default) holds --n-ctx-per-seq cells each.",
+                help="KV cells per model: shared out among the slots' streams (the "
+                "default), or the unified pool (CHATBOX_KV_UNIFIED=1).",
             ),
             click.option(
                 "--n-ctx-per-seq",
                 type=int,
                 default=None,
-                help="Most tokens one conversation holds.",
+                help="Most tokens one conversation holds (default: --n-ctx over the slots).",
             ),
         )
     ):

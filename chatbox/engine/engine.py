@@ -29,6 +29,9 @@ from chatbox.engine.tuning import (
     available_cores,
     decode_threads,
     idle_cell_budget,
+    kv_shape,
+    memory_available,
+    park_budget,
     parks,
     prefix_cache_warning,
 )
@@ -48,6 +51,15 @@ from chatbox.engine.types import (
 from chatbox.settings import EngineSettings
 
 MAX_SEQS = 256  # llama.cpp's LLAMA_MAX_SEQ
+
+
+def _slots(s: EngineSettings) -> int:
+    """Sequence ids of the context: the decoding slots and those that only cache prefixes."""
+    n_parallel = max(1, s.n_parallel)
+    extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else (n_parallel if s.kv_unified else 0)
+    return min(n_parallel + extra, MAX_SEQS)
+
+
 log = logging.getLogger(__name__)
 
 
@@ -80,9 +92,15 @@ class LlamaEngine:
         else:
             self.template = ChatTemplate(source, self._bos_text, eos)
         train = self.model.n_ctx_train
-        per_seq = min(settings.n_ctx_per_seq, settings.n_ctx)
-        if train > 0:
-            per_seq = min(per_seq, train)
+        self._available = memory_available()
+        self._n_slots = _slots(settings)
+        self._cells, per_seq = kv_shape(
+            settings,
+            self._n_slots,
+            train,
+            self.model.kv_bytes(1, settings.kv_type),
+            self._available,
+        )
         # the attention kernel as decided for this model on this hardware
         self.settings = attention(settings, self.model.offloaded, self.model.n_head, per_seq)
         # where that left the choice open (plain attention by default on CPU), it is timed
@@ -106,9 +124,7 @@ class LlamaEngine:
         if self._scheduler is not None:
             return
         s = self.settings
-        n_parallel = max(1, s.n_parallel)
-        extra = s.n_cached_seqs if s.n_cached_seqs >= 0 else (n_parallel if s.kv_unified else 0)
-        n_slots = min(n_parallel + extra, MAX_SEQS)
+        n_parallel, n_slots = max(1, s.n_parallel), self._n_slots
         cores = available_cores()
         threads, batch_threads = decode_threads(s.n_threads, cores)
         per_seq = self.info.n_ctx_per_seq
@@ -118,7 +134,18 @@ class LlamaEngine:
             if await asyncio.to_thread(timing):
                 self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
-        n_ctx = max(s.n_ctx, per_seq) if s.kv_unified else n_slots * per_seq
+        n_ctx = self._cells
+        kv_bytes = self.model.kv_bytes(n_ctx, s.kv_type)
+        park_bytes = park_budget(s.park_bytes, kv_bytes, self._available)
+        log.info(
+            "%s: KV cache of %d cells (%s; %d a conversation), %d MB; parked KV in RAM up to %d MB",
+            self.info.name,
+            n_ctx,
+            "one pool" if s.kv_unified else f"{n_slots} streams",
+            per_seq,
+            kv_bytes >> 20,
+            park_bytes >> 20,
+        )
         warning = prefix_cache_warning(s, n_ctx, per_seq)
         if warning:
             log.warning("%s: %s", self.info.name, warning)
@@ -137,6 +164,8 @@ class LlamaEngine:
         )
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
+        # state memory kept free for the next save: no more than parking may hold
+        ctx.states.keep_bytes = min(ctx.states.keep_bytes, max(0, park_bytes))
         self._ctx = ctx
         disk = await asyncio.to_thread(open_store, s, self.model.path, ctx.states)
         self._scheduler = Scheduler(
@@ -145,7 +174,7 @@ class LlamaEngine:
             n_parallel=min(n_parallel, n_slots),
             n_slots=n_slots,
             n_ctx_per_seq=self.info.n_ctx_per_seq,
-            park_bytes=s.park_bytes,
+            park_bytes=park_bytes,
             metrics=self.metrics,
             stall_ratio=s.prefill_stall_ratio,
             prefill_chunk=s.prefill_chunk,
@@ -321,7 +350,13 @@ class LlamaEngine:
         parked = 0
         if sched is not None:
             parked = sched.slots.parked.size + sched.slots.heads.size
-        return {"path": str(self.model.path), "kv_bytes": kv, "parked_bytes": parked}
+        kept = ctx.states.free_bytes if ctx is not None else 0
+        return {
+            "path": str(self.model.path),
+            "kv_bytes": kv,
+            "parked_bytes": parked,
+            "state_free_bytes": kept,
+        }
 
     async def kv_report(self) -> dict[int, tuple[int, int]]:
         """seq -> (cached tokens per the slot table, per llama.cpp); they must agree."""

@@ -71,6 +71,67 @@ def attention(
     return replace(s, flash_attn=fa, n_ubatch=ubatch)
 
 
+KV_MEMORY_SHARE = 4  # one model's KV cache takes at most 1/4 of the memory available at load
+PARK_KV_SHARE = 8  # parked KV in RAM: by default an eighth of the model's KV cache...
+PARK_MEMORY_SHARE = 16  # ...and at most 1/16 of the memory available at load
+MIN_CELLS = 256  # llama.cpp pads a stream to 256 cells: a conversation gets at least this
+UNIFIED_PER_SEQ = 4096  # the most one conversation may hold of a unified pool, by default
+
+
+def memory_available() -> int:
+    """MemAvailable from /proc/meminfo in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def kv_shape(
+    s: EngineSettings, n_slots: int, n_ctx_train: int, cell_bytes: int, available: int
+) -> tuple[int, int]:
+    """(KV cells of the context, the most one conversation may hold) for these settings.
+
+    With a stream per slot, n_ctx is shared out among the slots unless n_ctx_per_seq asks
+    a size; a unified pool is n_ctx cells. Either way the cache takes at most
+    1/KV_MEMORY_SHARE of the memory available (where that is known): past it, a unified
+    pool gets fewer cells, and each slot's stream fewer, in steps of MIN_CELLS.
+    """
+    if s.n_ctx_per_seq > 0:
+        per_seq = s.n_ctx_per_seq
+    elif s.kv_unified:
+        per_seq = min(s.n_ctx, UNIFIED_PER_SEQ)
+    else:
+        per_seq = max(MIN_CELLS, s.n_ctx // max(1, n_slots))
+    if n_ctx_train > 0:
+        per_seq = min(per_seq, n_ctx_train)
+    cap = available // KV_MEMORY_SHARE // cell_bytes if available > 0 and cell_bytes > 0 else 0
+    if s.kv_unified:
+        per_seq = min(per_seq, s.n_ctx)
+        n_ctx = max(s.n_ctx, per_seq)
+        if cap and n_ctx > cap:
+            n_ctx = max(MIN_CELLS, cap // MIN_CELLS * MIN_CELLS)
+            per_seq = min(per_seq, n_ctx)
+        return n_ctx, per_seq
+    if cap and n_slots * per_seq > cap:
+        per_seq = min(per_seq, max(MIN_CELLS, cap // n_slots // MIN_CELLS * MIN_CELLS))
+    return n_slots * per_seq, per_seq
+
+
+def park_budget(configured: int, kv_bytes: int, available: int) -> int:
+    """Host RAM for parked KV: as configured, or (-1) 1/PARK_KV_SHARE of the KV cache's bytes
+    and at most 1/PARK_MEMORY_SHARE of the memory available (the disk tier keeps more)."""
+    if configured >= 0:
+        return configured
+    budget = kv_bytes // PARK_KV_SHARE
+    if available > 0:
+        budget = min(budget, available // PARK_MEMORY_SHARE)
+    return budget
+
+
 def idle_cell_budget(
     configured: int, n_ctx: int, n_ctx_per_seq: int, parking: bool, unified: bool = True
 ) -> tuple[int, int]:
@@ -100,7 +161,7 @@ def idle_cell_budget(
 
 def parks(s: EngineSettings) -> bool:
     """Whether prefixes that leave the KV cache are kept (host RAM or disk)."""
-    return s.park_bytes > 0 or s.kv_dir is not None
+    return s.park_bytes != 0 or s.kv_dir is not None
 
 
 def prefix_cache_warning(s: EngineSettings, n_ctx: int, n_ctx_per_seq: int) -> str | None:

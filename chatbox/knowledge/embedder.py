@@ -38,6 +38,7 @@ from chatbox.cpu import URGENT
 from chatbox.knowledge.onnx_encoder import (
     OnnxEncoder,
     SplitEncoder,
+    cached_onnx_encoder,
     onnx_encoder,
     quantized_encoder,
     split_encoder,
@@ -70,7 +71,7 @@ def default_model_path() -> Path:
     raise EmbeddingUnavailable(f"{PACKAGE} is installed without its model files")
 
 
-_MODELS: dict[tuple[str, str, str, str, bool], Any] = {}
+_MODELS: dict[tuple[str, str, str, str, bool, str], Any] = {}
 _SPLITS: dict[tuple[str, str, str], SplitEncoder | None] = {}
 _MODELS_LOCK = threading.Lock()
 
@@ -89,7 +90,7 @@ def _shared_model(
     `onnx_cache` on CPU it is an `OnnxEncoder` when its vectors match torch's; `approximate`:
     its int8 copy where one can be made, else the same model."""
     runtime = "onnx" if onnx_cache is not None and device == "cpu" else "torch"
-    key = (str(path), device, lane, runtime, approximate)
+    key = (str(path), device, lane, runtime, approximate, str(onnx_cache))
     if approximate:
         exact = _shared_model(path, device, lane, threads, onnx_cache)
         with _MODELS_LOCK:
@@ -100,6 +101,14 @@ def _shared_model(
                 _MODELS[key] = quick or exact
             return _MODELS[key]
     with _MODELS_LOCK:  # also makes the first lane export the ONNX graph, the other reuse it
+        if key not in _MODELS and runtime == "onnx" and onnx_cache is not None:
+            # a graph exported and checked before is loaded without importing torch
+            cached = cached_onnx_encoder(path, onnx_cache, threads)
+            if cached is not None:
+                _MODELS[key] = cached
+                log.info("embedding model (%s lane, onnxruntime) loaded from %s", lane, path)
+        if isinstance(_MODELS.get(key), OnnxEncoder):
+            return _MODELS[key]
         if threads > 0:
             import torch
 
@@ -127,6 +136,14 @@ def _shared_split(quick: Any, lane: str, threads: int) -> SplitEncoder | None:
         if key not in _SPLITS:
             _SPLITS[key] = split_encoder(quick, SCREEN_LAYERS, threads)
         return _SPLITS[key]
+
+
+def _encoder_key(enc: Any) -> object:
+    """What an encoder's memory is: its ONNX session (shared by lanes), or the object."""
+    session = getattr(enc, "session", None)
+    if isinstance(enc, SplitEncoder):
+        session = getattr(enc, "_front", None)
+    return id(session) if session is not None else id(enc)
 
 
 def _encoder_bytes(enc: Any) -> int:
@@ -198,15 +215,19 @@ class Embedder:
         return self._urgent.model is not None or self._background.model is not None
 
     def memory(self) -> dict[str, int]:
-        """Estimated bytes of each loaded lane's encoders (ONNX graph files, torch weights)."""
+        """Estimated bytes of each loaded lane's encoders (ONNX graph files, torch weights);
+        a graph both lanes run is one session, counted once."""
         out: dict[str, int] = {}
+        seen: set[object] = set()
         for lane in (self._urgent, self._background):
-            seen: set[int] = set()
             size = 0
             for enc in (lane.model, lane.quick, lane.split):
-                if enc is None or id(enc) in seen:
+                if enc is None:
                     continue
-                seen.add(id(enc))
+                held = _encoder_key(enc)
+                if held in seen:
+                    continue
+                seen.add(held)
                 size += _encoder_bytes(enc)
             if size:
                 out[f"embeddings: {lane.name} lane"] = size

@@ -9,7 +9,9 @@ The graph is exported once from the sentence-transformers files (torch's exporte
 under the cache directory, and checked against torch before it is used: if its vectors do
 not match (another architecture, a pooling other than the mean, an exporter change), the
 embedder keeps torch and says so. Tokenising, mean pooling and normalising are done here,
-as sentence-transformers does them.
+as sentence-transformers does them. The check's vectors are kept beside the graph, so a
+later start loads the graph with the `tokenizers` library alone and checks it against them:
+the server never imports torch once the graph exists (`cached_onnx_encoder`).
 
 Moderation alone may use a copy with int8 weights (`quantized_encoder`): about twice as fast
 again, with vectors within cosine 0.97 of the exact ones, so the category classifier meets
@@ -25,8 +27,11 @@ only a text the screen finds anything in goes on through the other three layers.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import json
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,7 +80,23 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         feeds, mask = self.tokenized(texts)
-        return _pooled(self.session.run(None, feeds)[0], mask)
+        return _pooled(self.session.run(None, feeds, run_options())[0], mask)
+
+
+_RUN: list[Any] = []
+
+
+def run_options() -> Any:
+    """Options of every run: the arena gives back what a run took beyond its first chunk.
+    Otherwise one batch of long texts (an upload, a classifier's training set) keeps
+    ~300 MB resident for good; a message's run allocates too little to notice."""
+    if not _RUN:
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        _RUN.append(options)
+    return _RUN[0]
 
 
 def _pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -108,28 +129,79 @@ class SplitEncoder:
 
     def front(self, text: str) -> tuple[np.ndarray, Partial]:
         feeds, mask = self._whole.tokenized([text])
-        hidden: np.ndarray = self._front.run(None, feeds)[0]
+        hidden: np.ndarray = self._front.run(None, feeds, run_options())[0]
         return _pooled(hidden, mask)[0], Partial(feeds, mask, hidden)
 
     def back(self, partial: Partial) -> np.ndarray:
         feeds = {name: partial.feeds[name] for name in self._back_inputs}
-        hidden: np.ndarray = self._back.run(None, {**feeds, self.cut: partial.hidden})[0]
+        hidden: np.ndarray = self._back.run(
+            None, {**feeds, self.cut: partial.hidden}, run_options()
+        )[0]
         vector: np.ndarray = _pooled(hidden, partial.mask)[0]
         return vector
 
 
+class TextTokenizer:
+    """A model's `tokenizer.json` run by the `tokenizers` library, called as the
+    transformers tokenizer is here (padded batches of ids, masks and type ids; plain ids
+    for counting), without importing transformers or torch. Not shared between threads."""
+
+    model_input_names = list(INPUTS)
+
+    def __init__(self, path: Path, max_length: int) -> None:
+        from tokenizers import Tokenizer
+
+        self._plain = Tokenizer.from_file(str(path))
+        self._plain.no_truncation()
+        self._plain.no_padding()
+        pad = Tokenizer.from_file(str(path)).padding or {}
+        self._batch = Tokenizer.from_file(str(path))
+        self._batch.enable_truncation(max_length)
+        # padded to the batch's longest text (the file may ask a fixed length)
+        self._batch.enable_padding(
+            pad_id=int(pad.get("pad_id", 0)),
+            pad_type_id=int(pad.get("pad_type_id", 0)),
+            pad_token=str(pad.get("pad_token", "[PAD]")),
+        )
+
+    def __call__(
+        self,
+        texts: list[str],
+        padding: bool = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
+        tok = self._batch if (padding or truncation) else self._plain
+        rows = tok.encode_batch(texts, add_special_tokens=add_special_tokens)
+        out: dict[str, Any] = {
+            "input_ids": [r.ids for r in rows],
+            "attention_mask": [r.attention_mask for r in rows],
+            "token_type_ids": [r.type_ids for r in rows],
+        }
+        if return_tensors == "np":
+            return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+        return out
+
+
+def _version(dist: str) -> str:
+    """An installed distribution's version, read without importing it."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
 def graph_file(cache_dir: Path, model_path: Path) -> Path:
     """Where the exported graph lives: named by the model and the versions that made it."""
-    import torch
-    import transformers
-
     config = model_path / "config.json"
     key = "|".join(
         (
             str(model_path.resolve()),
             config.read_text() if config.exists() else "",
-            torch.__version__,
-            transformers.__version__,
+            _version("torch"),
+            _version("transformers"),
             str(EXPORT_VERSION),
         )
     )
@@ -286,7 +358,62 @@ def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder
     return split
 
 
+def checked_file(graph: Path) -> Path:
+    """Beside a graph: torch's vectors for PROBES and the model's token limit, written once
+    the graph's vectors matched them."""
+    return graph.with_suffix(".checked.json")
+
+
+def _record_check(graph: Path, expected: np.ndarray, max_seq_length: int) -> None:
+    record = checked_file(graph)
+    tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    with _removed_on_error(tmp):
+        tmp.write_text(json.dumps({"max_seq_length": max_seq_length, "vectors": expected.tolist()}))
+    tmp.replace(record)
+
+
+def cached_onnx_encoder(model_path: Path, cache_dir: Path, threads: int) -> OnnxEncoder | None:
+    """The graph an earlier start exported and checked against torch, loaded without torch
+    and checked again against the vectors torch gave then; None where there is none or it
+    does not match (the caller then takes the torch path)."""
+    path = graph_file(cache_dir, model_path)
+    record = checked_file(path)
+    if not (path.exists() and record.exists() and (model_path / "tokenizer.json").exists()):
+        return None
+    try:
+        meta = json.loads(record.read_text())
+        limit = int(meta["max_seq_length"])
+        expected = np.asarray(meta["vectors"], dtype=np.float32)
+        tokenizer = TextTokenizer(model_path / "tokenizer.json", limit)
+        encoder = OnnxEncoder(_session(path, threads), tokenizer, limit, path)
+        got = encoder.encode(list(PROBES))
+    except Exception as exc:  # a damaged file: the torch path exports and checks it again
+        log.warning("the cached ONNX graph %s is loaded through torch (%s)", path, exc)
+        record.unlink(missing_ok=True)
+        return None
+    if got.shape != expected.shape or float(np.abs(got - expected).max()) > TOLERANCE:
+        log.warning("the cached ONNX graph %s is loaded through torch: its vectors moved", path)
+        record.unlink(missing_ok=True)
+        return None
+    return encoder
+
+
+# One session per graph file and thread count: a session's run is safe from several threads
+# at once, so the two lanes share one copy of the weights (each keeps its own tokenizer).
+_SESSIONS: dict[tuple[str, int], tuple[int, Any]] = {}  # -> (the file's mtime, session)
+_SESSIONS_LOCK = threading.Lock()
+
+
 def _session(path: Path, threads: int) -> Any:
+    key, stamp = (str(path.resolve()), threads), path.stat().st_mtime_ns
+    with _SESSIONS_LOCK:
+        held = _SESSIONS.get(key)
+        if held is None or held[0] != stamp:  # a file written again is a new graph
+            held = _SESSIONS[key] = (stamp, _new_session(path, threads))
+        return held[1]
+
+
+def _new_session(path: Path, threads: int) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -331,6 +458,7 @@ def onnx_encoder(
             list(PROBES), convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
         )
         if got.shape == expected.shape and float(np.abs(got - expected).max()) <= TOLERANCE:
+            _record_check(path, np.asarray(expected, dtype=np.float32), encoder.max_seq_length)
             return encoder
         log.warning("embeddings stay in torch: the ONNX graph's vectors differ from torch's")
         path.unlink(missing_ok=True)

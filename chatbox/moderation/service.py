@@ -68,10 +68,9 @@ class ModerationService:
     def enabled(self) -> bool:
         return self.policy.enabled
 
-    def start(self) -> None:
+    def start(self) -> asyncio.Task[None] | None:
         """Load (or, on first start, train) the classifiers in the background."""
-        if self.enabled:
-            self.moderator.start()
+        return self.moderator.start() if self.enabled else None
 
     async def check(self, user: User, text: str, direction: str = "input") -> Verdict:
         return await self.moderator.check(text, user.tier, direction, scope=user.id)

@@ -17,7 +17,8 @@ from typing import Any
 
 # shared-library families worth a row of their own (matched on the mapped file's path)
 LIBRARIES = (
-    ("torch libraries", re.compile(r"/(torch|nvidia|triton)/|libtorch|libgomp")),
+    # (not libgomp: llama.cpp's OpenMP runtime is mapped without torch too)
+    ("torch libraries", re.compile(r"/(torch|nvidia|triton)/|libtorch")),
     ("ONNX Runtime libraries", re.compile(r"onnxruntime")),
     ("llama.cpp libraries", re.compile(r"llama_cpp|libllama|libggml")),
     ("numpy / scipy / sklearn", re.compile(r"/(numpy|scipy|sklearn)(\.libs)?/")),
@@ -41,6 +42,7 @@ class Known:
     weights: dict[str, str] = field(default_factory=dict)  # file path -> model name
     kv: dict[str, int] = field(default_factory=dict)  # model name -> KV cache bytes
     parked: int = 0  # parked KV held in RAM, bytes
+    state_free: int = 0  # KV state memory kept free for the next save, bytes
     encoders: dict[str, int] = field(default_factory=dict)  # row label -> bytes
 
 
@@ -77,6 +79,19 @@ def malloc_free_bytes() -> int:
         return 0
     fn.restype = _MallInfo2
     return int(fn().fordblks)
+
+
+def release_free_memory() -> bool:
+    """Hand the memory glibc's malloc holds free back to the system (malloc_trim(0)):
+    loading models, encoders and classifiers frees tens of MB that would otherwise stay
+    resident. False where there is no glibc."""
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return bool(fn(0))
 
 
 def vm_rss(pid: int | str = "self") -> int:
@@ -128,6 +143,7 @@ def breakdown(
     left = anon  # anonymous memory not yet accounted for
     estimated = [(f"KV cache: {name}", size) for name, size in known.kv.items()]
     estimated.append(("parked KV in RAM", known.parked))
+    estimated.append(("KV state memory kept for the next save", known.state_free))
     estimated += list(known.encoders.items())
     # freed C memory malloc keeps for reuse (resident where it was touched; malloc_trim returns it)
     free = malloc_free_bytes() if malloc_free is None else malloc_free

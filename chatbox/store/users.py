@@ -110,10 +110,15 @@ class UserRepo:
 
     async def check_password(self, name: str, password: str) -> User | None:
         """The user when the name and password match and the account is enabled."""
+        user = await self.verify_password(name, password)
+        return None if user is None or user.disabled else user
+
+    async def verify_password(self, name: str, password: str) -> User | None:
+        """The user when the name and password match, disabled or not (the caller decides)."""
         row = await self.db.fetchone("SELECT * FROM users WHERE name = ?", (name,))
         stored = row["password_hash"] if row else None
         ok = await asyncio.to_thread(_verify, stored, password)
-        if not ok or row is None or row["disabled"]:
+        if not ok or row is None:
             return None
         return User.from_row(row)
 

@@ -2,7 +2,7 @@
 plots render and update without a reload, under the strict CSP.
 
 Run: pytest -m browser tests/cluster/test_replica_console_browser.py
-Screenshot: docs/screenshots/console-live-replicas.png
+Screenshot: console-live-replicas.png (scripts/screenshots.sh: docs/screenshots)
 """
 
 from __future__ import annotations

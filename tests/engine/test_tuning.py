@@ -22,6 +22,8 @@ from chatbox.engine.tuning import (
     attention,
     available_cores,
     decode_threads,
+    kv_shape,
+    park_budget,
     prefix_cache_warning,
     thread_choices,
 )
@@ -253,6 +255,62 @@ async def test_urgent_work_in_the_process_gets_a_core_while_it_runs(tiny_gguf: P
         assert squeezed == min(2, max(1, available_cores() - 1))
         assert sched.tuner.threads == 2  # back to the configured count
         assert during.text == after.text  # fewer threads, the same answer
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+MB = 2**20
+
+
+def test_the_kv_cache_is_n_ctx_shared_out_among_the_slots_unless_a_size_is_asked() -> None:
+    s = EngineSettings(n_parallel=8, n_ctx=16384)  # the shipped shape
+    assert kv_shape(s, 8, n_ctx_train=8192, cell_bytes=23040, available=0) == (16384, 2048)
+    # a size asked per conversation is given to every slot, whatever n_ctx says
+    asked = replace(s, n_ctx_per_seq=4096)
+    assert kv_shape(asked, 8, 8192, 23040, 0) == (32768, 4096)
+    # no more than the model was trained on
+    assert kv_shape(replace(s, n_ctx=16384 * 8), 8, 8192, 23040, 0) == (65536, 8192)
+    # a unified pool is n_ctx cells, a conversation at most 4,096 of them
+    pool = replace(s, kv_unified=True)
+    assert kv_shape(pool, 16, 8192, 23040, 0) == (16384, 4096)
+
+
+def test_the_kv_cache_takes_at_most_a_quarter_of_the_memory_available() -> None:
+    s = EngineSettings(n_parallel=8, n_ctx=16384)
+    # 360 MB of KV on a box with 1 GB available: each slot gets fewer cells
+    cells, per_seq = kv_shape(s, 8, 8192, 23040, available=1024 * MB)
+    assert cells * 23040 <= 256 * MB and per_seq % 256 == 0 and per_seq == 1280
+    pool = replace(s, kv_unified=True)
+    cells, per_seq = kv_shape(pool, 16, 8192, 23040, available=1024 * MB)
+    assert cells * 23040 <= 256 * MB and per_seq <= cells
+    # never less than one padded stream a slot
+    assert kv_shape(s, 8, 8192, 23040, available=MB)[1] == 256
+
+
+def test_parked_kv_in_ram_is_sized_from_the_kv_cache_and_the_memory_available() -> None:
+    assert park_budget(-1, kv_bytes=360 * MB, available=0) == 45 * MB
+    assert park_budget(-1, kv_bytes=360 * MB, available=480 * MB) == 30 * MB
+    assert park_budget(64 * MB, kv_bytes=360 * MB, available=800 * MB) == 64 * MB  # as set
+    assert park_budget(0, kv_bytes=360 * MB, available=800 * MB) == 0  # parking off
+
+
+async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_it(
+    tiny_gguf: Path,
+) -> None:
+    settings = EngineSettings(n_parallel=4, n_ctx=2048, n_threads=2, stream_interval_s=0)
+    engine = LlamaEngine(tiny_gguf, "tiny", settings)
+    try:
+        await engine.start()
+        assert engine.info.n_ctx_per_seq == 512  # 2,048 cells shared out among 4 slots
+        memory = engine.memory()
+        assert memory["kv_bytes"] == engine.model.kv_bytes(2048, "f16")
+        assert engine._scheduler is not None
+        park = engine._scheduler.slots.park_bytes
+        assert 0 < park <= memory["kv_bytes"] // 8
+        # free state memory kept for reuse is bounded by what parking may hold
+        assert engine._ctx is not None and engine._ctx.states.keep_bytes <= park
+        assert memory["state_free_bytes"] <= park
     finally:
         await engine.stop()
         engine.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +15,12 @@ import pytest
 from chatbox.knowledge.embedder import Embedder, default_model_path
 from chatbox.knowledge.onnx_encoder import (
     OnnxEncoder,
+    cached_onnx_encoder,
+    checked_file,
     graph_file,
     onnx_encoder,
     quantized_encoder,
+    run_options,
     split_encoder,
 )
 
@@ -215,3 +221,76 @@ def test_an_unknown_runtime_is_refused_at_start() -> None:
     assert settings_from_env({"CHATBOX_EMBEDDING_RUNTIME": "torch"}).embedding_runtime == "torch"
     with pytest.raises(ValueError, match="embedding_runtime must be one of onnx, torch"):
         settings_from_env({"CHATBOX_EMBEDDING_RUNTIME": "onxx"})
+
+
+def test_a_graph_checked_once_loads_without_torch(st_model: object, tmp_path: Path) -> None:
+    # the first start exports the graph and checks it against torch...
+    assert onnx_encoder(st_model, default_model_path(), tmp_path, threads=1) is not None
+    script = (
+        "import asyncio, json, sys\n"
+        "from pathlib import Path\n"
+        "from chatbox.knowledge.embedder import Embedder\n"
+        "async def main():\n"
+        f"    e = Embedder(onnx_cache=Path({str(tmp_path)!r}))\n"
+        "    try:\n"
+        f"        v = await e.embed({TEXTS!r}, urgent=True)\n"
+        "        await e.load(approximate=True)\n"
+        "    finally:\n"
+        "        e.close()\n"
+        "    return v\n"
+        "v = asyncio.run(main())\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'v': v.tolist()}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # ...and a later start (a new process) runs it without importing torch at all
+    assert got["torch"] is False, done.stderr[-2000:]
+    expected = st_model.encode(TEXTS, normalize_embeddings=True)  # type: ignore[attr-defined]
+    assert np.abs(np.asarray(got["v"]) - expected).max() < 1e-4
+
+
+def test_a_graph_checked_against_vectors_that_moved_goes_back_through_torch(
+    st_model: object, tmp_path: Path
+) -> None:
+    assert onnx_encoder(st_model, default_model_path(), tmp_path, threads=1) is not None
+    record = checked_file(graph_file(tmp_path, default_model_path()))
+    meta = json.loads(record.read_text())
+    meta["vectors"][0][0] += 0.5  # torch's vectors, as another version would give them
+    record.write_text(json.dumps(meta))
+    assert cached_onnx_encoder(default_model_path(), tmp_path, threads=1) is None
+    assert not record.exists()  # the torch path checks the graph again and writes it anew
+
+
+def test_both_lanes_run_one_copy_of_each_graph(tmp_path: Path) -> None:
+    async def loaded() -> Embedder:
+        e = Embedder(onnx_cache=tmp_path)
+        await e.load(approximate=True)
+        return e
+
+    e = asyncio.run(loaded())
+    try:
+        urgent, background = e._urgent.model, e._background.model
+        assert isinstance(urgent, OnnxEncoder) and isinstance(background, OnnxEncoder)
+        assert urgent.session is background.session  # one copy of the weights
+        assert urgent.tokenizer is not background.tokenizer  # a tokenizer per lane's thread
+        # the breakdown counts the shared graph once
+        assert "embeddings: background lane" in e.memory()
+        assert e.memory().get("embeddings: urgent lane", 0) == _file_bytes(urgent)
+        # (the background lane's own: the int8 copy and its halves, not the exact graph again)
+        assert e.memory()["embeddings: background lane"] < _file_bytes(background)
+    finally:
+        e.close()
+
+
+def _file_bytes(encoder: OnnxEncoder) -> int:
+    assert encoder.path is not None
+    return encoder.path.stat().st_size
+
+
+def test_every_run_gives_its_arena_growth_back() -> None:
+    # a batch of long texts grows ONNX Runtime's arena by ~300 MB; it is given back after
+    # the run instead of staying resident (the memory breakdown's heap row)
+    options = run_options()
+    assert options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"

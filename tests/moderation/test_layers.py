@@ -247,3 +247,27 @@ async def test_the_watch_checks_overlapping_windows_and_cuts_once() -> None:
     assert all(len(w.split()) <= 8 for w in seen)  # never more than the window
     # Consecutive windows overlap (stride < window).
     assert seen[0].split()[-4:] == seen[1].split()[:4]
+
+
+def test_a_calm_answer_to_an_insult_is_neither_harassment_nor_self_harm(
+    moderator: Moderator,
+) -> None:
+    """The model's apology after "worthless idiot" is no category (held-out rows): it was
+    cut as self-harm, an empathetic tone read as distress, and flagged as harassment."""
+    replies = [
+        t
+        for label, t in read_labelled(HELDOUT)
+        if label == "none" and ("upset" in t or "frustrated with me" in t)
+    ]
+    assert len(replies) == 2
+    thresholds = moderator.policy.tier("free").thresholds
+
+    async def score() -> list[dict[str, float]]:
+        await moderator.start()
+        assert moderator.categories is not None and moderator.embedder is not None
+        vectors = await moderator.embedder.embed(replies)
+        return [moderator.categories.scores(v[None, :]) for v in vectors]
+
+    for text, scores in zip(replies, asyncio.run(score()), strict=True):
+        over = {c: s for c, s in scores.items() if s >= thresholds.get(c, 1.0)}
+        assert not over, (text, over)

@@ -58,3 +58,24 @@ def test_memory_is_for_admins_only(box: Served) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "403" in done.stderr and not done.stdout
+
+
+def test_a_restarted_server_moderates_with_its_encoders_and_no_torch(box: Served) -> None:
+    # the first start exported the embedding graph and checked it against torch; a start
+    # after that (every later one) needs neither torch nor sentence-transformers
+    box.stop()
+    box.start()
+    resp = httpx.post(
+        box.url + "/v1/chat/completions",
+        headers=box.admin,
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+        timeout=120,
+    )
+    assert resp.status_code == 200, resp.text  # its input was moderated: the encoder ran
+    assert box.proc is not None
+    maps = Path(f"/proc/{box.proc.pid}/maps").read_text()
+    assert "libtorch" not in maps
+    report = httpx.get(box.url + "/v1/admin/memory", headers=box.admin, timeout=60).json()
+    rows = {r["what"]: r["bytes"] for r in report["rows"]}
+    assert rows.get("embeddings: urgent lane", 0) > 0
+    assert rows.get("torch libraries", 0) == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatbox.observability.memory import Known, Mapping, breakdown
+from chatbox.observability.memory import Known, Mapping, breakdown, release_free_memory
 
 MB = 2**20
 
@@ -29,3 +29,11 @@ def test_rows_sort_files_and_take_known_parts_out_of_the_heap_capped_by_what_is_
     assert rows["embeddings: urgent lane"] == 0
     assert rows["Python heap and other anonymous memory"] == 0
     assert report["total_bytes"] == 685 * MB and report["other_bytes"] == 15 * MB
+
+
+def test_memory_freed_inside_the_heap_goes_back_to_the_system() -> None:
+    blocks = [bytearray(4096) for _ in range(20_000)]  # 80 MB from malloc's arenas
+    pin = [bytearray(4096) for _ in range(16)]  # above them: free() alone cannot shrink the heap
+    del blocks
+    assert release_free_memory()  # malloc_trim handed pages back
+    assert pin

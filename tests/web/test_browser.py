@@ -6,8 +6,10 @@ Screenshots: /tmp/chatbox-ui.png (desktop) and /tmp/chatbox-ui-phone.png (390x84
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
+# Screenshots go to a temporary directory: a test run never touches tracked files.
+# scripts/screenshots.sh points this at docs/screenshots to refresh the docs' on purpose.
+SHOTS = Path(
+    os.environ.get("CHATBOX_SCREENSHOTS") or Path(tempfile.gettempdir()) / "chatbox-screenshots"
+)
 STORY = "Write a very long story about a dragon who learns to bake bread. Make it detailed."
 
 

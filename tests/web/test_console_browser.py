@@ -2,7 +2,7 @@
 without a reload, a trace opens to its waterfall, under the strict CSP.
 
 Run: pytest -m browser tests/web/test_console_browser.py
-Screenshots: docs/screenshots/console-*.png
+Screenshots: console-*.png in a temporary directory (scripts/screenshots.sh: docs/screenshots)
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import pytest
 
 from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import LiveServer, test_settings
-from tests.web.test_browser import browser, login, page  # noqa: F401  (shared fixtures)
+from tests.web.test_browser import SHOTS, browser, login, page  # noqa: F401  (shared fixtures)
 
 pytestmark = pytest.mark.browser
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture(scope="module")

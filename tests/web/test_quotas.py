@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from chatbox.catalog.registry import ModelRegistry
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_ready
 from tests.gateway import Box, gateway_box
 from tests.sse import parse_sse
 
@@ -178,6 +178,7 @@ def test_fair_share_bounds_one_users_concurrent_answers(tmp_path: Path, tiny_ggu
         settings = box.client.app.state.services.settings
     registry = ModelRegistry(settings.models_path)
     with LiveServer(settings, registry) as live:
+        wait_ready(lambda: httpx.get(live.url + "/readyz").status_code)
         app = live.server.config.app
         engine = app.state.services.models.pool._engines["tiny"]
         gate = threading.Event()

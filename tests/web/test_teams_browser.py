@@ -4,7 +4,7 @@ its link; an admin creates a workspace in the console, its owner adds a member a
 chat in, and the workspace page shows both members, the chat and the library.
 
 Run: pytest -m browser tests/web/test_teams_browser.py
-Screenshots: docs/screenshots/share.png, docs/screenshots/workspace.png (the README's), and
+Screenshots: share.png and workspace.png (the README's; scripts/screenshots.sh refreshes them), and
 /tmp/chatbox-share-panel.png, /tmp/chatbox-delete-dialog.png, /tmp/chatbox-moved.png
 """
 
@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import LiveServer, on_smollm2, seed_user
-from tests.web.test_browser import browser, login, page, send, watch_csp  # noqa: F401
+from tests.web.test_browser import SHOTS, browser, login, page, send, watch_csp  # noqa: F401
 
 pytestmark = pytest.mark.browser
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 PASSWORDS = {"owen": "owen-password-1", "mia": "mia-password-1"}
 DONE = "#turns > .turn.assistant[data-status]:not(.streaming)"
 QUESTION = "Write two short sentences about sea otters."

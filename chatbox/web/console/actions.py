@@ -14,6 +14,7 @@ from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import People, PeopleError
 from chatbox.chat.model_admin import ModelAdmin, ModelAdminError
 from chatbox.services import Services
+from chatbox.web import urls
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, UserDep
 from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS, html
@@ -75,6 +76,7 @@ async def person_page(
     user: User,
     user_id: str,
     status: int = 200,
+    headers: dict[str, str] | None = None,
     /,
     **extra: Any,
 ) -> Response[str]:
@@ -89,7 +91,7 @@ async def person_page(
         request,
         "console_person.html",
         status,
-        None,
+        headers,
         section="people",
         person=person,
         tiers=tiers(services),
@@ -122,7 +124,11 @@ class ConsoleActions(Controller):
             added = await people.add(data.name, data.role, data.tier, data.password)
         except PeopleError as exc:
             raise refused(exc) from exc
-        return await person_page(request, services, user, added.id, notice=f"Added {added.name}.")
+        # The page now shows the person: the address bar says so (a reload or a link keeps it).
+        push = {"HX-Push-Url": urls.console_person(added.id)}
+        return await person_page(
+            request, services, user, added.id, 200, push, notice=f"Added {added.name}."
+        )
 
     @post("/people/{user_id:str}/{action:str}", status_code=200)
     async def change_user(

@@ -4,7 +4,6 @@ workspace (or back to the starter's own chats)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -69,12 +68,10 @@ async def _share_panel(
 
 def _link_row(share: Share) -> dict[str, Any]:
     """What the share panel shows of a link (its address is never kept, only its hash)."""
-    stamp = time.localtime(share.created_at)
     return {
         "id": share.id,
         "turns": share.turns,
-        "made": f"{stamp.tm_mday} {time.strftime('%b %Y, %H:%M', stamp)}",
-        "made_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp),
+        "made_at": share.created_at,  # shown in the reader's zone (the `when` filter)
     }
 
 

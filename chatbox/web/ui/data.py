@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, MediaType, Response, get, post
 from litestar.response import Stream
 
 from chatbox.accounts import User
@@ -92,6 +92,7 @@ class DataPagesController(Controller):
     async def import_file(
         self,
         request: AnyRequest,
+        chat: ChatDep,
         data_service: DataServiceDep,
         settings: SettingsDep,
         user: UserDep,
@@ -102,7 +103,10 @@ class DataPagesController(Controller):
         if form.file is None:
             raise InvalidInput("choose the conversations.json (or the zip) to import")
         done = await data_service.import_chatgpt(user, form.file.data)
-        return html(request, "_import_result.html", 200, None, result=done.as_dict())
+        body = render(request, "_import_result.html", result=done.as_dict())
+        # The sidebar lists the imported chats at once (out of band), not after a navigation.
+        body += render(request, "_sidebar.html", oob=True, **await sidebar(chat, user))
+        return Response(body, media_type=MediaType.HTML)
 
     @post("/ui/settings/delete", status_code=200)
     async def delete_account(

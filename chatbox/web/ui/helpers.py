@@ -27,6 +27,7 @@ from chatbox.chat import (
     NotFound,
     Overloaded,
     RateLimited,
+    Refused,
     RunEvent,
     TooLong,
     TurnRun,
@@ -186,14 +187,24 @@ def friendly_message(exc: Exception, refused: str = "Not attached") -> str:
     if isinstance(exc, ValidationException):
         return "That request was not understood; please reload the page."
     if isinstance(exc, HTTPException):
-        return str(exc.detail)
+        text = str(exc.detail).strip()
+        return text[:1].upper() + text[1:] + ("" if text.endswith((".", "?", "!")) else ".")
     return "Something went wrong on the server."
+
+
+def is_support(exc: Exception) -> bool:
+    """A message refused as self-harm: what answers it is support and resources."""
+    return isinstance(exc, Refused) and exc.category == "self-harm"
 
 
 def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached") -> Response[str]:
     """htmx requests get an inline alert (swapped into #alerts); pages get an error page."""
     problem = classify(exc)
     status, message, headers = problem.status, friendly_message(exc, refused), problem.headers
+    if request.headers.get("HX-Request") == "true" and is_support(exc):
+        # A person who may be at risk gets support, not an error (no red alert, no 4xx).
+        headers = {"HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
+        return html(request, "_support_alert.html", 200, headers)
     if request.headers.get("HX-Request") == "true":
         headers = {**headers, "HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
         return html(request, "_alert.html", status, headers, message=message, status=status)

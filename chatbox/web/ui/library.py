@@ -8,7 +8,6 @@ stores nothing.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from litestar import Controller, Response, get, post
@@ -37,7 +36,6 @@ def size_label(n: int) -> str:
 
 def document_row(d: Document) -> dict[str, Any]:
     """What the library list shows of a document."""
-    stamp = time.localtime(d.created_at)
     return {
         "id": d.id,
         "name": d.name,
@@ -45,8 +43,7 @@ def document_row(d: Document) -> dict[str, Any]:
         "pages": d.pages,
         "chunks": d.chunks,
         "chars": d.chars,
-        "uploaded": f"{stamp.tm_mday} {time.strftime('%b %Y, %H:%M', stamp)}",
-        "uploaded_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", stamp),
+        "uploaded_at": d.created_at,  # shown in the reader's zone (the `when` filter)
     }
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from litestar import Controller, Response, get, post
 from litestar.datastructures import Cookie
 
-from chatbox.accounts import AccountsService, TooManyAttempts
+from chatbox.accounts import AccountDisabled, AccountsService, TooManyAttempts
 from chatbox.settings import Settings
 from chatbox.web.auth import (
     CSRF_FIELD,
@@ -112,7 +112,19 @@ class LoginController(Controller):
                 {"Retry-After": str(exc.retry_after)},
             )
         await throttle.slow_down(name.lower())  # an account under attack: slowed, not locked
-        user = await accounts.check_password(name, data.password)
+        try:
+            user = await accounts.check_password(name, data.password)
+        except AccountDisabled:
+            throttle.pairs.clear(pair)  # the right password: no guess to count
+            request.state.auth_failure = "disabled"
+            return _login_page(
+                request,
+                settings,
+                403,
+                "This account is disabled. Ask your administrator to enable it again.",
+                name,
+                data.next,
+            )
         if user is None:
             throttle.accounts.fail(name.lower())
             throttle.pairs.fail(pair)

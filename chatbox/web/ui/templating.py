@@ -5,12 +5,17 @@ every template, whatever renders it first, sees the same filters and globals:
 
 - `markdown` (filter): untrusted text → sanitized HTML (chatbox.web.ui.render);
 - `urls` (global): the table of the UI's URLs (chatbox.web.urls), e.g. `urls.send(conv.id)`;
-- `upload_accept` (global): the file types the attach and upload buttons offer.
+- `upload_accept` (global): the file types the attach and upload buttons offer;
+- `when` (filter): a Unix time → a `<time datetime>` in UTC that app.js rewrites in the
+  viewer's own locale and time zone.
 """
 
 from __future__ import annotations
 
+import time
+
 from litestar.plugins.jinja import JinjaTemplateEngine
+from markupsafe import Markup
 
 from chatbox.web import urls
 from chatbox.web.ui.render import markdown
@@ -21,10 +26,22 @@ UPLOAD_ACCEPT = (
 )
 
 
+def when(epoch: float | int | None) -> Markup:
+    """A moment as `<time datetime>`: UTC text until app.js shows it in the viewer's zone."""
+    if epoch is None:
+        return Markup("")
+    stamp = time.gmtime(float(epoch))
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", stamp)
+    return Markup('<time class="local-time" datetime="{}">{}</time>').format(
+        iso, time.strftime("%Y-%m-%d %H:%M UTC", stamp)
+    )
+
+
 def configure_templates(engine: JinjaTemplateEngine) -> None:
     """Register the UI's filters and globals on the app's Jinja environment."""
     jinja = engine.engine
     jinja.filters["markdown"] = markdown
+    jinja.filters["when"] = when
     jinja.globals["urls"] = urls
     jinja.globals["upload_accept"] = UPLOAD_ACCEPT
     jinja.trim_blocks = jinja.lstrip_blocks = True  # leaner partials and SSE frames
