@@ -30,7 +30,8 @@ def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Ge
     try:
         return engine.submit(request)
     except ContextOverflowError as exc:
-        raise TooLong(exc.prompt_tokens, exc.limit) from exc
+        param = "prompt" if request.prompt is not None else None
+        raise TooLong(exc.prompt_tokens, exc.limit, param) from exc
     except EngineBusyError as exc:
         raise Overloaded(str(exc), retry_after_s) from exc
     except GrammarError as exc:
@@ -68,6 +69,7 @@ async def complete(
     moderation: ModerationService | None = None,
     zero_retention: bool = False,
     ticket: Ticket | None = None,
+    prompt: str | None = None,
 ) -> tuple[str, Generation, int]:
     """A stateless completion (the OpenAI-compatible API): model name, stream, prompt size.
 
@@ -77,7 +79,13 @@ async def complete(
     its KV has no key and is never parked (the engine drops it when the answer ends), and a
     review item keeps category and scores only. `ticket`: the user's request, admitted
     already (the answer cache admits before it looks).
+
+    A raw `prompt` (/v1/completions) is sent as it is, without the chat template; `messages`
+    is then ignored and the prompt is admitted and moderated as one user message. Its size
+    is checked by the engine as it is submitted (0 is returned for it).
     """
+    if prompt is not None:
+        messages = (ChatMessage("user", prompt),)
     if not messages:
         raise InvalidInput("messages must not be empty")
     sampling = options.sampling(max_tokens)
@@ -95,9 +103,13 @@ async def complete(
             texts = [m.content for m in messages]
             screening = await screen_messages(moderation, user, texts, zero_retention)
         engine = await models.engine(model)
-        # Tokenizing a long prompt is CPU work: in a thread, so the event loop keeps serving.
-        tokens = await asyncio.to_thread(engine.count_tokens, messages)
-        check_fits(engine, tokens)
+        tokens = 0
+        if prompt is None:
+            # Tokenizing a long prompt is CPU work: in a thread, so the loop keeps serving.
+            tokens = await asyncio.to_thread(engine.count_tokens, messages)
+            check_fits(engine, tokens)
+        # A raw prompt's next call is a longer prompt, not a follow-up: no KV kept for it.
+        keyed = user is not None and not zero_retention and prompt is None
         priority = ticket.priority if ticket else 0
         generation = submit(
             engine,
@@ -106,10 +118,11 @@ async def complete(
                 sampling,
                 priority=priority,
                 cache_scope=user.id if user else None,
-                cache_key=opening_key(user.id, messages) if user and not zero_retention else None,
+                cache_key=opening_key(user.id, messages) if user and keyed else None,
                 tools=options.tools,
                 n=options.n,
                 persist=not zero_retention,
+                prompt=prompt,
             ),
             gate.policy.overload.retry_after_s,
         )

@@ -173,9 +173,11 @@ class Conversations:
         options: TurnOptions,
         user: User | None = None,
         zero_retention: bool = False,
+        prompt: str | None = None,
     ) -> tuple[str, Generation, int]:
         """A stateless completion (the OpenAI-compatible API): model, stream, prompt size.
-        `zero_retention`: its KV is never kept or parked, its review items keep no text."""
+        `zero_retention`: its KV is never kept or parked, its review items keep no text.
+        `prompt`: a raw prompt instead of `messages`, without the chat template."""
         self.check_options(options)
         return await complete(
             self.models,
@@ -186,6 +188,7 @@ class Conversations:
             user,
             self.moderation,
             zero_retention,
+            prompt=prompt,
         )
 
     async def complete_exact(

@@ -44,12 +44,14 @@ class TooLong(ChatError):
     """The message cannot fit in the model's context window, or is longer than the message
     limit in characters (413); the message counts in the unit the limit is set in."""
 
-    def __init__(self, tokens: int, limit: int) -> None:
+    def __init__(self, tokens: int, limit: int, param: str | None = None) -> None:
+        what = "the prompt" if param == "prompt" else "the message"
         super().__init__(
-            f"the message is {tokens} tokens; this model's context window is {limit} tokens"
+            f"{what} is {tokens} tokens; this model's context window is {limit} tokens"
         )
         self.tokens = tokens
         self.limit = limit
+        self.param = param  # the request field that is too long, where there is one
 
     @classmethod
     def characters(cls, chars: int, limit: int) -> TooLong:

@@ -60,13 +60,15 @@ def tool_constraint(
     mode: ToolMode,
     name: str | None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    parallel: bool = True,
 ) -> Constraint:
-    """`auto` lets the model write text and constrains a call once it opens one; `required`
-    and a named function make the whole answer one call."""
+    """`auto` lets the model write text and constrains the calls once it opens one;
+    `required` and a named function make the whole answer calls. `parallel`: one or more
+    calls, else exactly one."""
     if not tools or mode == "none":
         return Constraint()
     try:
-        grammar = tool_call_grammar(tools, name, max_tokens)
+        grammar = tool_call_grammar(tools, name, max_tokens, parallel)
     except SchemaTooLarge as exc:
         raise InvalidInput(str(exc), exc.where or "tools") from exc
     except ValueError as exc:
@@ -184,7 +186,7 @@ _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\
 class Piece:
     """One step of an answer as it streams: text, a call's start, or arguments text."""
 
-    kind: Literal["content", "call", "arguments"]
+    kind: Literal["content", "call", "arguments", "end", "repeat"]
     text: str = ""
     index: int = 0  # which call
     call_id: str = ""
@@ -201,6 +203,7 @@ class CallReader:
 
     calls: list[dict[str, Any]] = field(default_factory=list)
     content: str = ""
+    repeated: bool = False  # a call came again: the answer is over
     _buf: str = ""
     _state: Literal["text", "head", "args", "after"] = "text"
     _depth: int = 0
@@ -208,9 +211,11 @@ class CallReader:
     _esc: bool = False
 
     def feed(self, text: str) -> list[Piece]:
+        if self.repeated:
+            return []
         self._buf += text
         out: list[Piece] = []
-        while self._step(out):
+        while not self.repeated and self._step(out):
             pass
         return [p for p in out if p.kind != "content" or p.text]
 
@@ -253,6 +258,10 @@ class CallReader:
             self._depth, self._in_str, self._esc = 0, False, False
             return True
         if self._state == "args":
+            if not self.calls[-1]["arguments"]:  # whitespace after the colon is not arguments
+                buf = self._buf = buf.lstrip()
+                if not buf:
+                    return False
             end = self._scan(buf)
             args = buf if end is None else buf[:end]
             if args:
@@ -261,6 +270,7 @@ class CallReader:
             self._buf = "" if end is None else buf[end:]
             if end is not None:
                 self._state = "after"
+                out.append(self._ended())
             return end is not None
         at = buf.find(CALL_CLOSE)  # after: skip the closing brace and tag
         if at < 0:
@@ -268,6 +278,17 @@ class CallReader:
             return False
         self._buf, self._state = buf[at + len(CALL_CLOSE) :], "text"
         return True
+
+    def _ended(self) -> Piece:
+        """The call's arguments are whole: "end", or "repeat" (and the call dropped) when
+        it is an earlier call again, which is a small model looping, not a new call."""
+        last = self.calls[-1]
+        index = len(self.calls) - 1
+        if any(_same(c, last) for c in self.calls[:-1]):
+            self.calls.pop()
+            self.repeated = True
+            return Piece("repeat", index=index)
+        return Piece("end", index=index)
 
     def _scan(self, buf: str) -> int | None:
         """Where the arguments value ends in buf (None: not yet), tracking JSON nesting."""
@@ -294,6 +315,15 @@ class CallReader:
             elif self._depth == 0 and ch in ",\n":
                 return i
         return None
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a["name"] != b["name"]:
+        return False
+    try:
+        return bool(json.loads(a["arguments"]) == json.loads(b["arguments"]))
+    except ValueError:
+        return bool(a["arguments"] == b["arguments"])
 
 
 def _partial_suffix(text: str, tag: str) -> int:

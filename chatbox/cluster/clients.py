@@ -253,7 +253,11 @@ class OpenAIClient:
     async def stream(self, model: str, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
         body = self._body(model, request)
         path = "/v1/chat/completions"
-        if request.continue_text:
+        if request.prompt is not None:  # a raw prompt: the server's text completions
+            path = "/v1/completions"
+            body.pop("messages")
+            body["prompt"] = request.prompt + request.continue_text
+        elif request.continue_text:
             if not self.can_continue:
                 raise CannotContinue(self.spec.url)
             path = "/v1/completions"

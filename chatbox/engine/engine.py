@@ -219,6 +219,11 @@ class LlamaEngine:
     def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
         return len(self.prompt_tokens(messages))
 
+    def raw_prompt_tokens(self, text: str) -> list[int]:
+        """A raw prompt's tokens: the model's BOS, then the text (special tokens parsed, as
+        llama.cpp's server does)."""
+        return self._retok.tokenize(text, self.model.add_bos)
+
     def public_prefix(self, shared: tuple[ChatMessage, ...], prompt: list[int]) -> int:
         """Prompt tokens that do not depend on what a user typed: the template around the
         configured messages `shared`, up to where the first typed message would start.
@@ -250,7 +255,10 @@ class LlamaEngine:
         sched = self._scheduler
         if sched is None:
             raise EngineError("the model is not loaded")
-        prompt = self.prompt_tokens(request.messages, request.tools)
+        if request.prompt is not None:
+            prompt = self.raw_prompt_tokens(request.prompt)
+        else:
+            prompt = self.prompt_tokens(request.messages, request.tools)
         if request.sampling.grammar:  # a bad grammar is the caller's error, not a failed run
             check_grammar(
                 self.model.vocab, request.sampling.grammar, request.sampling.grammar_triggers
@@ -259,7 +267,8 @@ class LlamaEngine:
             prompt += self.model.tokenize(
                 request.continue_text, add_special=False, parse_special=False
             )
-        extra = [t for t in self.template.stops if t not in request.sampling.stop]
+        raw = request.prompt is not None
+        extra = [t for t in self.template.stops if t not in request.sampling.stop and not raw]
         if extra:  # a transcript template: the answer ends where the next "User:" line starts
             request = replace(
                 request, sampling=replace(request.sampling, stop=(*request.sampling.stop, *extra))
@@ -292,8 +301,11 @@ class LlamaEngine:
 
             return sink
 
-        public = self.public_prefix(request.messages[: request.shared_messages], prompt)
-        follows = request.cache_key and request.n <= 1 and not request.tools  # turns.py
+        # A raw prompt has no template around it: all of it is the user's.
+        public = (
+            0 if raw else self.public_prefix(request.messages[: request.shared_messages], prompt)
+        )
+        follows = request.cache_key and request.n <= 1 and not request.tools and not raw
         follows = follows and not request.continue_text and not self.template.stops
         separator = self.turn_separator() if follows else ()
         for i in range(max(1, request.n)):
@@ -312,7 +324,7 @@ class LlamaEngine:
                     separator=separator,  # () whenever n > 1
                     capture_logits=0 if i else capture_logits,
                     ignore_eog=ignore_eog,
-                    lstrip=bool(self.template.stops) and not request.continue_text,
+                    lstrip=bool(self.template.stops) and not request.continue_text and not raw,
                 )
             )
         job = jobs[0]

@@ -223,9 +223,13 @@ def json_object_grammar() -> str:
 
 
 def tool_call_grammar(
-    tools: Sequence[ToolSpec], name: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS
+    tools: Sequence[ToolSpec],
+    name: str | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    parallel: bool = False,
 ) -> str:
-    """One call of one of the tools (or of `name`), arguments matching its schema.
+    """One call of one of the tools (or of `name`), arguments matching its schema; with
+    `parallel`, one or more such calls, one after another on their own lines.
 
     SchemaTooLarge names the tool's index in `tools` in its path (`tools[i]...`)."""
     defs: dict[str, dict[str, Any]] = {"$defs": {}, "definitions": {}}
@@ -251,7 +255,10 @@ def tool_call_grammar(
     schema = {**schema, **{key: found for key, found in defs.items() if found}}
     body = convert_schema(schema, ("name", "arguments"))
     body = re.sub(r"^root ::=", "tool-call ::=", body, flags=re.M)
-    return f'{body}\nroot ::= "{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"\n'
+    one = f'"{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"'
+    # A model that writes a newline after a call may still end there, not only call again.
+    more = ' ("\\n" tagged-tool-call)* "\\n"?' if parallel else ""
+    return f"{body}\ntagged-tool-call ::= {one}\nroot ::= tagged-tool-call{more}\n"
 
 
 def bound_tool_parameters(index: int, params: Any, budget: SchemaBudget) -> dict[str, Any]:

@@ -100,6 +100,9 @@ class GenerationRequest:
     n: int = 1  # answers to the same prompt; they share its prefill (KV sequence copy)
     # A partial answer to continue as the same assistant message (failover in router mode).
     continue_text: str = ""
+    # A raw prompt (/v1/completions): tokenized as it is, no chat template; `messages` then
+    # holds it as one user message, for moderation and estimates.
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)

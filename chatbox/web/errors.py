@@ -113,6 +113,8 @@ def classify(exc: Exception) -> Problem:
         problem.extra["available"] = exc.available
     if isinstance(exc, TooLong):
         problem.extra["limit"] = exc.limit
+        if exc.param:
+            problem.extra["param"] = exc.param
     if isinstance(exc, Overloaded):
         problem.headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, Refused):
@@ -217,6 +219,9 @@ def as_openai(exc: Exception, problem: Problem) -> Problem:
     elif isinstance(exc, TooLong):
         status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
         param = param or "messages"
+        # The official client's exception text is the message alone, and LangChain finds
+        # an overflow by this code in that text.
+        message = f"{message}; shorten the {param} ({code})"
     elif isinstance(exc, UnknownModel):
         kind, code, param = "invalid_request_error", "model_not_found", "model"
     elif isinstance(exc, Refused):

@@ -45,6 +45,12 @@ EXAMPLES: dict[tuple[str, str], Any] = {
         "max_tokens": 8,
         "temperature": 0.2,
     },
+    ("POST", "/v1/completions"): {
+        "model": "auto",
+        "prompt": "Descaling a pump means",
+        "max_tokens": 8,
+        "temperature": 0.2,
+    },
     ("POST", "/v1/embeddings"): {"input": ["citric acid", "descaling"], "model": None},
     ("POST", "/v1/moderations"): {"input": "Is this message fine?"},
     ("PATCH", "/v1/users/{user_id}/memory"): {"add": ["Prefers short answers"], "remove": []},

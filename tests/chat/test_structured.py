@@ -62,6 +62,25 @@ def test_two_calls_in_a_row() -> None:
     assert [c["name"] for c in calls] == ["get_weather", "get_time"]
 
 
+@pytest.mark.parametrize("cut", [1, 4, 1000])
+def test_a_repeated_call_ends_the_answer_and_is_dropped(cut: int) -> None:
+    other = CALL.replace("get_weather", "get_time")
+    reader = CallReader()
+    kinds = []
+    text = CALL + "\n" + other + "\n" + CALL.replace(": ", ":") + "\n" + other
+    for i in range(0, len(text), cut):
+        kinds += [p.kind for p in reader.feed(text[i : i + cut])]
+    assert [c["name"] for c in reader.calls] == ["get_weather", "get_time"]
+    assert reader.repeated and kinds.count("repeat") == 1 and kinds.count("end") == 2
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 7, 1000])
+def test_arguments_never_begin_with_whitespace(cut: int) -> None:
+    spaced = '<tool_call>\n{"name": "f", "arguments": \n  {"a": 1}}\n</tool_call>'
+    _, calls, _ = read(spaced + "\n" + spaced, cut)
+    assert [c["arguments"] for c in calls] == ['{"a": 1}', '{"a": 1}']
+
+
 def test_tool_choice_and_tools_are_checked() -> None:
     tools = tools_in([{"type": "function", "function": {"name": "f", "parameters": {}}}])
     assert tool_choice_in(None, tools) == ("auto", None)

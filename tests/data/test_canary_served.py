@@ -166,6 +166,11 @@ SENDERS: dict[str, Sender] = {
             ],
         },
     ),
+    "POST /v1/completions": lambda c, w: c.api(
+        "POST",
+        "/v1/completions",
+        json={"model": "tiny", "max_tokens": 2, "user": w, "prompt": [_text(w), _text(w)]},
+    ),
     "POST /v1/embeddings": lambda c, w: c.api(
         "POST", "/v1/embeddings", json={"input": [_text(w)], "user": w}
     ),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from chatbox.engine.types import (
 )
 from tests.engine.conftest import TINY_SETTINGS
 from tests.engine.helpers import assert_kv_consistent, chat, collect, wait_idle
+from tests.tinymodel import SPECIAL_TOKENS, tiny_vocab
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
@@ -183,6 +185,30 @@ async def test_tool_call_grammar_names_a_tool_and_its_arguments_validate(
     assert result.text.startswith("<tool_call>\n") and result.text.endswith("\n</tool_call>")
     call = json.loads(result.text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
     assert call["name"] == "forecast" and conforms(call["arguments"], params)
+
+
+async def test_parallel_tool_call_grammar_gives_several_calls_and_single_gives_one(
+    tiny_engine: LlamaEngine,
+) -> None:
+    """With its end tokens banned the tiny model goes on to a second call under the parallel
+    grammar; under the single-call grammar the grammar ends the answer all the same."""
+    params = {"type": "object", "properties": {"city": {"enum": ["Paris", "London"]}}}
+    params["required"] = ["city"]
+    tools = (ToolSpec("get_weather", "weather", json.dumps(params)),)
+    tagged = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+    no_end = tuple((tiny_vocab()[0].index(t), -100.0) for t in SPECIAL_TOKENS)
+    for parallel, calls in ((True, 2), (False, 1)):
+        grammar = tool_call_grammar(tools, None, 300, parallel=parallel)
+        sampling = SamplingParams(
+            temperature=1.0, seed=3, max_tokens=300, grammar=grammar, logit_bias=no_end
+        )
+        result = await collect(tiny_engine.submit(GenerationRequest(chat("go"), sampling)))
+        found = [json.loads(m) for m in tagged.findall(result.text)]
+        assert len(found) >= calls if parallel else len(found) == 1, result.text
+        assert all(c["name"] == "get_weather" for c in found)
+        assert all(c["arguments"]["city"] in ("Paris", "London") for c in found)
+        assert parallel or result.done.finish_reason == "stop"
+        assert result.text.startswith("<tool_call>\n")
 
 
 async def test_a_broken_grammar_is_refused_before_queueing(tiny_engine: LlamaEngine) -> None:

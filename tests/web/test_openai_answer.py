@@ -35,7 +35,7 @@ async def test_token_chunks_are_the_json_of_the_whole_chunk() -> None:
     events.append(DoneEvent("stop", Usage(3, len(TEXTS)), finish_reasons=("stop", "stop")))
     shape = AnswerShape(n=2)
     generation = Replay(events)
-    out = [c async for c in chunks(generation, "chatcmpl-x", 7, "tiny", False, shape)]
+    out = [c async for c in chunks(generation, "chatcmpl-x", 7, "tiny", False, shape, "fp_1")]
     # two role chunks, one per token, two finishing chunks, [DONE]
     assert len(out) == 2 + len(TEXTS) + 2 + 1
     for i, text in enumerate(TEXTS):
@@ -44,6 +44,7 @@ async def test_token_chunks_are_the_json_of_the_whole_chunk() -> None:
             "object": "chat.completion.chunk",
             "created": 7,
             "model": "tiny",
+            "system_fingerprint": "fp_1",
             "choices": [{"index": i % 2, "delta": {"content": text}, "finish_reason": None}],
         }
         chunk = out[2 + i]

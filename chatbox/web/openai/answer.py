@@ -40,6 +40,7 @@ class Choice:
         self.text: list[str] = []
         self.logprobs: list[dict[str, Any]] = []
         self._unsent: list[dict[str, Any]] = []  # logprobs not yet on a streamed chunk
+        self._held: list[Piece] = []  # a second or later call, until its arguments are whole
 
     def feed(self, event: TokenEvent) -> list[dict[str, Any]]:
         """Deltas for one token event."""
@@ -50,10 +51,32 @@ class Choice:
         if self.reader is None:
             self.text.append(event.text)
             return [{"content": event.text}]
-        return [_delta(p) for p in self.reader.feed(event.text)]
+        if self.reader.repeated:
+            return []
+        out = []
+        for p in self.reader.feed(event.text):
+            if p.kind == "repeat":  # the repeated call is never sent
+                self._held.clear()
+                break
+            if p.kind == "end":
+                out += [_delta(h) for h in self._held]
+                self._held.clear()
+            elif p.kind != "content" and p.index > 0:
+                self._held.append(p)  # sent once it is whole and not a repeat
+            else:
+                out.append(_delta(p))
+        return out
+
+    @property
+    def ended(self) -> bool:
+        """The model repeated a call: nothing it writes after that is read."""
+        return self.reader is not None and self.reader.repeated
 
     def finish(self) -> list[dict[str, Any]]:
-        return [_delta(p) for p in self.reader.finish()] if self.reader is not None else []
+        if self.reader is None or self.reader.repeated:
+            return []
+        held, self._held = self._held, []  # a last call cut by max_tokens, as it stands
+        return [_delta(p) for p in [*held, *self.reader.finish()]]
 
     def take_logprobs(self) -> dict[str, Any] | None:
         if not self.shape.logprobs:
@@ -62,8 +85,8 @@ class Choice:
         return {"content": sent}
 
     def finish_reason(self, reason: str) -> str:
-        if reason in ("length", "content_filter"):  # content_filter: moderation cut it
-            return reason
+        if reason == "content_filter" or (reason == "length" and not self.ended):
+            return reason  # content_filter: moderation cut it; a repeat ended it before any cut
         return "tool_calls" if self.reader is not None and self.reader.calls else "stop"
 
     def message(self) -> dict[str, Any]:
@@ -101,7 +124,7 @@ def _delta(piece: Piece) -> dict[str, Any]:
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
 
 
-def _reasons(done: DoneEvent, n: int) -> list[str]:
+def finish_reasons(done: DoneEvent, n: int) -> list[str]:
     return list(done.finish_reasons) if len(done.finish_reasons) == n else [done.finish_reason] * n
 
 
@@ -113,6 +136,8 @@ async def collect(generation: Generation, shape: AnswerShape) -> tuple[list[dict
         async for event in generation:
             if isinstance(event, TokenEvent):
                 choices[event.index].feed(event)
+                if shape.n == 1 and choices[0].ended:
+                    generation.cancel()  # ends with a DoneEvent (usage so far)
             elif isinstance(event, DoneEvent):
                 done = event
     finally:
@@ -120,7 +145,7 @@ async def collect(generation: Generation, shape: AnswerShape) -> tuple[list[dict
     if done is None or done.finish_reason == "error":
         raise GenerationFailed(done.error if done and done.error else "generation failed")
     out = []
-    for choice, reason in zip(choices, _reasons(done, shape.n), strict=True):
+    for choice, reason in zip(choices, finish_reasons(done, shape.n), strict=True):
         choice.finish()
         body: dict[str, Any] = {
             "index": choice.index,
@@ -139,27 +164,25 @@ async def chunks(
     model: str,
     include_usage: bool,
     shape: AnswerShape,
+    system_fingerprint: str,
 ) -> AsyncIterator[bytes]:
     """The answer as OpenAI's SSE chunks, ending with `data: [DONE]`."""
+    top = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": system_fingerprint,
+    }
 
     def frame(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        body = {
-            "id": ident,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": choices,
-            **extra,
-        }
+        body = {**top, "choices": choices, **extra}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
     # Most chunks carry one token's text and nothing else: their JSON is written as the fixed
     # head and that text, not encoded whole each time (this runs once per token on the event
     # loop the decode threads share the cores with). The bytes are what frame() writes.
-    head = json.dumps(
-        {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model},
-        ensure_ascii=False,
-    )[:-1]
+    head = json.dumps(top, ensure_ascii=False)[:-1]
 
     def text_chunk(index: int, text: str) -> bytes:
         content = json.dumps(text, ensure_ascii=False)
@@ -182,7 +205,11 @@ async def chunks(
                 [
                     {
                         "index": choice.index,
-                        "delta": {"role": "assistant", "content": ""},
+                        # A tool-call answer may have no content at all: OpenAI sends null.
+                        "delta": {
+                            "role": "assistant",
+                            "content": "" if choice.reader is None else None,
+                        },
                         "finish_reason": None,
                     }
                 ]
@@ -201,6 +228,8 @@ async def chunks(
                             out += one(choice, delta, None)
                 if out:
                     yield bytes(out)
+                if shape.n == 1 and choice.ended:
+                    generation.cancel()  # ends with a DoneEvent (usage so far)
             elif isinstance(event, DoneEvent):
                 done = event
         if done is None or done.finish_reason == "error":
@@ -208,7 +237,7 @@ async def chunks(
             error = {"error": {"message": message, "type": "server_error"}}
             yield f"data: {json.dumps(error)}\n\n".encode()
         else:
-            for choice, reason in zip(choices, _reasons(done, shape.n), strict=True):
+            for choice, reason in zip(choices, finish_reasons(done, shape.n), strict=True):
                 for delta in choice.finish():
                     yield one(choice, delta, None)
                 yield one(choice, {}, choice.finish_reason(reason))

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible API: /v1/chat/completions and /v1/models, stateless."""
+"""The OpenAI-compatible API: /v1/chat/completions, /v1/completions and /v1/models,
+stateless."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from litestar import Controller, Response, get, post
 from litestar.response import Stream
 
 from chatbox import __version__
-from chatbox.chat import ChatMessage, TurnOptions, UnknownModel
+from chatbox.chat import ChatMessage, Generation, TurnOptions, UnknownModel
 from chatbox.chat.structured import off_loop
 from chatbox.engine.types import ModelInfo
 from chatbox.web.api.knowledge import EMBEDDING_MODEL
@@ -24,6 +25,7 @@ from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
 from chatbox.web.openai.answer import chunks, collect, usage_out
 from chatbox.web.openai.request import AnswerShape, extend_options, messages_in
+from chatbox.web.openai.text import CompletionIn, collect_text, text_chunks
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 
@@ -145,12 +147,62 @@ class OpenAIController(Controller):
         ident = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         include_usage = bool((data.stream_options or {}).get("include_usage"))
-        body = chunks(generation, ident, created, model, include_usage, shape)
+        engine = await chat.models.engine(model)
+        body = chunks(
+            generation, ident, created, model, include_usage, shape, fingerprint(engine.info)
+        )
         return Stream(
             with_heartbeats(body, settings.heartbeat_s),
             media_type="text/event-stream",
             headers={**SSE_HEADERS, **headers},
         )
+
+    @post("/completions", status_code=200, responses=ERROR_RESPONSES)
+    async def text_completions(
+        self,
+        chat: ChatDep,
+        settings: SettingsDep,
+        user: UserDep,
+        data: CompletionIn,
+        data_service: DataServiceDep,
+    ) -> Response[Any] | Stream:
+        """Text completions: each prompt as it is, without the chat template; admitted,
+        moderated and metered per prompt as a chat completion is."""
+        prompts = data.prompts()
+        options, shape = await off_loop(lambda: data.options(settings.max_tokens))
+        zdr = await data_service.stores_nothing(user)
+        generations: list[Generation] = []
+        model = ""
+        try:
+            for prompt in prompts:
+                model, generation, _ = await chat.complete(
+                    (), options, user, zero_retention=zdr, prompt=prompt
+                )
+                generations.append(generation)
+        except BaseException:
+            for started in generations:
+                started.cancel()
+            raise
+        headers = {**chat.limit_headers(user), "x-chatbox-model": model}
+        headers.update(_route_headers(getattr(generations[0], "ticket", None)))
+        engine = await chat.models.engine(model)
+        top = {
+            "id": "cmpl-" + secrets.token_hex(12),
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint(engine.info),
+        }
+        if data.stream:
+            include_usage = bool((data.stream_options or {}).get("include_usage"))
+            body = text_chunks(generations, top, include_usage, shape)
+            return Stream(
+                with_heartbeats(body, settings.heartbeat_s),
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **headers},
+            )
+        choices, usage = await collect_text(generations, shape)
+        return Response({**top, "choices": choices, "usage": usage_out(usage)}, headers=headers)
 
     async def _whole(
         self,

@@ -184,7 +184,8 @@ def extend_options(
     tools = tools_in(values.get("tools"), budget)
     mode, name = tool_choice_in(values.get("tool_choice"), tools)
     fmt = response_constraint(values.get("response_format"), budget)
-    calls = tool_constraint(tools, mode, name, budget)
+    parallel = values.get("parallel_tool_calls") is not False  # OpenAI's default: true
+    calls = tool_constraint(tools, mode, name, budget, parallel)
     if fmt.grammar and calls.grammar:
         if mode == "required":
             raise InvalidInput(
