@@ -14,7 +14,7 @@ from chatbox.accounts.throttle import Attempts, LoginThrottle
 from chatbox.accounts.usage import usage_report
 from chatbox.observability.logs import notice
 from chatbox.settings import Settings
-from chatbox.store import AuditEntry, Session, Store, User
+from chatbox.store import ApiKey, AuditEntry, Session, Store, User
 
 log = logging.getLogger("chatbox.accounts")
 
@@ -44,6 +44,14 @@ class AccountsService:
 
     async def by_name(self, name: str) -> User | None:
         return await self.store.users.get_by_name(name)
+
+    async def users(self) -> list[User]:
+        """Every account, as admins list them."""
+        return await self.store.users.list()
+
+    async def keys(self, user: User | None = None) -> list[ApiKey]:
+        """The API keys of `user` (every user's when None), revoked ones included."""
+        return await self.store.keys.list(user.id if user else None)
 
     async def by_key(self, secret: str) -> User | None:
         """The enabled user owning this unrevoked API key."""

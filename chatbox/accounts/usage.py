@@ -7,7 +7,12 @@ from typing import Any
 from chatbox.store import Store, UsageRow
 from chatbox.store.usage import day_of
 
-__all__ = ["day_of", "usage_report"]
+__all__ = ["day_of", "month_start", "usage_report"]
+
+
+def month_start(now: float | None = None) -> str:
+    """The first day of the month (YYYY-MM-01) that `now` (default: now) falls in."""
+    return day_of(now)[:8] + "01"
 
 
 def row_out(row: UsageRow) -> dict[str, Any]:

@@ -13,9 +13,8 @@ import click
 from chatbox.settings import Settings, settings_from_env
 
 if TYPE_CHECKING:
-    from chatbox.accounts import UserAdmin
+    from chatbox.accounts import User, UserAdmin
     from chatbox.services import OperatorServices
-    from chatbox.store import Store, User
 
 T = TypeVar("T")
 # chatbox.store.users.ROLES, spelled out so that `chatbox --help` need not load the store
@@ -27,29 +26,9 @@ def _settings(ctx: click.Context) -> Settings:
     return ctx.find_object(Settings) or settings_from_env()
 
 
-def with_store(ctx: click.Context, fn: Callable[[Store], Awaitable[T]]) -> T:
-    """Open the database (creating the first admin on an empty one), run fn, close."""
-    import asyncio
-
-    from chatbox.accounts import ensure_admin
-    from chatbox.store import Store
-
-    settings = _settings(ctx)
-
-    async def run() -> T:
-        settings.ensure_dirs()
-        store = await Store.open(settings.db_path)
-        try:
-            await ensure_admin(store, settings)
-            return await fn(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
-
-
 def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable[T]]) -> T:
-    """Run fn on the services the command line uses (the database opened, then closed)."""
+    """Run fn on the services the command line uses: the database opened (the first admin
+    created on an empty one), then closed."""
     import asyncio
 
     from chatbox.services import operator_services
@@ -63,18 +42,11 @@ def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable
     return asyncio.run(run())
 
 
-def _admin(store: Store) -> UserAdmin:
+def _admin(services: OperatorServices) -> UserAdmin:
     """Account changes as the CLI (no login: `cli:<OS user>`), recorded in the audit log."""
-    from chatbox.accounts import UserAdmin, cli_actor
+    from chatbox.accounts import cli_actor
 
-    return UserAdmin(store, cli_actor())
-
-
-async def _user(store: Store, name: str) -> User:
-    user = await store.users.get_by_name(name)
-    if user is None:
-        raise click.ClickException(f"no user named {name!r} (see `chatbox users list`)")
-    return user
+    return services.accounts.admin(cli_actor())
 
 
 async def _person(services: OperatorServices, name: str) -> User:
@@ -137,12 +109,12 @@ def users_add(
     if not no_password:
         password, generated = _new_password(password)
 
-    async def run(store: Store) -> None:
-        if await store.users.get_by_name(name) is not None:
+    async def run(services: OperatorServices) -> None:
+        if await services.accounts.by_name(name) is not None:
             raise click.ClickException(f"a user named {name!r} already exists")
-        await _admin(store).add_user(name, role=role, tier=tier, password=password)
+        await _admin(services).add_user(name, role=role, tier=tier, password=password)
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(f"Added {role} {name!r} on the {tier} tier", err=True)
     if generated:
         click.echo(f"Password: {password}", err=True)
@@ -152,7 +124,7 @@ def users_add(
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def users_list(ctx: click.Context, as_json: bool) -> None:
-    found = with_store(ctx, lambda store: store.users.list())
+    found = with_services(ctx, lambda services: services.accounts.users())
     if as_json:
         click.echo(
             json.dumps(
@@ -172,10 +144,10 @@ def users_list(ctx: click.Context, as_json: bool) -> None:
 def _update(
     ctx: click.Context, name: str, change: Callable[[UserAdmin, User], Awaitable[Any]], done: str
 ) -> None:
-    async def run(store: Store) -> None:
-        await change(_admin(store), await _user(store, name))
+    async def run(services: OperatorServices) -> None:
+        await change(_admin(services), await _person(services, name))
 
-    with_store(ctx, run)
+    with_services(ctx, run)
     click.echo(done)
 
 
@@ -244,21 +216,21 @@ def keys() -> None:
 def keys_create(ctx: click.Context, name: str, label: str | None) -> None:
     """Print a new key on stdout (it is shown only this once)."""
 
-    async def run(store: Store) -> str:
-        user = await _user(store, name)
-        _, secret = await _admin(store).create_key(user, label)
+    async def run(services: OperatorServices) -> str:
+        user = await _person(services, name)
+        _, secret = await _admin(services).create_key(user, label)
         return secret
 
-    click.echo(with_store(ctx, run))
+    click.echo(with_services(ctx, run))
 
 
 @keys.command("list")
 @click.option("--user", "name", default=None)
 @click.pass_context
 def keys_list(ctx: click.Context, name: str | None) -> None:
-    async def run(store: Store) -> list[list[str]]:
-        names = {u.id: u.name for u in await store.users.list()}
-        user_id = (await _user(store, name)).id if name else None
+    async def run(services: OperatorServices) -> list[list[str]]:
+        names = {u.id: u.name for u in await services.accounts.users()}
+        user = await _person(services, name) if name else None
         return [
             [
                 k.id,
@@ -267,10 +239,10 @@ def keys_list(ctx: click.Context, name: str | None) -> None:
                 k.name or "",
                 "revoked" if k.revoked_at else "active",
             ]
-            for k in await store.keys.list(user_id)
+            for k in await services.accounts.keys(user)
         ]
 
-    _table([["ID", "KEY", "USER", "NAME", "STATUS"], *with_store(ctx, run)])
+    _table([["ID", "KEY", "USER", "NAME", "STATUS"], *with_services(ctx, run)])
 
 
 @keys.command("revoke")
@@ -278,7 +250,7 @@ def keys_list(ctx: click.Context, name: str | None) -> None:
 @click.pass_context
 def keys_revoke(ctx: click.Context, key_id: str) -> None:
     """Revoke a key by its id (or the prefix shown by `keys list`); it stops working at once."""
-    if not with_store(ctx, lambda store: _admin(store).revoke_key(key_id.rstrip("…"))):
+    if not with_services(ctx, lambda services: _admin(services).revoke_key(key_id.rstrip("…"))):
         raise click.ClickException(f"no active key {key_id!r}")
     click.echo(f"Revoked {key_id}")
 
@@ -293,11 +265,10 @@ def keys_revoke(ctx: click.Context, key_id: str) -> None:
 @click.pass_context
 def usage(ctx: click.Context, since: str | None, name: str | None, as_json: bool) -> None:
     """Requests and tokens per user, model and day (no conversation content)."""
-    from chatbox.accounts.usage import usage_report
-    from chatbox.store.usage import day_of
+    from chatbox.accounts.usage import month_start
 
-    since = since or day_of()[:8] + "01"
-    report = with_store(ctx, lambda store: usage_report(store, since, name))
+    since = since or month_start()
+    report = with_services(ctx, lambda services: services.accounts.usage(since, name))
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

@@ -8,7 +8,7 @@ from litestar import Controller, Response, get
 from litestar.exceptions import PermissionDeniedException
 
 from chatbox.accounts import User
-from chatbox.accounts.usage import day_of
+from chatbox.accounts.usage import month_start
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import AccountsDep, ServicesDep, UserDep
 from chatbox.web.ui.helpers import UI_EXCEPTION_HANDLERS, html
@@ -52,6 +52,6 @@ class AdminPagesController(Controller):
         self, request: AnyRequest, accounts: AccountsDep, user: UserDep, since: str | None = None
     ) -> Response[str]:
         require_admin(user)
-        since = since or day_of()[:8] + "01"
+        since = since or month_start()
         report = await accounts.usage(since, None)
         return html(request, "admin_usage.html", report=report, since=since)
