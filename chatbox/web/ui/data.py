@@ -12,7 +12,7 @@ from litestar import Controller, MediaType, Response, get, post
 from litestar.response import Stream
 
 from chatbox.accounts import User
-from chatbox.chat import InvalidInput, TurnRun
+from chatbox.chat import InvalidInput, RunEvent, TurnRun
 from chatbox.chat.views import run_marks
 from chatbox.data import DataService
 from chatbox.web import urls
@@ -22,12 +22,11 @@ from chatbox.web.ui.helpers import (
     FORM,
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
+    answer_frames,
     html,
-    moderation_frame,
     render,
     sidebar,
 )
-from chatbox.web.ui.render import render_markdown
 from chatbox.web.uploads import read_upload
 
 
@@ -235,19 +234,14 @@ async def _events(
     if run is None:
         yield frame("done", _done(request, None, turn_id))
         return
-    text = "".join(e.data["text"] for e in run.events[:after] if e.kind == "token")
-    async with contextlib.aclosing(run.follow(after)) as events:
-        async for event in events:
-            if event.kind == "token":
-                text += event.data["text"]
-                if event.id < len(run.events):
-                    continue  # more already waiting: render once, with all of it
-                yield frame("html", render_markdown(text) or "", event.id)
-            elif event.kind == "moderation" and event.data.get("message"):
-                text = ""
-                yield moderation_frame(event)
-            elif event.terminal:
-                yield frame("done", _done(request, run, turn_id), event.id)
+
+    async def done(event: RunEvent) -> bytes:
+        return frame("done", _done(request, run, turn_id), event.id)
+
+    frames = answer_frames(run, after, done, queue_note=False)
+    async with contextlib.aclosing(frames) as chunks:
+        async for chunk in chunks:
+            yield chunk
 
 
 def _done(request: AnyRequest, run: TurnRun | None, turn_id: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from html import escape as html_escape
 from typing import Any
 from urllib.parse import urlsplit
@@ -275,36 +275,23 @@ async def _final_frame(
     return frame("done", body, event_id)
 
 
-async def ui_events(
-    request: AnyRequest,
-    chat: ChatService,
-    knowledge: Knowledge,
-    user: User,
+async def answer_frames(
     run: TurnRun,
     after: int,
-) -> AsyncIterator[bytes]:
-    """`html` events (the whole answer so far, rendered) then one `done` (the final bubble).
+    final: Callable[[RunEvent], Awaitable[bytes]],
+    *,
+    queue_note: bool = True,
+    other: Callable[[RunEvent], object] | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """An answer's events after `after`, framed for its bubble: `html` frames (the whole
+    answer so far, rendered; a moderation notice; with `queue_note`, the place in line),
+    then `final`'s frame for the terminal event. Events that make no frame go to `other`.
 
     Tokens that are already followed by newer ones are coalesced into one render, so a
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
-    # Facts the message saved to memory ("remember that …"): the final bubble says so.
-    remembered = [f for e in run.events if e.kind == "memory" for f in e.data["facts"]]
-    if run.finished and after >= len(run.events):  # reconnected after the end: say it again
-        yield await _final_frame(
-            request,
-            chat,
-            knowledge,
-            user,
-            run.conversation_id,
-            run.turn_id,
-            run.events[-1].id,
-            remembered,
-        )
-        return
     text = _text_until(run, after)
-    follow = run.follow(after)
-    async with contextlib.aclosing(follow) as events:
+    async with contextlib.aclosing(run.follow(after)) as events:
         async for event in events:
             if event.kind == "token":
                 text += event.data["text"]
@@ -314,7 +301,7 @@ async def ui_events(
             elif event.kind == "moderation" and event.data.get("message"):
                 text = ""
                 yield moderation_frame(event)
-            elif event.kind == "queued" and not text:  # the server is busy: show the line
+            elif queue_note and event.kind == "queued" and not text:  # the server is busy
                 position = int(event.data["position"])
                 yield frame(
                     "html",
@@ -322,19 +309,49 @@ async def ui_events(
                     f"you are number {position} in line…</p>",
                     event.id,
                 )
-            elif event.kind == "memory":  # a reattach may have counted it already
-                remembered.extend(f for f in event.data["facts"] if f not in remembered)
             elif event.terminal:
-                yield await _final_frame(
-                    request,
-                    chat,
-                    knowledge,
-                    user,
-                    run.conversation_id,
-                    run.turn_id,
-                    event.id,
-                    remembered,
-                )
+                yield await final(event)
+            elif other is not None:
+                other(event)
+
+
+async def ui_events(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    run: TurnRun,
+    after: int,
+) -> AsyncIterator[bytes]:
+    """A stored conversation's bubble: `answer_frames`, ending in the final bubble (which
+    says what the message saved to memory)."""
+    # Facts the message saved to memory ("remember that …"): the final bubble says so.
+    remembered = [f for e in run.events if e.kind == "memory" for f in e.data["facts"]]
+
+    async def done(event_id: int | str) -> bytes:
+        return await _final_frame(
+            request,
+            chat,
+            knowledge,
+            user,
+            run.conversation_id,
+            run.turn_id,
+            event_id,
+            remembered,
+        )
+
+    if run.finished and after >= len(run.events):  # reconnected after the end: say it again
+        yield await done(run.events[-1].id)
+        return
+
+    def saw(event: RunEvent) -> None:
+        if event.kind == "memory":  # a reattach may have counted it already
+            remembered.extend(f for f in event.data["facts"] if f not in remembered)
+
+    frames = answer_frames(run, after, lambda event: done(event.id), other=saw)
+    async with contextlib.aclosing(frames) as chunks:
+        async for chunk in chunks:
+            yield chunk
 
 
 async def _one(chunk: bytes) -> AsyncIterator[bytes]:
