@@ -36,6 +36,10 @@ EXAMPLES: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/conversations/{conv_id}/turns/{turn_id}/regenerate"): {"temperature": 0.7},
     ("POST", "/v1/conversations/{conv_id}/branch"): {"turn_id": "t_0123456789abcdef"},
+    ("POST", "/v1/conversations/{conv_id}/turns/{turn_id}/feedback"): {
+        "rating": "down",
+        "comment": "The descaling ratio was wrong.",
+    },
     ("POST", "/v1/chat/completions"): {
         "model": "auto",
         "messages": [

@@ -36,9 +36,10 @@ class Replica:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "chatbox", "--data-dir", str(data_dir), "replica"]
-        # A replica's default engine settings (slots, context, cached conversations); one
-        # thread each, as three of them share this machine's cores with the front.
+        # A replica's default engine settings (slots, cached conversations) but room for a
+        # 4,000-token answer; one thread each, as three share this machine's cores.
         args += ["--port", str(self.port), "--model", "tiny", "--threads", "1"]
+        args += ["--n-ctx-per-seq", "4608"]
         if token:
             args += ["--token", token]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}

@@ -157,7 +157,9 @@ def key_id(box: Served, name: str, secret: str) -> str:
 
 @pytest.fixture
 def box(tmp_path: Path, tiny_gguf: Path) -> Iterator[Served]:
-    served = Served(tmp_path, model=tiny_gguf, policy=policy_file(tmp_path))
+    # RAM enough to park ahead every conversation here (the default is sized from the KV cache).
+    env = {"CHATBOX_PARK_BYTES": str(64 << 20)}
+    served = Served(tmp_path, model=tiny_gguf, policy=policy_file(tmp_path), env=env)
     try:
         yield served
     finally:

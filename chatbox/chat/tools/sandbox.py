@@ -198,7 +198,8 @@ class Sandbox:
                 _kill(proc)
                 # A process that left the group may hold the pipes open: stop reading them.
                 try:
-                    await asyncio.wait_for(asyncio.shield(proc.wait()), 5.0)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(proc.wait()), 5.0)
                 finally:
                     for reader in readers:
                         reader.cancel()
@@ -227,12 +228,13 @@ class Sandbox:
 async def _read(
     stream: asyncio.StreamReader, into: bytearray, limit: int, over: asyncio.Event
 ) -> None:
-    """Read a stream to its end into `into`; past `limit` bytes, set `over` and stop."""
+    """Read a stream to its end into `into`; past `limit` bytes, set `over` and discard the
+    rest (still read: on Python 3.11 a process's wait ends only once its pipes close)."""
     while chunk := await stream.read(65536):
-        into += chunk
-        if len(into) > limit:
-            over.set()
-            return
+        if len(into) <= limit:
+            into += chunk
+            if len(into) > limit:
+                over.set()
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

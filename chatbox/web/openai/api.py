@@ -218,7 +218,7 @@ class OpenAIController(Controller):
         request = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
         exact = await chat.complete_exact(messages, options, user, request)
         headers = {**chat.limit_headers(user), "x-chatbox-model": exact.model}
-        headers.update(_route_headers(exact.ticket))
+        headers.update(_route_headers(exact.ticket or getattr(exact.generation, "ticket", None)))
         if exact.body is not None:
             headers["x-chatbox-cache"] = "hit"
             return Response(exact.body, media_type="application/json", headers=headers)
