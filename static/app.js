@@ -158,8 +158,9 @@
         el.dataset.typeset = "1";
         el.dataset.tex = tex;
         try {
-          window.katex.render(tex, el, { displayMode: el.classList.contains("math-display"), throwOnError: false });
-        } catch (err) { el.textContent = tex; }
+          // Errors are thrown and shown as the TeX itself: KaTeX's error node sets an inline style the CSP refuses.
+          window.katex.render(tex, el, { displayMode: el.classList.contains("math-display"), throwOnError: true, strict: "ignore" });
+        } catch (err) { el.textContent = tex; el.classList.add("math-error"); }
       });
     }
   }
