@@ -33,7 +33,6 @@ from chatbox.observability.alerts import Alerts, disk_fraction
 from chatbox.observability.http import telemetry_middleware
 from chatbox.services import Services
 from chatbox.settings import Settings
-from chatbox.web import ROUTE_HANDLERS
 from chatbox.web.auth import (
     LoginRequired,
     authenticate_first,
@@ -43,6 +42,7 @@ from chatbox.web.auth import (
 from chatbox.web.errors import EXCEPTION_HANDLERS
 from chatbox.web.intake import check_request
 from chatbox.web.openapi import describe
+from chatbox.web.routes import ROUTE_HANDLERS
 from chatbox.web.security import security_headers
 from chatbox.web.ui.templating import configure_templates
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chatbox.web import urls
+import chatbox.web.urls as urls
 from tests.cluster.conftest import Replica, front
 from tests.cluster.test_router import new_conversation, stored_assistant_turns
 from tests.sse import Event, parse_sse

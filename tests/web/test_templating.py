@@ -7,10 +7,10 @@ from pathlib import Path
 
 from jinja2 import Environment
 
+import chatbox.web.urls as urls
 from chatbox.app import TEMPLATES_DIR, create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
-from chatbox.web import urls
 from chatbox.web.ui.render import markdown
 from chatbox.web.ui.templating import UPLOAD_ACCEPT
 

@@ -12,12 +12,12 @@ from litestar import Controller, Request, delete, get, patch, post
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, UnknownModel
 from chatbox.knowledge import Chunk, Document, Knowledge, Memory, NotFoundError
 from chatbox.knowledge.search import HIT_END, HIT_START
 from chatbox.settings import Settings
-from chatbox.web import urls
 from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyStrings, PositiveId64

@@ -14,8 +14,8 @@ from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+import chatbox.web.urls as urls
 from chatbox.chat.shares import Share, Sharing
-from chatbox.web import urls
 from chatbox.web.deps import UserDep
 from chatbox.web.ui.helpers import UI_EXCEPTION_HANDLERS, AnyRequest, html
 

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from litestar import Controller, Response, post
 from litestar.exceptions import ClientException, NotFoundException, PermissionDeniedException
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import People, PeopleError
 from chatbox.chat.model_admin import ModelAdmin, ModelAdminError
 from chatbox.services import Services
-from chatbox.web import urls
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, UserDep
 from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS, html

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
 from chatbox.chat.shares import Share, Sharing
-from chatbox.web import urls
 from chatbox.web.api.shares import SharingDep
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, UserDep

@@ -11,11 +11,11 @@ from typing import Annotated
 from litestar import Controller, MediaType, Response, get, post
 from litestar.response import Stream
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, RunEvent, TurnRun
 from chatbox.chat.views import run_marks
 from chatbox.data import DataService
-from chatbox.web import urls
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.sse import SSE_HEADERS, LastEventId, frame, last_event_id, with_heartbeats
 from chatbox.web.ui.helpers import (

@@ -16,6 +16,7 @@ from litestar.params import Body
 from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import (
     Busy,
@@ -41,7 +42,6 @@ from chatbox.knowledge import (
     NotFoundError,
     RejectedFile,
 )
-from chatbox.web import urls
 from chatbox.web.errors import classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown

@@ -17,7 +17,7 @@ import time
 from litestar.plugins.jinja import JinjaTemplateEngine
 from markupsafe import Markup
 
-from chatbox.web import urls
+import chatbox.web.urls as urls
 from chatbox.web.ui.render import markdown
 
 # The file types the attach and upload buttons offer (the ingestion decides, not this list).

@@ -9,9 +9,9 @@ from typing import Annotated
 from litestar import Controller, Response, get, post
 from litestar.types import ExceptionHandlersMap
 
+import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat.workspaces import Workspace, Workspaces
-from chatbox.web import urls
 from chatbox.web.api.workspaces import (
     MemberIn,
     WorkspacesDep,
