@@ -1,1 +1,1 @@
-"""Tools the assistant runs: the code interpreter's sandbox (`sandbox.py`)."""
+"""Tools the assistant runs: their contract (`base.py`) and the code sandbox (`sandbox.py`)."""
