@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +24,9 @@ from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
+from chatbox.chat.prewarm import PreWarmer
 from chatbox.chat.routing import Router
+from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
@@ -144,6 +146,8 @@ class Services:
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
     policy: Policy | None = None  # tiers, limits, routing
+    shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model
+    prewarm: PreWarmer | None = None  # loads models ahead of their usual busy hours
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -212,6 +216,17 @@ class Services:
         chat = ChatService(
             store, models, settings, gate, moderation=moderation, context=knowledge.retriever
         )
+        chat.shadow = shadow = ShadowTraffic(
+            store,
+            policy,
+            models,
+            accounts.audit,
+            pool.stats,
+            judge=_blocked(moderation),
+            embed=lambda texts: knowledge.embedder.embed(texts),
+            registry=metrics,
+        )
+        prewarm = _prewarmer(settings, store, models) if settings.prewarm else None
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
@@ -243,6 +258,8 @@ class Services:
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
             policy=policy,
+            shadow=shadow,
+            prewarm=prewarm,
         )
 
     def default_models(self) -> list[str]:
@@ -283,10 +300,14 @@ class Services:
                 await asyncio.sleep(TRIM_EVERY_S)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
+        if self.prewarm is not None:
+            self.prewarm.start()
 
     def model_states(self) -> dict[str, str]:
-        """Each default model's state ("loaded", "loading", "failed: …")."""
-        return {name: self.models.state(name) for name in self.default_models()}
+        """Each default model's state ("loaded", "loading", "failed: …"); one the pre-warmer
+        unloaded outside its busy hours is not waited for (a send loads it again)."""
+        asleep = self.prewarm.asleep if self.prewarm is not None else set()
+        return {n: self.models.state(n) for n in self.default_models() if n not in asleep}
 
     def loading(self) -> dict[str, int]:
         """Models loading now, with the callers (sends, the preload) waiting for each."""
@@ -313,6 +334,10 @@ class Services:
         if self._preload is not None:
             self._preload.cancel()
             await asyncio.gather(self._preload, return_exceptions=True)
+        if self.prewarm is not None:
+            await self.prewarm.stop()
+        if self.shadow is not None:
+            await self.shadow.shutdown()
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
@@ -329,6 +354,44 @@ class Services:
             "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
             "database_writable": await self.store.db.writable(),
         }
+
+
+def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[bool]]:
+    """Whether moderation would block an answer no one reads (counted nowhere)."""
+
+    async def judge(user: User, text: str) -> bool:
+        return (await moderation.judge(user, text)).blocked
+
+    return judge
+
+
+def _prewarmer(settings: Settings, store: Store, models: ClusterModels) -> PreWarmer:
+    """The pre-warmer over this process's own engines (models on replicas stay theirs)."""
+    pool = models.pool
+
+    def local_names() -> list[str]:
+        return models.local.names() if models.use_local else []
+
+    def running(name: str) -> int:
+        stats = pool.stats().get(name)
+        return 0 if stats is None else stats.running + stats.queue_depth
+
+    def pinned() -> set[str]:
+        try:
+            return {models.local.default()}
+        except NoModelError:
+            return set()
+
+    return PreWarmer(
+        store.usage.hourly,
+        local_names,
+        pool.loaded,
+        running,
+        pool.get,
+        pool.unload,
+        pinned,
+        idle_s=settings.prewarm_idle_s,
+    )
 
 
 def _observe(

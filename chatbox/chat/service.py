@@ -23,11 +23,13 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.shadow import Served, ShadowTraffic
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
+    DoneEvent,
     Engine,
     Generation,
     GenerationRequest,
@@ -60,6 +62,7 @@ class ChatService(Conversations):
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
+    shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model once done
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -285,13 +288,15 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket))
+        task = asyncio.create_task(self._drive(run, generation, ticket, request))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def _drive(self, run: TurnRun, generation: Generation, ticket: Ticket) -> None:
+    async def _drive(
+        self, run: TurnRun, generation: Generation, ticket: Ticket, request: GenerationRequest
+    ) -> None:
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -359,6 +364,8 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
+        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+            await self.shadow.offer(served(ticket.user, run, request, done, status))
 
     async def _knowledge(
         self, conv: Conversation, history: list[ChatMessage], room: int, engine: Engine
@@ -403,3 +410,26 @@ class ChatService(Conversations):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def served(
+    user: User, run: TurnRun, request: GenerationRequest, done: DoneEvent, status: str
+) -> Served:
+    """A finished turn's answer as its shadow sees it: the prompt, the text and its numbers."""
+    ttft = speed = None
+    tokens = done.usage.completion_tokens
+    if done.timings is not None:
+        ttft = done.timings.queued_s + done.timings.prefill_s
+        if done.timings.decode_s > 0 and tokens > 1:
+            speed = (tokens - 1) / done.timings.decode_s
+    return Served(
+        user,
+        run.model,
+        request.messages,
+        run.text,
+        status == "filtered",
+        tokens,
+        ttft,
+        speed,
+        request.cache_scope,
+    )

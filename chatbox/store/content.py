@@ -430,6 +430,12 @@ TABLES: tuple[Table, ...] = (
     ),
     # -- the appliance's own ------------------------------------------------------------------
     Table(
+        "usage_hours",
+        None,
+        plain={"model": NAMES_MODEL, "hour": "an hour's number since 1970"},
+        why="requests and tokens per model and hour, of no one in particular (pre-warming)",
+    ),
+    Table(
         "audit_log",
         None,
         plain={

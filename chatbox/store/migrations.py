@@ -511,6 +511,23 @@ async def _feedback(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _usage_by_hour(conn: aiosqlite.Connection) -> None:
+    # Requests per model and hour, no person: pre-warming learns each model's week from it.
+    await _script(
+        conn,
+        """
+        CREATE TABLE usage_hours (
+            model TEXT NOT NULL,
+            hour INTEGER NOT NULL,
+            requests INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (model, hour)
+        );
+        CREATE INDEX usage_hours_by_hour ON usage_hours (hour)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -525,6 +542,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0011_import_staging", _import_staging),
     ("0012_audit_refuses_replace", _audit_refuses_replace),
     ("0013_feedback", _feedback),
+    ("0014_usage_by_hour", _usage_by_hour),
 ]
 
 

@@ -17,6 +17,7 @@ from chatbox.web.console.moderation import (
 )
 from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
+from chatbox.web.console.shadow import ConsoleShadowController, ShadowController
 from chatbox.web.console.usage import AdminApiController, AdminPagesController
 from chatbox.web.console.workspaces import ConsoleWorkspacesController
 from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
@@ -48,6 +49,8 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConsoleController,
     ConsoleWorkspacesController,
     ReplicasController,
+    ShadowController,
+    ConsoleShadowController,
     ModerationsController,
     ModerationAdminController,
     ModerationPagesController,
