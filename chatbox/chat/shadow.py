@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,7 +38,9 @@ from chatbox.chat.temporary import keeps_nothing
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
+    EngineEvent,
     EngineStats,
+    Generation,
     GenerationRequest,
     SamplingParams,
     TokenEvent,
@@ -90,6 +92,7 @@ class Comparison:
     """One served answer beside its shadow: numbers only."""
 
     at: float
+    started_at: float  # when the shadow request was sent (after the served answer ended)
     tier: str
     served_model: str
     candidate: str
@@ -336,6 +339,7 @@ class ShadowTraffic:
             cache_scope=served.cache_scope,
             persist=False,  # its KV goes when it ends, never parked
         )
+        started_at = self.clock()
         generation = engine.submit(request)
         self._started.add(rule.candidate)
         measured = Measured()
@@ -381,6 +385,7 @@ class ShadowTraffic:
                 speed = (measured.tokens - 1) / done.timings.decode_s
         return Comparison(
             self.clock(),
+            started_at,
             rule.tier,
             served.model,
             rule.candidate,
@@ -407,6 +412,77 @@ class ShadowTraffic:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class MirroredGeneration:
+    """A stateless answer (the OpenAI-compatible API) offered to shadow traffic once its
+    last event has been handed on: the caller has the whole answer before a shadow starts."""
+
+    def __init__(
+        self,
+        inner: Generation,
+        shadow: ShadowTraffic,
+        user: User,
+        model: str,
+        messages: tuple[ChatMessage, ...],
+    ) -> None:
+        self.inner = inner
+        self.shadow = shadow
+        self.user = user
+        self.model = model
+        self.messages = messages
+
+    @property
+    def ticket(self) -> Any:  # the admission ticket (route headers), where metered
+        return getattr(self.inner, "ticket", None)
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        measured = Measured()
+        parts: list[str] = []
+        done: DoneEvent | None = None
+        async for event in self.inner:
+            if isinstance(event, TokenEvent):
+                measured.token()
+                parts.append(event.text)
+            elif isinstance(event, DoneEvent):
+                done = event
+                measured.done(event.usage.completion_tokens)
+            yield event
+        if done is None or done.finish_reason not in ("stop", "length", "content_filter"):
+            return
+        served = Served(
+            self.user,
+            self.model,
+            self.messages,
+            "".join(parts),
+            done.finish_reason == "content_filter",
+            measured.tokens,
+            measured.ttft_s,
+            measured.tokens_per_s,
+            self.user.id,
+        )
+        await self.shadow.offer(served)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+
+def mirrored(
+    generation: Generation,
+    shadow: ShadowTraffic | None,
+    user: User | None,
+    model: str,
+    messages: tuple[ChatMessage, ...],
+    plain: bool,
+) -> Generation:
+    """`generation`, offered to shadow traffic when done, if it can be: a user's single
+    plain answer to chat messages (not n answers, tools or a raw prompt)."""
+    if shadow is None or user is None or not plain or not messages or not shadow.rules:
+        return generation
+    return MirroredGeneration(generation, shadow, user, model, messages)
 
 
 def _mean(values: list[float | None]) -> float | None:

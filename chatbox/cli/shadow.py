@@ -39,16 +39,19 @@ def _show(status: dict[str, Any]) -> None:
         click.echo(f"tier {r['tier']}: {r['percent']:g}% mirrored to {r['candidate']}")
     for s in status["summary"]:
 
+        def one(v: float | None, fmt: str) -> str:
+            return "-" if v is None else format(v, fmt)
+
         def pair(a: float | None, b: float | None, fmt: str) -> str:
-            return f"{'-' if a is None else fmt % a} / {'-' if b is None else fmt % b}"
+            return f"{one(a, fmt)} / {one(b, fmt)}"
 
         click.echo(
             f"  {s['tier']}: {s['served_model']} -> {s['candidate']}: {s['compared']} compared,"
-            f" {s['shed']} shed; ttft {pair(s['served_ttft_s'], s['shadow_ttft_s'], '%.3f')} s;"
-            f" tok/s {pair(s['served_tokens_per_s'], s['shadow_tokens_per_s'], '%.1f')};"
-            f" tokens {pair(s['served_tokens'], s['shadow_tokens'], '%.0f')};"
-            f" blocked {pair(s['served_blocked_rate'], s['shadow_blocked_rate'], '%.2f')};"
-            f" similarity {'-' if s['similarity'] is None else '%.2f' % s['similarity']}"
+            f" {s['shed']} shed; ttft {pair(s['served_ttft_s'], s['shadow_ttft_s'], '.3f')} s;"
+            f" tok/s {pair(s['served_tokens_per_s'], s['shadow_tokens_per_s'], '.1f')};"
+            f" tokens {pair(s['served_tokens'], s['shadow_tokens'], '.0f')};"
+            f" blocked {pair(s['served_blocked_rate'], s['shadow_blocked_rate'], '.2f')};"
+            f" similarity {one(s['similarity'], '.2f')}"
         )
 
 
