@@ -291,6 +291,8 @@ class Services:
                     await self.models.engine(name)
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
+            if self.prewarm is not None:  # the defaults are in: now load by the profiles
+                self.prewarm.start()
             if moderation is not None:  # its encoders and classifiers
                 await asyncio.gather(moderation, return_exceptions=True)
             # What loading freed goes back to the system instead of staying resident, and
@@ -300,8 +302,6 @@ class Services:
                 await asyncio.sleep(TRIM_EVERY_S)
 
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
-        if self.prewarm is not None:
-            self.prewarm.start()
 
     def model_states(self) -> dict[str, str]:
         """Each default model's state ("loaded", "loading", "failed: …"); one the pre-warmer
@@ -382,10 +382,13 @@ def _prewarmer(settings: Settings, store: Store, models: ClusterModels) -> PreWa
         except NoModelError:
             return set()
 
+    def held() -> list[str]:  # loaded, or loading for someone already
+        return [n for n in local_names() if pool.state(n) in ("loaded", "loading")]
+
     return PreWarmer(
         store.usage.hourly,
         local_names,
-        pool.loaded,
+        held,
         running,
         pool.get,
         pool.unload,

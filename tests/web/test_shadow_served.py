@@ -1,11 +1,18 @@
-"""Shadow traffic on a served box: `chatbox shadow start` mirrors a tier's answers to a second
-tiny model once each answer is done; the comparison shows on the console page, in the admin
-API and in /metrics; the user sees only the served answer; zero-retention requests are never
-mirrored; starting and stopping are audit-logged and bad input is a clear 4xx."""
+"""Shadow traffic and pre-warming on a served box with two tiny models.
+
+Shadow: `chatbox shadow start` mirrors a tier's answers to the second model once each answer
+is done; the comparison shows on the console page, in the admin API and in /metrics; the user
+sees only the served answer; zero-retention requests are never mirrored; starting and
+stopping are audit-logged and bad input is a clear 4xx.
+
+Pre-warm: with two weeks of hourly history in which the second model is busy in the coming
+hour, the started server loads it at once, and the console shows its profile, the forecast
+beside the requests actually counted, and the decision."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chatbox.chat.prewarm import hour_of_week
 from tests.served import Served
 from tests.tinymodel import make_tiny_gguf
 
@@ -26,8 +34,25 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
     candidate = make_tiny_gguf(where / "candidate.gguf", seed=4321)
     served = Served(where, model=tiny_gguf)
     served.cli("models", "add", str(candidate), "--name", "cand", "--link")
+    seed_history(served.data_dir / "chatbox.db")
     with served:
         yield served
+
+
+def seed_history(db: Path) -> None:
+    """Two weeks of requests per hour: `tiny` a few every hour, `cand` many in the hour
+    after the current one (in each of those weeks) and none otherwise."""
+    now = int(time.time() // 3600)
+    busy = hour_of_week(now + 1)
+    rows = []
+    for hour in range(now - 14 * 24, now):
+        rows.append(("tiny", hour, 2, 200))
+        if hour_of_week(hour) == busy:
+            rows.append(("cand", hour, 30, 3000))
+    with sqlite3.connect(db) as conn:
+        conn.executemany(
+            "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)", rows
+        )
 
 
 def shadow_cli(box: Served, *args: str) -> str:
@@ -143,3 +168,28 @@ def test_start_and_stop_are_audited_and_bad_input_is_a_4xx(box: Served) -> None:
     logged = json.loads(box.cli("audit", "list", "--json"))
     actions = [(e["action"], e["detail"].get("tier")) for e in logged]
     assert ("shadow.start", "paid") in actions and ("shadow.stop", "paid") in actions
+
+
+def test_the_pre_warmer_loads_ahead_of_the_peak_and_the_console_shows_why(box: Served) -> None:
+    dee = httpx.Client(base_url=box.url, headers=box.auth(box.user("dee")), timeout=TIMEOUT)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    assert dee.post("/v1/chat/completions", json=body).status_code == 200
+
+    r = httpx.get(box.url + "/v1/admin/prewarm", headers=box.admin, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    view = r.json()
+    loads = [d for d in view["decisions"] if d["action"] == "load"]
+    assert [d["model"] for d in loads] == ["cand"], view["decisions"]
+    assert "busy hour" in loads[0]["reason"]
+    models = {m["model"]: m for m in view["models"]}
+    assert models["cand"]["loaded"] and models["cand"]["peak"] == 30
+    assert len(models["cand"]["profile"]) == 168
+    now = next(h for h in models["tiny"]["hours"] if h["now"])
+    assert now["forecast"] == 2 and now["actual"] >= 1  # the request just made counts
+
+    page = httpx.get(box.url + "/console/prewarm", headers=box.admin, timeout=TIMEOUT)
+    assert page.status_code == 200
+    assert 'class="usage-table console-table prewarm-profile" data-model="cand"' in page.text
+    assert "busy hour" in page.text and "Peak 30.0 requests/h" in page.text
+    member = httpx.get(box.url + "/console/prewarm", headers=dee.headers, timeout=TIMEOUT)
+    assert member.status_code == 403
