@@ -432,7 +432,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "usage_hours",
         None,
-        plain={"model": NAMES_MODEL, "hour": "an hour's number since 1970"},
+        plain={"model": NAMES_MODEL},
         why="requests and tokens per model and hour, of no one in particular (pre-warming)",
     ),
     Table(
