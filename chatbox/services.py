@@ -24,7 +24,7 @@ from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
-from chatbox.chat.prewarm import PreWarmer
+from chatbox.chat.prewarm import PreWarmer, replay_clock
 from chatbox.chat.routing import Router
 from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
@@ -203,6 +203,7 @@ class Services:
             Router(policy, models.names, models.default),
             models.stats,
             settings.high_water,
+            wall=replay_clock(settings.replay_start, settings.replay_speed),
         )
         moderation = ModerationService(
             store,
@@ -226,7 +227,7 @@ class Services:
             embed=lambda texts: knowledge.embedder.embed(texts),
             registry=metrics,
         )
-        prewarm = _prewarmer(settings, store, models) if settings.prewarm else None
+        prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
@@ -365,7 +366,9 @@ def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[b
     return judge
 
 
-def _prewarmer(settings: Settings, store: Store, models: ClusterModels) -> PreWarmer:
+def _prewarmer(
+    settings: Settings, store: Store, models: ClusterModels, clock: Callable[[], float]
+) -> PreWarmer:
     """The pre-warmer over this process's own engines (models on replicas stay theirs)."""
     pool = models.pool
 
@@ -393,7 +396,9 @@ def _prewarmer(settings: Settings, store: Store, models: ClusterModels) -> PreWa
         pool.get,
         pool.unload,
         pinned,
+        clock=clock,
         idle_s=settings.prewarm_idle_s,
+        speed=settings.replay_speed,
     )
 
 

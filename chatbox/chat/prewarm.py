@@ -31,9 +31,25 @@ MIN_REQUESTS = 1.0  # ... and at least this many requests in it, on average
 LEAD_H = 1  # hours ahead a busy hour makes its model load
 IDLE_S = 1800.0  # a model unused this long outside its busy hours is unloaded
 STEP_S = 60.0  # how often the pre-warmer looks (in the clock's seconds)
+MIN_STEP_S = 0.5  # ... and at most this often in real seconds (a replay's fast clock)
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 HourRow = tuple[str, int, int, int]  # (model, hour since 1970, requests, tokens)
+
+
+def replay_clock(start: float = 0.0, speed: float = 1.0) -> Callable[[], float]:
+    """The wall clock (`start` 0), or a replay's: `start` at its first reading (the server
+    is ready by then), then `speed` times as fast as the real time."""
+    if not start:
+        return time.time
+    origin: list[float] = []
+
+    def now() -> float:
+        if not origin:
+            origin.append(time.time())
+        return start + (time.time() - origin[0]) * speed
+
+    return now
 
 
 def hour_of_week(hour: int) -> int:
@@ -114,6 +130,7 @@ class PreWarmer:
     clock: Callable[[], float] = time.time
     lead_h: int = LEAD_H
     idle_s: float = IDLE_S
+    speed: float = 1.0  # the clock's seconds per real second (a replay's)
     profiles: list[Profile] = field(default_factory=list)
     decisions: deque[Decision] = field(default_factory=lambda: deque(maxlen=200))
     asleep: set[str] = field(default_factory=set)  # unloaded here and not loaded since
@@ -181,7 +198,7 @@ class PreWarmer:
         return decision
 
     def start(self, every_s: float = STEP_S) -> None:
-        """Step every `every_s` seconds in the background."""
+        """Step every `every_s` seconds of the clock in the background."""
 
         async def loop() -> None:
             while True:
@@ -191,7 +208,7 @@ class PreWarmer:
                     raise
                 except Exception:  # background work: log it, try again next step
                     log.exception("pre-warm step failed")
-                await asyncio.sleep(every_s)
+                await asyncio.sleep(max(MIN_STEP_S, every_s / self.speed))
 
         self._task = asyncio.create_task(loop(), name="chatbox-prewarm")
 

@@ -5,6 +5,7 @@ with too little history nothing is decided."""
 from __future__ import annotations
 
 import calendar
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -102,3 +103,15 @@ async def test_nothing_is_decided_before_a_day_of_history() -> None:
 @pytest.mark.parametrize("hour", [0, 23, 24 * 6 + 23])
 def test_hours_of_the_week_start_on_monday(hour: int) -> None:
     assert hour_of_week(MONDAY // H + hour) == hour
+
+
+def test_a_replay_clock_starts_at_its_first_reading_and_runs_faster() -> None:
+    from chatbox.chat.prewarm import replay_clock
+
+    clock = replay_clock(MONDAY, 3600.0)
+    time.sleep(0.05)  # before the first reading: the replay has not started
+    first = clock()
+    assert MONDAY <= first < MONDAY + 60
+    time.sleep(0.05)
+    assert clock() - first >= 0.05 * 3600 * 0.9  # an hour a real second
+    assert replay_clock() is time.time
