@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -183,8 +184,9 @@ async def test_secrets_in_a_configuration_are_not_shown_back(servers: McpServers
         assert secret not in shown
 
 
-@pytest.fixture(scope="module")
-def http_server() -> Iterator[str]:
+@contextlib.contextmanager
+def serve_http() -> Iterator[str]:
+    """The test server over streamable HTTP, in a subprocess; yields its endpoint URL."""
     from tests.served import free_port
 
     port = free_port()
@@ -202,6 +204,12 @@ def http_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[str]:
+    with serve_http() as url:
+        yield url
 
 
 async def test_a_streamable_http_server_answers_calls(

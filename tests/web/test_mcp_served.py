@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.chat.test_mcp import serve_http
 from tests.served import ADMIN_PASSWORD, CHATBOX, Served
 
 SERVER = Path(__file__).parent.parent / "chat" / "mcp_server.py"
@@ -24,6 +25,13 @@ SECRET = "hush-env-value-1"
 def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Served]:
     with Served(tmp_path_factory.mktemp("mcp"), model=tiny_gguf) as served:
         yield served
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[str]:
+    """The test server over streamable HTTP."""
+    with serve_http() as url:
+        yield url
 
 
 def login(box: Served, name: str, password: str) -> tuple[httpx.Client, str]:
@@ -42,8 +50,8 @@ def login(box: Served, name: str, password: str) -> tuple[httpx.Client, str]:
     return client, csrf.group(1)
 
 
-def post(client: httpx.Client, url: str, csrf: str, **form: str) -> httpx.Response:
-    return client.post(url, data=form, headers={"x-csrf-token": csrf, "HX-Request": "true"})
+def post(client: httpx.Client, path: str, csrf: str, /, **form: str) -> httpx.Response:
+    return client.post(path, data=form, headers={"x-csrf-token": csrf, "HX-Request": "true"})
 
 
 def row(page: str, name: str) -> str:
@@ -75,7 +83,7 @@ def test_the_cli_adds_lists_and_removes_servers_and_refuses_bad_ones(box: Served
     assert "mcp.add" in audit and "mcp.remove" in audit
 
 
-def test_the_console_lists_adds_checks_and_removes_servers(box: Served) -> None:
+def test_the_console_lists_adds_checks_and_removes_servers(box: Served, http_server: str) -> None:
     box.cli("tools", "add", "fromcli", "--command", COMMAND, "--env", f"TEST_TOKEN={SECRET}")
     admin, csrf = login(box, "admin", ADMIN_PASSWORD)
     page = admin.get("/console/tools")
@@ -83,17 +91,31 @@ def test_the_console_lists_adds_checks_and_removes_servers(box: Served) -> None:
     listed = row(page.text, "fromcli")  # added by the CLI under the running server
     assert "TEST_TOKEN" in listed and SECRET not in page.text
 
-    r = post(admin, "/console/tools", csrf, name="paidcalc", command=COMMAND, tiers="paid")
+    r = post(
+        admin,
+        "/console/tools",
+        csrf,
+        name="paidcalc",
+        url=http_server,
+        tiers="paid",
+        headers="Authorization: Bearer hush-header-value",
+    )
     assert r.status_code == 200, r.text
     assert "Added paidcalc: add, echo, sleep, crash, pid." in r.text
-    assert "connected" in row(r.text, "paidcalc") and "paid" in row(r.text, "paidcalc")
+    added = row(r.text, "paidcalc")
+    assert "connected" in added and "paid" in added and "Authorization" in added
+    assert "hush-header-value" not in r.text
+
+    # A command runs as the server's own OS user: only the operator's CLI adds one.
+    r = post(admin, "/console/tools", csrf, name="shell", command="sh -c id")
+    assert r.status_code == 422 and "chatbox tools add" in r.text
 
     r = post(admin, "/console/tools/fromcli/check", csrf)
     assert "connected" in row(r.text, "fromcli") and "<code" in row(r.text, "fromcli")
 
-    r = post(admin, "/console/tools", csrf, name="Bad Name", command=COMMAND)
+    r = post(admin, "/console/tools", csrf, name="Bad Name", url=http_server)
     assert r.status_code == 422 and "name is 1-32" in r.text
-    r = post(admin, "/console/tools", csrf, name="nowhere", command=COMMAND, tiers="gold")
+    r = post(admin, "/console/tools", csrf, name="nowhere", url=http_server, tiers="gold")
     assert r.status_code == 422 and "gold" in r.text
     assert post(admin, "/console/tools/ghost/remove", csrf).status_code == 404
 
@@ -105,6 +127,6 @@ def test_the_console_lists_adds_checks_and_removes_servers(box: Served) -> None:
     box.user("mia")
     member, member_csrf = login(box, "mia", "mia" * 2)
     assert member.get("/console/tools", follow_redirects=False).status_code in (303, 403)
-    r = post(member, "/console/tools", member_csrf, name="evil", command="sh -c id")
+    r = post(member, "/console/tools", member_csrf, name="evil", url=http_server)
     assert r.status_code == 403
     assert "evil" not in box.cli("tools", "list")

@@ -36,7 +36,7 @@ log = logging.getLogger("chatbox.mcp")
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 RETRY_AFTER_S = 10.0  # a server that could not start is not tried again for this long
-CLOSE_WAIT_S = 5.0  # how long closing a session waits for its process to exit
+CLOSE_WAIT_S = 10.0  # how long closing a session waits for its process to exit (the SDK: up to 6 s)
 CHECK_S = 30.0  # the deadline of an admin's check (connect and list the tools)
 MAX_RESULT = 100_000  # characters of a result the model is given
 
@@ -404,8 +404,11 @@ class McpServers:
         headers: Iterable[str] = (),
         tiers: Iterable[str] = (),
         workspaces: Iterable[str] = (),
+        commands: bool = True,
     ) -> dict[str, Any]:
-        """Add (or replace) a server; InvalidInput names what is wrong with it. Audited."""
+        """Add (or replace) a server; InvalidInput names what is wrong with it. Audited.
+        `commands` False refuses stdio servers (the console: a command runs as this process's
+        OS user, which can read every conversation in the data directory)."""
         name = name.strip()
         if not NAME.match(name):
             raise InvalidInput(
@@ -415,6 +418,11 @@ class McpServers:
         command, url = command.strip(), url.strip()
         if bool(command) == bool(url):
             raise InvalidInput("give a server either a command (stdio) or a URL (HTTP)")
+        if command and not commands:
+            raise InvalidInput(
+                "a command runs on this machine as chatbox's own user: add it on the box with"
+                " `chatbox tools add NAME --command ...`; the console adds URL servers"
+            )
         if command:
             try:
                 argv = shlex.split(command)

@@ -1,6 +1,8 @@
 """The admin console's Tools page: the MCP servers, their state and tools (never their
-secrets), forms to add one (started once to list its tools) and to remove or check one. The
-posts are htmx with the session's CSRF token, answer with the page, and are audit-logged."""
+secrets), forms to add a URL server (reached once to list its tools) and to remove or check
+one. Command (stdio) servers are added with the CLI only: a command runs as this process's OS
+user. The posts are htmx with the session's CSRF token, answer with the page, and are
+audit-logged."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS
 @dataclass
 class NewServerForm:
     name: str = ""
-    command: str = ""
+    command: str = ""  # refused: commands are added with the CLI on the box
     url: str = ""
     tiers: str = ""  # comma-separated; empty: every tier
     workspaces: str = ""  # comma-separated names or ids; empty: everywhere
@@ -85,6 +87,7 @@ class ConsoleToolsController(Controller):
             headers=_words(data.headers, "\n"),
             tiers=_words(data.tiers, ","),
             workspaces=_words(data.workspaces, ","),
+            commands=False,  # a command runs as this process's user: the operator's CLI only
         )
         view = await servers.check(view["name"])
         found = ", ".join(t["name"] for t in view["tools"])
