@@ -150,6 +150,8 @@ async def test_servers_are_offered_per_tier_and_workspace(
     assert offered(contexts[0]) == {"everywhere"}
     assert offered(contexts[1]) == {"everywhere", "paidonly"}
     assert offered(contexts[2]) == {"everywhere", "team"}
+    views = {v["name"]: v for v in await servers.overview()}
+    assert views["team"]["workspaces"] == ["research"] and views["paidonly"]["tiers"] == ["paid"]
 
 
 async def test_bad_configurations_are_refused_with_a_reason(servers: McpServers) -> None:
@@ -185,11 +187,11 @@ async def test_secrets_in_a_configuration_are_not_shown_back(servers: McpServers
 
 
 @contextlib.contextmanager
-def serve_http() -> Iterator[str]:
+def serve_http(port: int = 0) -> Iterator[str]:
     """The test server over streamable HTTP, in a subprocess; yields its endpoint URL."""
     from tests.served import free_port
 
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)])
     url = f"http://127.0.0.1:{port}/mcp"
     try:
@@ -224,6 +226,25 @@ async def test_a_streamable_http_server_answers_calls(
     assert hung.is_error and "MCP server remote did not answer sleep" in hung.text
     again = await tools["remote__echo"].run({"text": "ok"}, ctx())
     assert (again.text, again.is_error) == ("ok", False)
+
+
+async def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(
+    servers: McpServers,
+) -> None:
+    from tests.served import free_port
+
+    port = free_port()
+    with serve_http(port) as url:
+        await servers.add(ADMIN, "remote", url=url)
+        tools = await tools_of(servers, ctx())
+        assert (await tools["remote__add"].run({"a": 1, "b": 2}, ctx())).text == "3"
+    began = time.monotonic()
+    gone = await tools["remote__add"].run({"a": 1, "b": 2}, ctx(seconds=10))
+    assert gone.is_error and "MCP server remote" in gone.text
+    assert time.monotonic() - began < 30
+    with serve_http(port):
+        back = await tools["remote__add"].run({"a": 2, "b": 2}, ctx())
+        assert (back.text, back.is_error) == ("4", False)
 
 
 async def test_removing_a_server_closes_its_session_and_stops_offering_it(

@@ -478,9 +478,17 @@ class McpServers:
         self._forget(name.strip())
 
     async def overview(self) -> list[dict[str, Any]]:
-        """Every server: its configuration (no secrets), state, tools and last error."""
+        """Every server: its configuration (no secrets; workspaces by name), state, tools and
+        last error."""
         rows = await self._sync()
-        return [self.connections[r.name].view() for r in rows]
+        names: dict[str, str] = {}
+        for ws_id in {w for r in rows for w in r.workspaces}:
+            ws = await self.store.workspaces.get(ws_id)
+            names[ws_id] = ws.name if ws is not None else ws_id
+        views = [self.connections[r.name].view() for r in rows]
+        for view in views:  # by name, as admins give them
+            view["workspaces"] = [names[w] for w in view["workspaces"]]
+        return views
 
     async def check(self, name: str, deadline_s: float = CHECK_S) -> dict[str, Any]:
         """Open a server's session (if it is not open) and list its tools."""

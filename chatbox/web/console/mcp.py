@@ -47,11 +47,6 @@ async def _page(
 ) -> Response[str]:
     require_admin(user)
     servers = await _servers(services).overview()
-    names = {}
-    if services.workspaces is not None:
-        names = {ws.id: ws.name for ws, _ in await services.workspaces.overview(user)}
-    for s in servers:
-        s["workspaces"] = [names.get(w, w) for w in s["workspaces"]]
     tiers = sorted(services.policy.tiers) if services.policy is not None else []
     return page(request, "console_tools.html", "tools", servers=servers, tiers=tiers, notice=notice)
 
