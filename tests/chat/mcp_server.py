@@ -1,7 +1,7 @@
 """A small MCP server written with the SDK, for tests: `python mcp_server.py [--http PORT]`.
 
-Its tools: add(a, b), echo(text), sleep(seconds), crash() (the process exits mid-call) and
-pid() (which process answers).
+Its tools: add(a, b), echo(text), sleep(seconds), crash() (the process exits mid-call),
+fail(reason) (an error result) and pid() (which process answers).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("chatbox-test")
 
@@ -38,6 +39,12 @@ async def sleep(seconds: float) -> str:
 def crash() -> str:
     """Exit the server process at once."""
     os._exit(3)
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Raise an error (the server answers with an error result)."""
+    raise ToolError(reason)
 
 
 @server.tool()

@@ -60,7 +60,7 @@ async def test_a_stdio_server_lists_its_tools_and_answers_calls_on_one_session(
 ) -> None:
     await servers.add(ADMIN, "calc", command=COMMAND)
     tools = await tools_of(servers, ctx())
-    assert set(tools) == {"calc__add", "calc__echo", "calc__sleep", "calc__crash", "calc__pid"}
+    assert set(tools) == {f"calc__{t}" for t in ("add", "echo", "sleep", "crash", "fail", "pid")}
     add = tools["calc__add"]
     assert add.spec.source == "mcp:calc"
     assert add.spec.parameters["required"] == ["a", "b"]
@@ -68,6 +68,8 @@ async def test_a_stdio_server_lists_its_tools_and_answers_calls_on_one_session(
 
     result = await add.run({"a": 2, "b": 40}, ctx())
     assert (result.text, result.is_error) == ("42", False)
+    failed = await tools["calc__fail"].run({"reason": "no such city"}, ctx())
+    assert failed.is_error and "MCP server calc" in failed.text and "no such city" in failed.text
     pid = await tools["calc__pid"].run({}, ctx())
     again = await tools["calc__pid"].run({}, ctx())
     assert pid.text == again.text  # the session is reused: the same server process answers
@@ -75,9 +77,10 @@ async def test_a_stdio_server_lists_its_tools_and_answers_calls_on_one_session(
     print(f"\nstdio MCP: session start {conn.connect_ms:.0f} ms, a call {conn.last_call_ms:.1f} ms")
 
     calls = [e for e in await AuditLog(store).entries(action="mcp.call")]
-    assert len(calls) == 3
-    assert {e.detail["tool"] for e in calls} == {"add", "pid"}
-    assert all(e.detail["server"] == "calc" and e.detail["ok"] for e in calls)
+    assert len(calls) == 4
+    assert {e.detail["tool"] for e in calls} == {"add", "fail", "pid"}
+    assert all(e.detail["server"] == "calc" for e in calls)
+    assert [e.detail["ok"] for e in calls if e.detail["tool"] == "fail"] == [False]
     assert all("40" not in str(e.detail) for e in calls)  # arguments are not recorded
 
 

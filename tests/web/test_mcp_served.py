@@ -63,7 +63,7 @@ def row(page: str, name: str) -> str:
 def test_the_cli_adds_lists_and_removes_servers_and_refuses_bad_ones(box: Served) -> None:
     added = box.cli("tools", "add", "calc", "--command", COMMAND, "--env", f"TEST_TOKEN={SECRET}")
     assert "added MCP server calc (stdio)" in added
-    assert "tools: add, echo, sleep, crash, pid" in added  # it was started once to list them
+    assert "tools: add, echo, sleep, crash, fail, pid" in added  # it was started once to list them
 
     table = box.cli("tools", "list", "--check")
     assert "calc" in table and "env TEST_TOKEN" in table and "connected" in table
@@ -101,7 +101,7 @@ def test_the_console_lists_adds_checks_and_removes_servers(box: Served, http_ser
         headers="Authorization: Bearer hush-header-value",
     )
     assert r.status_code == 200, r.text
-    assert "Added paidcalc: add, echo, sleep, crash, pid." in r.text
+    assert "Added paidcalc: add, echo, sleep, crash, fail, pid." in r.text
     added = row(r.text, "paidcalc")
     assert "connected" in added and "paid" in added and "Authorization" in added
     assert "hush-header-value" not in r.text
