@@ -137,6 +137,15 @@ async def test_a_server_that_cannot_start_offers_no_tools_and_says_why(
     assert view["state"].startswith("failed")
 
 
+async def test_a_server_that_never_answers_fails_within_the_deadline(servers: McpServers) -> None:
+    await servers.add(ADMIN, "mute", command=f"{sys.executable} -c 'import time; time.sleep(600)'")
+    began = time.monotonic()
+    assert await tools_of(servers, ctx(seconds=2)) == {}
+    assert time.monotonic() - began < 30  # the deadline, not the process's 600 s
+    (view,) = await servers.overview()
+    assert view["state"].startswith("failed") and "deadline" in view["state"]
+
+
 async def test_servers_are_offered_per_tier_and_workspace(
     servers: McpServers, store: Store
 ) -> None:

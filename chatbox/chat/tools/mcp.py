@@ -39,6 +39,7 @@ RETRY_AFTER_S = 10.0  # a server that could not start is not tried again for thi
 CLOSE_WAIT_S = 10.0  # how long closing a session waits for its process to exit (the SDK: up to 6 s)
 CHECK_S = 30.0  # the deadline of an admin's check (connect and list the tools)
 MAX_RESULT = 100_000  # characters of a result the model is given
+_REAPING: set[asyncio.Task[None]] = set()  # sessions that never opened, being stopped
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -239,7 +240,7 @@ class McpConnection:
             try:
                 await ready
             except BaseException as exc:
-                await self._end()
+                self._abandon()  # the caller's deadline does not wait for the process to go
                 if not isinstance(exc, asyncio.CancelledError):
                     self._failed_at = time.monotonic()
                     self.last_error = _say(exc)
@@ -250,6 +251,15 @@ class McpConnection:
             self.state = "connected"
             self.last_error = ""
             return self._session
+
+    def _abandon(self) -> None:
+        """Stop a session that never opened, in the background."""
+        owner, self._owner = self._owner, None
+        self._session = None
+        if owner is not None:
+            owner.cancel()
+            _REAPING.add(owner)
+            owner.add_done_callback(_REAPING.discard)
 
     async def _end(self) -> None:
         owner, self._owner = self._owner, None
@@ -542,6 +552,8 @@ class McpServers:
             self._forget(name)
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+        if _REAPING:  # sessions abandoned at a deadline: their processes are being stopped
+            await asyncio.wait(list(_REAPING), timeout=CLOSE_WAIT_S)
 
     # -- internals ------------------------------------------------------------------------------
 
