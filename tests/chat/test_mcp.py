@@ -19,7 +19,7 @@ import pytest
 from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import Actor
 from chatbox.chat.errors import InvalidInput, NotFound
-from chatbox.chat.tools.base import ToolContext
+from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.mcp import McpServers, McpTool
 from chatbox.store import Store
 
@@ -162,6 +162,9 @@ async def test_servers_are_offered_per_tier_and_workspace(
     assert offered(contexts[0]) == {"everywhere"}
     assert offered(contexts[1]) == {"everywhere", "paidonly"}
     assert offered(contexts[2]) == {"everywhere", "team"}
+    one: Toolbox = servers  # every server as one toolbox
+    as_one = {t.spec.source for t in await one.tools(contexts[1])}
+    assert as_one == {"mcp:everywhere", "mcp:paidonly"}
     views = {v["name"]: v for v in await servers.overview()}
     assert views["team"]["workspaces"] == ["research"] and views["paidonly"]["tiers"] == ["paid"]
 

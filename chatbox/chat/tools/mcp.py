@@ -5,7 +5,8 @@ official `mcp` SDK. Its session is opened on first use and kept: calls reuse it 
 round trip; starting a stdio server costs its process start). A call that outlives its deadline,
 a server that dies mid-call, or one that cannot start gives an error result naming the server;
 a dead session is opened again on next use. `McpServers` is the service admins configure
-servers through (audited), and the source of the toolboxes offered for a call's context.
+servers through (audited), the source of the toolboxes offered for a call's context, and
+itself one `Toolbox` holding every offered server's tools.
 """
 
 from __future__ import annotations
@@ -524,6 +525,13 @@ class McpServers:
                 continue
             out.append(McpToolbox(self.connections[row.name], self))
         return out
+
+    async def tools(self, context: ToolContext) -> Sequence[Tool]:
+        """As one `Toolbox`: the tools of every server offered for `context`, the servers
+        asked at once (one slow to start holds up none of the others)."""
+        boxes = await self.toolboxes(context)
+        found = await asyncio.gather(*(box.tools(context) for box in boxes))
+        return [tool for tools in found for tool in tools]
 
     async def call(
         self, tool: McpTool, arguments: dict[str, Any], context: ToolContext
