@@ -5,7 +5,7 @@
 Runs the tests' MCP server (tests/chat/mcp_server.py, written with the SDK) over stdio, as
 `chatbox/chat/tools/mcp.py` does for an admin's server:
 1. Kept session (what chatbox does): the first call starts the server; then `--calls` calls
-   of `add` on that session, in sequence.
+   of `add`, in sequence, on the session kept open.
 2. A new session per call: `--spawned` calls, each starting the server, calling, stopping it.
 Prints a table (p50 and p99 ms) and writes benchmarks/results/mcp_calls.json.
 """
