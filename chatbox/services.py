@@ -28,6 +28,8 @@ from chatbox.chat.prewarm import PreWarmer, replay_clock
 from chatbox.chat.routing import Router
 from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -148,6 +150,7 @@ class Services:
     policy: Policy | None = None  # tiers, limits, routing
     shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model
     prewarm: PreWarmer | None = None  # loads models ahead of their usual busy hours
+    mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -261,7 +264,12 @@ class Services:
             policy=policy,
             shadow=shadow,
             prewarm=prewarm,
+            mcp=McpServers(store, accounts.audit, policy.tiers),
         )
+
+    async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
+        """The MCP servers' toolboxes offered for a call's context (its tier and workspace)."""
+        return [] if self.mcp is None else await self.mcp.toolboxes(context)
 
     def default_models(self) -> list[str]:
         """The models users get without picking one: the default and each tier's, those
@@ -342,6 +350,8 @@ class Services:
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
+        if self.mcp is not None:
+            await self.mcp.close()  # stops the stdio servers
         await self.knowledge.shutdown()
         await self.replicas.stop()
         await self.models.pool.stop_all()
@@ -484,6 +494,12 @@ class OperatorServices:
         owner = await self._store.users.get(key.user_id)
         await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
         return True
+
+    def mcp_servers(self) -> McpServers:
+        """The MCP servers' configuration (`chatbox tools`), checked against the policy's tiers."""
+        return McpServers(
+            self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
+        )
 
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""

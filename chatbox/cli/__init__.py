@@ -62,3 +62,6 @@ main.add_command(shadow)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
+from chatbox.cli.tools import tools  # noqa: E402
+
+main.add_command(tools)
