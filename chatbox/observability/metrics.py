@@ -101,7 +101,8 @@ class AppMetrics:
         )
         self.store_duration = Histogram(
             "chatbox_store_operation_seconds",
-            "Database work by kind (read, write: a whole transaction)",
+            "Database work by kind (read, write: a whole transaction; snapshot: a search's read"
+            " on the read connection)",
             labelnames=("op",),
             buckets=_FAST_BUCKETS,
             **r,

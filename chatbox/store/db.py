@@ -181,14 +181,14 @@ class Snapshot:
         t0 = time.perf_counter()
         async with self.conn.execute(sql, tuple(params)) as cur:
             row = await cur.fetchone()
-        self.db._timed("read", t0)
+        self.db._timed("snapshot", t0)
         return row
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         t0 = time.perf_counter()
         async with self.conn.execute(sql, tuple(params)) as cur:
             rows = list(await cur.fetchall())
-        self.db._timed("read", t0)
+        self.db._timed("snapshot", t0)
         return rows
 
     async def fetchall_in(
