@@ -26,6 +26,8 @@ from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
 from chatbox.chat.shares import Sharing
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -144,6 +146,7 @@ class Services:
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
     policy: Policy | None = None  # tiers, limits, routing
+    mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -244,7 +247,12 @@ class Services:
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
             policy=policy,
+            mcp=McpServers(store, accounts.audit, policy.tiers),
         )
+
+    async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
+        """The MCP servers' toolboxes offered for a call's context (its tier and workspace)."""
+        return [] if self.mcp is None else await self.mcp.toolboxes(context)
 
     def default_models(self) -> list[str]:
         """The models users get without picking one: the default and each tier's, those
@@ -317,6 +325,8 @@ class Services:
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
+        if self.mcp is not None:
+            await self.mcp.close()  # stops the stdio servers
         await self.knowledge.shutdown()
         await self.replicas.stop()
         await self.models.pool.stop_all()
@@ -416,6 +426,12 @@ class OperatorServices:
         owner = await self._store.users.get(key.user_id)
         await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
         return True
+
+    def mcp_servers(self) -> McpServers:
+        """The MCP servers' configuration (`chatbox tools`), checked against the policy's tiers."""
+        return McpServers(
+            self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
+        )
 
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""
