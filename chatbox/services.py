@@ -231,6 +231,7 @@ class Services:
             registry=metrics,
         )
         prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
+        chat.embed = knowledge.embedder.embed_one  # questions for the semantic cache
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
@@ -425,6 +426,8 @@ def _observe(
     chat.telemetry = telemetry
     chat.answers.on_lookup = telemetry.answer_cache
     chat.answers.on_size = telemetry.answer_cache_size
+    chat.semantic.on_lookup = telemetry.semantic_cache
+    chat.semantic.on_size = telemetry.semantic_cache_size
 
 
 @dataclass

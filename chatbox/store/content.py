@@ -576,6 +576,18 @@ ARTIFACTS: tuple[Artifact, ...] = (
         on_disk=False,
     ),
     Artifact(
+        "RAM: semantic answer cache",
+        "user",
+        "first questions of conversations, their MiniLM vectors and answers, for tiers the"
+        " policy's `semantic_cache.tiers` names (chatbox/chat/semantic_cache.py); scoped to"
+        " the user, the workspace or a public tier; never read or written under zero"
+        " retention; not exported (the conversation it came from is)",
+        "an account's erasure drops what its questions wrote, a conversation's erasure what"
+        " was first answered in it; each is gone after `semantic_cache.ttl_s`, when evicted,"
+        " or at shutdown",
+        on_disk=False,
+    ),
+    Artifact(
         "exports",
         "user",
         "a user's export zip: built in RAM and sent; the CLI writes it (0600) where told",
