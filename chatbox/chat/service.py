@@ -246,6 +246,7 @@ class ChatService(Conversations):
             question = await self._first_question(conv, content, options, ticket, system, screened)
         routing = Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from)
         generation: Generation
+        request: GenerationRequest | None = None
         if question is not None and question.hit is not None:
             generation = Replay(question.hit.entry.answer, question.hit.entry.usage)
             routing = Routing(CACHED_ROUTE, ticket.route.arm)
@@ -311,8 +312,13 @@ class ChatService(Conversations):
         return run
 
     async def _drive(
-        self, run: TurnRun, generation: Generation, ticket: Ticket, request: GenerationRequest
+        self,
+        run: TurnRun,
+        generation: Generation,
+        ticket: Ticket,
+        request: GenerationRequest | None,
     ) -> None:
+        """Relay the answer to its run and store it; `request` is None for a cached answer."""
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -393,7 +399,9 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
-        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+        finished = done is not None and status in ("complete", "filtered")
+        if finished and request is not None and self.shadow is not None:  # not a cached answer
+            assert done is not None
             await self.shadow.offer(served(ticket.user, run, request, done, status))
 
     async def _first_question(
