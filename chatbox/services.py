@@ -22,10 +22,13 @@ from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
+from chatbox.chat.canary import CanaryService
+from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
 from chatbox.chat.shares import Sharing
+from chatbox.chat.temporary import keeps_nothing
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -37,6 +40,7 @@ from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import release_free_memory
+from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
@@ -144,6 +148,8 @@ class Services:
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
     policy: Policy | None = None  # tiers, limits, routing
+    evals: Evaluator | None = None  # eval suites on models
+    canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -227,6 +233,20 @@ class Services:
         data.start()  # the retention sweeper
         # Documents and facts to remember are refused under the user's zero-data-retention.
         knowledge.documents.keeps_nothing = knowledge.memory.keeps_nothing = data.keeps_nothing
+        evals = Evaluator(store, models, gate, moderation, accounts.audit, _embed(knowledge))
+        canaries = CanaryService(
+            store,
+            policy,
+            accounts.audit,
+            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+        )
+        gate.on_settle = canaries.settled
+        gate.router.canary_state = canaries.state
+        chat.canaries = canaries
+        await canaries.refresh()  # decisions already made hold from the first request
+        canaries.start()
+        _eval_metrics(metrics, canaries)
         return cls(
             settings,
             store,
@@ -243,6 +263,8 @@ class Services:
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
             policy=policy,
+            evals=evals,
+            canaries=canaries,
         )
 
     def default_models(self) -> list[str]:
@@ -313,6 +335,8 @@ class Services:
         if self._preload is not None:
             self._preload.cancel()
             await asyncio.gather(self._preload, return_exceptions=True)
+        if self.canaries is not None:
+            await self.canaries.stop()
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
@@ -329,6 +353,23 @@ class Services:
             "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
             "database_writable": await self.store.db.writable(),
         }
+
+
+def _embed(knowledge: Knowledge) -> Callable[[list[str]], Any]:
+    """Unit vectors as lists (eval similarity checks use the MiniLM encoder)."""
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        vectors = await knowledge.embedder.embed(texts)
+        return [list(map(float, v)) for v in vectors]
+
+    return embed
+
+
+def _eval_metrics(metrics: CollectorRegistry, canaries: CanaryService) -> None:
+    """Eval runs and canary verdicts in /metrics (figures refreshed with each canary check)."""
+    gauges = VerdictGauges()
+    canaries.gauges = gauges
+    metrics.register(gauges)
 
 
 def _observe(

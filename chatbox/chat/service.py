@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass, field
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
+from chatbox.chat.canary import CanaryService
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.moderated import (
     moderation_event,
@@ -60,6 +61,7 @@ class ChatService(Conversations):
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
+    canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -184,7 +186,9 @@ class ChatService(Conversations):
                     # message raises here, with nothing stored.
                     screened = await screen_input(self.moderation, user, content or "")
                     return await self._start(conv, parent_id, content, options, ticket, screened)
-                except BaseException:
+                except BaseException as exc:
+                    if isinstance(exc, Refused):
+                        ticket.outcome = "refused"
                     await ticket.finish(None)
                     raise
         finally:
@@ -285,13 +289,15 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket))
+        task = asyncio.create_task(self._drive(run, generation, ticket, content or ""))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def _drive(self, run: TurnRun, generation: Generation, ticket: Ticket) -> None:
+    async def _drive(
+        self, run: TurnRun, generation: Generation, ticket: Ticket, question: str = ""
+    ) -> None:
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -320,6 +326,8 @@ class ChatService(Conversations):
         content = run.text
         if watch is not None and watch.verdict is not None:
             status, content = "filtered", watch.verdict.notice()  # the text goes to review only
+        if status in ("failed", "filtered"):
+            ticket.outcome = "error" if status == "failed" else "filtered"
         self.telemetry.annotate(**{"chatbox.turn_status": status})
         self.telemetry.turn_finished(run.model, status)
         try:
@@ -335,6 +343,8 @@ class ChatService(Conversations):
                 FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
             )
         await note_output(self.moderation, ticket.user, watch, run, turn.id)
+        if self.canaries is not None and status == "complete":
+            self.canaries.sample_live(ticket.user, ticket.route.arm, question, content)
         await self._after_turn(run, turn.id)
         self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)
         payload = {

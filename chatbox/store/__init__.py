@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatbox.store.audit import AuditEntry, AuditRepo
+from chatbox.store.canaries import CanaryRepo
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
+from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.memories import Memory, MemoryRepo
@@ -75,6 +77,8 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    evals: EvalRepo
+    canaries: CanaryRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -98,6 +102,8 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            EvalRepo(db),
+            CanaryRepo(db),
         )
 
     async def close(self) -> None:
