@@ -22,7 +22,7 @@ from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.canary import CanaryService
+from chatbox.chat.canary import CanaryService, canary_status
 from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
@@ -44,6 +44,7 @@ from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.evals import EvalResult, EvalRun
 from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
@@ -455,6 +456,23 @@ class OperatorServices:
         await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
         return True
 
+    def canaries(self) -> CanaryService:
+        """Canary decisions on the database: a running server applies them at its next
+        check (within CHECK_EVERY_S); verdicts are the server's newest stored ones."""
+        return CanaryService(
+            self._store, Policy.load(self.settings.policy_path), self.accounts.audit
+        )
+
+    async def canary_status(self) -> list[dict[str, Any]]:
+        return await canary_status(self._store, Policy.load(self.settings.policy_path))
+
+    async def eval_runs(self, model: str | None, limit: int) -> list[EvalRun]:
+        return await self._store.evals.runs(model, limit)
+
+    async def eval_run(self, run_id: str) -> tuple[EvalRun, list[EvalResult]] | None:
+        run = await self._store.evals.run(run_id)
+        return None if run is None else (run, await self._store.evals.results(run_id))
+
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""
         path = self.settings.policy_path or default_policy_path()
@@ -471,4 +489,80 @@ async def operator_services(settings: Settings) -> AsyncIterator[OperatorService
         await accounts.ensure_admin()
         yield OperatorServices(settings, accounts, store)
     finally:
+        await store.close()
+
+
+@dataclass
+class EvalServices:
+    """What `chatbox eval run` needs: the local engines, admission and moderation as the
+    server has them, the embedding model, and the store (no server, no background work)."""
+
+    evals: Evaluator
+    accounts: AccountsService
+    store: Store
+    models: LocalModels
+
+    async def admin(self, name: str | None) -> User:
+        """The account evals run as: `name`, else the first admin."""
+        if name:
+            user = await self.store.users.get_by_name(name)
+            if user is None:
+                raise LookupError(f"no user named {name!r}")
+            return user
+        admins = [u for u in await self.store.users.list() if u.role == "admin"]
+        if not admins:
+            raise LookupError("no admin account to run evals as (name one with --as)")
+        return admins[0]
+
+
+@asynccontextmanager
+async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]:
+    """Engines, admission and moderation over the database, for the command line's evals."""
+    settings.ensure_dirs()
+    registry = model_registry(settings)
+    store = await Store.open(settings.db_path)
+    metrics = CollectorRegistry()
+    pool = None
+    knowledge = None
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+
+        def resolve(name: str) -> Path:
+            from chatbox.catalog.requant import serving_path
+
+            return serving_path(
+                registry.model_path(name),
+                settings.cache_dir / "models",
+                enabled=settings.engine.cpu_requant,
+                n_gpu_layers=settings.engine.n_gpu_layers,
+            )
+
+        # No KV is parked: eval answers are no one's conversation.
+        pool = EnginePool(resolve, replace(settings.engine, kv_dir=None), metrics)
+        local = LocalModels(registry, pool, settings)
+        policy = Policy.load(settings.policy_path)
+        gate = Gatekeeper(
+            policy,
+            store.usage,
+            Router(policy, local.names, local.default),
+            local.stats,
+            settings.high_water,
+        )
+        knowledge = Knowledge(store, settings, lambda: local.engine(local.default()))
+        moderation = ModerationService(
+            store,
+            ModerationPolicy.load(settings.policy_path or default_policy_path()),
+            knowledge.embedder,
+            settings.cache_dir,
+            metrics,
+        )
+        moderation.start()
+        evals = Evaluator(store, local, gate, moderation, accounts.audit, _embed(knowledge))
+        yield EvalServices(evals, accounts, store, local)
+    finally:
+        if pool is not None:
+            await pool.stop_all()
+        if knowledge is not None:
+            await knowledge.shutdown()
         await store.close()

@@ -69,6 +69,7 @@ class Rule:
     kind: Kind
     worse: Literal["higher", "lower"]
     threshold: float
+    tau: float  # the scale of differences the sequential test is tuned to find
     log_scale: bool = False
 
     def shown(self, value: float) -> str:
@@ -81,13 +82,13 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("ttft", "guard", "higher", math.log(1.25), log_scale=True),
-    Rule("tokens_per_s", "guard", "lower", math.log(1.25), log_scale=True),
-    Rule("error_rate", "guard", "higher", 0.02),
-    Rule("refusal_rate", "guard", "higher", 0.02),
-    Rule("thumbs_up", "quality", "lower", 0.05),
-    Rule("eval_score", "quality", "lower", 0.05),
-    Rule("answer_length", "info", "lower", 0.0),
+    Rule("ttft", "guard", "higher", math.log(1.25), 0.5, log_scale=True),
+    Rule("tokens_per_s", "guard", "lower", math.log(1.25), 0.5, log_scale=True),
+    Rule("error_rate", "guard", "higher", 0.02, 0.1),
+    Rule("refusal_rate", "guard", "higher", 0.02, 0.1),
+    Rule("thumbs_up", "quality", "lower", 0.05, 0.2),
+    Rule("eval_score", "quality", "lower", 0.05, 0.2),
+    Rule("answer_length", "info", "lower", 0.0, 1.0),
 )
 
 
@@ -178,7 +179,7 @@ def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMP
             rule.shown(worsening),
         )
     v = arm.var / arm.n + base.var / base.n
-    h = half_width(v, rule.threshold)
+    h = half_width(v, rule.tau)
     low, high = worsening - h, worsening + h
     if arm.n < min_samples or base.n < min_samples:
         outcome = "few"

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from chatbox.accounts import AuditLog
 from chatbox.chat.admission import Gatekeeper
@@ -127,6 +128,32 @@ class Evaluator:
             cases=run.cases,
         )
         return run
+
+    async def runs(self, model: str | None = None, limit: int = 100) -> list[EvalRun]:
+        """Stored runs, the newest first."""
+        return await self.store.evals.runs(model, limit)
+
+    async def detail(self, run_id: str) -> tuple[EvalRun, list[EvalResult]]:
+        """One run and its results; LookupError when there is none."""
+        run = await self.store.evals.run(run_id)
+        if run is None:
+            raise LookupError("no such eval run")
+        return run, await self.store.evals.results(run_id)
+
+    async def compare(self, run_ids: list[str]) -> dict[str, Any]:
+        """Runs side by side: each case's score per run (a case missing from a run: None)."""
+        runs = []
+        scores: dict[str, dict[str, float | None]] = {}
+        for run_id in run_ids:
+            run, results = await self.detail(run_id)
+            runs.append(run)
+            for r in results:
+                scores.setdefault(r.case_id, {})[run.id] = r.score
+        table = [
+            {"case": case, "scores": [by_run.get(r.id) for r in runs]}
+            for case, by_run in scores.items()
+        ]
+        return {"runs": runs, "cases": table}
 
     async def _answer(self, actor: User, model: str, case: Case) -> Answer:
         messages = []

@@ -59,3 +59,9 @@ main.add_command(workspaces)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
+from chatbox.cli.evals import eval_group  # noqa: E402
+
+main.add_command(eval_group)
+from chatbox.cli.canary import canary  # noqa: E402
+
+main.add_command(canary)

@@ -18,6 +18,7 @@ from chatbox.web.console.moderation import (
 from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
 from chatbox.web.console.usage import AdminApiController, AdminPagesController
+from chatbox.web.console.verdicts import ConsoleVerdictsController
 from chatbox.web.console.workspaces import ConsoleWorkspacesController
 from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.health import HealthController
@@ -47,6 +48,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AdminPagesController,
     ConsoleController,
     ConsoleWorkspacesController,
+    ConsoleVerdictsController,
     ReplicasController,
     ModerationsController,
     ModerationAdminController,
