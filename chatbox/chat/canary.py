@@ -617,7 +617,10 @@ class CanaryService:
     async def status(self) -> list[dict[str, Any]]:
         """Each canary: its configuration, state, latest verdict and recent decisions."""
         await self.refresh()
-        return await canary_status(self.store, self.policy, self.latest)
+        found = await canary_status(self.store, self.policy, self.latest)
+        if self.gauges is not None:
+            self.gauges.update_canaries(found)
+        return found
 
     # -- the timer ----------------------------------------------------------------------
 
@@ -627,11 +630,11 @@ class CanaryService:
 
         async def loop() -> None:
             while True:
-                await asyncio.sleep(every_s)
                 try:
                     await self.tick()
                 except Exception:  # one failed check must not stop the next
                     log.exception("checking the canaries failed")
+                await asyncio.sleep(every_s)
 
         self._task = asyncio.get_running_loop().create_task(loop(), name="chatbox-canaries")
 

@@ -5,9 +5,16 @@ error burst rolls back, and a canary worse on its eval score is held, naming the
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
-from chatbox.chat.canary import MIN_SAMPLES, Sample, Side, verdict
-from chatbox.chat.policy import Canary
+import pytest
+
+from chatbox.accounts import AuditLog
+from chatbox.accounts.audit import Actor
+from chatbox.chat.canary import MIN_SAMPLES, CanaryService, Sample, Side, verdict
+from chatbox.chat.policy import Canary, Policy
+from chatbox.chat.routing import Router
+from chatbox.store import Store, User
 
 CANARY = Canary("free", "next", 10.0, "next-arm")
 
@@ -114,3 +121,110 @@ def test_samples_before_the_window_do_not_count() -> None:
     feed(arm, clock, 200, rng, arm="next-arm", ttft=0.6)
     resumed = clock.advance(1)
     assert verdict(CANARY, arm, base, clock(), since=resumed).verdict == "collecting"
+
+
+# -- the service: decisions on a fake clock, stored, audited and obeyed by routing ----------
+
+
+async def _service(tmp_path: Path, clock: FakeClock) -> tuple[CanaryService, Store]:
+    store = await Store.open(tmp_path / "db.sqlite")
+    policy = Policy.from_dict(
+        {
+            "tiers": {"free": {"model": "base"}},
+            "routing": {"canary": [{"tier": "free", "model": "next", "percent": 50, "arm": "nx"}]},
+        }
+    )
+    return CanaryService(store, policy, AuditLog(store), clock=clock), store
+
+
+def _traffic(service: CanaryService, clock: FakeClock, rng: random.Random, slow: float) -> None:
+    for i in range(400):
+        arm = "nx" if i % 2 else ""
+        ttft = 0.2 * (slow if arm else 1.0) * rng.uniform(0.8, 1.25)
+        service.observe(Sample(clock.advance(30), "free", arm, ttft, 40.0, length=50))
+
+
+async def test_a_slow_canary_is_rolled_back_on_its_own_audited_and_routed_around(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    service, store = await _service(tmp_path, clock)
+    try:
+        service.started = clock()
+        _traffic(service, clock, random.Random(6), slow=3.0)
+        [v] = await service.tick()
+        assert v.verdict == "rollback" and v.deciding == "ttft"
+        assert service.state("nx") == "rolled_back"
+        [event] = await store.canaries.events("nx")
+        assert (event.action, event.automatic, event.at) == ("rollback", True, clock())
+        [entry] = await store.audit.list(10, action="canary.rollback")
+        assert entry.actor_name == "chatbox" and entry.detail["automatic"] is True
+        assert "ttft worse" in entry.detail["reason"]
+        router = Router(service.policy, lambda: ["base", "next"], lambda: "base")
+        router.canary_state = service.state
+        ann = User("u1", "ann", "member", "free", False, 0.0)
+        assert {router.route(ann, None).model for _ in range(50)} == {"base"}
+        await service.tick()  # decided once: no second rollback
+        assert len(await store.canaries.events("nx")) == 1
+        stored = await store.canaries.verdicts()
+        assert stored["nx"].verdict == "rollback"
+    finally:
+        await store.close()
+
+
+async def test_an_admin_promotes_and_the_tier_routes_to_the_canary(tmp_path: Path) -> None:
+    clock = FakeClock()
+    service, store = await _service(tmp_path, clock)
+    try:
+        _traffic(service, clock, random.Random(7), slow=1.0)
+        [v] = await service.tick()
+        assert v.verdict in ("continue", "ready")
+        assert service.state("nx") == "running"
+        await service.promote(Actor(None, "cli:test"), "nx", "looks good")
+        router = Router(service.policy, lambda: ["base", "next"], lambda: "base")
+        router.canary_state = service.state
+        ann = User("u1", "ann", "member", "free", False, 0.0)
+        routes = {(r.model, r.reason, r.arm) for r in (router.route(ann, None) for _ in range(20))}
+        assert routes == {("next", "tier", "")}
+        [entry] = await store.audit.list(10, action="canary.promote")
+        assert entry.actor_name == "cli:test" and entry.detail["reason"] == "looks good"
+        with pytest.raises(LookupError):
+            await service.rollback(Actor(None, "cli:test"), "no-such-arm")
+    finally:
+        await store.close()
+
+
+async def test_live_answers_are_graded_only_where_the_tier_opted_in_and_content_is_kept(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    store = await Store.open(tmp_path / "db.sqlite")
+    graded: list[str] = []
+    zero: set[str] = {"zed"}
+
+    async def grade(judge: str, question: str, answer: str) -> float:
+        graded.append(question)
+        return 0.5
+
+    async def keeps_nothing(user: User) -> bool:
+        return user.name in zero
+
+    canary = {"tier": "free", "model": "next", "percent": 50, "arm": "nx"}
+    try:
+        for opted, expect in ((0, []), (100, ["q-ann"])):
+            graded.clear()
+            policy = Policy.from_dict(
+                {"routing": {"canary": [{**canary, "judge": "big", "eval_percent": opted}]}}
+            )
+            service = CanaryService(
+                store, policy, AuditLog(store), grade=grade, keeps_nothing=keeps_nothing
+            )
+            for name in ("ann", "zed"):
+                user = User(name, name, "member", "free", False, 0.0)
+                service.sample_live(user, "nx", f"q-{name}", "an answer")
+            await asyncio.gather(*service._jobs)
+            assert graded == expect  # zed keeps nothing: never graded
+            assert len(service.sides.arm("nx").scores) == len(expect)
+    finally:
+        await store.close()
