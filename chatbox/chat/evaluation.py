@@ -41,7 +41,11 @@ from chatbox.store.evals import EvalResult, EvalRun, detail_json
 
 log = logging.getLogger("chatbox.evals")
 Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
-JUDGE_MAX_TOKENS = 4  # one digit, with room for a space or a newline before it
+JUDGE_MAX_TOKENS = 2  # one digit (a grammar allows nothing else)
+JUDGE_GRAMMAR = "root ::= [0-9]"
+
+
+__all__ = ["CaseOutcome", "EvalError", "EvalResult", "EvalRun", "Evaluator"]
 
 
 class EvalError(ValueError):
@@ -88,6 +92,12 @@ class Evaluator:
                 raise EvalError(
                     f"no model named {name!r}; installed: {', '.join(self.models.names())}"
                 )
+        judged = [c.id for c in suite.cases if c.check.kind == "judge"]
+        if judged and judge is None:
+            raise EvalError(
+                f"the suite has judge checks ({', '.join(judged[:5])}): name a judge model"
+                " with --judge or the suite's \"judge\""
+            )
         started = time.time()
         await self.audit.record(
             actor, "eval.start", None, model=model, suite=suite.name, judge=judge
@@ -209,7 +219,13 @@ class Evaluator:
             ChatMessage("system", JUDGE_SYSTEM),
             ChatMessage("user", judge_prompt(question, answer, reference, rubric)),
         )
-        options = TurnOptions(model=judge, temperature=0.0, seed=0, max_tokens=JUDGE_MAX_TOKENS)
+        options = TurnOptions(
+            model=judge,
+            temperature=0.0,
+            seed=0,
+            max_tokens=JUDGE_MAX_TOKENS,
+            grammar=JUDGE_GRAMMAR,
+        )
         _, generation, _ = await complete(
             self.models, self.gate, JUDGE_MAX_TOKENS, messages, options
         )

@@ -13,9 +13,8 @@ import click
 from chatbox.cli.accounts import _settings, _table, with_services
 
 if TYPE_CHECKING:
-    from chatbox.chat.evaluation import CaseOutcome
+    from chatbox.chat.evaluation import CaseOutcome, EvalResult, EvalRun
     from chatbox.services import OperatorServices
-    from chatbox.store.evals import EvalResult, EvalRun
 
 
 @click.group("eval")
@@ -67,12 +66,12 @@ def run_cmd(
         async with evaluation_services(settings) as services:
             actor = await services.admin(as_name)
             run = await services.evals.run(actor, model, suite, judge, on_case=shown)
-            return run, await services.store.evals.results(run.id)
+            return await services.evals.detail(run.id)
 
     try:
         run, results = asyncio.run(go())
     except (EvalError, LookupError) as exc:
-        raise click.ClickException(str(exc).strip("'\"")) from exc
+        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(_out(run, results), indent=2))
         return
