@@ -96,7 +96,7 @@ class Evaluator:
         if judged and judge is None:
             raise EvalError(
                 f"the suite has judge checks ({', '.join(judged[:5])}): name a judge model"
-                " with --judge or the suite's \"judge\""
+                ' with --judge or the suite\'s "judge"'
             )
         started = time.time()
         await self.audit.record(
