@@ -228,3 +228,40 @@ async def test_live_answers_are_graded_only_where_the_tier_opted_in_and_content_
             assert len(service.sides.arm("nx").scores) == len(expect)
     finally:
         await store.close()
+
+
+async def test_settled_requests_become_samples_of_their_arm_or_the_baseline(
+    tmp_path: Path,
+) -> None:
+    from chatbox.chat.admission import Ticket
+    from chatbox.chat.routing import Route
+    from chatbox.engine.types import Usage
+
+    clock = FakeClock()
+    service, store = await _service(tmp_path, clock)
+    ann = User("u1", "ann", "member", "free", False, 0.0)
+    paid = User("u2", "pat", "member", "paid", False, 0.0)
+
+    def ticket(route: Route, user: User = ann, outcome: str = "") -> Ticket:
+        t = Ticket(user, route, 0, 0, gatekeeper=None)  # type: ignore[arg-type]
+        t.admitted_at, t.first_token_at, t.outcome = 10.0, 10.5, outcome
+        return t
+
+    try:
+        service.settled(ticket(Route("next", "canary", "nx")), Usage(5, 11, 0), 11.5)
+        service.settled(ticket(Route("base", "tier")), Usage(5, 3, 0), 12.0)
+        service.settled(ticket(Route("base", "tier"), outcome="refused"), None, 12.0)
+        service.settled(ticket(Route("next", "canary", "nx"), outcome="error"), Usage(5, 0, 0), 12)
+        service.settled(ticket(Route("base", "picked")), Usage(5, 3, 0), 12.0)  # not compared
+        service.settled(ticket(Route("base", "tier")), None, 12.0)  # nothing ran: no sample
+        service.settled(ticket(Route("base", "tier"), paid), Usage(5, 3, 0), 12.0)  # no canary
+        arm = list(service.sides.arm("nx").samples)
+        base = list(service.sides.baseline("free").samples)
+        assert [(s.ttft_s, s.tokens_per_s, s.error, s.length) for s in arm] == [
+            (0.5, 10.0, False, 11),
+            (0.5, None, True, 0),
+        ]
+        assert [(s.refused, s.length) for s in base] == [(False, 3), (True, 0)]
+        assert "paid" not in service.sides.baselines
+    finally:
+        await store.close()
