@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(600)
 TIMEOUT = 120.0
 CANARY = """
 [[routing.canary]]
-tier = "free"
+tier = "paid"
 model = "tiny2"
 percent = 50
 arm = "next"
@@ -167,12 +167,14 @@ def _state(box: Served, admin: httpx.Client) -> str:
 
 def test_canary_status_rollback_on_the_console_and_promote_from_the_cli(box: Served) -> None:
     admin = httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT)
-    ann = httpx.Client(base_url=box.url, headers=box.auth(box.user("ann")), timeout=TIMEOUT)
-    assert "tiny2" in _answer_models(ann, 12)  # half the free tier goes to the canary
+    ann = httpx.Client(
+        base_url=box.url, headers=box.auth(box.user("ann", tier="paid")), timeout=TIMEOUT
+    )
+    assert "tiny2" in _answer_models(ann, 12)  # half the paid tier goes to the canary
     page = admin.get("/console/canaries")
     assert page.status_code == 200
     assert 'data-arm="next" data-state="running"' in page.text
-    assert "next: tiny2 on tier free (50%): running" in box.cli("canary", "status")
+    assert "next: tiny2 on tier paid (50%): running" in box.cli("canary", "status")
 
     rolled = admin.post("/console/canaries/next/rollback")
     assert rolled.status_code == 200, rolled.text
@@ -185,7 +187,7 @@ def test_canary_status_rollback_on_the_console_and_promote_from_the_cli(box: Ser
     assert "promote recorded" in said
     assert _state(box, admin) == "promoted"  # the server reads the CLI's decision
     assert set(_answer_models(ann, 6)) == {"tiny2"}  # the tier's model now
-    assert "next: tiny2 on tier free (50%): promoted" in box.cli("canary", "status")
+    assert "next: tiny2 on tier paid (50%): promoted" in box.cli("canary", "status")
 
     audit = json.loads(box.cli("audit", "list", "--json"))
     decisions = [
@@ -194,5 +196,5 @@ def test_canary_status_rollback_on_the_console_and_promote_from_the_cli(box: Ser
     assert decisions[0][0] == "canary.promote" and decisions[0][1].startswith("cli:")
     assert ("canary.rollback", "admin") in decisions
     metrics = admin.get("/metrics").text
-    assert 'chatbox_canary_state{arm="next",state="promoted",tier="free"} 1.0' in metrics
+    assert 'chatbox_canary_state{arm="next",state="promoted",tier="paid"} 1.0' in metrics
     _cli_fails(box, "canary", "rollback", "no-such-arm")
