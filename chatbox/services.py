@@ -29,6 +29,8 @@ from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
 from chatbox.chat.shares import Sharing
 from chatbox.chat.temporary import keeps_nothing
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -149,6 +151,7 @@ class Services:
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
     policy: Policy | None = None  # tiers, limits, routing
+    mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
     evals: Evaluator | None = None  # eval suites on models
     canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
@@ -264,9 +267,14 @@ class Services:
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
             policy=policy,
+            mcp=McpServers(store, accounts.audit, policy.tiers),
             evals=evals,
             canaries=canaries,
         )
+
+    async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
+        """The MCP servers' toolboxes offered for a call's context (its tier and workspace)."""
+        return [] if self.mcp is None else await self.mcp.toolboxes(context)
 
     def default_models(self) -> list[str]:
         """The models users get without picking one: the default and each tier's, those
@@ -341,6 +349,8 @@ class Services:
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
+        if self.mcp is not None:
+            await self.mcp.close()  # stops the stdio servers
         await self.knowledge.shutdown()
         await self.replicas.stop()
         await self.models.pool.stop_all()
@@ -455,6 +465,12 @@ class OperatorServices:
         owner = await self._store.users.get(key.user_id)
         await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
         return True
+
+    def mcp_servers(self) -> McpServers:
+        """The MCP servers' configuration (`chatbox tools`), checked against the policy's tiers."""
+        return McpServers(
+            self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
+        )
 
     def canaries(self) -> CanaryService:
         """Canary decisions on the database: a running server applies them at its next

@@ -59,6 +59,9 @@ main.add_command(workspaces)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
+from chatbox.cli.tools import tools  # noqa: E402
+
+main.add_command(tools)
 from chatbox.cli.evals import eval_group  # noqa: E402
 
 main.add_command(eval_group)

@@ -13,6 +13,7 @@ from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
@@ -38,6 +39,7 @@ __all__ = [
     "Document",
     "Feedback",
     "FeedbackTally",
+    "McpServerRow",
     "Memory",
     "ModerationItem",
     "ReplicaRow",
@@ -77,6 +79,7 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    mcp_servers: McpServerRepo
     evals: EvalRepo
     canaries: CanaryRepo
 
@@ -102,6 +105,7 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            McpServerRepo(db),
             EvalRepo(db),
             CanaryRepo(db),
         )

@@ -454,6 +454,21 @@ TABLES: tuple[Table, ...] = (
         why="router mode's configuration",
     ),
     Table(
+        "mcp_servers",
+        None,
+        plain={
+            "name": ID,
+            "transport": ENUM,
+            "command": "the server's command line, as an admin gave it",
+            "url": "the server's address",
+            "env": "the server's environment variables (may hold its secrets)",
+            "headers": "the server's request headers (may hold its secrets)",
+            "tiers": "tier names",
+            "workspaces": "workspace ids",
+        },
+        why="the MCP servers' configuration",
+    ),
+    Table(
         "eval_runs",
         None,
         plain={

@@ -511,6 +511,27 @@ async def _feedback(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _mcp_servers(conn: aiosqlite.Connection) -> None:
+    # The MCP servers admins added (chatbox/chat/tools/mcp.py): a command or a URL, with its
+    # environment or headers (they may hold secrets, never shown back), and where it is offered.
+    await _script(
+        conn,
+        """
+        CREATE TABLE mcp_servers (
+            name TEXT PRIMARY KEY,
+            transport TEXT NOT NULL CHECK (transport IN ('stdio', 'http')),
+            command TEXT NOT NULL DEFAULT '',
+            url TEXT NOT NULL DEFAULT '',
+            env TEXT NOT NULL DEFAULT '{}',
+            headers TEXT NOT NULL DEFAULT '{}',
+            tiers TEXT NOT NULL DEFAULT '',
+            workspaces TEXT NOT NULL DEFAULT '',
+            added_at REAL NOT NULL
+        )
+        """,
+    )
+
+
 async def _evals_and_canary_verdicts(conn: aiosqlite.Connection) -> None:
     # Eval runs are the admin's suites and the models' answers to them, never a person's
     # content; canary events are append-only (the newest of an arm is its state) and each
@@ -587,7 +608,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0011_import_staging", _import_staging),
     ("0012_audit_refuses_replace", _audit_refuses_replace),
     ("0013_feedback", _feedback),
-    ("0014_evals_and_canary_verdicts", _evals_and_canary_verdicts),
+    ("0014_mcp_servers", _mcp_servers),
+    ("0015_evals_and_canary_verdicts", _evals_and_canary_verdicts),
 ]
 
 

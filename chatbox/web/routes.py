@@ -10,6 +10,7 @@ from chatbox.web.api.data import DataController
 from chatbox.web.api.knowledge import KnowledgeController
 from chatbox.web.api.shares import SharePagesController, SharesController
 from chatbox.web.api.workspaces import ConversationWorkspaceController, WorkspacesController
+from chatbox.web.console.mcp import ConsoleToolsController
 from chatbox.web.console.moderation import (
     ModerationAdminController,
     ModerationPagesController,
@@ -48,6 +49,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AdminPagesController,
     ConsoleController,
     ConsoleWorkspacesController,
+    ConsoleToolsController,
     ConsoleVerdictsController,
     ReplicasController,
     ModerationsController,

@@ -276,6 +276,19 @@ def console_workspace_delete(ws_id: str) -> str:
     return f"{console_workspaces()}/{_seg(ws_id)}/delete"
 
 
+def console_tools() -> str:
+    """GET: the MCP servers, their state and tools; POST: add one."""
+    return "/console/tools"
+
+
+def console_tool_check(name: str) -> str:
+    return f"{console_tools()}/{_seg(name)}/check"
+
+
+def console_tool_remove(name: str) -> str:
+    return f"{console_tools()}/{_seg(name)}/remove"
+
+
 # -- users' data: settings, export, import, deletion, temporary chats --------------------
 
 
