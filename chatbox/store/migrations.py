@@ -532,6 +532,23 @@ async def _mcp_servers(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _usage_by_hour(conn: aiosqlite.Connection) -> None:
+    # Requests per model and hour, no person: pre-warming learns each model's week from it.
+    await _script(
+        conn,
+        """
+        CREATE TABLE usage_hours (
+            model TEXT NOT NULL,
+            hour INTEGER NOT NULL,
+            requests INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (model, hour)
+        );
+        CREATE INDEX usage_hours_by_hour ON usage_hours (hour)
+        """,
+    )
+
+
 async def _evals_and_canary_verdicts(conn: aiosqlite.Connection) -> None:
     # Eval runs are the admin's suites and the models' answers to them, never a person's
     # content; canary events are append-only (the newest of an arm is its state) and each
@@ -609,7 +626,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0012_audit_refuses_replace", _audit_refuses_replace),
     ("0013_feedback", _feedback),
     ("0014_mcp_servers", _mcp_servers),
-    ("0015_evals_and_canary_verdicts", _evals_and_canary_verdicts),
+    ("0015_usage_by_hour", _usage_by_hour),
+    ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
 ]
 
 

@@ -18,6 +18,7 @@ from chatbox.web.console.moderation import (
 )
 from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
+from chatbox.web.console.shadow import ConsoleShadowController, ShadowController
 from chatbox.web.console.usage import AdminApiController, AdminPagesController
 from chatbox.web.console.verdicts import ConsoleVerdictsController
 from chatbox.web.console.workspaces import ConsoleWorkspacesController
@@ -52,6 +53,8 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConsoleToolsController,
     ConsoleVerdictsController,
     ReplicasController,
+    ShadowController,
+    ConsoleShadowController,
     ModerationsController,
     ModerationAdminController,
     ModerationPagesController,

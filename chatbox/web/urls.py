@@ -263,6 +263,16 @@ def console_audit() -> str:
     return "/console/audit"
 
 
+def console_shadow() -> str:
+    """Shadow traffic: each served model beside its candidate."""
+    return "/console/shadow"
+
+
+def console_prewarm() -> str:
+    """Pre-warming: each model's profile and forecast beside its load."""
+    return "/console/prewarm"
+
+
 def console_workspaces() -> str:
     """GET: every workspace and its members; POST: a new one with its owner."""
     return "/console/workspaces"
