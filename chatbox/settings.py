@@ -131,6 +131,10 @@ class Settings:
     console_sample_s: float = 5.0  # how often the console's live plots take a sample
     # Where alerts' changes are posted, as Alertmanager posts to its webhook receivers.
     alert_webhook_url: str | None = None
+    # glibc malloc arenas of a serving process (mallopt M_ARENA_MAX): each thread that
+    # allocates may otherwise get its own (8 a core), each keeping fragments resident;
+    # 0: glibc's default (or MALLOC_ARENA_MAX as set in the environment)
+    malloc_arenas: int = 2
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"

@@ -121,11 +121,15 @@ def kv_shape(
     return n_slots * per_seq, per_seq
 
 
-def park_budget(configured: int, kv_bytes: int, available: int) -> int:
-    """Host RAM for parked KV: as configured, or (-1) 1/PARK_KV_SHARE of the KV cache's bytes
-    and at most 1/PARK_MEMORY_SHARE of the memory available (the disk tier keeps more)."""
+def park_budget(configured: int, kv_bytes: int, available: int, disk: bool = False) -> int:
+    """Host RAM for parked KV: as configured, or (-1) none where the disk tier parks (an
+    eighth of the KV cache holds about one long conversation, not worth its resident
+    memory beside the disk and the page cache), else 1/PARK_KV_SHARE of the KV cache's
+    bytes and at most 1/PARK_MEMORY_SHARE of the memory available."""
     if configured >= 0:
         return configured
+    if disk:
+        return 0
     budget = kv_bytes // PARK_KV_SHARE
     if available > 0:
         budget = min(budget, available // PARK_MEMORY_SHARE)

@@ -295,6 +295,12 @@ def test_parked_kv_in_ram_is_sized_from_the_kv_cache_and_the_memory_available() 
     assert park_budget(0, kv_bytes=360 * MB, available=800 * MB) == 0  # parking off
 
 
+def test_where_the_disk_tier_parks_parked_kv_takes_no_ram_unless_asked() -> None:
+    assert park_budget(-1, kv_bytes=360 * MB, available=0, disk=True) == 0
+    assert park_budget(-1, kv_bytes=360 * MB, available=800 * MB, disk=True) == 0
+    assert park_budget(64 * MB, kv_bytes=360 * MB, available=800 * MB, disk=True) == 64 * MB
+
+
 async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_it(
     tiny_gguf: Path,
 ) -> None:
@@ -311,6 +317,24 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
         # free state memory kept for reuse is bounded by what parking may hold
         assert engine._ctx is not None and engine._ctx.states.keep_bytes <= park
         assert memory["state_free_bytes"] <= park
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+async def test_with_a_disk_tier_an_engine_parks_no_kv_in_ram(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    settings = EngineSettings(
+        n_parallel=4, n_ctx=2048, n_threads=2, stream_interval_s=0, kv_dir=tmp_path / "kv"
+    )
+    engine = LlamaEngine(tiny_gguf, "tiny", settings)
+    try:
+        await engine.start()
+        assert engine._scheduler is not None and engine._ctx is not None
+        assert engine._scheduler.slots.disk is not None
+        assert engine._scheduler.slots.park_bytes == 0
+        assert engine._ctx.states.keep_bytes == 0
     finally:
         await engine.stop()
         engine.close()
