@@ -13,8 +13,8 @@ The machine is shared: pairs are noisy, compare medians.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import asyncio
+import faulthandler
 import json
 import statistics
 import sys

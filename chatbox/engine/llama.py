@@ -150,8 +150,9 @@ class Model:
         head = int(llama_cpp.llama_model_n_embd(self.ptr)) // n_head
         k_dim = int(self.meta(f"{arch}.attention.key_length") or head)
         v_dim = int(self.meta(f"{arch}.attention.value_length") or head)
-        per_value = KV_VALUE_BYTES.get(kv_type, 2.0)
-        return int(n_layer * n_cells * n_head_kv * (k_dim + v_dim) * per_value)
+        k_name, v_name = split_kv_type(kv_type)
+        per_cell = k_dim * KV_VALUE_BYTES[k_name] + v_dim * KV_VALUE_BYTES[v_name]
+        return int(n_layer * n_cells * n_head_kv * per_cell)
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.ptr, None)

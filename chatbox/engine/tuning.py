@@ -66,7 +66,8 @@ def attention(
         scores = n_ctx_per_seq * plain_pass * max(1, n_head) * 4
         # a unified pool: flash attention skips other conversations' cells (plain scans them)
         fa = offloaded or s.kv_unified or scores > SCORES_BYTES
-    fa = fa or s.kv_type not in ("f16", "f32")  # llama.cpp needs it for a quantized cache
+    v_type = s.kv_type.partition("/")[2] or s.kv_type  # "K/V" or one type for both
+    fa = fa or v_type not in ("f16", "f32")  # llama.cpp needs it for a quantized V cache
     ubatch = min(s.n_ubatch or s.n_batch, s.n_batch) if fa else plain_pass
     return replace(s, flash_attn=fa, n_ubatch=ubatch)
 
