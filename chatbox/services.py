@@ -43,7 +43,7 @@ from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
-from chatbox.observability.memory import release_free_memory
+from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
 from chatbox.store import Store, User
@@ -105,6 +105,13 @@ class LocalModels:
             return self.default() in self.pool.loaded()
         except NoModelError:
             return False
+
+
+def _trimmed_breakdown(known: Known) -> dict[str, Any]:
+    """The memory breakdown right after a trim, so that memory malloc holds free is not
+    counted as in use (smaps runs to thousands of lines: call it in a thread)."""
+    release_free_memory()
+    return breakdown(known)
 
 
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
@@ -350,8 +357,6 @@ class Services:
 
     async def memory(self) -> dict[str, Any]:
         """Where this process's resident memory goes (`chatbox doctor`, admins only)."""
-        from chatbox.observability.memory import Known, breakdown
-
         known = Known()
         for name, mem in self.models.pool.memory().items():
             known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
@@ -359,7 +364,7 @@ class Services:
             known.parked += mem["parked_bytes"]
             known.state_free += mem.get("state_free_bytes", 0)
         known.encoders = self.knowledge.embedder.memory()
-        out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
+        out = await asyncio.to_thread(_trimmed_breakdown, known)
         out["models"] = self.models.pool.loaded()
         return out
 
