@@ -19,6 +19,7 @@ from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.shares import ShareRepo
 from chatbox.store.summaries import Summary, SummaryRepo
+from chatbox.store.tool_results import ToolResultRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
@@ -75,6 +76,7 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    tool_results: ToolResultRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -98,6 +100,7 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            ToolResultRepo(db),
         )
 
     async def close(self) -> None:
