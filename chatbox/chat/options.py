@@ -26,6 +26,8 @@ class TurnOptions:
     grammar_triggers: tuple[str, ...] = ()  # lazy grammar: applies from a match on
     tools: tuple[ToolSpec, ...] = ()
     n: int = 1
+    tool_choice: str = "auto"  # a stored chat's tools: auto | none | required
+    force_tools: tuple[str, ...] = ()  # tools the answer calls first, one per round, in order
 
     def sampling(self, default_max: int) -> SamplingParams:
         base = SamplingParams()

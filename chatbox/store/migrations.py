@@ -513,7 +513,7 @@ async def _feedback(conn: aiosqlite.Connection) -> None:
 
 async def _tool_turns(conn: aiosqlite.Connection) -> None:
     # A tool call and its result are turns of their own (role tool_call, tool_result); tool
-    # results are cached per conversation, or per user for a pure tool (chatbox/store/tool_results.py).
+    # results are cached per conversation, or per user for a pure tool.
     async with conn.execute("PRAGMA schema_version") as cur:
         row = await cur.fetchone()
     version = int(row[0]) if row else 0

@@ -33,8 +33,16 @@ class ToolResultRepo:
                 " (key, user_id, conversation_id, tool, result, created_at)"
                 " SELECT ?, ?, ?, ?, ?, ? WHERE ? IS NULL OR EXISTS (SELECT 1 FROM conversations"
                 " WHERE id = ? AND deleted_at IS NULL)",
-                (key, user_id, conversation_id, tool, result, time.time(), conversation_id,
-                 conversation_id),
+                (
+                    key,
+                    user_id,
+                    conversation_id,
+                    tool,
+                    result,
+                    time.time(),
+                    conversation_id,
+                    conversation_id,
+                ),
             )
 
     async def count(self, user_id: str) -> int:
