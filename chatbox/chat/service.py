@@ -376,7 +376,7 @@ class ChatService(Conversations):
             return await relay_answer(run, generation, ticket, watch, on_token)
         total = ToolUsage()
         while True:
-            done, error = await self._relay_rounds(run, generation, ticket, watch, on_token, rounds)
+            done, error = await relay_answer(run, generation, ticket, watch, on_token)
             if done is not None:
                 total.add(done)
             cut = watch is not None and watch.verdict is not None

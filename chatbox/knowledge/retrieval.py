@@ -206,7 +206,12 @@ class Retriever:
         if not await self.store.documents.has_any(owner, conversation_id or ""):
             return []
         vector = await self.embedder.embed_one(query)
-        return await self._chunks(owner, conversation_id or "", query, vector)
+        found = await self._chunks(owner, conversation_id or "", query, vector)
+        if found:
+            return found
+        # Asked to search, the nearest passages are the answer even when none is close.
+        near = await self.nearest_chunks(owner, conversation_id or "", vector, self.chunk_k)
+        return [(chunk, 1.0 - dist * dist / 2.0) for chunk, dist in near]
 
     async def recall(self, user_id: str, query: str, k: int) -> list[str]:
         """The user's remembered facts most like `query` (none when memory is off)."""
