@@ -27,6 +27,11 @@ from chatbox.engine.types import (
 from chatbox.store import Turn
 
 TOOL_CHOICES = ("auto", "none", "required")
+RESULT_CHARS = 2000  # of a result, the model reads this much (the turn keeps it whole)
+
+
+def for_model(text: str) -> str:
+    return text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + " …(cut)"
 
 
 class CallFilter:
@@ -142,7 +147,9 @@ class ToolRounds:
             publish("tool_result", {"turn_id": result_turn.id, **body})
             made.append(ToolCall(call["id"], call["name"], call["arguments"] or "{}"))
             answers.append(
-                ChatMessage("tool", step.result.text, tool_call_id=call["id"], name=call["name"])
+                ChatMessage(
+                    "tool", for_model(step.result.text), tool_call_id=call["id"], name=call["name"]
+                )
             )
         if self.stopped or not made:
             return None

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("tools-ui")
-    env = {"CHATBOX_N_CTX": "8192", "CHATBOX_N_CTX_PER_SEQ": "4096"}
+    env = {"CHATBOX_N_CTX": "32768", "CHATBOX_N_CTX_PER_SEQ": "8192"}
     with Served(where, model=tiny_gguf, policy=_policy(where / "policy"), env=env) as served:
         yield served
 
@@ -45,7 +45,7 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
     assert shelved.status_code == 201, shelved.text
     conv = http.post("/v1/conversations", json={"title": "otters"}).json()["id"]
     body = {
-        "content": "What do my documents say about otters? Then compute it.",
+        "content": "Look it up in my documents, then compute it.",
         "tool_choice": ["search_library", "run_python"],
         "max_tokens": 1500,
         "seed": 7,
