@@ -18,7 +18,7 @@ import pytest
 from tests.served import Served
 from tests.sse import parse_sse
 from tests.web.test_browser import browser  # noqa: F401  (a fixture)
-from tests.web.test_tools_served import SECRET, _policy
+from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, _policy
 
 pytestmark = pytest.mark.browser
 
@@ -39,16 +39,14 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
     http = httpx.Client(
         base_url=box.url, headers=box.auth(box.user("ann", tier="paid")), timeout=180
     )
-    shelved = http.post(
-        "/v1/documents", files={"file": ("otters.txt", f"Otters hold hands. {SECRET}. " * 20)}
-    )
+    shelved = http.post("/v1/documents", files={"file": ("otters.txt", DOC)})
     assert shelved.status_code == 201, shelved.text
     conv = http.post("/v1/conversations", json={"title": "otters"}).json()["id"]
     body = {
-        "content": "Look it up in my documents, then compute it.",
+        "content": QUESTION,
         "tool_choice": ["search_library", "run_python"],
         "max_tokens": 1500,
-        "seed": 7,
+        "seed": SEED,
     }
     with http.stream("POST", f"/v1/conversations/{conv}/turns", json=body) as r:
         events = list(parse_sse(r.iter_lines()))

@@ -24,6 +24,11 @@ from tests.sse import Event, parse_sse
 TIMEOUT = 90.0
 SECRET = "otterwisdom"
 CALLS = 3  # the test policy's paid tier: tool calls in one answer
+DOC = f"Otters hold hands while sleeping. {SECRET}. " * 5
+QUESTION = "Look it up in my documents, then compute it."
+# The tiny model's random program ends within max_tokens with this seed (a forced call cut
+# by max_tokens is no call).
+SEED = 7
 
 
 def _policy(where: Path) -> Path:
@@ -61,14 +66,14 @@ def ann(box: Served) -> httpx.Client:
     )
     shelved = http.post(
         "/v1/documents",
-        files={"file": ("otters.txt", f"Otters hold hands while sleeping. {SECRET}. " * 20)},
+        files={"file": ("otters.txt", DOC)},
     )
     assert shelved.status_code == 201, shelved.text
     return http
 
 
 def _send(http: httpx.Client, conv: str, **body: Any) -> list[Event]:
-    payload = {"content": "Look it up in my documents, then compute it.", **body}
+    payload = {"content": QUESTION, **body}
     with http.stream("POST", f"/v1/conversations/{conv}/turns", json=payload) as r:
         assert r.status_code == 200, r.read()
         return list(parse_sse(r.iter_lines()))
@@ -86,7 +91,9 @@ def test_library_search_and_code_calls_are_turns_streamed_and_stored(
     box: Served, ann: httpx.Client
 ) -> None:
     conv = ann.post("/v1/conversations", json={"title": "otters"}).json()["id"]
-    events = _send(ann, conv, tool_choice=["search_library", "run_python"], max_tokens=1500, seed=7)
+    events = _send(
+        ann, conv, tool_choice=["search_library", "run_python"], max_tokens=1500, seed=SEED
+    )
     kinds = [e.event for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done", (kinds, events[-1].data)
     calls = [e.json() for e in events if e.event == "tool_call"]
@@ -122,8 +129,8 @@ def test_library_search_and_code_calls_are_turns_streamed_and_stored(
 
 def test_the_tiers_budget_bounds_the_calls(ann: httpx.Client) -> None:
     conv = ann.post("/v1/conversations", json={}).json()["id"]
-    asked = ["calculator", "current_time", "calculator", "current_time", "calculator"]
-    events = _send(ann, conv, tool_choice=asked, max_tokens=600, seed=3)
+    # The time takes no arguments: each forced call is exactly `{}`.
+    events = _send(ann, conv, tool_choice=["current_time"] * (CALLS + 2), max_tokens=300)
     assert [e.event for e in events][-1] == "done"
     assert len([e for e in events if e.event == "tool_call"]) == CALLS
     roles = [t["role"] for t in ann.get(f"/v1/conversations/{conv}").json()["turns"]]
