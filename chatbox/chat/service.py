@@ -390,7 +390,10 @@ class ChatService(Conversations):
                 )
                 if follow is None:
                     break
-                generation.start(rounds.submit(follow))
+                try:
+                    generation.start(rounds.submit(follow))
+                except TooLong:  # no room left for the tools' descriptions: answer now
+                    generation.start(rounds.submit(rounds.unoffered()))
             except asyncio.CancelledError:
                 error = "the server stopped while this answer was being written"
                 break

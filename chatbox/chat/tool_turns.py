@@ -110,6 +110,12 @@ class ToolRounds:
         )
         return replace(request, tools=specs, sampling=sampling)
 
+    def unoffered(self) -> GenerationRequest:
+        """The next round with no tool offered (their descriptions take no room): the
+        model answers with the results it has."""
+        sampling = replace(self.request.sampling, grammar=None, grammar_triggers=())
+        return replace(self.request, tools=(), sampling=sampling)
+
     async def run_calls(
         self,
         calls: list[dict[str, Any]],
