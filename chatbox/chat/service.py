@@ -26,7 +26,7 @@ from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
-from chatbox.chat.tool_turns import CallFilter, ToolRounds, ToolUsage
+from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolUsage
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.loop import Budget, ToolSession, gather_tools
 from chatbox.chat.workspaces import prompt_scope
@@ -245,7 +245,7 @@ class ChatService(Conversations):
             priority=ticket.priority,
         )
         retry = self.gate.policy.overload.retry_after_s
-        rounds = await self._tool_rounds(ticket, conv, options, request, engine, retry)
+        rounds = await self._tool_loop(ticket, conv, options, request, engine, retry)
         if rounds is not None:
             request = await rounds.first()
         generation = submit(engine, request, retry)
@@ -310,7 +310,7 @@ class ChatService(Conversations):
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def _tool_rounds(
+    async def _tool_loop(
         self,
         ticket: Ticket,
         conv: Conversation,
@@ -318,7 +318,7 @@ class ChatService(Conversations):
         request: GenerationRequest,
         engine: Engine,
         retry: int,
-    ) -> ToolRounds | None:
+    ) -> ToolLoop | None:
         """The answer's tools (None: none offered), within the tier's budget."""
         user = ticket.user
         tier = self.gate.policy.tier(user.tier)
@@ -349,7 +349,7 @@ class ChatService(Conversations):
             self.store.tool_results,
             keep,
         )
-        return ToolRounds(
+        return ToolLoop(
             session,
             request,
             lambda r: submit(engine, r, retry),
@@ -358,16 +358,16 @@ class ChatService(Conversations):
             request.sampling.max_tokens,
         )
 
-    async def _relay_rounds(
+    async def _relay_with_tools(
         self,
         run: TurnRun,
         generation: Generation,
         ticket: Ticket,
         watch: OutputWatch | None,
         on_token: Callable[[], Awaitable[None]],
-        rounds: ToolRounds | None,
+        rounds: ToolLoop | None,
     ) -> tuple[DoneEvent | None, str | None]:
-        """The answer, round after round while the model calls tools."""
+        """The answer, pass after pass while the model calls tools."""
         if rounds is None or not isinstance(generation, CallFilter):
             return await relay_answer(run, generation, ticket, watch, on_token)
         total = ToolUsage()
@@ -397,7 +397,7 @@ class ChatService(Conversations):
             except asyncio.CancelledError:
                 error = "the server stopped while this answer was being written"
                 break
-            except Exception as exc:  # a round that cannot start ends the answer, stored
+            except Exception as exc:  # a pass that cannot start ends the answer, stored
                 error = f"the tools' results could not be answered: {exc}"
                 break
         if done is not None:
@@ -414,7 +414,7 @@ class ChatService(Conversations):
         run: TurnRun,
         generation: Generation,
         ticket: Ticket,
-        rounds: ToolRounds | None = None,
+        rounds: ToolLoop | None = None,
     ) -> None:
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
@@ -428,7 +428,7 @@ class ChatService(Conversations):
                 last_flush = time.monotonic()
                 await self.store.turns.update_draft(run.turn_id, run.text)
 
-        done, error = await self._relay_rounds(run, generation, ticket, watch, on_token, rounds)
+        done, error = await self._relay_with_tools(run, generation, ticket, watch, on_token, rounds)
         if done is not None and done.timings is not None:
             t = done.timings
             self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)

@@ -3,7 +3,7 @@ its result appended as turns of their own (under the answer's draft), then the m
 again with the results, until it answers without a call or the turn's tool budget is spent.
 
 Tool-call text never reaches the answer: `CallFilter` relays the content only. Stop cancels
-the running tool as it cancels generation (`ToolRounds.stop`)."""
+the running tool as it cancels generation (`ToolLoop.stop`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def for_model(text: str) -> str:
 
 
 class CallFilter:
-    """The current round's generation, relayed without its tool-call text."""
+    """The current pass's generation, relayed without its tool-call text."""
 
     def __init__(self, inner: Generation) -> None:
         self.inner = inner
@@ -67,21 +67,21 @@ AppendTool = Callable[[str, str], Awaitable[Turn]]
 
 
 @dataclass
-class ToolRounds:
-    """One answer's rounds: the request to ask again with, the session, and the choice."""
+class ToolLoop:
+    """One answer's passes: the request to ask again with, the session, and the choice."""
 
     session: ToolSession
-    request: GenerationRequest  # the first round's (its messages grow by each round's calls)
+    request: GenerationRequest  # the first pass's (its messages grow by each pass's calls)
     submit: Callable[[GenerationRequest], Generation]
     choice: str = "auto"  # auto | none | required
-    forced: tuple[str, ...] = ()  # tools called first, one per round, in order
+    forced: tuple[str, ...] = ()  # tools called first, one per pass, in order
     max_tokens: int = 512
     rounds: int = 0
     stopped: bool = False
     _task: asyncio.Task[Step] | None = None
 
     def stop(self) -> None:
-        """Stop: the running tool is cancelled (its result says so); no round follows."""
+        """Stop: the running tool is cancelled (its result says so); no pass follows."""
         self.stopped = True
         if self._task is not None:
             self._task.cancel()
@@ -90,7 +90,7 @@ class ToolRounds:
         return await self._constrained(self.request)
 
     async def _constrained(self, request: GenerationRequest) -> GenerationRequest:
-        """The request with the tools offered now and the grammar for this round's choice."""
+        """The request with the tools offered now and the grammar for the next pass."""
         sampling = replace(request.sampling, grammar=None, grammar_triggers=())
         if self.choice == "none" or not self.session.open:
             return replace(request, tools=(), sampling=sampling)
@@ -111,7 +111,7 @@ class ToolRounds:
         return replace(request, tools=specs, sampling=sampling)
 
     def unoffered(self) -> GenerationRequest:
-        """The next round with no tool offered (their descriptions take no room): the
+        """The next pass with no tool offered (their descriptions take no room): the
         model answers with the results it has."""
         sampling = replace(self.request.sampling, grammar=None, grammar_triggers=())
         return replace(self.request, tools=(), sampling=sampling)
@@ -123,7 +123,7 @@ class ToolRounds:
         append: AppendTool,
         publish: Callable[[str, dict[str, Any]], object],
     ) -> GenerationRequest | None:
-        """Run the round's calls in order (turns and events for each); the next round's
+        """Run one pass's calls in order (turns and events for each); the next pass's
         request, or None when stopped."""
         made: list[ToolCall] = []
         answers: list[ChatMessage] = []
@@ -167,7 +167,7 @@ class ToolRounds:
 
 @dataclass
 class ToolUsage:
-    """Tokens of every round of one answer, added up."""
+    """Tokens of every pass of one answer, added up."""
 
     prompt: int = 0
     completion: int = 0
