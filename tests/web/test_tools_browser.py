@@ -31,6 +31,7 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
         yield served
 
 
+@pytest.mark.timeout(600)
 def test_a_search_and_a_program_show_in_the_answer_bubble(
     box: Served,
     browser: Any,  # noqa: F811
