@@ -24,6 +24,7 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolUsage
@@ -304,7 +305,7 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, source or generation, ticket, rounds))
+        task = asyncio.create_task(self._drive(run, source or generation, ticket, request, rounds))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -414,6 +415,7 @@ class ChatService(Conversations):
         run: TurnRun,
         generation: Generation,
         ticket: Ticket,
+        request: GenerationRequest,
         rounds: ToolLoop | None = None,
     ) -> None:
         last_flush = time.monotonic()
@@ -483,6 +485,8 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
+        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+            await self.shadow.offer(served(ticket.user, run, request, done, status))
 
     async def _fits(self, engine: Engine, text: str, options: TurnOptions) -> tuple[int, int]:
         """The newest message's tokens and the history's budget; TooLong if it cannot fit.
@@ -541,3 +545,26 @@ class ChatService(Conversations):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def served(
+    user: User, run: TurnRun, request: GenerationRequest, done: DoneEvent, status: str
+) -> Served:
+    """A finished turn's answer as its shadow sees it: the prompt, the text and its numbers."""
+    ttft = speed = None
+    tokens = done.usage.completion_tokens
+    if done.timings is not None:
+        ttft = done.timings.queued_s + done.timings.prefill_s
+        if done.timings.decode_s > 0 and tokens > 1:
+            speed = (tokens - 1) / done.timings.decode_s
+    return Served(
+        user,
+        run.model,
+        request.messages,
+        run.text,
+        status == "filtered",
+        tokens,
+        ttft,
+        speed,
+        request.cache_scope,
+    )

@@ -11,6 +11,7 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
@@ -37,6 +38,7 @@ __all__ = [
     "Document",
     "Feedback",
     "FeedbackTally",
+    "McpServerRow",
     "Memory",
     "ModerationItem",
     "ReplicaRow",
@@ -76,6 +78,7 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    mcp_servers: McpServerRepo
     tool_results: ToolResultRepo
 
     @classmethod
@@ -100,6 +103,7 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            McpServerRepo(db),
             ToolResultRepo(db),
         )
 

@@ -37,9 +37,7 @@ ZDR_NO_BRANCHES = (
 )
 
 
-ZDR_NO_TOOLS = (
-    "zero-data-retention: tools are offered only in stored chats (their calls are turns)"
-)
+ZDR_NO_TOOLS = "zero-data-retention: tools are offered only in stored chats (their calls are turns)"
 
 
 def _stream(
