@@ -249,7 +249,14 @@ class ChatService(Conversations):
         rounds = await self._tool_loop(ticket, conv, options, request, engine, retry)
         if rounds is not None:
             request = await rounds.first()
-        generation = submit(engine, request, retry)
+        try:
+            generation = submit(engine, request, retry)
+        except TooLong:
+            if rounds is None or options.force_tools:
+                raise
+            # No room for the tools' descriptions in this model's context: answer without.
+            request, rounds = rounds.unoffered(), None
+            generation = submit(engine, request, retry)
         source = CallFilter(generation) if rounds is not None else None
         try:
             with self.telemetry.span("store.save_prompt"):
