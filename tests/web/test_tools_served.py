@@ -199,7 +199,7 @@ def test_erasing_the_conversation_takes_its_tool_turns_and_cached_results(
     box: Served, ann: httpx.Client
 ) -> None:
     conv = ann.post("/v1/conversations", json={}).json()["id"]
-    events = _send(ann, conv, tool_choice=["search_library"], max_tokens=600, seed=SEED)
+    events = _send(ann, conv, tool_choice=["search_library"], max_tokens=1500, seed=SEED)
     assert any(e.event == "tool_result" for e in events), [(e.event, e.data) for e in events]
     assert _rows(box, "SELECT count(*) FROM tool_results WHERE conversation_id = ?", conv)[0][0]
     assert ann.delete(f"/v1/conversations/{conv}").status_code == 204
