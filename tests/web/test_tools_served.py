@@ -195,6 +195,7 @@ def test_zero_retention_stores_no_tool_turn_and_no_cached_result(
     assert _rows(box, "SELECT count(*) FROM tool_results")[0][0] == before
 
 
+@pytest.mark.timeout(600)  # alone, it starts the box and loads the embedding model
 def test_erasing_the_conversation_takes_its_tool_turns_and_cached_results(
     box: Served, ann: httpx.Client
 ) -> None:
