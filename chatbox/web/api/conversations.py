@@ -37,6 +37,9 @@ ZDR_NO_BRANCHES = (
 )
 
 
+ZDR_NO_TOOLS = "zero-data-retention: tools are offered only in stored chats (their calls are turns)"
+
+
 def _stream(
     chat: ChatService, settings: Settings, user: User, run: TurnRun, after: int = 0
 ) -> Stream:
@@ -140,9 +143,13 @@ class ConversationController(Controller):
         """Send a message; the answer streams as SSE (`token` … then `done` or `error`).
         Under zero-data-retention the answer streams and nothing is written."""
         if is_temporary(conv_id):
+            if data.options().force_tools:
+                raise InvalidInput(ZDR_NO_TOOLS, "tool_choice")
             run = await data_service.temporary.send(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
         if await data_service.stores_nothing(user):
+            if data.options().force_tools:
+                raise InvalidInput(ZDR_NO_TOOLS, "tool_choice")
             run = await data_service.answer_unsaved(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
         parent = data.parent_id if data.parent_id is not None else ACTIVE_BRANCH

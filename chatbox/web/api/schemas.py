@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,7 @@ from chatbox.chat import (
     Conversation,
     ConversationView,
     Feedback,
+    InvalidInput,
     Summary,
     Turn,
     TurnOptions,
@@ -44,8 +46,12 @@ class TurnIn:
     seed: int | None = None
     stop: list[str] | None = None
     fresh: bool = False  # a new answer even where the semantic cache holds one
+    # The assistant's tools: "auto" (default; it decides), "none", "required" (it calls one
+    # before answering), or tool names (it calls each first, in order, then answers).
+    tool_choice: str | list[str] | None = None
 
     def options(self) -> TurnOptions:
+        choice, forced = tool_choice_in(self.tool_choice)
         return TurnOptions(
             self.model,
             self.temperature,
@@ -54,7 +60,26 @@ class TurnIn:
             self.seed,
             tuple(self.stop or ()),
             fresh=self.fresh,
+            tool_choice=choice,
+            force_tools=forced,
         )
+
+
+MAX_FORCED_TOOLS = 16
+
+
+def tool_choice_in(raw: str | list[str] | None) -> tuple[str, tuple[str, ...]]:
+    """(auto | none | required, tools to call first) from a request's `tool_choice`."""
+    if raw is None:
+        return "auto", ()
+    if isinstance(raw, str):
+        return (raw, ()) if raw in ("auto", "none", "required") else ("auto", (raw,))
+    if len(raw) > MAX_FORCED_TOOLS or not all(isinstance(n, str) and n for n in raw):
+        raise InvalidInput(
+            f"tool_choice: at most {MAX_FORCED_TOOLS} tool names, each a non-empty string",
+            "tool_choice",
+        )
+    return "auto", tuple(raw)
 
 
 @dataclass
@@ -102,8 +127,20 @@ def conversation_out(conv: Conversation) -> dict[str, Any]:
     }
 
 
+def tool_out(turn: Turn) -> dict[str, Any] | None:
+    """A tool turn's call or result as data (its content is that JSON)."""
+    if turn.role not in ("tool_call", "tool_result"):
+        return None
+    try:
+        data = json.loads(turn.content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def turn_out(turn: Turn) -> dict[str, Any]:
     return {
+        **({"tool": tool} if (tool := tool_out(turn)) is not None else {}),
         "id": turn.id,
         "parent_id": turn.parent_id,
         "role": turn.role,

@@ -45,6 +45,7 @@ from chatbox.knowledge import (
 from chatbox.web.errors import classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown
+from chatbox.web.ui.tool_steps import steps_from_data, steps_html, tools_before
 
 # The body marker of every HTML form post.
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -261,9 +262,12 @@ async def _final_frame(
 ) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
     cited = await knowledge.documents.citations(user.id, [turn_id]) if tv else {}
+    path = [v.turn for v in view.turns] if view else []
+    at = next((i for i, t in enumerate(path) if t.id == turn_id), 0)
     body = render(
         request,
         "_done.html",
+        tools=tools_before(path, at),
         memory_saved=remembered,
         tv=tv,
         view=view,
@@ -291,13 +295,19 @@ async def answer_frames(
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
     text = _text_until(run, after)
+    tools = [(e.kind, e.data) for e in run.events[: max(0, after)] if e.kind.startswith("tool_")]
     async with contextlib.aclosing(run.follow(after)) as events:
         async for event in events:
-            if event.kind == "token":
+            if event.kind in ("tool_call", "tool_result"):
+                tools.append((event.kind, event.data))
+                steps = steps_html(steps_from_data(tools))
+                yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
+            elif event.kind == "token":
                 text += event.data["text"]
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
-                yield frame("html", render_markdown(text) or "", event.id)
+                steps = steps_html(steps_from_data(tools))
+                yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
             elif event.kind == "moderation" and event.data.get("message"):
                 text = ""
                 yield moderation_frame(event)

@@ -6,6 +6,7 @@ every template, whatever renders it first, sees the same filters and globals:
 - `markdown` (filter): untrusted text → sanitized HTML (chatbox.web.ui.render);
 - `urls` (global): the table of the UI's URLs (chatbox.web.urls), e.g. `urls.send(conv.id)`;
 - `upload_accept` (global): the file types the attach and upload buttons offer;
+- `tool_steps` (filter): an answer's tool turns → their collapsed blocks;
 - `when` (filter): a Unix time → a `<time datetime>` in UTC that app.js rewrites in the
   viewer's own locale and time zone.
 """
@@ -19,6 +20,7 @@ from markupsafe import Markup
 
 import chatbox.web.urls as urls
 from chatbox.web.ui.render import markdown
+from chatbox.web.ui.tool_steps import steps_from_turns, steps_html
 
 # The file types the attach and upload buttons offer (the ingestion decides, not this list).
 UPLOAD_ACCEPT = (
@@ -42,6 +44,7 @@ def configure_templates(engine: JinjaTemplateEngine) -> None:
     jinja = engine.engine
     jinja.filters["markdown"] = markdown
     jinja.filters["when"] = when
+    jinja.filters["tool_steps"] = lambda turns: steps_html(steps_from_turns(turns))
     jinja.globals["urls"] = urls
     jinja.globals["upload_accept"] = UPLOAD_ACCEPT
     jinja.trim_blocks = jinja.lstrip_blocks = True  # leaner partials and SSE frames
