@@ -115,6 +115,8 @@ def _trimmed_breakdown(known: Known) -> dict[str, Any]:
     counted as in use (smaps runs to thousands of lines: call it in a thread)."""
     release_free_memory()
     return breakdown(known)
+
+
 def toolboxes(settings: Settings, knowledge: Knowledge, policy: Policy) -> list[Toolbox]:
     """The tools the assistant may call: the built-ins, then any named in settings (the
     first toolbox to offer a tool's name is the one whose tool is called)."""

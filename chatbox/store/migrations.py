@@ -609,6 +609,8 @@ async def _evals_and_canary_verdicts(conn: aiosqlite.Connection) -> None:
         """CREATE TRIGGER canary_events_append_only BEFORE UPDATE ON canary_events
         BEGIN SELECT RAISE(ABORT, 'canary events are append-only'); END"""
     )
+
+
 async def _tool_turns(conn: aiosqlite.Connection) -> None:
     # A tool call and its result are turns of their own (role tool_call, tool_result); tool
     # results are cached per conversation, or per user for a pure tool.
