@@ -1,9 +1,15 @@
-"""Request and response bodies of the conversation API."""
+"""Request and response bodies of the conversation API.
+
+Response bodies are typed structs (Litestar documents them in the OpenAPI schema); each has
+an `of` that builds it from the service's record, and encodes its fields in declared order.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import asdict
 
 from chatbox.chat import (
     Conversation,
@@ -12,6 +18,7 @@ from chatbox.chat import (
     Summary,
     Turn,
     TurnOptions,
+    TurnView,
 )
 from chatbox.web.intake import NonEmptyText
 
@@ -63,15 +70,20 @@ class FeedbackIn:
     comment: str | None = None
 
 
-def feedback_out(given: Feedback | None, turn_id: str) -> dict[str, Any]:
+class FeedbackOut(Struct):
     """The caller's rating of an answer that counts now (rating null: not rated)."""
-    return {
-        "turn_id": turn_id,
-        "rating": given.rating if given else None,
-        "comment": given.comment if given else None,
-        "model": given.model if given else None,
-        "created_at": given.created_at if given else None,
-    }
+
+    turn_id: str
+    rating: str | None
+    comment: str | None
+    model: str | None
+    created_at: float | None
+
+    @classmethod
+    def of(cls, given: Feedback | None, turn_id: str) -> FeedbackOut:
+        if given is None:
+            return cls(turn_id, None, None, None, None)
+        return cls(turn_id, given.rating, given.comment, given.model, given.created_at)
 
 
 @dataclass
@@ -89,72 +101,133 @@ class BranchIn:
     turn_id: str
 
 
-def conversation_out(conv: Conversation) -> dict[str, Any]:
-    return {
-        "id": conv.id,
-        "title": conv.title,
-        "system_prompt": conv.system_prompt,
-        "model": conv.model,
-        "created_at": conv.created_at,
-        "updated_at": conv.updated_at,
-    }
+class ConversationOut(Struct):
+    id: str
+    title: str | None
+    system_prompt: str | None
+    model: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, conv: Conversation) -> ConversationOut:
+        return cls(
+            conv.id, conv.title, conv.system_prompt, conv.model, conv.created_at, conv.updated_at
+        )
 
 
-def turn_out(turn: Turn) -> dict[str, Any]:
-    return {
-        "id": turn.id,
-        "parent_id": turn.parent_id,
-        "role": turn.role,
-        "content": turn.content,
-        "status": turn.status,
-        "model": turn.model,
-        "created_at": turn.created_at,
-        "cursor": turn.seq,
-        "error": turn.error,
-        "route": turn.route,
-        "arm": turn.arm,
-        "degraded_from": turn.degraded_from,
-        "usage": {
-            "prompt_tokens": turn.prompt_tokens,
-            "completion_tokens": turn.completion_tokens,
-            "cached_tokens": turn.cached_tokens,
-        },
-    }
+class ConversationsOut(Struct):
+    data: list[ConversationOut]
 
 
-def view_out(view: ConversationView) -> dict[str, Any]:
-    return {
-        **conversation_out(view.conversation),
-        "effective_model": view.model,
-        "turns": [
-            {
-                **turn_out(tv.turn),
-                "siblings": tv.sibling_ids,
-                "sibling_index": tv.sibling_index,
-                "my_rating": tv.rating.rating if tv.rating else None,  # the caller's
-            }
-            for tv in view.turns
-        ],
-        "next_cursor": view.next_cursor,
-        "running_turn_id": view.running.turn_id if view.running else None,
-        "context": {
-            "used": view.context_used,
-            "limit": view.context_limit,
-            "hidden_turn_ids": list(view.hidden_ids),  # the model cannot see these
-            "summarising": view.summarising,
-        },
-        "summary": summary_out(view.summary) if view.summary else None,
-    }
+class TokenCounts(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
 
 
-def summary_out(summary: Summary) -> dict[str, Any]:
+class TurnOut(Struct):
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    status: str
+    model: str | None
+    created_at: float
+    cursor: int
+    error: str | None
+    route: str | None
+    arm: str | None
+    degraded_from: str | None
+    usage: TokenCounts
+
+    @classmethod
+    def of(cls, turn: Turn) -> TurnOut:
+        return cls(
+            turn.id,
+            turn.parent_id,
+            turn.role,
+            turn.content,
+            turn.status,
+            turn.model,
+            turn.created_at,
+            turn.seq,
+            turn.error,
+            turn.route,
+            turn.arm,
+            turn.degraded_from,
+            TokenCounts(turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens),
+        )
+
+
+class BranchTurnOut(TurnOut):
+    """A turn of the shown branch, with its versions and the caller's rating."""
+
+    siblings: list[str]
+    sibling_index: int
+    my_rating: str | None  # the caller's
+
+    @classmethod
+    def of_view(cls, tv: TurnView) -> BranchTurnOut:
+        return cls(
+            **asdict(TurnOut.of(tv.turn)),
+            siblings=tv.sibling_ids,
+            sibling_index=tv.sibling_index,
+            my_rating=tv.rating.rating if tv.rating else None,
+        )
+
+
+class ContextOut(Struct):
+    used: int
+    limit: int
+    hidden_turn_ids: list[str]  # the model cannot see these
+    summarising: bool
+
+
+class SummaryOut(Struct):
     """The summary the model reads instead of the branch's turns up to `covers_turn_id`."""
-    return {
-        "id": summary.id,
-        "role": "summary",
-        "covers_turn_id": summary.covers_id,
-        "covered_turns": summary.covered,
-        "content": summary.content,
-        "model": summary.model,
-        "created_at": summary.created_at,
-    }
+
+    id: str
+    role: str
+    covers_turn_id: str
+    covered_turns: int
+    content: str
+    model: str | None
+    created_at: float
+
+    @classmethod
+    def of(cls, summary: Summary) -> SummaryOut:
+        return cls(
+            summary.id,
+            "summary",
+            summary.covers_id,
+            summary.covered,
+            summary.content,
+            summary.model,
+            summary.created_at,
+        )
+
+
+class ConversationViewOut(ConversationOut):
+    """A conversation with a page of its shown branch's turns."""
+
+    effective_model: str
+    turns: list[BranchTurnOut]
+    next_cursor: int | None
+    running_turn_id: str | None
+    context: ContextOut
+    summary: SummaryOut | None
+
+    @classmethod
+    def of_view(cls, view: ConversationView) -> ConversationViewOut:
+        return cls(
+            **asdict(ConversationOut.of(view.conversation)),
+            effective_model=view.model,
+            turns=[BranchTurnOut.of_view(tv) for tv in view.turns],
+            next_cursor=view.next_cursor,
+            running_turn_id=view.running.turn_id if view.running else None,
+            context=ContextOut(
+                view.context_used, view.context_limit, list(view.hidden_ids), view.summarising
+            ),
+            summary=SummaryOut.of(view.summary) if view.summary else None,
+        )

@@ -32,7 +32,9 @@ class AttachmentsController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @post("/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None)
+    @post(
+        "/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None, name="attach"
+    )
     async def attach(
         self,
         request: AnyRequest,
@@ -45,7 +47,7 @@ class AttachmentsController(Controller):
         await receive_upload(request, knowledge, user, conv_id)
         return await _chips(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/new/documents", status_code=200, request_max_body_size=None)
+    @post("/ui/new/documents", status_code=200, request_max_body_size=None, name="attach_new")
     async def attach_new(
         self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
     ) -> Response[str]:
@@ -72,7 +74,7 @@ class AttachmentsController(Controller):
             request, chat, knowledge, user, conv.id, draft=str(form.get("content") or "")
         )
 
-    @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200)
+    @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200, name="detach")
     async def detach(
         self,
         request: AnyRequest,

@@ -16,7 +16,6 @@ from litestar.params import Body
 from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import (
     Busy,
@@ -45,6 +44,7 @@ from chatbox.knowledge import (
 from chatbox.web.errors import classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown
+from chatbox.web.urls import reverse
 
 # The body marker of every HTML form post.
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -135,7 +135,9 @@ async def new_chat_page(
     )
     body += render(request, "_sidebar.html", **side, conv=view.conversation, oob=True)
     return Response(
-        body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv_id)}
+        body,
+        media_type="text/html",
+        headers={"HX-Push-Url": reverse(request, "conversation", conv_id=conv_id)},
     )
 
 
@@ -399,7 +401,7 @@ async def sidebar(chat: ChatService, user: User) -> dict[str, Any]:
 def shown_id(request: AnyRequest) -> str | None:
     """The conversation the page that sent this htmx request shows, if it shows one."""
     path = urlsplit(request.headers.get("hx-current-url", "")).path.rstrip("/")
-    prefix = urls.conversation("")
+    prefix = reverse(request, "conversation", conv_id="_").removesuffix("_")  # "/c/"
     return path.removeprefix(prefix) or None if path.startswith(prefix) else None
 
 

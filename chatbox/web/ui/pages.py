@@ -88,7 +88,7 @@ class PagesController(Controller):
 
     # -- pages -------------------------------------------------------------------------
 
-    @get("/")
+    @get("/", name="home")
     async def index(
         self,
         request: AnyRequest,
@@ -113,7 +113,7 @@ class PagesController(Controller):
             **await sidebar(chat, user),
         )
 
-    @get("/c/{conv_id:str}")
+    @get("/c/{conv_id:str}", name="conversation")
     async def conversation(
         self,
         request: AnyRequest,
@@ -139,7 +139,7 @@ class PagesController(Controller):
 
     # -- sending -----------------------------------------------------------------------
 
-    @post("/ui/new/send", status_code=200)
+    @post("/ui/new/send", status_code=200, name="send_new")
     async def send_new(
         self,
         request: AnyRequest,
@@ -164,12 +164,12 @@ class PagesController(Controller):
         )
         return await new_chat_page(request, chat, knowledge, user, conv.id)
 
-    @get("/ui/loading")
+    @get("/ui/loading", name="loading")
     async def loading(self, services: ServicesDep, user: UserDep) -> dict[str, dict[str, int]]:
         """Models loading now and the sends waiting for each (a pending send shows it)."""
         return {"loading": services.loading()}
 
-    @post("/ui/c/{conv_id:str}/send", status_code=200)
+    @post("/ui/c/{conv_id:str}/send", status_code=200, name="send")
     async def send(
         self,
         request: AnyRequest,
@@ -196,7 +196,7 @@ class PagesController(Controller):
         body += render(request, "_sidebar.html", **await sidebar(chat, user), conv=conv, oob=True)
         return Response(body, media_type="text/html")
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream", name="stream")
     async def stream(
         self,
         request: AnyRequest,
@@ -220,7 +220,7 @@ class PagesController(Controller):
             settings.heartbeat_s,
         )
 
-    @post("/ui/c/{conv_id:str}/stop", status_code=204)
+    @post("/ui/c/{conv_id:str}/stop", status_code=204, name="stop")
     async def stop(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
         """Stop the running answer; what was written stays, marked stopped."""
         await chat.cancel(user, conv_id)
@@ -236,7 +236,7 @@ class PagesController(Controller):
         body += render(request, "_context.html", oob=True, **context)
         return Response(body, media_type="text/html")
 
-    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200, name="regenerate")
     async def regenerate(
         self,
         request: AnyRequest,
@@ -250,7 +250,7 @@ class PagesController(Controller):
         await chat.regenerate(user, conv_id, turn_id, TurnOptions())
         return await self._turns(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=200)
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=200, name="feedback")
     async def feedback(
         self,
         request: AnyRequest,
@@ -275,7 +275,7 @@ class PagesController(Controller):
             max_comment=MAX_COMMENT_CHARS,
         )
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}", name="turn")
     async def turn(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
     ) -> Response[str]:
@@ -287,7 +287,7 @@ class PagesController(Controller):
         authors = await chat.author_names(user, view)
         return html(request, "_turn.html", conv=view.conversation, tv=tv, authors=authors)
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit", name="edit")
     async def edit_form(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
     ) -> Response[str]:
@@ -311,7 +311,7 @@ class PagesController(Controller):
         await chat.edit(user, conv_id, turn_id, data.content)
         return await self._turns(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/c/{conv_id:str}/branch", status_code=200)
+    @post("/ui/c/{conv_id:str}/branch", status_code=200, name="branch")
     async def branch(
         self,
         request: AnyRequest,
@@ -327,7 +327,7 @@ class PagesController(Controller):
 
     # -- the conversation itself -------------------------------------------------------
 
-    @post("/ui/c/{conv_id:str}/settings", status_code=200)
+    @post("/ui/c/{conv_id:str}/settings", status_code=200, name="settings")
     async def settings(
         self,
         request: AnyRequest,
