@@ -23,6 +23,7 @@ from chatbox.web.api.schemas import (
     NewConversation,
     RegenerateIn,
     TurnIn,
+    pick,
 )
 from chatbox.web.api.shares import SharingDep
 from chatbox.web.auth import AnyRequest
@@ -72,12 +73,12 @@ class ConversationController(Controller):
             temporary = data_service.create_temporary(user, data.system_prompt, data.model)
             return TemporaryChatOut.of(temporary)
         conv = await chat.create_conversation(user, data.title, data.system_prompt, data.model)
-        return ConversationOut.of(conv)
+        return pick(ConversationOut, conv)
 
     @get("/")
     async def list_conversations(self, chat: ChatDep, user: UserDep) -> ConversationsOut:
         """The user's conversations, most recently active first."""
-        return ConversationsOut([ConversationOut.of(c) for c in await chat.conversations(user)])
+        return ConversationsOut([pick(ConversationOut, c) for c in await chat.conversations(user)])
 
     @get("/{conv_id:str}")
     async def read(
@@ -100,7 +101,7 @@ class ConversationController(Controller):
     ) -> ConversationOut:
         """Rename, or change the system prompt or model."""
         changes = {k: v for k, v in vars(data).items() if v is not None}
-        return ConversationOut.of(await chat.update_conversation(user, conv_id, **changes))
+        return pick(ConversationOut, await chat.update_conversation(user, conv_id, **changes))
 
     @delete("/{conv_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove(

@@ -12,6 +12,7 @@ from msgspec import Struct, convert
 
 from chatbox.chat import InvalidInput
 from chatbox.chat.temporary import TemporaryChat
+from chatbox.web.api.schemas import pick
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.usage import require_admin
 from chatbox.web.deps import DataServiceDep, SettingsDep, UserDep
@@ -49,15 +50,8 @@ class TemporaryChatOut(Struct):
     @classmethod
     def of(cls, chat: TemporaryChat) -> TemporaryChatOut:
         messages = [TemporaryMessageOut(m.role, m.content) for m in chat.messages]
-        return cls(
-            chat.id,
-            True,
-            None,
-            chat.system_prompt,
-            chat.model,
-            chat.created_at,
-            chat.touched,
-            messages,
+        return pick(
+            cls, chat, temporary=True, title=None, updated_at=chat.touched, messages=messages
         )
 
 

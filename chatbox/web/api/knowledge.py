@@ -12,13 +12,13 @@ from litestar import Controller, Request, delete, get, patch, post
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import Struct
-from msgspec.structs import asdict
 
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, UnknownModel
-from chatbox.knowledge import Chunk, Document, Knowledge, Memory, NotFoundError
+from chatbox.knowledge import Chunk, Document, Knowledge, NotFoundError
 from chatbox.knowledge.search import HIT_END, HIT_START
 from chatbox.settings import Settings
+from chatbox.web.api.schemas import pick
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
@@ -54,10 +54,6 @@ class MemoryOut(Struct):
     conversation_id: str | None
     created_at: float
     updated_at: float
-
-    @classmethod
-    def of(cls, m: Memory) -> MemoryOut:
-        return cls(m.id, m.text, m.source, m.conversation_id, m.created_at, m.updated_at)
 
 
 class MemoryListOut(Struct):
@@ -96,18 +92,7 @@ class DocumentOut(Struct):
 
     @classmethod
     def of(cls, d: Document) -> DocumentOut:
-        return cls(
-            d.id,
-            "document",
-            d.name,
-            d.mime,
-            d.size_bytes,
-            d.pages,
-            d.chars,
-            d.chunks,
-            d.conversation_id,
-            d.created_at,
-        )
+        return pick(cls, d, object="document")
 
 
 class DocumentsOut(Struct):
@@ -129,7 +114,7 @@ class PassageOut(Struct):
 
     @classmethod
     def of(cls, c: Chunk) -> PassageOut:
-        return cls(c.seq, c.document_id, c.document_name, c.ord, c.page, c.text)
+        return pick(cls, c, chunk_id=c.seq)
 
 
 class CitationOut(PassageOut):
@@ -241,7 +226,7 @@ class KnowledgeController(Controller):
         owner = _memory_owner(user, user_id)
         facts = await knowledge.memory.list(owner.id)
         enabled = await knowledge.memory.enabled(owner.id)
-        return MemoryListOut("list", owner.id, enabled, [MemoryOut.of(m) for m in facts])
+        return MemoryListOut("list", owner.id, enabled, [pick(MemoryOut, m) for m in facts])
 
     @patch("/users/{user_id:str}/memory")
     async def change_memory(
@@ -266,10 +251,9 @@ class KnowledgeController(Controller):
         if data.enabled is not None:
             await memory.set_enabled(owner.id, data.enabled)
         added = [
-            MemoryAddedOut(**asdict(MemoryOut.of(c.memory)), action=c.action, previous=c.previous)
-            for c in changes
+            pick(MemoryAddedOut, c.memory, action=c.action, previous=c.previous) for c in changes
         ]
-        facts = [MemoryOut.of(m) for m in await memory.list(owner.id)]
+        facts = [pick(MemoryOut, m) for m in await memory.list(owner.id)]
         return MemoryChangeOut(owner.id, await memory.enabled(owner.id), removed, added, facts)
 
     @delete("/users/{user_id:str}/memory/{fact_id:str}", status_code=HTTP_204_NO_CONTENT)
@@ -332,7 +316,7 @@ class KnowledgeController(Controller):
     ) -> CitationsOut:
         """The document passages an answer drew on, in the order it was given them."""
         cited = await knowledge.documents.turn_citations(user.id, conv_id, turn_id)
-        data = [CitationOut(**asdict(PassageOut.of(c)), n=i + 1) for i, c in enumerate(cited)]
+        data = [pick(CitationOut, c, chunk_id=c.seq, n=i + 1) for i, c in enumerate(cited)]
         return CitationsOut("list", turn_id, data)
 
     # -- search --------------------------------------------------------------------------
@@ -351,17 +335,13 @@ class KnowledgeController(Controller):
         one started)."""
         hits = await knowledge.search.search(user.id, q, mode, limit)
         data = [
-            SearchHitOut(
-                h.turn_id,
-                h.conversation_id,
-                h.title,
-                h.role,
-                h.match,
-                round(h.score, 4),
-                h.snippet.replace(HIT_START, "").replace(HIT_END, ""),
-                highlight(h.snippet),
-                h.created_at,
-                at_turn(reverse(request, "conversation", conv_id=h.conversation_id), h.turn_id),
+            pick(
+                SearchHitOut,
+                h,
+                score=round(h.score, 4),
+                snippet=h.snippet.replace(HIT_START, "").replace(HIT_END, ""),
+                highlighted=highlight(h.snippet),
+                url=at_turn(reverse(request, "conversation", conv_id=h.conversation_id), h.turn_id),
             )
             for h in hits
         ]

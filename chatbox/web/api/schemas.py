@@ -7,12 +7,11 @@ an `of` that builds it from the service's record, and encodes its fields in decl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from msgspec import Struct
-from msgspec.structs import asdict
 
 from chatbox.chat import (
-    Conversation,
     ConversationView,
     Feedback,
     Summary,
@@ -21,6 +20,15 @@ from chatbox.chat import (
     TurnView,
 )
 from chatbox.web.intake import NonEmptyText
+
+S = TypeVar("S", bound=Struct)
+
+
+def pick(struct: type[S], record: object, /, **given: Any) -> S:
+    """A response struct of the record's attributes of the same names; `given` supplies the
+    fields the record lacks or names otherwise."""
+    fields = struct.__struct_fields__
+    return struct(**{f: given[f] if f in given else getattr(record, f) for f in fields})
 
 
 @dataclass
@@ -109,12 +117,6 @@ class ConversationOut(Struct):
     created_at: float
     updated_at: float
 
-    @classmethod
-    def of(cls, conv: Conversation) -> ConversationOut:
-        return cls(
-            conv.id, conv.title, conv.system_prompt, conv.model, conv.created_at, conv.updated_at
-        )
-
 
 class ConversationsOut(Struct):
     data: list[ConversationOut]
@@ -141,23 +143,11 @@ class TurnOut(Struct):
     degraded_from: str | None
     usage: TokenCounts
 
-    @classmethod
-    def of(cls, turn: Turn) -> TurnOut:
-        return cls(
-            turn.id,
-            turn.parent_id,
-            turn.role,
-            turn.content,
-            turn.status,
-            turn.model,
-            turn.created_at,
-            turn.seq,
-            turn.error,
-            turn.route,
-            turn.arm,
-            turn.degraded_from,
-            TokenCounts(turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens),
-        )
+    @staticmethod
+    def renamed(turn: Turn) -> dict[str, Any]:
+        """The fields a turn names otherwise."""
+        usage = TokenCounts(turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
+        return {"cursor": turn.seq, "usage": usage}
 
 
 class BranchTurnOut(TurnOut):
@@ -168,12 +158,15 @@ class BranchTurnOut(TurnOut):
     my_rating: str | None  # the caller's
 
     @classmethod
-    def of_view(cls, tv: TurnView) -> BranchTurnOut:
-        return cls(
-            **asdict(TurnOut.of(tv.turn)),
+    def of(cls, tv: TurnView) -> BranchTurnOut:
+        rating = tv.rating.rating if tv.rating else None
+        return pick(
+            cls,
+            tv.turn,
+            **TurnOut.renamed(tv.turn),
             siblings=tv.sibling_ids,
             sibling_index=tv.sibling_index,
-            my_rating=tv.rating.rating if tv.rating else None,
+            my_rating=rating,
         )
 
 
@@ -196,16 +189,8 @@ class SummaryOut(Struct):
     created_at: float
 
     @classmethod
-    def of(cls, summary: Summary) -> SummaryOut:
-        return cls(
-            summary.id,
-            "summary",
-            summary.covers_id,
-            summary.covered,
-            summary.content,
-            summary.model,
-            summary.created_at,
-        )
+    def of(cls, s: Summary) -> SummaryOut:
+        return pick(cls, s, role="summary", covers_turn_id=s.covers_id, covered_turns=s.covered)
 
 
 class ConversationViewOut(ConversationOut):
@@ -220,14 +205,16 @@ class ConversationViewOut(ConversationOut):
 
     @classmethod
     def of_view(cls, view: ConversationView) -> ConversationViewOut:
-        return cls(
-            **asdict(ConversationOut.of(view.conversation)),
+        context = ContextOut(
+            view.context_used, view.context_limit, list(view.hidden_ids), view.summarising
+        )
+        return pick(
+            cls,
+            view.conversation,
             effective_model=view.model,
-            turns=[BranchTurnOut.of_view(tv) for tv in view.turns],
+            turns=[BranchTurnOut.of(tv) for tv in view.turns],
             next_cursor=view.next_cursor,
             running_turn_id=view.running.turn_id if view.running else None,
-            context=ContextOut(
-                view.context_used, view.context_limit, list(view.hidden_ids), view.summarising
-            ),
+            context=context,
             summary=SummaryOut.of(view.summary) if view.summary else None,
         )

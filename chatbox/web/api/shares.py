@@ -13,9 +13,9 @@ from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import Struct
-from msgspec.structs import asdict
 
-from chatbox.chat.shares import Share, Sharing
+from chatbox.chat.shares import Sharing
+from chatbox.web.api.schemas import pick
 from chatbox.web.deps import UserDep
 from chatbox.web.ui.helpers import UI_EXCEPTION_HANDLERS, AnyRequest, html
 from chatbox.web.urls import reverse
@@ -36,17 +36,6 @@ class ShareOut(Struct):
     upto_turn_id: str
     turns: int
     created_at: float
-
-    @classmethod
-    def of(cls, share: Share) -> ShareOut:
-        return cls(
-            share.id,
-            share.conversation_id,
-            share.title,
-            share.upto_turn_id,
-            share.turns,
-            share.created_at,
-        )
 
 
 class NewShareOut(ShareOut):
@@ -77,17 +66,17 @@ class SharesController(Controller):
         """Share the conversation up to a turn; the link (its secret) is in the answer once."""
         share, token = await sharing.share(user, conv_id, (data or NewShare()).upto_turn_id)
         url = reverse(request, "share_page", token=token)
-        return NewShareOut(**asdict(ShareOut.of(share)), token=token, url=url)
+        return pick(NewShareOut, share, token=token, url=url)
 
     @get("/v1/conversations/{conv_id:str}/shares", name="conversation_shares")
     async def of_conversation(self, sharing: SharingDep, user: UserDep, conv_id: str) -> SharesOut:
         """The links of one of the user's conversations."""
-        return SharesOut([ShareOut.of(s) for s in await sharing.links(user, conv_id)])
+        return SharesOut([pick(ShareOut, s) for s in await sharing.links(user, conv_id)])
 
     @get("/v1/shares")
     async def mine(self, sharing: SharingDep, user: UserDep) -> SharesOut:
         """Every link the user made (also of conversations since deleted)."""
-        return SharesOut([ShareOut.of(s) for s in await sharing.links(user)])
+        return SharesOut([pick(ShareOut, s) for s in await sharing.links(user)])
 
     @delete("/v1/shares/{share_id:str}", status_code=HTTP_204_NO_CONTENT, name="share_revoke")
     async def revoke(self, sharing: SharingDep, user: UserDep, share_id: str) -> None:

@@ -9,14 +9,13 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import Struct
-from msgspec.structs import asdict
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, Conversation, InvalidInput
-from chatbox.chat.workspaces import Member, Workspace, WorkspaceRole, Workspaces
+from chatbox.chat.workspaces import WorkspaceRole, Workspaces
 from chatbox.knowledge import Document, Knowledge
 from chatbox.web.api.knowledge import DocumentOut, DocumentsOut
-from chatbox.web.api.schemas import ConversationOut
+from chatbox.web.api.schemas import ConversationOut, pick
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
 from chatbox.web.ui.helpers import AnyRequest
 from chatbox.web.uploads import NOT_MULTIPART, read_upload
@@ -48,10 +47,6 @@ class WorkspaceOut(Struct):
     role: str | None  # the caller's
     created_at: float
 
-    @classmethod
-    def of(cls, ws: Workspace, role: str | None = None) -> WorkspaceOut:
-        return cls(ws.id, ws.name, ws.system_prompt, role, ws.created_at)
-
 
 class WorkspacesOut(Struct):
     data: list[WorkspaceOut]
@@ -62,10 +57,6 @@ class MemberOut(Struct):
     name: str
     role: str
     added_at: float
-
-    @classmethod
-    def of(cls, m: Member) -> MemberOut:
-        return cls(m.user_id, m.name, m.role, m.added_at)
 
 
 class WorkspaceViewOut(WorkspaceOut):
@@ -104,12 +95,16 @@ class WorkspacesController(Controller):
         self, workspaces: WorkspacesDep, user: UserDep, data: NewWorkspace
     ) -> WorkspaceOut:
         """Admins: a new workspace (then add its owners as members with role owner)."""
-        return WorkspaceOut.of(await workspaces.create(user, data.name, data.system_prompt))
+        return pick(
+            WorkspaceOut, await workspaces.create(user, data.name, data.system_prompt), role=None
+        )
 
     @get("/")
     async def list_workspaces(self, workspaces: WorkspacesDep, user: UserDep) -> WorkspacesOut:
         """The workspaces the user belongs to, with their role."""
-        return WorkspacesOut([WorkspaceOut.of(w, r) for w, r in await workspaces.mine(user)])
+        return WorkspacesOut(
+            [pick(WorkspaceOut, w, role=r) for w, r in await workspaces.mine(user)]
+        )
 
     @get("/{ws_id:str}")
     async def read(
@@ -118,10 +113,12 @@ class WorkspacesController(Controller):
         """A workspace, its members and its conversations (members only)."""
         ws, role = await workspaces.get(user, ws_id)
         convs = await workspace_conversations(chat, user, ws.id)
-        return WorkspaceViewOut(
-            **asdict(WorkspaceOut.of(ws, role)),
-            members=[MemberOut.of(m) for m in await workspaces.members(user, ws.id)],
-            conversations=[ConversationOut.of(c) for c in convs],
+        return pick(
+            WorkspaceViewOut,
+            ws,
+            role=role,
+            members=[pick(MemberOut, m) for m in await workspaces.members(user, ws.id)],
+            conversations=[pick(ConversationOut, c) for c in convs],
         )
 
     @delete("/{ws_id:str}", status_code=HTTP_204_NO_CONTENT)
@@ -135,7 +132,7 @@ class WorkspacesController(Controller):
     ) -> MemberOut:
         """Owners add members (admins also owners)."""
         role: WorkspaceRole = "owner" if data.role == "owner" else "member"
-        return MemberOut.of(await workspaces.add_member(user, ws_id, data.name, role))
+        return pick(MemberOut, await workspaces.add_member(user, ws_id, data.name, role))
 
     @delete("/{ws_id:str}/members/{user_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove_member(
@@ -177,4 +174,4 @@ class ConversationWorkspaceController(Controller):
         self, workspaces: WorkspacesDep, user: UserDep, conv_id: str, data: MoveIn
     ) -> ConversationOut:
         """Move one's own conversation into a workspace one belongs to (null: out again)."""
-        return ConversationOut.of(await workspaces.move(user, conv_id, data.workspace_id))
+        return pick(ConversationOut, await workspaces.move(user, conv_id, data.workspace_id))
