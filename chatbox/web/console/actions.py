@@ -222,23 +222,23 @@ class ConsoleActions(Controller):
             raise refused(exc) from exc
         return await self._models_page(request, services, f"Added the model {name}.")
 
-    @post("/models/{name:str}/{action:str}", status_code=200, name="console_model_action")
+    @post("/models/{model:str}/{action:str}", status_code=200, name="console_model_action")
     async def change_model(
-        self, request: AnyRequest, services: ServicesDep, user: UserDep, name: str, action: str
+        self, request: AnyRequest, services: ServicesDep, user: UserDep, model: str, action: str
     ) -> Response[str]:
-        """load, unload or default."""
+        """load, unload or default (the parameter is not `name`, which reversal takes itself)."""
         require_admin(user)
         admin = model_admin(services)
         try:
             if action == "load":
-                await admin.load(user, name)
-                notice = f"Loaded {name}."
+                await admin.load(user, model)
+                notice = f"Loaded {model}."
             elif action == "unload":
-                await admin.unload(user, name)
-                notice = f"Unloaded {name}."
+                await admin.unload(user, model)
+                notice = f"Unloaded {model}."
             elif action == "default":
-                await admin.set_default(user, name)
-                notice = f"{name} is now the default model."
+                await admin.set_default(user, model)
+                notice = f"{model} is now the default model."
             else:
                 raise NotFoundException("no such action")
         except (ModelAdminError, LookupError) as exc:
