@@ -13,7 +13,7 @@ from chatbox.web.ui.helpers import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
     html,
-    new_chat_page,
+    start_chat,
 )
 from chatbox.web.uploads import read_upload
 
@@ -64,14 +64,9 @@ class AttachmentsController(Controller):
         async def attach(conv: Conversation) -> None:
             await receive_upload(request, knowledge, user, conv.id, form=form)
 
-        conv = await chat.start_conversation(
-            user,
-            attach,
-            str(form.get("system_prompt") or "").strip() or None,
-            str(form.get("model") or "").strip() or None,
-        )
-        return await new_chat_page(
-            request, chat, knowledge, user, conv.id, draft=str(form.get("content") or "")
+        fields = form.get("system_prompt"), form.get("model")
+        return await start_chat(
+            request, chat, knowledge, user, attach, *fields, draft=form.get("content")
         )
 
     @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200, name="detach")

@@ -114,6 +114,27 @@ async def conversation_context(
     return context
 
 
+def blank(value: str | None) -> str | None:
+    """A form field as typed: None when it is empty or only spaces."""
+    return value.strip() or None if value is not None else None
+
+
+async def start_chat(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    first: Callable[[Conversation], Awaitable[None]],
+    system_prompt: str | None,
+    model: str | None,
+    draft: str = "",
+) -> Response[str]:
+    """A conversation started from the new-chat page's composer (`first` gives it its first
+    content before anyone sees it; a blank field is unset), then shown in that page's place."""
+    conv = await chat.start_conversation(user, first, blank(system_prompt), blank(model))
+    return await new_chat_page(request, chat, knowledge, user, conv.id, draft=draft)
+
+
 async def new_chat_page(
     request: AnyRequest,
     chat: ChatService,

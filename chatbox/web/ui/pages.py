@@ -28,13 +28,14 @@ from chatbox.web.ui.helpers import (
     FORM,
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
+    blank,
     chat_context,
     conversation_context,
     html,
-    new_chat_page,
     render,
     shown_id,
     sidebar,
+    start_chat,
     ui_stream,
     viewing,
 )
@@ -66,10 +67,6 @@ class FeedbackForm:
 @dataclass
 class BranchForm:
     turn_id: str = ""
-
-
-def _blank(value: str | None) -> str | None:
-    return value.strip() or None if value is not None else None
 
 
 async def _turn_view(chat: ChatService, user: User, conv_id: str, turn_id: str) -> TurnView:
@@ -159,10 +156,9 @@ class PagesController(Controller):
                 await workspaces.move(user, conv.id, data.workspace_id)
             await chat.send(user, conv.id, data.content)
 
-        conv = await chat.start_conversation(
-            user, first, _blank(data.system_prompt), _blank(data.model)
+        return await start_chat(
+            request, chat, knowledge, user, first, data.system_prompt, data.model
         )
-        return await new_chat_page(request, chat, knowledge, user, conv.id)
 
     @get("/ui/loading", name="loading")
     async def loading(self, services: ServicesDep, user: UserDep) -> dict[str, dict[str, int]]:
@@ -339,11 +335,11 @@ class PagesController(Controller):
         """Rename, pick the model, or set the system prompt."""
         changes: dict[str, Any] = {}
         if data.title is not None:
-            changes["title"] = _blank(data.title)
+            changes["title"] = blank(data.title)
         if data.system_prompt is not None:
-            changes["system_prompt"] = _blank(data.system_prompt)
+            changes["system_prompt"] = blank(data.system_prompt)
         if data.model is not None:
-            changes["model"] = chat.resolve_model(_blank(data.model))
+            changes["model"] = chat.resolve_model(blank(data.model))
         await chat.update_conversation(user, conv_id, **changes)
         view = await chat.view(user, conv_id)
         context = {**chat_context(chat, view), **await sidebar(chat, user)}
