@@ -11,6 +11,7 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
@@ -36,6 +37,7 @@ __all__ = [
     "Document",
     "Feedback",
     "FeedbackTally",
+    "McpServerRow",
     "Memory",
     "ModerationItem",
     "ReplicaRow",
@@ -75,6 +77,7 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    mcp_servers: McpServerRepo
 
     @classmethod
     async def open(cls, path: Path) -> Store:
@@ -98,6 +101,7 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            McpServerRepo(db),
         )
 
     async def close(self) -> None:

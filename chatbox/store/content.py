@@ -430,6 +430,12 @@ TABLES: tuple[Table, ...] = (
     ),
     # -- the appliance's own ------------------------------------------------------------------
     Table(
+        "usage_hours",
+        None,
+        plain={"model": NAMES_MODEL},
+        why="requests and tokens per model and hour, of no one in particular (pre-warming)",
+    ),
+    Table(
         "audit_log",
         None,
         plain={
@@ -452,6 +458,21 @@ TABLES: tuple[Table, ...] = (
             "secret": "the replica's bearer token",
         },
         why="router mode's configuration",
+    ),
+    Table(
+        "mcp_servers",
+        None,
+        plain={
+            "name": ID,
+            "transport": ENUM,
+            "command": "the server's command line, as an admin gave it",
+            "url": "the server's address",
+            "env": "the server's environment variables (may hold its secrets)",
+            "headers": "the server's request headers (may hold its secrets)",
+            "tiers": "tier names",
+            "workspaces": "workspace ids",
+        },
+        why="the MCP servers' configuration",
     ),
     Table("meta", None, plain={"key": ID, "value": "the schema's name"}, why="the schema"),
     Table("migrations", None, plain={"name": ID}, why="which migrations ran"),
@@ -552,6 +573,18 @@ ARTIFACTS: tuple[Artifact, ...] = (
         " of the user and the request (chatbox/chat/answer_cache.py); never under zero retention",
         "an account's erasure drops the answers its requests wrote; each is gone after"
         " `answer_cache.ttl_s`, when evicted, or at shutdown",
+        on_disk=False,
+    ),
+    Artifact(
+        "RAM: semantic answer cache",
+        "user",
+        "first questions of conversations, their MiniLM vectors and answers, for tiers the"
+        " policy's `semantic_cache.tiers` names (chatbox/chat/semantic_cache.py); scoped to"
+        " the user, the workspace or a public tier; never read or written under zero"
+        " retention; not exported (the conversation it came from is)",
+        "an account's erasure drops what its questions wrote, a conversation's erasure what"
+        " was first answered in it; each is gone after `semantic_cache.ttl_s`, when evicted,"
+        " or at shutdown",
         on_disk=False,
     ),
     Artifact(

@@ -1,4 +1,5 @@
-"""The SQLite connection: sqlite-vec loaded, WAL mode, one serialized writer path."""
+"""The SQLite connections: sqlite-vec loaded, WAL mode, one serialized writer path, and a
+second connection for reads a person waits on beside the writes (`Database.snapshot`)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def _make_private(path: Path) -> None:
                 file.chmod(PRIVATE_FILE_MODE)
 
 
-def _connect_sync(path: Path) -> Any:
-    """A sqlite3-compatible connection that can load extensions (stdlib's here cannot)."""
+def _connect_sync(path: Path, read_only: bool = False) -> Any:
+    """A sqlite3-compatible connection that can load extensions (stdlib's here cannot);
+    `read_only`: one that refuses writes (the search reader)."""
     _make_private(path)
     conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.enable_load_extension(True)
@@ -50,6 +52,8 @@ def _connect_sync(path: Path) -> Any:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA secure_delete=ON")  # erased content is zeroed, not left in free pages
+    if read_only:
+        conn.execute("PRAGMA query_only=ON")
     _make_private(path)  # the -wal/-shm that WAL mode just opened
     return conn
 
@@ -57,9 +61,14 @@ def _connect_sync(path: Path) -> Any:
 class Database:
     """An open database. Reads go straight through; writes go through `transaction()`."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection | None = None
+    ) -> None:
         self.conn = conn
         self.path = path
+        # Search reads: on their own thread and connection, they never queue behind the
+        # writer's statements (WAL lets them read the last commit while a write runs).
+        self.snapshot = Snapshot(self, reader or conn)
         self._write_lock = asyncio.Lock()
         self.vector_changes = VectorFeed()  # committed vec0 writes, for in-RAM indexes
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
@@ -77,9 +86,14 @@ class Database:
         db = cls(conn, path)
         async with db.transaction() as tx:
             await apply_migrations(tx)
+        reader = aiosqlite.Connection(lambda: _connect_sync(path, read_only=True), 64)
+        await reader
+        db.snapshot = Snapshot(db, reader)
         return db
 
     async def close(self) -> None:
+        if self.snapshot.conn is not self.conn:
+            await self.snapshot.conn.close()
         await self.conn.close()
 
     @asynccontextmanager
@@ -153,3 +167,38 @@ class Database:
         except Exception:
             return False
         return True
+
+
+class Snapshot:
+    """Reads on the database's second connection: each statement sees the last commit, and
+    none waits for the writer's connection (for reads that need no uncommitted write)."""
+
+    def __init__(self, db: Database, conn: aiosqlite.Connection) -> None:
+        self.db = db
+        self.conn = conn
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        t0 = time.perf_counter()
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            row = await cur.fetchone()
+        self.db._timed("snapshot", t0)
+        return row
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        t0 = time.perf_counter()
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            rows = list(await cur.fetchall())
+        self.db._timed("snapshot", t0)
+        return rows
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """As `Database.fetchall_in`, on this connection."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at : at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows

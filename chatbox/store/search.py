@@ -1,6 +1,8 @@
 """Search over the conversations a user may see: FTS5 over turns (`turn_fts`, kept by a
 trigger) and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark,
-in the partition of each conversation's starter). Every hit passes `visible_to`."""
+in the partition of each conversation's starter). Every hit passes `visible_to`. Reads run
+on the database's read connection (`snapshot`): a search never queues behind the writes of
+answers streaming meanwhile."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class SearchRepo:
     async def keyword(self, user_id: str, match: str, limit: int) -> list[TurnHit]:
         """Turns of the live conversations the user may see matching an FTS5 query, best first."""
         seen, params = _seen(user_id)
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, turn_fts.rank AS score,"
             f" snippet(turn_fts, 0, '{HIT_START}', '{HIT_END}', '…', 24) AS snippet"
@@ -71,7 +73,7 @@ class SearchRepo:
         """Turns of the user's partition (conversations they started) nearest in meaning,
         among those indexed and those they may still see, nearest first."""
         seen, params = _seen(user_id)
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM turn_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
             " SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
@@ -87,11 +89,11 @@ class SearchRepo:
     async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
         """(seq, content) of turns not yet embedded in the user's partition (of the
         conversations they started: the indexer's write side; reads filter by visibility)."""
-        row = await self.db.fetchone(
+        row = await self.db.snapshot.fetchone(
             "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
         )
         after = int(row["last_seq"]) if row else 0
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "SELECT turns.seq, turns.content FROM turns"
             " JOIN conversations ON conversations.id = turns.conversation_id"
             " WHERE conversations.user_id = ? AND turns.seq > ? ORDER BY turns.seq LIMIT ?",
@@ -134,7 +136,7 @@ class SearchRepo:
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
         """Turns with these seqs in live conversations the user may see; score is left 0."""
         seen, params = _seen(user_id)
-        rows = await self.db.fetchall_in(
+        rows = await self.db.snapshot.fetchall_in(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, 0.0 AS score,"
             " substr(turns.content, 1, 240) AS snippet"

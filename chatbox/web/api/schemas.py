@@ -58,6 +58,7 @@ class TurnIn:
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    fresh: bool = False  # a new answer even where the semantic cache holds one
 
     def options(self) -> TurnOptions:
         return TurnOptions(
@@ -67,6 +68,7 @@ class TurnIn:
             self.max_tokens,
             self.seed,
             tuple(self.stop or ()),
+            fresh=self.fresh,
         )
 
 
