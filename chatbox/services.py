@@ -22,12 +22,15 @@ from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
+from chatbox.chat.canary import CHECK_EVERY_S, CanaryService, canary_status
+from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.prewarm import PreWarmer, replay_clock
 from chatbox.chat.routing import Router
 from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
+from chatbox.chat.temporary import keeps_nothing
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
@@ -41,9 +44,11 @@ from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import release_free_memory
+from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
 from chatbox.store import Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.evals import EvalResult, EvalRun
 from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
@@ -151,6 +156,8 @@ class Services:
     shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model
     prewarm: PreWarmer | None = None  # loads models ahead of their usual busy hours
     mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
+    evals: Evaluator | None = None  # eval suites on models
+    canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -247,6 +254,21 @@ class Services:
         data.start()  # the retention sweeper
         # Documents and facts to remember are refused under the user's zero-data-retention.
         knowledge.documents.keeps_nothing = knowledge.memory.keeps_nothing = data.keeps_nothing
+        evals = Evaluator(store, models, gate, moderation, accounts.audit, _embed(knowledge))
+        canaries = CanaryService(
+            store,
+            policy,
+            accounts.audit,
+            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+            clock=gate.wall,  # a replay's clock stamps samples and decisions
+        )
+        gate.on_settle = canaries.settled
+        gate.router.canary_state = canaries.state
+        chat.canaries = canaries
+        await canaries.refresh()  # decisions already made hold from the first request
+        canaries.start(max(1.0, CHECK_EVERY_S / max(1.0, settings.replay_speed)))
+        _eval_metrics(metrics, canaries)
         return cls(
             settings,
             store,
@@ -266,6 +288,8 @@ class Services:
             shadow=shadow,
             prewarm=prewarm,
             mcp=McpServers(store, accounts.audit, policy.tiers),
+            evals=evals,
+            canaries=canaries,
         )
 
     async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
@@ -348,6 +372,8 @@ class Services:
             await self.prewarm.stop()
         if self.shadow is not None:
             await self.shadow.shutdown()
+        if self.canaries is not None:
+            await self.canaries.stop()
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
@@ -411,6 +437,23 @@ def _prewarmer(
         idle_s=settings.prewarm_idle_s,
         speed=settings.replay_speed,
     )
+
+
+def _embed(knowledge: Knowledge) -> Callable[[list[str]], Any]:
+    """Unit vectors as lists (eval similarity checks use the MiniLM encoder)."""
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        vectors = await knowledge.embedder.embed(texts)
+        return [list(map(float, v)) for v in vectors]
+
+    return embed
+
+
+def _eval_metrics(metrics: CollectorRegistry, canaries: CanaryService) -> None:
+    """Eval runs and canary verdicts in /metrics (figures refreshed with each canary check)."""
+    gauges = VerdictGauges()
+    canaries.gauges = gauges
+    metrics.register(gauges)
 
 
 def _observe(
@@ -504,6 +547,23 @@ class OperatorServices:
             self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
         )
 
+    def canaries(self) -> CanaryService:
+        """Canary decisions on the database: a running server applies them at its next
+        check (within CHECK_EVERY_S); verdicts are the server's newest stored ones."""
+        return CanaryService(
+            self._store, Policy.load(self.settings.policy_path), self.accounts.audit
+        )
+
+    async def canary_status(self) -> list[dict[str, Any]]:
+        return await canary_status(self._store, Policy.load(self.settings.policy_path))
+
+    async def eval_runs(self, model: str | None, limit: int) -> list[EvalRun]:
+        return await self._store.evals.runs(model, limit)
+
+    async def eval_run(self, run_id: str) -> tuple[EvalRun, list[EvalResult]] | None:
+        run = await self._store.evals.run(run_id)
+        return None if run is None else (run, await self._store.evals.results(run_id))
+
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""
         path = self.settings.policy_path or default_policy_path()
@@ -520,4 +580,80 @@ async def operator_services(settings: Settings) -> AsyncIterator[OperatorService
         await accounts.ensure_admin()
         yield OperatorServices(settings, accounts, store)
     finally:
+        await store.close()
+
+
+@dataclass
+class EvalServices:
+    """What `chatbox eval run` needs: the local engines, admission and moderation as the
+    server has them, the embedding model, and the store (no server, no background work)."""
+
+    evals: Evaluator
+    accounts: AccountsService
+    store: Store
+    models: LocalModels
+
+    async def admin(self, name: str | None) -> User:
+        """The account evals run as: `name`, else the first admin."""
+        if name:
+            user = await self.store.users.get_by_name(name)
+            if user is None:
+                raise LookupError(f"no user named {name!r}")
+            return user
+        admins = [u for u in await self.store.users.list() if u.role == "admin"]
+        if not admins:
+            raise LookupError("no admin account to run evals as (name one with --as)")
+        return admins[0]
+
+
+@asynccontextmanager
+async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]:
+    """Engines, admission and moderation over the database, for the command line's evals."""
+    settings.ensure_dirs()
+    registry = model_registry(settings)
+    store = await Store.open(settings.db_path)
+    metrics = CollectorRegistry()
+    pool = None
+    knowledge = None
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+
+        def resolve(name: str) -> Path:
+            from chatbox.catalog.requant import serving_path
+
+            return serving_path(
+                registry.model_path(name),
+                settings.cache_dir / "models",
+                enabled=settings.engine.cpu_requant,
+                n_gpu_layers=settings.engine.n_gpu_layers,
+            )
+
+        # No KV is parked: eval answers are no one's conversation.
+        pool = EnginePool(resolve, replace(settings.engine, kv_dir=None), metrics)
+        local = LocalModels(registry, pool, settings)
+        policy = Policy.load(settings.policy_path)
+        gate = Gatekeeper(
+            policy,
+            store.usage,
+            Router(policy, local.names, local.default),
+            local.stats,
+            settings.high_water,
+        )
+        knowledge = Knowledge(store, settings, lambda: local.engine(local.default()))
+        moderation = ModerationService(
+            store,
+            ModerationPolicy.load(settings.policy_path or default_policy_path()),
+            knowledge.embedder,
+            settings.cache_dir,
+            metrics,
+        )
+        moderation.start()
+        evals = Evaluator(store, local, gate, moderation, accounts.audit, _embed(knowledge))
+        yield EvalServices(evals, accounts, store, local)
+    finally:
+        if pool is not None:
+            await pool.stop_all()
+        if knowledge is not None:
+            await knowledge.shutdown()
         await store.close()

@@ -41,6 +41,9 @@ class Canary:
     model: str
     percent: float
     arm: str
+    judge: str | None = None  # the model grading sampled live answers (eval score)
+    eval_percent: float = 0.0  # share of the tier's answers graded (opt-in; 0: none)
+    auto_rollback: bool = True  # a guard metric worse with confidence rolls it back
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,9 @@ class Policy:
                 c["model"],
                 float(c.get("percent", 0)),
                 c.get("arm", f"canary-{c['model']}"),
+                c.get("judge"),
+                float(c.get("eval_percent", 0)),
+                bool(c.get("auto_rollback", True)),
             )
             for c in routing.pop("canary", [])
         )

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
+from chatbox.chat.canary import CanaryService
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.moderated import (
     moderation_event,
@@ -76,6 +77,7 @@ class ChatService(Conversations):
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
+    canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -204,7 +206,9 @@ class ChatService(Conversations):
                     # message raises here, with nothing stored.
                     screened = await screen_input(self.moderation, user, content or "")
                     return await self._start(conv, parent_id, content, options, ticket, screened)
-                except BaseException:
+                except BaseException as exc:
+                    if isinstance(exc, Refused):
+                        ticket.outcome = "refused"
                     await ticket.finish(None)
                     raise
         finally:
@@ -246,6 +250,7 @@ class ChatService(Conversations):
             question = await self._first_question(conv, content, options, ticket, system, screened)
         routing = Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from)
         generation: Generation
+        request: GenerationRequest | None = None
         if question is not None and question.hit is not None:
             generation = Replay(question.hit.entry.answer, question.hit.entry.usage)
             routing = Routing(CACHED_ROUTE, ticket.route.arm)
@@ -304,15 +309,21 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket, request))
+        task = asyncio.create_task(self._drive(run, generation, ticket, request, content or ""))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
     async def _drive(
-        self, run: TurnRun, generation: Generation, ticket: Ticket, request: GenerationRequest
+        self,
+        run: TurnRun,
+        generation: Generation,
+        ticket: Ticket,
+        request: GenerationRequest | None,
+        asked: str = "",
     ) -> None:
+        """Relay the answer to its run and store it; `request` is None for a cached answer."""
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -341,6 +352,8 @@ class ChatService(Conversations):
         content = run.text
         if watch is not None and watch.verdict is not None:
             status, content = "filtered", watch.verdict.notice()  # the text goes to review only
+        if status in ("failed", "filtered"):
+            ticket.outcome = "error" if status == "failed" else "filtered"
         self.telemetry.annotate(**{"chatbox.turn_status": status})
         self.telemetry.turn_finished(run.model, status)
         try:
@@ -369,6 +382,8 @@ class ChatService(Conversations):
                 content,
                 done.usage,
             )
+        if self.canaries is not None and status == "complete":
+            self.canaries.sample_live(ticket.user, ticket.route.arm, asked, content)
         await self._after_turn(run, turn.id)
         self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)
         payload = {
@@ -393,7 +408,9 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
-        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+        finished = done is not None and status in ("complete", "filtered")
+        if finished and request is not None and self.shadow is not None:  # not a cached answer
+            assert done is not None
             await self.shadow.offer(served(ticket.user, run, request, done, status))
 
     async def _first_question(

@@ -549,6 +549,68 @@ async def _usage_by_hour(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _evals_and_canary_verdicts(conn: aiosqlite.Connection) -> None:
+    # Eval runs are the admin's suites and the models' answers to them, never a person's
+    # content; canary events are append-only (the newest of an arm is its state) and each
+    # arm's latest verdict is one row the server rewrites (the CLI reads it).
+    await _script(
+        conn,
+        """
+        CREATE TABLE eval_runs (
+            id TEXT PRIMARY KEY,
+            model TEXT NOT NULL,
+            suite TEXT NOT NULL,
+            suite_digest TEXT NOT NULL,
+            judge TEXT,
+            actor_name TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            cases INTEGER NOT NULL DEFAULT 0,
+            passed INTEGER NOT NULL DEFAULT 0,
+            score REAL
+        );
+        CREATE INDEX eval_runs_by_model ON eval_runs (model, started_at);
+        CREATE TABLE eval_results (
+            run_id TEXT NOT NULL REFERENCES eval_runs(id),
+            case_id TEXT NOT NULL,
+            category TEXT NOT NULL,
+            check_kind TEXT NOT NULL,
+            passed INTEGER NOT NULL,
+            score REAL NOT NULL,
+            latency_s REAL NOT NULL,
+            answer TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            PRIMARY KEY (run_id, case_id)
+        );
+        CREATE TABLE canary_events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            arm TEXT NOT NULL,
+            tier TEXT NOT NULL,
+            model TEXT NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('promote', 'rollback', 'hold', 'resume')),
+            automatic INTEGER NOT NULL DEFAULT 0,
+            reason TEXT NOT NULL,
+            actor_name TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        CREATE INDEX canary_events_by_arm ON canary_events (arm, seq);
+        CREATE TABLE canary_verdicts (
+            arm TEXT PRIMARY KEY,
+            tier TEXT NOT NULL,
+            model TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            at REAL NOT NULL
+        )
+        """,
+    )
+    await conn.execute(
+        """CREATE TRIGGER canary_events_append_only BEFORE UPDATE ON canary_events
+        BEGIN SELECT RAISE(ABORT, 'canary events are append-only'); END"""
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -565,6 +627,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0013_feedback", _feedback),
     ("0014_mcp_servers", _mcp_servers),
     ("0015_usage_by_hour", _usage_by_hour),
+    ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
 ]
 
 

@@ -257,6 +257,7 @@ NO_CONTENT: dict[str, str] = {
     "POST /console/models": NAMES,
     "POST /console/people": NAMES,
     "POST /console/models/{model}/{action}": NAMES,
+    "POST /console/canaries/{arm}/{action}": NAMES,
     "POST /console/people/{user_id}/{action}": NAMES,
     "POST /console/people/{user_id}/revoke-key/{key_id}": "no body: a revocation",
     "POST /console/workspaces": NAMES,

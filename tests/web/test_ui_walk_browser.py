@@ -208,6 +208,8 @@ STATES: list[tuple[str, str | None, str, str]] = [
     ("console-person", "admin", "/console/people", "person"),
     ("console-models", "admin", "/console/models", ""),
     ("console-workspaces", "admin", "/console/workspaces", ""),
+    ("console-evals", "admin", "/console/evals", ""),
+    ("console-canaries", "admin", "/console/canaries", ""),
     ("console-audit", "admin", "/console/audit", ""),
     ("usage", "admin", "/admin/usage", ""),
     ("moderation", "admin", "/admin/moderation", ""),
