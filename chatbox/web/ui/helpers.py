@@ -16,7 +16,6 @@ from litestar.params import Body
 from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import (
     Busy,
@@ -46,6 +45,7 @@ from chatbox.web.errors import classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown
 from chatbox.web.ui.tool_steps import steps_from_data, steps_html, tools_before
+from chatbox.web.urls import reverse
 
 # The body marker of every HTML form post.
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -115,6 +115,27 @@ async def conversation_context(
     return context
 
 
+def blank(value: str | None) -> str | None:
+    """A form field as typed: None when it is empty or only spaces."""
+    return value.strip() or None if value is not None else None
+
+
+async def start_chat(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    first: Callable[[Conversation], Awaitable[None]],
+    system_prompt: str | None,
+    model: str | None,
+    draft: str = "",
+) -> Response[str]:
+    """A conversation started from the new-chat page's composer (`first` gives it its first
+    content before anyone sees it; a blank field is unset), then shown in that page's place."""
+    conv = await chat.start_conversation(user, first, blank(system_prompt), blank(model))
+    return await new_chat_page(request, chat, knowledge, user, conv.id, draft=draft)
+
+
 async def new_chat_page(
     request: AnyRequest,
     chat: ChatService,
@@ -136,7 +157,9 @@ async def new_chat_page(
     )
     body += render(request, "_sidebar.html", **side, conv=view.conversation, oob=True)
     return Response(
-        body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv_id)}
+        body,
+        media_type="text/html",
+        headers={"HX-Push-Url": reverse(request, "conversation", conv_id=conv_id)},
     )
 
 
@@ -409,7 +432,7 @@ async def sidebar(chat: ChatService, user: User) -> dict[str, Any]:
 def shown_id(request: AnyRequest) -> str | None:
     """The conversation the page that sent this htmx request shows, if it shows one."""
     path = urlsplit(request.headers.get("hx-current-url", "")).path.rstrip("/")
-    prefix = urls.conversation("")
+    prefix = reverse(request, "conversation", conv_id="_").removesuffix("_")  # "/c/"
     return path.removeprefix(prefix) or None if path.startswith(prefix) else None
 
 
