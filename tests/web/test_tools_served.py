@@ -6,6 +6,7 @@ stores nothing; erasing the conversation takes its tool turns and cached results
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -20,6 +21,8 @@ from chatbox.chat.policy import default_policy_path
 from tests.conftest import _answers_unchecked
 from tests.served import Served
 from tests.sse import Event, parse_sse
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TIMEOUT = 90.0
 SECRET = "otterwisdom"
@@ -50,6 +53,10 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
         policy=_policy(where / "policy"),
         env={
             "CHATBOX_TOOLBOXES": "tests.web.slow_tools:toolbox",
+            # The served process imports that toolbox from this checkout.
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
             # Byte-level tokens: the tools' descriptions, passages and programs take ~5,000.
             "CHATBOX_N_CTX": "32768",
             "CHATBOX_N_CTX_PER_SEQ": "8192",
