@@ -8,6 +8,8 @@ Run: pytest -m browser tests/web/test_tools_browser.py
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from tests.web.test_browser import browser  # noqa: F401  (a fixture)
 from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, _policy
 
 pytestmark = pytest.mark.browser
+MCP_COMMAND = f"{sys.executable} {Path(__file__).parent.parent / 'chat' / 'mcp_server.py'}"
 
 
 @pytest.fixture(scope="module")
@@ -76,5 +79,52 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
     assert steps.nth(1).locator(".tool-args").inner_text().strip().startswith("{")
     assert steps.nth(1).locator(".tool-result").is_visible()
     page.screenshot(path=str(tmp_path / "tools.png"))
+    context.close()
+    assert not errors, errors
+
+
+@pytest.mark.timeout(600)
+def test_an_mcp_servers_tool_is_used_in_a_chat_and_shows_in_the_bubble(
+    box: Served,
+    browser: Any,  # noqa: F811
+) -> None:
+    """An admin adds a real MCP server (tests/chat/mcp_server.py) with the CLI; a chat's
+    answer calls its `add` tool, the sum comes back from the server, and the call shows in
+    the bubble with its server's name."""
+    added = box.cli("tools", "add", "calc", "--command", MCP_COMMAND)
+    assert "add" in added
+    http = httpx.Client(
+        base_url=box.url, headers=box.auth(box.user("mo", tier="paid")), timeout=180
+    )
+    conv = http.post("/v1/conversations", json={"title": "sums"}).json()["id"]
+    body = {
+        "content": "What is 2 + 3?",
+        "tool_choice": ["calc__add"],
+        "max_tokens": 600,
+        "seed": SEED,
+    }
+    with http.stream("POST", f"/v1/conversations/{conv}/turns", json=body) as r:
+        events = list(parse_sse(r.iter_lines()))
+    assert events[-1].event == "done", events[-1]
+    [call] = [e for e in events if e.event == "tool_call"]
+    [result] = [e for e in events if e.event == "tool_result"]
+    arguments = json.loads(call.data)["arguments"]
+    expected = int(arguments["a"]) + int(arguments["b"])
+    assert str(expected) in json.dumps(json.loads(result.data))
+
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(box.url + "/login")
+    page.fill("input[name=name]", "mo")
+    page.fill("input[name=password]", "momo")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#composer-input")
+    page.goto(f"{box.url}/c/{conv}")
+    step = page.locator(".turn.assistant").last.locator(".tool-step")
+    assert step.count() == 1 and step.get_attribute("data-tool") == "calc__add"
+    step.locator("summary").click()
+    assert str(expected) in step.locator(".tool-result").inner_text()
     context.close()
     assert not errors, errors
