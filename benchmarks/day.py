@@ -7,8 +7,11 @@ every hour. The server then runs Monday 06:00-20:00 UTC at `--day-s` real second
 daily cycle of free and paid requests, and from 14:00 to 16:00 a spike of paid requests that
 fills every slot. It prints each decision with its replayed time as it sees it: the
 pre-warmer's loads and unloads (`paid` unloaded in the quiet morning, loaded before its 09:00
-peak, unloaded once idle after 17:00) and the alerts firing during the spike and resolving
-after. Results go to `--out` as JSON.
+peak, unloaded once idle after 17:00), the alerts firing during the spike and resolving
+after, and the canaries' decisions: tier `beta` sends half its requests to `slow` (a deeper,
+wider tiny model; rolled back on its time to first token), tier `gamma` half to `worse` (the
+candidate a judge model scores lowest on the judged suite; its live answers are judged too).
+Results go to `--out` as JSON.
 
     python benchmarks/day.py [--day-s 96] [--out day.json]
 """
@@ -40,9 +43,50 @@ from tests.tinymodel import make_tiny_gguf  # noqa: E402
 
 MONDAY = calendar.timegm((2026, 11, 30, 0, 0, 0))  # the replayed day: a Monday
 H = 3600
+JUDGE_SEED = 4242
+WORSE_SEEDS = (11, 12)  # candidates for the canary that answers worse
 START_H, END_H = 6, 20  # the replayed part of the day
 SPIKE_H = (14, 16)  # the spike: paid requests filling every slot
 TIMEOUT = 120.0
+# Two tiers of their own for the canaries, so the day's traffic and theirs stay apart.
+TIERS = """
+[tiers.beta]
+rpm = 6000
+tpm = 100000000
+max_streams = 4
+model = "tiny"
+priority = 1
+
+[tiers.gamma]
+rpm = 6000
+tpm = 100000000
+max_streams = 4
+model = "tiny"
+priority = 1
+"""
+CANARIES = """
+[[routing.canary]]
+tier = "beta"
+model = "slow"
+percent = 50
+arm = "slow-canary"
+
+[[routing.canary]]
+tier = "gamma"
+model = "worse"
+percent = 50
+arm = "worse-canary"
+judge = "judge"
+eval_percent = 100
+"""
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "How many legs has a spider?",
+    "What does a thermometer measure?",
+    "Which planet is closest to the sun?",
+    "What is two plus two?",
+]
 
 
 def policy(where: Path) -> Path:
@@ -52,8 +96,11 @@ def policy(where: Path) -> Path:
     text = text.replace('model = "gemma3-270m"', 'model = "paid"')
     text = text.replace("[moderation]\n", "[moderation]\nenabled = false\n", 1)
     text = text.replace("\nenabled = true\noutput", "\noutput", 1)
+    cache = text.index("[answer_cache]")  # the canaries' answers are measured, not cached
+    text = text[:cache] + text[cache:].replace("enabled = true", "enabled = false", 1)
+    text = text.replace("\n[overload]\n", TIERS + "\n[overload]\n", 1)
     path = where / "policy.toml"
-    path.write_text(text)
+    path.write_text(text + CANARIES)
     return path
 
 
@@ -68,6 +115,40 @@ def seed_history(db: Path) -> None:
             rows.append(("paid", hour, 20, 2000))
     with sqlite3.connect(db) as conn:
         conn.executemany("INSERT INTO usage_hours VALUES (?, ?, ?, ?)", rows)
+
+
+def judge_suite(where: Path) -> Path:
+    """The eval suite the canaries are judged on: the canary traffic's questions, graded."""
+    cases = [
+        {"id": f"q{i}", "prompt": q, "max_tokens": 16, "check": {"kind": "judge"}}
+        for i, q in enumerate(QUESTIONS)
+    ]
+    path = where / "judged.json"
+    path.write_text(json.dumps({"name": "judged", "judge": "judge", "cases": cases}))
+    return path
+
+
+def pick_worse(box: Served, where: Path) -> Path:
+    """The candidate model the judge scores lowest on the suite, below the baseline's score
+    (the eval suite says which candidate answers worse; the live verdict must find it too)."""
+    suite = judge_suite(where)
+
+    def score(name: str) -> float:
+        run = json.loads(box.cli("eval", "run", name, "--suite", str(suite), "--json"))
+        return float(run["score"])
+
+    base = score("tiny")
+    scored = []
+    for seed in WORSE_SEEDS:
+        path = make_tiny_gguf(where / f"cand{seed}.gguf", seed=seed)
+        box.cli("models", "add", str(path), "--name", f"cand{seed}", "--link")
+        scored.append((score(f"cand{seed}"), seed, path))
+    low, seed, path = min(scored)
+    shown = ", ".join(f"seed {s} {v:.2f}" for v, s, _ in scored)
+    print(f"eval suite, judged: baseline {base:.2f}; candidates {shown}; the canary: seed {seed}")
+    if low >= base:
+        print("no candidate scores below the baseline on the suite", flush=True)
+    return path
 
 
 def stamp(t: float) -> str:
@@ -132,10 +213,75 @@ def traffic(
     return sent
 
 
-def canary_phase(box: Served, replay: Replay) -> list[dict[str, Any]]:
-    """The canaries' part of the day (a slower canary rolled back, a worse one held with a
-    verdict naming the metric) comes with the canary verdicts; none runs here yet."""
-    return []
+def canary_phase(
+    box: Served, replay: Replay, beta: list[str], gamma: list[str], stop: threading.Event
+) -> dict[str, Any]:
+    """The canaries' traffic (greedy answers to a few questions, half of each tier's to its
+    canary) until both canaries are decided or the day ends; the decisions are `watch`'s."""
+    sent = {"beta": 0, "gamma": 0}
+    states: dict[str, str] = {}
+    verdicts: dict[str, str | None] = {}
+
+    def one(tier: str, key: str, i: int) -> None:
+        body = {
+            "messages": [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}],
+            "max_tokens": 16,
+            "temperature": 0.0,
+            "seed": 0,
+        }
+        try:
+            if tier == "beta":
+                httpx.post(
+                    box.url + "/v1/chat/completions",
+                    json=body,
+                    headers=box.auth(key),
+                    timeout=TIMEOUT,
+                )
+            else:  # live answers are judged on conversation turns only
+                http = httpx.Client(base_url=box.url, headers=box.auth(key), timeout=TIMEOUT)
+                conv = http.post("/v1/conversations", json={"title": "q"}).json()["id"]
+                turn = {"content": body["messages"][0]["content"], "max_tokens": 16}
+                http.post(f"/v1/conversations/{conv}/turns", json=turn)
+        except httpx.HTTPError:
+            return
+        sent[tier] += 1
+
+    i = 0
+    while not stop.is_set() and replay.now() < MONDAY + END_H * H:
+        found = httpx.get(box.url + "/console/data/canaries", headers=box.admin, timeout=TIMEOUT)
+        states = {c["arm"]: c["state"] for c in found.json()["canaries"]}
+        verdicts = {c["arm"]: (c["verdict"] or {}).get("reason") for c in found.json()["canaries"]}
+        decided = [arm for arm, state in states.items() if state != "running"]
+        if len(decided) == 2 or (
+            "slow-canary" in decided and replay.now() >= SPIKE_H[0] * H + MONDAY
+        ):
+            break
+        with ThreadPoolExecutor(4) as pool:
+            jobs = [
+                pool.submit(one, "beta", beta[i % len(beta)], i),
+                pool.submit(one, "gamma", gamma[i % len(gamma)], i),
+                pool.submit(one, "beta", beta[(i + 1) % len(beta)], i + 1),
+                pool.submit(one, "gamma", gamma[(i + 1) % len(gamma)], i + 1),
+            ]
+            for job in jobs:
+                job.result()
+        i += 2
+    final = httpx.get(box.url + "/console/data/canaries", headers=box.admin, timeout=TIMEOUT)
+    for c in final.json()["canaries"]:
+        v = c["verdict"] or {}
+        scores = {m["metric"]: m for m in v.get("metrics", [])}.get("eval_score")
+        judged = ""
+        if scores:
+            judged = (
+                f"; eval_score canary {scores['arm']['mean']:.2f} ({scores['arm']['n']} judged)"
+                f" vs baseline {scores['baseline']['mean']:.2f} ({scores['baseline']['n']})"
+            )
+        print(
+            f"{stamp(v.get('at', replay.now()))}  canary verdict {c['arm']}: {c['state']}, "
+            f"{v.get('verdict')}: {v.get('reason')}{judged}",
+            flush=True,
+        )
+    return {"requests": sent, "states": states, "verdicts": verdicts}
 
 
 def watch(box: Served, replay: Replay, stop: threading.Event, events: list[dict[str, Any]]) -> None:
@@ -145,6 +291,7 @@ def watch(box: Served, replay: Replay, stop: threading.Event, events: list[dict[
         try:
             warm = httpx.get(box.url + "/v1/admin/prewarm", headers=box.admin, timeout=10).json()
             alerts = httpx.get(box.url + "/console/data/alerts", headers=box.admin, timeout=10)
+            canaries = httpx.get(box.url + "/console/data/canaries", headers=box.admin, timeout=10)
         except httpx.HTTPError:
             time.sleep(0.2)
             continue
@@ -162,6 +309,17 @@ def watch(box: Served, replay: Replay, stop: threading.Event, events: list[dict[
             found.append(
                 (key, replay.now(), f"alert {name} {a['status']}: {a['annotations']['summary']}")
             )
+        for c in canaries.json()["canaries"]:
+            for e in reversed(c["events"]):
+                who = "automatic" if e["automatic"] else e["actor_name"]
+                found.append(
+                    (
+                        f"canary {e['seq']}",
+                        e["at"],
+                        f"canary {e['action']} {c['arm']} ({c['model']} on tier {c['tier']}, "
+                        f"{who}): {e['reason']}",
+                    )
+                )
         for key, at, what in found:
             if key not in seen:
                 seen.add(key)
@@ -192,10 +350,19 @@ def main() -> None:
             },
         )
         box.cli("models", "add", str(paid_model), "--name", "paid", "--link")
+        # The slower canary: the same kind of model with 6 times the layers, 4 times the width.
+        slow = make_tiny_gguf(where / "slow.gguf", n_layer=12, n_embd=256, n_head=8, n_ff=1024)
+        box.cli("models", "add", str(slow), "--name", "slow", "--link")
+        judge = make_tiny_gguf(where / "judge.gguf", seed=JUDGE_SEED)
+        box.cli("models", "add", str(judge), "--name", "judge", "--link")
+        worse = pick_worse(box, where)
+        box.cli("models", "add", str(worse), "--name", "worse", "--link")
         seed_history(box.data_dir / "chatbox.db")
         # People first: the replay's clock starts with the server.
         free = [box.user(f"free{i}") for i in range(3)]
         paid = [box.user(f"paid{i}", tier="paid") for i in range(6)]
+        beta = [box.user(f"beta{i}", tier="beta") for i in range(4)]
+        gamma = [box.user(f"gamma{i}", tier="gamma") for i in range(4)]
         with box:
             replay = Replay(box, speed)
             print(
@@ -206,14 +373,22 @@ def main() -> None:
             watcher = threading.Thread(target=watch, args=(box, replay, stop, events), daemon=True)
             watcher.start()
             try:
+                canaries: dict[str, Any] = {}
+
+                def canary_traffic() -> None:
+                    canaries.update(canary_phase(box, replay, beta, gamma, stop))
+
+                beside = threading.Thread(target=canary_traffic, daemon=True)
+                beside.start()
                 sent = traffic(box, replay, free, paid, stop)
-                canaries = canary_phase(box, replay)
+                beside.join()
                 replay.wait_until(MONDAY + END_H * H)
                 time.sleep(3.0)  # the last changes come in
             finally:
                 stop.set()
                 watcher.join(timeout=5)
         print("requests by status:", json.dumps(sent, sort_keys=True))
+        print("canary traffic:", json.dumps(canaries, sort_keys=True))
         if args.out is not None:
             result = {"speed": speed, "events": events, "requests": sent, "canaries": canaries}
             args.out.write_text(json.dumps(result, indent=2))
