@@ -158,7 +158,7 @@ class Services:
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         recovered = await store.turns.recover_drafts()
@@ -424,7 +424,7 @@ class OperatorServices:
 async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
     """Open the database (creating the first admin on an empty one) for the command line."""
     settings.ensure_dirs()
-    store = await Store.open(settings.db_path)
+    store = await Store.open(settings.database)
     try:
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()

@@ -15,6 +15,7 @@ from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
+from tests.pg import PgServer, binaries
 from tests.tinymodel import make_tiny_gguf
 
 
@@ -132,7 +133,7 @@ def seed_user(
     """Before the app starts: make sure the admin exists, add `name` if new; a new API key."""
 
     async def run() -> str:
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         try:
             await ensure_admin(store, settings)
             user = await store.users.get_by_name(name)
@@ -151,6 +152,27 @@ def seed_user(
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgServer]:
+    """One PostgreSQL server for the session (skipped where its binaries are not installed)."""
+    if binaries() is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (apt-get install postgresql)")
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a test's store lives: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "chatbox.db"
+    server: PgServer = request.getfixturevalue("postgres")
+    return server.fresh_database()
 
 
 @pytest.fixture

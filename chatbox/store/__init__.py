@@ -1,4 +1,5 @@
-"""Storage: SQLite (WAL) through aiosqlite, with sqlite-vec; SQL lives only here."""
+"""Storage: SQLite (WAL) through aiosqlite with sqlite-vec, or PostgreSQL through asyncpg
+(chatbox/store/pg.py); SQL lives only here."""
 
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ class Store:
     feedback: FeedbackRepo
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
-        db = await Database.open(path)
+    async def open(cls, target: Path | str) -> Store:
+        """The store at a SQLite path or a `postgresql://` URL."""
+        db = await Database.open(target)
         return cls(
             db,
             UserRepo(db),

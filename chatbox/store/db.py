@@ -1,4 +1,8 @@
-"""The SQLite connection: sqlite-vec loaded, WAL mode, one serialized writer path."""
+"""The store's database: one interface, on SQLite (the default) or PostgreSQL (`chatbox.store.pg`).
+
+SQLite: sqlite-vec loaded, WAL mode, one serialized writer path. Repositories write `?`
+placeholders; SQL that differs between the two asks `db.dialect`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 import sqlean
@@ -54,14 +58,18 @@ def _connect_sync(path: Path) -> Any:
     return conn
 
 
-class Database:
-    """An open database. Reads go straight through; writes go through `transaction()`."""
+Dialect = Literal["sqlite", "postgresql"]
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
-        self.conn = conn
-        self.path = path
+
+class Database:
+    """An open database. Reads go straight through; writes go through `transaction()`, which
+    yields a connection with aiosqlite's `execute` and `executemany` (on either dialect)."""
+
+    dialect: Dialect = "sqlite"
+
+    def __init__(self) -> None:
         self._write_lock = asyncio.Lock()
-        self.vector_changes = VectorFeed()  # committed vec0 writes, for in-RAM indexes
+        self.vector_changes = VectorFeed()  # committed vector writes, for in-RAM indexes
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
         self.on_op: Callable[[str, float], None] | None = None
 
@@ -70,7 +78,73 @@ class Database:
             self.on_op(op, time.perf_counter() - t0)
 
     @classmethod
-    async def open(cls, path: Path) -> Database:
+    async def open(cls, target: Path | str) -> Database:
+        """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
+        from chatbox.store.pg import PgDatabase, is_url  # asyncpg only when it is used
+
+        if is_url(target):
+            return await PgDatabase.connect(str(target))
+        return await SqliteDatabase.open_file(Path(target))
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    def reading(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
+        limit; `params` follow the keys in every batch."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at : at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows
+
+    async def checkpoint(self) -> None:
+        """Move erased bytes out of the database's log, where the dialect has one to move."""
+        raise NotImplementedError
+
+    async def integrity_ok(self) -> bool:
+        raise NotImplementedError
+
+    async def tables(self) -> dict[str, list[tuple[str, str]]]:
+        """Every table's (column, declared type) pairs (for the content registry's check)."""
+        raise NotImplementedError
+
+    async def writable(self) -> bool:
+        """True when a write transaction can be taken and committed."""
+        try:
+            async with self.transaction() as tx:
+                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
+        except Exception:
+            return False
+        return True
+
+
+class SqliteDatabase(Database):
+    """SQLite through aiosqlite: one connection, one serialized writer."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        super().__init__()
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    async def open_file(cls, path: Path) -> SqliteDatabase:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         conn = aiosqlite.Connection(lambda: _connect_sync(path), 64)
         await conn
@@ -121,19 +195,6 @@ class Database:
         self._timed("read", t0)
         return rows
 
-    async def fetchall_in(
-        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
-    ) -> list[Any]:
-        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
-        limit; `params` follow the keys in every batch."""
-        rows: list[Any] = []
-        rest = tuple(params)
-        for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at : at + IN_BATCH])
-            marks = ", ".join("?" for _ in part)
-            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
-        return rows
-
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it (erased pages leave the WAL too)."""
         async with self._write_lock, self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
@@ -145,11 +206,11 @@ class Database:
         row = await self.fetchone("PRAGMA integrity_check")
         return bool(row) and row[0] == "ok"
 
-    async def writable(self) -> bool:
-        """True when a write transaction can be taken and committed."""
-        try:
-            async with self.transaction() as tx:
-                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
-        except Exception:
-            return False
-        return True
+    async def tables(self) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {}
+        for row in await self.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ):
+            cols = await self.fetchall(f"PRAGMA table_xinfo('{row['name']}')")
+            out[row["name"]] = [(c["name"], c["type"] or "") for c in cols if not c["hidden"]]
+        return out

@@ -70,11 +70,11 @@ class UsageRepo:
                 " completion_tokens, cached_tokens, shed, degraded)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (user_id, model, day, arm) DO UPDATE SET"
-                " requests = requests + excluded.requests,"
-                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-                " completion_tokens = completion_tokens + excluded.completion_tokens,"
-                " cached_tokens = cached_tokens + excluded.cached_tokens,"
-                " shed = shed + excluded.shed, degraded = degraded + excluded.degraded",
+                " requests = usage.requests + excluded.requests,"
+                " prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = usage.completion_tokens + excluded.completion_tokens,"
+                " cached_tokens = usage.cached_tokens + excluded.cached_tokens,"
+                " shed = usage.shed + excluded.shed, degraded = usage.degraded + excluded.degraded",
                 (
                     user_id,
                     model,
