@@ -38,8 +38,9 @@ from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
-from chatbox.store import Store, User
+from chatbox.store import Database, Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
@@ -431,3 +432,17 @@ async def operator_services(settings: Settings) -> AsyncIterator[OperatorService
         yield OperatorServices(settings, accounts, store)
     finally:
         await store.close()
+
+
+async def migrate_store(settings: Settings, url: str) -> list[TableCopy]:
+    """Copy this box's SQLite store into the empty PostgreSQL database at `url` (migrated
+    first); each table's counts and checksums on both sides."""
+    source = await Database.open(settings.db_path)
+    try:
+        target = await Database.open(url)
+        try:
+            return await copy_store(source, target)
+        finally:
+            await target.close()
+    finally:
+        await source.close()

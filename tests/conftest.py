@@ -166,10 +166,20 @@ def postgres() -> Iterator[PgServer]:
         server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+STORES = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets `BOTH_STORES = True` runs each test using `database` on both
+    stores; elsewhere `database` is SQLite (PostgreSQL variants cost CI time)."""
+    if "database" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_STORES", False):
+        metafunc.parametrize("database", STORES, indirect=True)
+
+
+@pytest.fixture
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """Where a test's store lives: a SQLite file, then a fresh PostgreSQL database."""
-    if request.param == "sqlite":
+    """Where a test's store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if getattr(request, "param", "sqlite") == "sqlite":
         return tmp_path / "chatbox.db"
     server: PgServer = request.getfixturevalue("postgres")
     return server.fresh_database()

@@ -59,3 +59,6 @@ main.add_command(workspaces)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
+from chatbox.cli.store import migrate_store  # noqa: E402
+
+main.add_command(migrate_store)

@@ -8,8 +8,10 @@ from pathlib import Path
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
 from chatbox.settings import Settings
-from tests.data.conftest import App, files_holding
+from tests.data.conftest import App, holding
 from tests.sse import parse_sse
+
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 SECRET = "pelicanfjord9"
 NONE = {"X-Chatbox-Retention": "none"}
@@ -20,11 +22,9 @@ def row_counts(app: App) -> dict[str, int]:
     on the app's own connection (a second SQLite library in one process would break its
     locks)."""
     db = app.services.store.db
-    names = app.call(db.fetchall, "SELECT name FROM sqlite_master WHERE type = 'table'")
     out = {}
-    for (name,) in names:
-        if not name.startswith("sqlite_"):
-            out[name] = app.call(db.fetchone, f'SELECT count(*) FROM "{name}"')[0]
+    for name in app.call(db.tables):
+        out[name] = app.call(db.fetchone, f'SELECT count(*) FROM "{name}"')[0]
     return out
 
 
@@ -53,7 +53,7 @@ def _nothing_written(app: App, before: dict[str, int], requests_before: int, n: 
         assert [text for (text,) in rows] == [None] * new_items
     assert usage_requests(app) == requests_before + n
     app.call(app.services.store.db.checkpoint)
-    assert files_holding(app.settings.data_dir, SECRET.encode()) == []
+    assert holding(app, SECRET) == []
 
 
 def test_temporary_chat_by_header_stores_nothing(app: App) -> None:

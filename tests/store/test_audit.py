@@ -10,6 +10,8 @@ from chatbox.accounts import AuditLog, UserAdmin
 from chatbox.store import Store
 from chatbox.store.audit import AuditRepo
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 
 def test_the_repo_offers_no_way_to_change_or_remove_an_entry() -> None:
     public = {n for n in dir(AuditRepo) if not n.startswith("_")}

@@ -9,6 +9,8 @@ import pytest
 
 from chatbox.store import ChunkIn, Store
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 
 @pytest.fixture
 async def store(database: Path | str):  # type: ignore[no-untyped-def]

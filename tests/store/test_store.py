@@ -9,6 +9,8 @@ import pytest
 from chatbox.store import Store, TurnUsage
 from chatbox.store.migrations import MIGRATIONS
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 
 async def test_migrations_are_recorded_once_and_vec_is_loaded(database: Path | str) -> None:
     store = await Store.open(database)
