@@ -99,15 +99,15 @@ async def complete(
         model = resolve_model(models, options.model)
     screening = None
     try:
-        if user is not None:  # after the rate limits, before any model work
-            texts = [m.content for m in messages]
-            screening = await screen_messages(moderation, user, texts, zero_retention)
         engine = await models.engine(model)
         tokens = 0
-        if prompt is None:
+        if prompt is None:  # a prompt too long is refused before it costs moderation
             # Tokenizing a long prompt is CPU work: in a thread, so the loop keeps serving.
             tokens = await asyncio.to_thread(engine.count_tokens, messages)
             check_fits(engine, tokens)
+        if user is not None:  # after the rate limits, before any model work
+            texts = [m.content for m in messages]
+            screening = await screen_messages(moderation, user, texts, zero_retention)
         # A raw prompt's next call is a longer prompt, not a follow-up: no KV kept for it.
         keyed = user is not None and not zero_retention and prompt is None
         priority = ticket.priority if ticket else 0

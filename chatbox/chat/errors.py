@@ -52,12 +52,14 @@ class TooLong(ChatError):
         self.tokens = tokens
         self.limit = limit
         self.param = param  # the request field that is too long, where there is one
+        self.unit = "tokens"
 
     @classmethod
     def characters(cls, chars: int, limit: int) -> TooLong:
         """A message over the character limit (`max_message_chars`)."""
         exc = cls(chars, limit)
         exc.args = (f"the message is {chars:,} characters; the limit is {limit:,} characters",)
+        exc.unit = "characters"
         return exc
 
 

@@ -180,6 +180,9 @@ class ChatService(Conversations):
                 ticket = await self.gate.admit(user, options.model or conv.model, content or "")
                 self.telemetry.annotate(**{"chatbox.model": ticket.model})
                 try:
+                    if content:  # a message too long is refused before it costs moderation
+                        engine = await self.models.engine(ticket.model)
+                        await self._fits(engine, content, options)
                     # Moderation after the rate limits and before any model work; a refused
                     # message raises here, with nothing stored.
                     screened = await screen_input(self.moderation, user, content or "")
@@ -208,14 +211,7 @@ class ChatService(Conversations):
         if content is not None:
             history.append(ChatMessage("user", content))
         sampling = options.sampling(self.settings.max_tokens)
-        limit = engine.info.n_ctx_per_seq
-        # Leave room for an answer; the newest message itself must fit or nothing is stored.
-        budget = history_budget(limit, sampling.max_tokens)
-        # Tokenizing runs in a thread: a huge message must not stall every other user's
-        # request on the event loop before it is refused.
-        newest = await asyncio.to_thread(engine.count_tokens, tuple(history[-1:]))
-        if newest > budget:
-            raise TooLong(newest, budget)
+        newest, budget = await self._fits(engine, history[-1].content, options)
         with self.telemetry.span("retrieval"):
             t0 = time.perf_counter()
             knowledge = await self._knowledge(conv, history, budget - newest, engine)
@@ -359,6 +355,20 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
+
+    async def _fits(self, engine: Engine, text: str, options: TurnOptions) -> tuple[int, int]:
+        """The newest message's tokens and the history's budget; TooLong if it cannot fit.
+
+        Tokenizing runs in a thread: a huge message must not stall every other user's
+        request on the event loop before it is refused."""
+        # Leave room for an answer; the newest message itself must fit or nothing is stored.
+        budget = history_budget(
+            engine.info.n_ctx_per_seq, options.sampling(self.settings.max_tokens).max_tokens
+        )
+        newest = await asyncio.to_thread(engine.count_tokens, (ChatMessage("user", text),))
+        if newest > budget:
+            raise TooLong(newest, budget)
+        return newest, budget
 
     async def _knowledge(
         self, conv: Conversation, history: list[ChatMessage], room: int, engine: Engine

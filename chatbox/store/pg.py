@@ -32,6 +32,7 @@ log = logging.getLogger("chatbox.store")
 WRITE_LOCK = 0x63686174  # the advisory lock every write transaction holds ("chat")
 MIGRATE_LOCK = 0x6D696772  # held while migrations run, so two fronts never apply one twice
 VECTOR_CHANNEL = "chatbox_vectors"
+CLOSE_WAIT_S = 5.0
 _ROWS = re.compile(r"^\s*(SELECT|WITH|VALUES|SHOW)\b|\bRETURNING\b", re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -214,7 +215,11 @@ class PgDatabase(Database):
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
-        await self.pool.close()
+        try:  # a connection still held (an abandoned request) must not hold up a stop
+            await asyncio.wait_for(self.pool.close(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("PostgreSQL connections were still in use at close; terminated")
+            self.pool.terminate()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:

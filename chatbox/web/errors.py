@@ -219,9 +219,15 @@ def as_openai(exc: Exception, problem: Problem) -> Problem:
     elif isinstance(exc, TooLong):
         status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
         param = param or "messages"
-        # The official client's exception text is the message alone, and LangChain finds
-        # an overflow by this code in that text.
-        message = f"{message}; shorten the {param} ({code})"
+        # OpenAI's own sentence: litellm finds an overflow by its wording, LangChain by the
+        # code in the text (the official client's exception text is the message alone).
+        if exc.unit == "tokens":
+            message = (
+                f"This model's maximum context length is {exc.limit} tokens. However, your "
+                f"{param} resulted in {exc.tokens} tokens. Please reduce the length of the "
+                f"{param}."
+            )
+        message = f"{message} ({code})"
     elif isinstance(exc, UnknownModel):
         kind, code, param = "invalid_request_error", "model_not_found", "model"
     elif isinstance(exc, Refused):

@@ -250,3 +250,27 @@ def test_langchain_raises_context_overflow_on_a_prompt_too_long(box: Served) -> 
     assert chat.invoke("hello").content  # the same client answers a prompt that fits
     with pytest.raises(ContextOverflowError):
         chat.invoke("word " * 20_000)
+
+
+# -- litellm ------------------------------------------------------------------------------
+
+
+def test_litellm_raises_context_window_exceeded_on_a_prompt_too_long(
+    box: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """litellm's fallbacks catch ContextWindowExceededError, read from the same 400 and code."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download at import
+    import litellm
+
+    key = box.user("cat", tier="paid")
+    common: dict[str, Any] = {
+        "model": "openai/tiny",
+        "api_base": box.url + "/v1",
+        "api_key": key,
+        "max_tokens": 4,
+        "num_retries": 0,
+    }
+    reply = litellm.completion(messages=[{"role": "user", "content": "hello"}], **common)
+    assert reply.choices[0].message.content  # the same client answers a prompt that fits
+    with pytest.raises(litellm.ContextWindowExceededError):
+        litellm.completion(messages=[{"role": "user", "content": "word " * 20_000}], **common)

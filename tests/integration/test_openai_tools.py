@@ -69,6 +69,32 @@ def test_tools_round_trip(real_server: LiveServer) -> None:
     assert any(w in answer.lower() for w in ("sunny", "24", "degrees", "weather"))
 
 
+def test_two_cities_ask_for_parallel_calls_of_the_right_shape(real_server: LiveServer) -> None:
+    """With `parallel_tool_calls` on (the default), the grammar lets the default model answer
+    a question about two cities with one call per city: two get_weather calls, each with
+    its own id and JSON arguments, in one assistant message."""
+    reply = client_for(real_server).chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is the weather in Paris and in London?"}],
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        temperature=0,
+        max_tokens=200,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 2, calls
+    assert len({c.id for c in calls}) == len(calls)
+    cities = []
+    for call in calls:
+        assert call.type == "function" and call.function.name == "get_weather"  # type: ignore[union-attr]
+        arguments = call.function.arguments  # type: ignore[union-attr]
+        assert arguments == arguments.strip()
+        cities.append(json.loads(arguments)["city"])
+    assert {c.lower() for c in cities} == {"paris", "london"}
+
+
 class City(BaseModel):
     name: str = Field(max_length=40)
     country: str = Field(max_length=40)

@@ -301,4 +301,32 @@ def test_huge_prompt_is_refused_without_stalling_others(
             assert other.status_code == 200
             assert released and served < released[0], url  # served while tokenizing
             assert result and result[0].status_code == status, result[0].text
-            assert "context window" in result[0].json()["error"]["message"]
+            message = result[0].json()["error"]["message"]
+            assert "context window" in message or "maximum context length" in message
+
+
+def test_a_message_too_long_is_refused_before_moderation_reads_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message that cannot fit costs its tokenizing only: moderation (the encoder, on the
+    same cores as every answer) never reads it, on the conversation API or OpenAI's."""
+    from chatbox.moderation.checker import Moderator
+
+    read: list[int] = []
+    original = Moderator.check
+
+    async def counting(self: Moderator, text: str, *args: object, **kw: object) -> object:
+        read.append(len(text))
+        return await original(self, text, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Moderator, "check", counting)
+    huge = "lorem ipsum " * 2_000  # 24,000 characters: over 1,024 tokens
+    conv = client.post("/v1/conversations", json={}).json()
+    _error(
+        client.post(f"/v1/conversations/{conv['id']}/turns", json={"content": huge}),
+        413,
+        "context window",
+    )
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": huge}]}
+    _error(client.post("/v1/chat/completions", json=chat), 400, "maximum context length")
+    assert read == []
