@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,8 +24,12 @@ from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
+from chatbox.chat.prewarm import PreWarmer, replay_clock
 from chatbox.chat.routing import Router
+from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -38,7 +42,7 @@ from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import release_free_memory
 from chatbox.settings import Settings
-from chatbox.store import Database, Store, User
+from chatbox.store import Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
@@ -145,6 +149,9 @@ class Services:
     sharing: Sharing | None = None  # share links
     workspaces: Workspaces | None = None  # team workspaces
     policy: Policy | None = None  # tiers, limits, routing
+    shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model
+    prewarm: PreWarmer | None = None  # loads models ahead of their usual busy hours
+    mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -200,6 +207,7 @@ class Services:
             Router(policy, models.names, models.default),
             models.stats,
             settings.high_water,
+            wall=replay_clock(settings.replay_start, settings.replay_speed),
         )
         moderation = ModerationService(
             store,
@@ -213,6 +221,17 @@ class Services:
         chat = ChatService(
             store, models, settings, gate, moderation=moderation, context=knowledge.retriever
         )
+        chat.shadow = shadow = ShadowTraffic(
+            store,
+            policy,
+            models,
+            accounts.audit,
+            pool.stats,
+            judge=_blocked(moderation),
+            embed=lambda texts: knowledge.embedder.embed(texts),
+            registry=metrics,
+        )
+        prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
@@ -244,7 +263,14 @@ class Services:
             sharing=Sharing(store, policy),
             workspaces=Workspaces(store, chat.erase),
             policy=policy,
+            shadow=shadow,
+            prewarm=prewarm,
+            mcp=McpServers(store, accounts.audit, policy.tiers),
         )
+
+    async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
+        """The MCP servers' toolboxes offered for a call's context (its tier and workspace)."""
+        return [] if self.mcp is None else await self.mcp.toolboxes(context)
 
     def default_models(self) -> list[str]:
         """The models users get without picking one: the default and each tier's, those
@@ -275,6 +301,8 @@ class Services:
                     await self.models.engine(name)
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
+            if self.prewarm is not None:  # the defaults are in: now load by the profiles
+                self.prewarm.start()
             if moderation is not None:  # its encoders and classifiers
                 await asyncio.gather(moderation, return_exceptions=True)
             # What loading freed goes back to the system instead of staying resident, and
@@ -286,8 +314,10 @@ class Services:
         self._preload = asyncio.create_task(load_all(), name="chatbox-preload")
 
     def model_states(self) -> dict[str, str]:
-        """Each default model's state ("loaded", "loading", "failed: …")."""
-        return {name: self.models.state(name) for name in self.default_models()}
+        """Each default model's state ("loaded", "loading", "failed: …"); one the pre-warmer
+        unloaded outside its busy hours is not waited for (a send loads it again)."""
+        asleep = self.prewarm.asleep if self.prewarm is not None else set()
+        return {n: self.models.state(n) for n in self.default_models() if n not in asleep}
 
     def loading(self) -> dict[str, int]:
         """Models loading now, with the callers (sends, the preload) waiting for each."""
@@ -314,9 +344,15 @@ class Services:
         if self._preload is not None:
             self._preload.cancel()
             await asyncio.gather(self._preload, return_exceptions=True)
+        if self.prewarm is not None:
+            await self.prewarm.stop()
+        if self.shadow is not None:
+            await self.shadow.shutdown()
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
+        if self.mcp is not None:
+            await self.mcp.close()  # stops the stdio servers
         await self.knowledge.shutdown()
         await self.replicas.stop()
         await self.models.pool.stop_all()
@@ -330,6 +366,51 @@ class Services:
             "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
             "database_writable": await self.store.db.writable(),
         }
+
+
+def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[bool]]:
+    """Whether moderation would block an answer no one reads (counted nowhere)."""
+
+    async def judge(user: User, text: str) -> bool:
+        return (await moderation.judge(user, text)).blocked
+
+    return judge
+
+
+def _prewarmer(
+    settings: Settings, store: Store, models: ClusterModels, clock: Callable[[], float]
+) -> PreWarmer:
+    """The pre-warmer over this process's own engines (models on replicas stay theirs)."""
+    pool = models.pool
+
+    def local_names() -> list[str]:
+        return models.local.names() if models.use_local else []
+
+    def running(name: str) -> int:
+        stats = pool.stats().get(name)
+        return 0 if stats is None else stats.running + stats.queue_depth
+
+    def pinned() -> set[str]:
+        try:
+            return {models.local.default()}
+        except NoModelError:
+            return set()
+
+    def held() -> list[str]:  # loaded, or loading for someone already
+        return [n for n in local_names() if pool.state(n) in ("loaded", "loading")]
+
+    return PreWarmer(
+        store.usage.hourly,
+        local_names,
+        held,
+        running,
+        pool.get,
+        pool.unload,
+        pinned,
+        clock=clock,
+        idle_s=settings.prewarm_idle_s,
+        speed=settings.replay_speed,
+    )
 
 
 def _observe(
@@ -415,6 +496,12 @@ class OperatorServices:
         await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
         return True
 
+    def mcp_servers(self) -> McpServers:
+        """The MCP servers' configuration (`chatbox tools`), checked against the policy's tiers."""
+        return McpServers(
+            self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
+        )
+
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""
         path = self.settings.policy_path or default_policy_path()
@@ -437,9 +524,9 @@ async def operator_services(settings: Settings) -> AsyncIterator[OperatorService
 async def migrate_store(settings: Settings, url: str) -> list[TableCopy]:
     """Copy this box's SQLite store into the empty PostgreSQL database at `url` (migrated
     first); each table's counts and checksums on both sides."""
-    source = await Database.open(settings.db_path)
+    source = await open_database(settings.db_path)
     try:
-        target = await Database.open(url)
+        target = await open_database(url)
         try:
             return await copy_store(source, target)
         finally:

@@ -134,6 +134,14 @@ class Settings:
     console_sample_s: float = 5.0  # how often the console's live plots take a sample
     # Where alerts' changes are posted, as Alertmanager posts to its webhook receivers.
     alert_webhook_url: str | None = None
+    # Pre-warming: load a model ahead of its usual busy hours, unload it idle past them.
+    prewarm: bool = True
+    prewarm_idle_s: float = 1800.0  # unused this long outside its busy hours: unloaded
+    # A replay's clock (benchmarks): the hourly usage counts and pre-warming read a time that
+    # starts at `replay_start` (seconds since 1970; 0: the real time) and runs `replay_speed`
+    # times as fast as the real one.
+    replay_start: float = 0.0
+    replay_speed: float = 1.0
     # -- knowledge: embeddings, memory, documents, search ------------------------------------
     embedding_model: Path | None = None  # a sentence-transformers dir; default: the packaged one
     embedding_device: str = "cpu"

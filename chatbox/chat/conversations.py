@@ -22,6 +22,7 @@ from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.shadow import MirroredGeneration, ShadowTraffic, mirrored
 from chatbox.chat.summaries import Summariser, history_budget, sent_window
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.views import ConversationView, ModerationMark, TurnView, strongest
@@ -54,6 +55,7 @@ class Conversations:
     settings: Settings
     gate: Gatekeeper  # quotas, routing, overload
     moderation: ModerationService | None = None  # input and output checks
+    shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model once done
     _runs: dict[str, TurnRun] = field(default_factory=dict)  # answering now, by conversation
     _reserved: set[str] = field(default_factory=set)  # about to answer
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
@@ -179,7 +181,7 @@ class Conversations:
         `zero_retention`: its KV is never kept or parked, its review items keep no text.
         `prompt`: a raw prompt instead of `messages`, without the chat template."""
         self.check_options(options)
-        return await complete(
+        model, generation, tokens = await complete(
             self.models,
             self.gate,
             self.settings.max_tokens,
@@ -190,6 +192,9 @@ class Conversations:
             zero_retention,
             prompt=prompt,
         )
+        plain = prompt is None and options.n <= 1 and not options.tools
+        generation = mirrored(generation, self.shadow, user, model, messages, plain)
+        return model, generation, tokens
 
     async def complete_exact(
         self,
@@ -247,6 +252,8 @@ class Conversations:
             False,
             ticket,
         )
+        plain = options.n <= 1 and not options.tools
+        generation = mirrored(generation, self.shadow, user, model, messages, plain)
         return Exact(model, ticket, generation, key)
 
     def keep_answer(self, exact: Exact, user: User, body: bytes, usage: Usage) -> bool:
@@ -255,6 +262,8 @@ class Conversations:
         if exact.key is None or exact.generation is None:
             return False
         generation = exact.generation
+        if isinstance(generation, MirroredGeneration):
+            generation = generation.inner
         if isinstance(generation, ModeratedGeneration):
             if not generation.clean():
                 return False

@@ -23,11 +23,13 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
+    DoneEvent,
     Engine,
     Generation,
     GenerationRequest,
@@ -281,13 +283,15 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket))
+        task = asyncio.create_task(self._drive(run, generation, ticket, request))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
-    async def _drive(self, run: TurnRun, generation: Generation, ticket: Ticket) -> None:
+    async def _drive(
+        self, run: TurnRun, generation: Generation, ticket: Ticket, request: GenerationRequest
+    ) -> None:
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -355,6 +359,8 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
+        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+            await self.shadow.offer(served(ticket.user, run, request, done, status))
 
     async def _fits(self, engine: Engine, text: str, options: TurnOptions) -> tuple[int, int]:
         """The newest message's tokens and the history's budget; TooLong if it cannot fit.
@@ -413,3 +419,26 @@ class ChatService(Conversations):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def served(
+    user: User, run: TurnRun, request: GenerationRequest, done: DoneEvent, status: str
+) -> Served:
+    """A finished turn's answer as its shadow sees it: the prompt, the text and its numbers."""
+    ttft = speed = None
+    tokens = done.usage.completion_tokens
+    if done.timings is not None:
+        ttft = done.timings.queued_s + done.timings.prefill_s
+        if done.timings.decode_s > 0 and tokens > 1:
+            speed = (tokens - 1) / done.timings.decode_s
+    return Served(
+        user,
+        run.model,
+        request.messages,
+        run.text,
+        status == "filtered",
+        tokens,
+        ttft,
+        speed,
+        request.cache_scope,
+    )

@@ -56,9 +56,15 @@ main.add_command(moderation)
 from chatbox.cli.workspaces import workspaces  # noqa: E402
 
 main.add_command(workspaces)
+from chatbox.cli.shadow import shadow  # noqa: E402
+
+main.add_command(shadow)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
 from chatbox.cli.store import migrate_store  # noqa: E402
 
 main.add_command(migrate_store)
+from chatbox.cli.tools import tools  # noqa: E402
+
+main.add_command(tools)

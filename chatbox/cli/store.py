@@ -22,7 +22,6 @@ def migrate_store(ctx: click.Context, url: str) -> None:
     import asyncio
 
     from chatbox.services import migrate_store as run
-    from chatbox.store.migrate import NotEmptyError
 
     settings = ctx.find_object(Settings) or settings_from_env()
     if not url.startswith(("postgresql://", "postgres://")):
@@ -31,7 +30,7 @@ def migrate_store(ctx: click.Context, url: str) -> None:
         raise click.ClickException(f"no SQLite store at {settings.db_path}")
     try:
         tables = asyncio.run(run(settings, url))
-    except NotEmptyError as exc:
+    except ValueError as exc:  # the target already holds a store
         raise click.ClickException(str(exc)) from exc
     width = max(len(t.name) for t in tables)
     for t in tables:

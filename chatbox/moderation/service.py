@@ -75,6 +75,14 @@ class ModerationService:
     async def check(self, user: User, text: str, direction: str = "input") -> Verdict:
         return await self.moderator.check(text, user.tier, direction, scope=user.id)
 
+    async def judge(self, user: User, text: str, direction: str = "output") -> Verdict:
+        """The verdict on text that no one will read (a shadow answer): counted in no metric,
+        remembered for no later check, queued for no review."""
+        if not self.enabled or not text.strip():
+            return ALLOW
+        scores = await self.moderator.scores(text, urgent=False, screened=False)
+        return self.moderator.decide(scores, user.tier, direction, text)
+
     async def screen_messages(
         self, user: User, texts: Sequence[str], direction: str = "input"
     ) -> Screening:

@@ -12,6 +12,7 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
@@ -37,6 +38,7 @@ __all__ = [
     "Document",
     "Feedback",
     "FeedbackTally",
+    "McpServerRow",
     "Memory",
     "ModerationItem",
     "ReplicaRow",
@@ -52,6 +54,15 @@ __all__ = [
     "User",
     "VectorChange",
 ]
+
+
+async def open_database(target: Path | str) -> Database:
+    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
+    from chatbox.store.pg import PgDatabase, is_url  # asyncpg loads only when it is used
+
+    if is_url(target):
+        return await PgDatabase.connect(str(target))
+    return await Database.open(target)
 
 
 @dataclass
@@ -76,11 +87,12 @@ class Store:
     shares: ShareRepo
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
+    mcp_servers: McpServerRepo
 
     @classmethod
     async def open(cls, target: Path | str) -> Store:
         """The store at a SQLite path or a `postgresql://` URL."""
-        db = await Database.open(target)
+        db = await open_database(target)
         return cls(
             db,
             UserRepo(db),
@@ -100,6 +112,7 @@ class Store:
             ShareRepo(db),
             WorkspaceRepo(db),
             FeedbackRepo(db),
+            McpServerRepo(db),
         )
 
     async def close(self) -> None:

@@ -430,6 +430,12 @@ TABLES: tuple[Table, ...] = (
     ),
     # -- the appliance's own ------------------------------------------------------------------
     Table(
+        "usage_hours",
+        None,
+        plain={"model": NAMES_MODEL},
+        why="requests and tokens per model and hour, of no one in particular (pre-warming)",
+    ),
+    Table(
         "audit_log",
         None,
         plain={
@@ -452,6 +458,21 @@ TABLES: tuple[Table, ...] = (
             "secret": "the replica's bearer token",
         },
         why="router mode's configuration",
+    ),
+    Table(
+        "mcp_servers",
+        None,
+        plain={
+            "name": ID,
+            "transport": ENUM,
+            "command": "the server's command line, as an admin gave it",
+            "url": "the server's address",
+            "env": "the server's environment variables (may hold its secrets)",
+            "headers": "the server's request headers (may hold its secrets)",
+            "tiers": "tier names",
+            "workspaces": "workspace ids",
+        },
+        why="the MCP servers' configuration",
     ),
     Table("meta", None, plain={"key": ID, "value": "the schema's name"}, why="the schema"),
     Table("migrations", None, plain={"name": ID}, why="which migrations ran"),

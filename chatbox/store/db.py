@@ -79,11 +79,9 @@ class Database:
 
     @classmethod
     async def open(cls, target: Path | str) -> Database:
-        """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
-        from chatbox.store.pg import PgDatabase, is_url  # asyncpg only when it is used
-
-        if is_url(target):
-            return await PgDatabase.connect(str(target))
+        """The SQLite database at a path (a `postgresql://` URL: `chatbox.store.open_database`)."""
+        if str(target).startswith(("postgresql://", "postgres://")):
+            raise ValueError("open PostgreSQL with chatbox.store.open_database")
         return await SqliteDatabase.open_file(Path(target))
 
     async def close(self) -> None:

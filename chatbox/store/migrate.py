@@ -41,7 +41,7 @@ IDENTITY = {
 PAGE = 1000
 
 
-class NotEmptyError(Exception):
+class NotEmptyError(ValueError):
     """The target already holds a store's data."""
 
 

@@ -514,6 +514,44 @@ async def _feedback(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _mcp_servers(conn: aiosqlite.Connection) -> None:
+    # The MCP servers admins added (chatbox/chat/tools/mcp.py): a command or a URL, with its
+    # environment or headers (they may hold secrets, never shown back), and where it is offered.
+    await _script(
+        conn,
+        """
+        CREATE TABLE mcp_servers (
+            name TEXT PRIMARY KEY,
+            transport TEXT NOT NULL CHECK (transport IN ('stdio', 'http')),
+            command TEXT NOT NULL DEFAULT '',
+            url TEXT NOT NULL DEFAULT '',
+            env TEXT NOT NULL DEFAULT '{}',
+            headers TEXT NOT NULL DEFAULT '{}',
+            tiers TEXT NOT NULL DEFAULT '',
+            workspaces TEXT NOT NULL DEFAULT '',
+            added_at REAL NOT NULL
+        )
+        """,
+    )
+
+
+async def _usage_by_hour(conn: aiosqlite.Connection) -> None:
+    # Requests per model and hour, no person: pre-warming learns each model's week from it.
+    await _script(
+        conn,
+        """
+        CREATE TABLE usage_hours (
+            model TEXT NOT NULL,
+            hour INTEGER NOT NULL,
+            requests INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (model, hour)
+        );
+        CREATE INDEX usage_hours_by_hour ON usage_hours (hour)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -528,6 +566,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0011_import_staging", _import_staging),
     ("0012_audit_refuses_replace", _audit_refuses_replace),
     ("0013_feedback", _feedback),
+    ("0014_mcp_servers", _mcp_servers),
+    ("0015_usage_by_hour", _usage_by_hour),
 ]
 
 
@@ -951,6 +991,29 @@ POSTGRESQL: dict[str, list[str]] = {
         _refuse("feedback_append_only", "feedback is append-only"),
         "CREATE TRIGGER feedback_append_only BEFORE UPDATE ON feedback"
         " FOR EACH ROW EXECUTE FUNCTION feedback_append_only()",
+    ],
+    "0014_mcp_servers": [
+        """CREATE TABLE mcp_servers (
+            name TEXT PRIMARY KEY,
+            transport TEXT NOT NULL CHECK (transport IN ('stdio', 'http')),
+            command TEXT NOT NULL DEFAULT '',
+            url TEXT NOT NULL DEFAULT '',
+            env TEXT NOT NULL DEFAULT '{}',
+            headers TEXT NOT NULL DEFAULT '{}',
+            tiers TEXT NOT NULL DEFAULT '',
+            workspaces TEXT NOT NULL DEFAULT '',
+            added_at DOUBLE PRECISION NOT NULL
+        )""",
+    ],
+    "0015_usage_by_hour": [
+        """CREATE TABLE usage_hours (
+            model TEXT NOT NULL,
+            hour BIGINT NOT NULL,
+            requests BIGINT NOT NULL DEFAULT 0,
+            tokens BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (model, hour)
+        )""",
+        "CREATE INDEX usage_hours_by_hour ON usage_hours (hour)",
     ],
 }
 

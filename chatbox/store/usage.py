@@ -13,6 +13,11 @@ def day_of(ts: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if ts is None else ts))
 
 
+def hour_of(ts: float | None = None) -> int:
+    """The hour's number since 1970 (UTC) that `ts` (default now) falls in."""
+    return int((time.time() if ts is None else ts) // 3600)
+
+
 @dataclass(frozen=True)
 class UsageRow:
     user: str  # the user's name
@@ -88,6 +93,23 @@ class UsageRepo:
                     degraded,
                 ),
             )
+            if requests or shed:  # a request asked for this model (answered or not)
+                await tx.execute(
+                    "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (model, hour) DO UPDATE SET"
+                    " requests = usage_hours.requests + excluded.requests,"
+                    " tokens = usage_hours.tokens + excluded.tokens",
+                    (model, hour_of(ts), requests + shed, prompt + completion),
+                )
+
+    async def hourly(self, since_hour: int) -> list[tuple[str, int, int, int]]:
+        """(model, hour, requests, tokens) from `since_hour` (hours since 1970) on."""
+        rows = await self.db.fetchall(
+            "SELECT model, hour, requests, tokens FROM usage_hours WHERE hour >= ?"
+            " ORDER BY hour, model",
+            (since_hour,),
+        )
+        return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     async def tokens_since(self, user_id: str, day: str) -> int:
         """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on."""

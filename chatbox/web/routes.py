@@ -10,6 +10,7 @@ from chatbox.web.api.data import DataController
 from chatbox.web.api.knowledge import KnowledgeController
 from chatbox.web.api.shares import SharePagesController, SharesController
 from chatbox.web.api.workspaces import ConversationWorkspaceController, WorkspacesController
+from chatbox.web.console.mcp import ConsoleToolsController
 from chatbox.web.console.moderation import (
     ModerationAdminController,
     ModerationPagesController,
@@ -17,6 +18,7 @@ from chatbox.web.console.moderation import (
 )
 from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
+from chatbox.web.console.shadow import ConsoleShadowController, ShadowController
 from chatbox.web.console.usage import AdminApiController, AdminPagesController
 from chatbox.web.console.workspaces import ConsoleWorkspacesController
 from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
@@ -47,7 +49,10 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AdminPagesController,
     ConsoleController,
     ConsoleWorkspacesController,
+    ConsoleToolsController,
     ReplicasController,
+    ShadowController,
+    ConsoleShadowController,
     ModerationsController,
     ModerationAdminController,
     ModerationPagesController,

@@ -263,6 +263,16 @@ def console_audit() -> str:
     return "/console/audit"
 
 
+def console_shadow() -> str:
+    """Shadow traffic: each served model beside its candidate."""
+    return "/console/shadow"
+
+
+def console_prewarm() -> str:
+    """Pre-warming: each model's profile and forecast beside its load."""
+    return "/console/prewarm"
+
+
 def console_workspaces() -> str:
     """GET: every workspace and its members; POST: a new one with its owner."""
     return "/console/workspaces"
@@ -274,6 +284,19 @@ def console_workspace_owner(ws_id: str) -> str:
 
 def console_workspace_delete(ws_id: str) -> str:
     return f"{console_workspaces()}/{_seg(ws_id)}/delete"
+
+
+def console_tools() -> str:
+    """GET: the MCP servers, their state and tools; POST: add one."""
+    return "/console/tools"
+
+
+def console_tool_check(name: str) -> str:
+    return f"{console_tools()}/{_seg(name)}/check"
+
+
+def console_tool_remove(name: str) -> str:
+    return f"{console_tools()}/{_seg(name)}/remove"
 
 
 # -- users' data: settings, export, import, deletion, temporary chats --------------------

@@ -262,6 +262,9 @@ NO_CONTENT: dict[str, str] = {
     "POST /console/workspaces": NAMES,
     "POST /console/workspaces/{ws_id}/owners": NAMES,
     "POST /console/workspaces/{ws_id}/delete": "no body: an erasure",
+    "POST /console/tools": "admin configuration: an MCP server's URL and headers, by design",
+    "POST /console/tools/{name}/check": "no body: starts a server and lists its tools",
+    "POST /console/tools/{name}/remove": "no body: a removal",
     "POST /admin/moderation/{item_id}/resolve": IDS_ONLY,
 }
 

@@ -4,6 +4,7 @@ client, on the tiny model (it never ends an answer by itself: answers run to max
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,3 +275,28 @@ def test_litellm_raises_context_window_exceeded_on_a_prompt_too_long(
     assert reply.choices[0].message.content  # the same client answers a prompt that fits
     with pytest.raises(litellm.ContextWindowExceededError):
         litellm.completion(messages=[{"role": "user", "content": "word " * 20_000}], **common)
+
+
+# -- LlamaIndex ---------------------------------------------------------------------------
+
+# LlamaIndex pins an older `openai` than the suite's, so it runs from its own environment
+# (scripts/setup.sh --test makes it from requirements-clients.lock).
+CLIENTS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-clients" / "bin" / "python"
+
+
+def test_llamaindex_openai_like_with_default_settings_answers(box: Served) -> None:
+    """`OpenAILike` defaults to a completion model: `complete` and `stream_complete` call
+    /v1/completions, and both answer."""
+    assert CLIENTS_PYTHON.exists(), "run scripts/setup.sh --test (it makes .venv-clients)"
+    script = Path(__file__).resolve().parents[1] / "clients" / "llamaindex_complete.py"
+    key = box.user("dan", tier="paid")
+    done = subprocess.run(
+        [str(CLIENTS_PYTHON), str(script), box.url + "/v1", key, "tiny", "Once upon a time"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["object"] == "text_completion"
+    assert got["text"] and got["streamed"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from chatbox.store import Database, migrations
+from chatbox.store import Database, migrations, open_database
 from tests.pg import PgServer
 
 # What databases in use have recorded in their `migrations` table, in the order applied.
@@ -81,7 +81,7 @@ def test_every_step_has_its_postgresql_script() -> None:
 async def test_an_older_postgresql_database_gets_exactly_the_steps_it_lacks(
     postgres: PgServer, monkeypatch: pytest.MonkeyPatch, steps: int
 ) -> None:
-    fresh = await Database.open(postgres.fresh_database())
+    fresh = await open_database(postgres.fresh_database())
     want = await fresh.tables()
     await fresh.close()
     url = postgres.url("postgres")
@@ -92,10 +92,10 @@ async def test_an_older_postgresql_database_gets_exactly_the_steps_it_lacks(
     every = migrations.MIGRATIONS
     with monkeypatch.context() as m:
         m.setattr(migrations, "MIGRATIONS", every[:steps])
-        old = await Database.open(postgres.url(name))
+        old = await open_database(postgres.url(name))
         assert len(await old.fetchall("SELECT name FROM migrations")) == steps
         await old.close()
-    db = await Database.open(postgres.url(name))
+    db = await open_database(postgres.url(name))
     recorded = await db.fetchall("SELECT name FROM migrations ORDER BY applied_at, name")
     assert [r["name"] for r in recorded] == [n for n, _ in every]
     assert await db.tables() == want
