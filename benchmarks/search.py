@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -87,19 +88,52 @@ def searched(box: Served, key: str, q: str) -> float:
     return took * 1000
 
 
+def server_times(box: Served) -> dict[str, tuple[float, float]]:
+    """(sum of seconds, count) of the server's query embeddings and database reads so far."""
+    text = httpx.get(f"{box.url}/metrics", headers=box.admin, timeout=60).text
+    out = {}
+    for name, family, label in (
+        ("embed query", "chatbox_knowledge_embedding_seconds", 'purpose="query"'),
+        ("db read (writer's connection)", "chatbox_store_operation_seconds", 'op="read"'),
+        ("db read (read connection)", "chatbox_store_operation_seconds", 'op="snapshot"'),
+    ):
+        found = [
+            float(m.group(1))
+            for part in ("sum", "count")
+            for m in [re.search(rf"^{family}_{part}{{{label}}} (\S+)$", text, re.M)]
+            if m
+        ]
+        out[name] = (found[0], found[1]) if len(found) == 2 else (0.0, 0.0)
+    return out
+
+
+def mean_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> str:
+    """Each server-side measure's mean over a phase, in ms."""
+    parts = []
+    for name, (total, count) in after.items():
+        d_total, d_count = total - before[name][0], count - before[name][1]
+        if d_count:
+            parts.append(f"{name} {1000 * d_total / d_count:.0f} ms x{d_count:.0f}")
+    return "; ".join(parts)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def row(name: str, ms: list[float]) -> dict[str, Any]:
-    return {
+def row(name: str, ms: list[float], server: str = "") -> dict[str, Any]:
+    out = {
         "phase": name,
         "searches": len(ms),
         "p50_ms": statistics.median(ms),
         "p99_ms": pct(ms, 99),
         "max_ms": max(ms),
+        "server": server,
     }
+    # as it comes: on a loaded machine a run may be stopped before its table
+    print(f"{name}: p50 {out['p50_ms']:.0f} ms, p99 {out['p99_ms']:.0f} ms; {server}", flush=True)
+    return out
 
 
 def main() -> None:
@@ -129,8 +163,9 @@ def main() -> None:
                     [searched(box, ann, "first search")],
                 )
             )
+            mark = server_times(box)
             idle = [searched(box, ann, query(i)) for i in range(args.searches)]
-            rows.append(row("idle", idle))
+            rows.append(row("idle", idle, mean_ms(mark, mark := server_times(box))))
 
             stop = threading.Event()
 
@@ -147,16 +182,19 @@ def main() -> None:
             for t in threads:
                 t.start()
             time.sleep(3.0)  # every stream under way
+            mark = server_times(box)
             during = []
             for i in range(args.searches):
                 during.append(searched(box, ann, query(100 + i)))
                 time.sleep(0.2)
-            rows.append(row(f"while {args.streams} answers stream", during))
+            server = mean_ms(mark, mark := server_times(box))
+            rows.append(row(f"while {args.streams} answers stream", during, server))
             after = []
             for i in range(args.searches // 2):
                 answer(box, ann, convs[i % len(convs)], f"And one more thing, number {i}?")
                 after.append(searched(box, ann, query(200 + i)))
-            rows.append(row(f"right after an answer, {args.streams} streaming", after))
+            server = mean_ms(mark, server_times(box))
+            rows.append(row(f"right after an answer, {args.streams} streaming", after, server))
             stop.set()
             for t in threads:
                 t.join(timeout=120)

@@ -22,12 +22,15 @@ from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
+from chatbox.chat.canary import CHECK_EVERY_S, CanaryService, canary_status
+from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.prewarm import PreWarmer, replay_clock
 from chatbox.chat.routing import Router
 from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
+from chatbox.chat.temporary import keeps_nothing
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.workspaces import Workspaces
@@ -40,10 +43,12 @@ from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
 from chatbox.observability import Telemetry
-from chatbox.observability.memory import release_free_memory
+from chatbox.observability.memory import Known, breakdown, release_free_memory
+from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
 from chatbox.store import Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
+from chatbox.store.evals import EvalResult, EvalRun
 from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
@@ -103,6 +108,13 @@ class LocalModels:
             return False
 
 
+def _trimmed_breakdown(known: Known) -> dict[str, Any]:
+    """The memory breakdown right after a trim, so that memory malloc holds free is not
+    counted as in use (smaps runs to thousands of lines: call it in a thread)."""
+    release_free_memory()
+    return breakdown(known)
+
+
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
     """Erasing a conversation's parked KV files, with no engine loaded (CLI, retention): a
     running server never parks that conversation again (`engine.kv.disk.Erasures`)."""
@@ -152,6 +164,8 @@ class Services:
     shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model
     prewarm: PreWarmer | None = None  # loads models ahead of their usual busy hours
     mcp: McpServers | None = None  # MCP servers admins added, as toolboxes
+    evals: Evaluator | None = None  # eval suites on models
+    canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
 
     @classmethod
@@ -232,6 +246,7 @@ class Services:
             registry=metrics,
         )
         prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
+        chat.embed = knowledge.embedder.embed_one  # questions for the semantic cache
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start()
@@ -247,6 +262,21 @@ class Services:
         data.start()  # the retention sweeper
         # Documents and facts to remember are refused under the user's zero-data-retention.
         knowledge.documents.keeps_nothing = knowledge.memory.keeps_nothing = data.keeps_nothing
+        evals = Evaluator(store, models, gate, moderation, accounts.audit, _embed(knowledge))
+        canaries = CanaryService(
+            store,
+            policy,
+            accounts.audit,
+            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+            clock=gate.wall,  # a replay's clock stamps samples and decisions
+        )
+        gate.on_settle = canaries.settled
+        gate.router.canary_state = canaries.state
+        chat.canaries = canaries
+        await canaries.refresh()  # decisions already made hold from the first request
+        canaries.start(max(1.0, CHECK_EVERY_S / max(1.0, settings.replay_speed)))
+        _eval_metrics(metrics, canaries)
         return cls(
             settings,
             store,
@@ -266,6 +296,8 @@ class Services:
             shadow=shadow,
             prewarm=prewarm,
             mcp=McpServers(store, accounts.audit, policy.tiers),
+            evals=evals,
+            canaries=canaries,
         )
 
     async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
@@ -326,8 +358,6 @@ class Services:
 
     async def memory(self) -> dict[str, Any]:
         """Where this process's resident memory goes (`chatbox doctor`, admins only)."""
-        from chatbox.observability.memory import Known, breakdown
-
         known = Known()
         for name, mem in self.models.pool.memory().items():
             known.weights[str(Path(mem["path"]).resolve())] = name  # smaps shows real paths
@@ -335,7 +365,7 @@ class Services:
             known.parked += mem["parked_bytes"]
             known.state_free += mem.get("state_free_bytes", 0)
         known.encoders = self.knowledge.embedder.memory()
-        out = await asyncio.to_thread(breakdown, known)  # smaps runs to thousands of lines
+        out = await asyncio.to_thread(_trimmed_breakdown, known)
         out["models"] = self.models.pool.loaded()
         return out
 
@@ -348,6 +378,8 @@ class Services:
             await self.prewarm.stop()
         if self.shadow is not None:
             await self.shadow.shutdown()
+        if self.canaries is not None:
+            await self.canaries.stop()
         if self.data is not None:
             await self.data.stop()
         await self.chat.shutdown()
@@ -413,6 +445,23 @@ def _prewarmer(
     )
 
 
+def _embed(knowledge: Knowledge) -> Callable[[list[str]], Any]:
+    """Unit vectors as lists (eval similarity checks use the MiniLM encoder)."""
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        vectors = await knowledge.embedder.embed(texts)
+        return [list(map(float, v)) for v in vectors]
+
+    return embed
+
+
+def _eval_metrics(metrics: CollectorRegistry, canaries: CanaryService) -> None:
+    """Eval runs and canary verdicts in /metrics (figures refreshed with each canary check)."""
+    gauges = VerdictGauges()
+    canaries.gauges = gauges
+    metrics.register(gauges)
+
+
 def _observe(
     telemetry: Telemetry, store: Store, knowledge: Knowledge, gate: Gatekeeper, chat: ChatService
 ) -> None:
@@ -426,6 +475,8 @@ def _observe(
     chat.telemetry = telemetry
     chat.answers.on_lookup = telemetry.answer_cache
     chat.answers.on_size = telemetry.answer_cache_size
+    chat.semantic.on_lookup = telemetry.semantic_cache
+    chat.semantic.on_size = telemetry.semantic_cache_size
 
 
 @dataclass
@@ -502,6 +553,23 @@ class OperatorServices:
             self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
         )
 
+    def canaries(self) -> CanaryService:
+        """Canary decisions on the database: a running server applies them at its next
+        check (within CHECK_EVERY_S); verdicts are the server's newest stored ones."""
+        return CanaryService(
+            self._store, Policy.load(self.settings.policy_path), self.accounts.audit
+        )
+
+    async def canary_status(self) -> list[dict[str, Any]]:
+        return await canary_status(self._store, Policy.load(self.settings.policy_path))
+
+    async def eval_runs(self, model: str | None, limit: int) -> list[EvalRun]:
+        return await self._store.evals.runs(model, limit)
+
+    async def eval_run(self, run_id: str) -> tuple[EvalRun, list[EvalResult]] | None:
+        run = await self._store.evals.run(run_id)
+        return None if run is None else (run, await self._store.evals.results(run_id))
+
     def review_queue(self) -> ReviewQueue:
         """The moderation review queue under the configured (or shipped) policy."""
         path = self.settings.policy_path or default_policy_path()
@@ -533,3 +601,79 @@ async def migrate_store(settings: Settings, url: str) -> list[TableCopy]:
             await target.close()
     finally:
         await source.close()
+
+
+@dataclass
+class EvalServices:
+    """What `chatbox eval run` needs: the local engines, admission and moderation as the
+    server has them, the embedding model, and the store (no server, no background work)."""
+
+    evals: Evaluator
+    accounts: AccountsService
+    store: Store
+    models: LocalModels
+
+    async def admin(self, name: str | None) -> User:
+        """The account evals run as: `name`, else the first admin."""
+        if name:
+            user = await self.store.users.get_by_name(name)
+            if user is None:
+                raise LookupError(f"no user named {name!r}")
+            return user
+        admins = [u for u in await self.store.users.list() if u.role == "admin"]
+        if not admins:
+            raise LookupError("no admin account to run evals as (name one with --as)")
+        return admins[0]
+
+
+@asynccontextmanager
+async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]:
+    """Engines, admission and moderation over the database, for the command line's evals."""
+    settings.ensure_dirs()
+    registry = model_registry(settings)
+    store = await Store.open(settings.database)
+    metrics = CollectorRegistry()
+    pool = None
+    knowledge = None
+    try:
+        accounts = AccountsService(store, settings)
+        await accounts.ensure_admin()
+
+        def resolve(name: str) -> Path:
+            from chatbox.catalog.requant import serving_path
+
+            return serving_path(
+                registry.model_path(name),
+                settings.cache_dir / "models",
+                enabled=settings.engine.cpu_requant,
+                n_gpu_layers=settings.engine.n_gpu_layers,
+            )
+
+        # No KV is parked: eval answers are no one's conversation.
+        pool = EnginePool(resolve, replace(settings.engine, kv_dir=None), metrics)
+        local = LocalModels(registry, pool, settings)
+        policy = Policy.load(settings.policy_path)
+        gate = Gatekeeper(
+            policy,
+            store.usage,
+            Router(policy, local.names, local.default),
+            local.stats,
+            settings.high_water,
+        )
+        knowledge = Knowledge(store, settings, lambda: local.engine(local.default()))
+        moderation = ModerationService(
+            store,
+            ModerationPolicy.load(settings.policy_path or default_policy_path()),
+            knowledge.embedder,
+            settings.cache_dir,
+            metrics,
+        )
+        moderation.start()
+        evals = Evaluator(store, local, gate, moderation, accounts.audit, _embed(knowledge))
+        yield EvalServices(evals, accounts, store, local)
+    finally:
+        if pool is not None:
+            await pool.stop_all()
+        if knowledge is not None:
+            await knowledge.shutdown()
+        await store.close()

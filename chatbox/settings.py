@@ -51,7 +51,9 @@ class EngineSettings:
     # (engine/kernels.py; the app: <cache_dir>/kernels.json; None: plain attention).
     flash_attn: bool | None = None
     kernel_cache: Path | None = None
-    kv_type: str = "f16"  # f16, q8_0, q4_0
+    # f16, q8_0, q4_0, or keys and values apart ("q8_0/f16"); q8_0 holds about half of f16's
+    # bytes at the same decode speed on CPU (benchmarks/kvkernel.py), with flash attention
+    kv_type: str = "q8_0"
     # host RAM for parked prefixes; -1: an eighth of the model's KV cache, at most a sixteenth
     # of the memory available at load (the disk tier, kv_dir, keeps what does not fit)
     park_bytes: int = -1
@@ -134,6 +136,10 @@ class Settings:
     console_sample_s: float = 5.0  # how often the console's live plots take a sample
     # Where alerts' changes are posted, as Alertmanager posts to its webhook receivers.
     alert_webhook_url: str | None = None
+    # glibc malloc arenas of a serving process (mallopt M_ARENA_MAX): each thread that
+    # allocates may otherwise get its own (8 a core), each keeping fragments resident;
+    # 0: glibc's default (or MALLOC_ARENA_MAX as set in the environment)
+    malloc_arenas: int = 2
     # Pre-warming: load a model ahead of its usual busy hours, unload it idle past them.
     prewarm: bool = True
     prewarm_idle_s: float = 1800.0  # unused this long outside its busy hours: unloaded

@@ -68,6 +68,9 @@ class Ticket:
     seq: int = 0
     done: bool = False
     started: bool = False  # its first token has come: it is no longer waiting
+    admitted_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    outcome: str = ""  # error | refused | filtered, set by the path that saw it ("" fine)
 
     @property
     def model(self) -> str:
@@ -76,6 +79,7 @@ class Ticket:
     def mark_started(self) -> None:
         if not self.started:
             self.started = True
+            self.first_token_at = time.monotonic()
             self.gatekeeper.unqueue(self)
 
     def position(self) -> int:
@@ -102,6 +106,8 @@ class Gatekeeper:
     clock: Clock = time.monotonic
     wall: Clock = time.time  # the time usage is counted at (a replay's clock in benchmarks)
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # counts each decision
+    # Each settled request (canary verdicts compare the arms): ticket, usage, monotonic end.
+    on_settle: Callable[[Ticket, Usage | None, float], None] | None = None
     _users: dict[str, UserState] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _waiting: dict[str, list[Ticket]] = field(default_factory=dict)  # by model, no token yet
@@ -295,6 +301,8 @@ class Gatekeeper:
             arm=route.arm,
             ts=self.wall(),
         )
+        if self.on_settle is not None:
+            self.on_settle(ticket, usage, time.monotonic())
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

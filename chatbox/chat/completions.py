@@ -7,7 +7,7 @@ import hashlib
 import json
 
 from chatbox.chat.admission import Gatekeeper, Ticket
-from chatbox.chat.errors import InvalidInput, Overloaded, TooLong
+from chatbox.chat.errors import InvalidInput, Overloaded, Refused, TooLong
 from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration, screen_messages
@@ -126,8 +126,10 @@ async def complete(
             ),
             gate.policy.overload.retry_after_s,
         )
-    except BaseException:
+    except BaseException as exc:
         if ticket:  # nothing ran: give the admission back
+            if isinstance(exc, Refused):
+                ticket.outcome = "refused"
             await ticket.finish(None)
         raise
     if ticket is not None:

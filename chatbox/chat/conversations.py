@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
@@ -22,6 +24,7 @@ from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.semantic_cache import SemanticCache
 from chatbox.chat.shadow import MirroredGeneration, ShadowTraffic, mirrored
 from chatbox.chat.summaries import Summariser, history_budget, sent_window
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
@@ -61,9 +64,13 @@ class Conversations:
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
     summariser: Summariser = field(init=False)  # long conversations' oldest parts
     answers: AnswerCache = field(init=False)  # deterministic API answers (answer_cache.py)
+    semantic: SemanticCache = field(init=False)  # first questions' answers (semantic_cache.py)
+    # A question's vector (the knowledge embedder's); None: no semantic cache.
+    embed: Callable[[str], Awaitable[np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
         self.answers = AnswerCache(self.gate.policy.answer_cache)
+        self.semantic = SemanticCache(self.gate.policy.semantic_cache)
         # Engines are looked up per call, through whatever provides them now.
         self.summariser = Summariser(self.store, lambda m: self.models.engine(m), self.settings)
 
@@ -273,8 +280,8 @@ class Conversations:
         return self.answers.put(exact.key, user.id, body, counts)
 
     def forget_answers_of(self, user_id: str) -> int:
-        """Drop the cached answers of an erased account."""
-        return self.answers.forget_owner(user_id)
+        """Drop the cached answers of an erased account (both answer caches)."""
+        return self.answers.forget_owner(user_id) + self.semantic.forget(owner=user_id)
 
     def _moderation_rules(self, tier: str) -> str:
         """What moderation's verdicts depend on for this tier (its rules, its classifiers
@@ -285,7 +292,9 @@ class Conversations:
         return hashlib.sha256(f"{version}\0{tier}".encode()).hexdigest()[:16]
 
     async def erase(self, user_id: str, conv_ids: Sequence[str]) -> Erased:
-        """Erase these conversations of the user (their answers stop first, their KV goes)."""
+        """Erase these conversations of the user (their answers stop first, their KV goes,
+        and the semantic cache's answers first given in them)."""
+        self.semantic.forget(conversations=conv_ids)
         return await erase_conversations(self.store, self.models, self._runs, user_id, conv_ids)
 
     async def forget_kv_of(self, scope: str) -> None:

@@ -23,6 +23,8 @@ class MeteredGeneration:
             if isinstance(event, TokenEvent):
                 self.ticket.mark_started()
             elif isinstance(event, DoneEvent):
+                if event.finish_reason == "error":
+                    self.ticket.outcome = "error"
                 await self.ticket.finish(event.usage)
             yield event
 

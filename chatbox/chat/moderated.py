@@ -265,6 +265,8 @@ class ModeratedGeneration:
         # Cancel the engine's generation itself and keep reading through the meter: it
         # still sees the final event and charges what was used (MeteredGeneration.cancel
         # would read that event on its own, leaving this reader waiting).
+        if isinstance(self.inner, MeteredGeneration):
+            self.inner.ticket.outcome = "filtered"  # the canary verdict's refusal rate
         inner = self.inner.inner if isinstance(self.inner, MeteredGeneration) else self.inner
         inner.cancel()
 

@@ -26,6 +26,7 @@ class TurnOptions:
     grammar_triggers: tuple[str, ...] = ()  # lazy grammar: applies from a match on
     tools: tuple[ToolSpec, ...] = ()
     n: int = 1
+    fresh: bool = False  # never answer from the semantic cache (chatbox/chat/semantic_cache.py)
 
     def sampling(self, default_max: int) -> SamplingParams:
         base = SamplingParams()

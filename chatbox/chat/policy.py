@@ -41,6 +41,9 @@ class Canary:
     model: str
     percent: float
     arm: str
+    judge: str | None = None  # the model grading sampled live answers (eval score)
+    eval_percent: float = 0.0  # share of the tier's answers graded (opt-in; 0: none)
+    auto_rollback: bool = True  # a guard metric worse with confidence rolls it back
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,24 @@ class AnswerCachePolicy:
 
 
 @dataclass(frozen=True)
+class SemanticCachePolicy:
+    """The semantic cache of first questions' answers (chatbox/chat/semantic_cache.py)."""
+
+    tiers: tuple[str, ...] = ()  # the tiers whose users' first questions use it; none: off
+    # The cosine similarity a kept question must reach (benchmarks/semantic_cache.py).
+    threshold: float = 0.90
+    max_entries: int = 10_000  # answers kept in RAM, least recently used out first
+    ttl_s: int = 3600  # an answer older than this is answered afresh
+    public_tiers: tuple[str, ...] = ()  # tiers whose users share one another's answers
+
+
+@dataclass(frozen=True)
 class Policy:
     tiers: dict[str, TierPolicy]
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
     overload: OverloadPolicy = field(default_factory=OverloadPolicy)
     answer_cache: AnswerCachePolicy = field(default_factory=AnswerCachePolicy)
+    semantic_cache: SemanticCachePolicy = field(default_factory=SemanticCachePolicy)
 
     def tier(self, name: str) -> TierPolicy:
         """The tier's policy; an undefined tier gets the free tier's (or built-in) limits."""
@@ -104,6 +120,9 @@ class Policy:
                 c["model"],
                 float(c.get("percent", 0)),
                 c.get("arm", f"canary-{c['model']}"),
+                c.get("judge"),
+                float(c.get("eval_percent", 0)),
+                bool(c.get("auto_rollback", True)),
             )
             for c in routing.pop("canary", [])
         )
@@ -122,6 +141,7 @@ class Policy:
             RoutingPolicy(pins=pins, canaries=canaries, **extra),
             OverloadPolicy(**overload),
             _answer_cache(raw.get("answer_cache", {})),
+            _semantic_cache(raw.get("semantic_cache", {})),
         )
 
 
@@ -136,6 +156,20 @@ def _answer_cache(body: dict[str, Any]) -> AnswerCachePolicy:
         raise ValueError(f"answer_cache: charge must be one of {CACHE_CHARGES}")
     if not isinstance(cache.max_bytes, int) or cache.max_bytes < 0:
         raise ValueError("answer_cache: max_bytes must be a whole number >= 0")
+    return cache
+
+
+def _semantic_cache(body: dict[str, Any]) -> SemanticCachePolicy:
+    known = {f.name for f in fields(SemanticCachePolicy)}
+    unknown = set(body) - known
+    if unknown:
+        raise ValueError(f"semantic_cache: unknown keys {sorted(unknown)}")
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in body.items()}
+    cache = SemanticCachePolicy(**values)
+    if not isinstance(cache.threshold, int | float) or not 0 < cache.threshold <= 1:
+        raise ValueError("semantic_cache: threshold must be a number in (0, 1]")
+    if not isinstance(cache.max_entries, int) or cache.max_entries < 0:
+        raise ValueError("semantic_cache: max_entries must be a whole number >= 0")
     return cache
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from chatbox.chat.errors import UnknownModel
 from chatbox.chat.models import AUTO
@@ -23,8 +24,16 @@ class Route:
         return Route(fallback, "degraded", self.arm, self.model)
 
 
+CanaryState = Literal["running", "held", "promoted", "rolled_back"]
+
+
+def always_running(arm: str) -> CanaryState:
+    return "running"
+
+
 class Router:
-    """Pure rules over the policy and the models available now; no I/O."""
+    """Pure rules over the policy and the models available now; no I/O. `canary_state`
+    says what the admin (or the verdict) decided of each canary arm."""
 
     def __init__(
         self,
@@ -37,6 +46,7 @@ class Router:
         self.names = names
         self.default = default
         self.rng = rng or random.Random()
+        self.canary_state: Callable[[str], CanaryState] = always_running
 
     def is_code_or_long(self, text: str) -> bool:
         rules = self.policy.routing
@@ -56,7 +66,7 @@ class Router:
             return pin
         if requested == AUTO:
             requested = self.policy.routing.small
-        for name in (requested, tier.model):
+        for name in (requested, self.promoted(tier.name, available) or tier.model):
             if _usable(name, available, tier):
                 return str(name)
         return self.default()
@@ -84,16 +94,31 @@ class Router:
             if usable(requested):
                 return Route(requested, "picked")
         else:
+            promoted = self.promoted(tier.name, available)
+            if promoted is not None:  # the tier's model now, until the policy names it
+                return Route(promoted, "tier")
             for canary in self.policy.routing.canaries:
                 if (
                     canary.tier == tier.name
                     and canary.model in available
+                    and self.canary_state(canary.arm) in ("running", "held")
                     and self.rng.random() * 100 < canary.percent
                 ):
                     return Route(canary.model, "canary", canary.arm)
         if usable(tier.model):
             return Route(str(tier.model), "tier")
         return Route(self.default(), "default")
+
+    def promoted(self, tier: str, available: list[str]) -> str | None:
+        """The model of the tier's promoted canary, where one is and is installed."""
+        for canary in self.policy.routing.canaries:
+            if (
+                canary.tier == tier
+                and canary.model in available
+                and self.canary_state(canary.arm) == "promoted"
+            ):
+                return canary.model
+        return None
 
 
 def _usable(name: str | None, available: list[str], tier: TierPolicy) -> bool:

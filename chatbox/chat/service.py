@@ -6,11 +6,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from chatbox.chat.admission import Ticket, announce_queue, route_out
+from chatbox.chat.canary import CanaryService
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
+from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.moderated import (
     moderation_event,
@@ -23,6 +26,7 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
 from chatbox.chat.runs import TurnRun
+from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, partition_key
 from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
@@ -56,15 +60,28 @@ _STATUS: dict[str, TurnStatus] = {
 FINISHED_RUN_TTL_S = 120.0  # a reconnecting client can still replay a just-finished answer
 
 
+@dataclass(frozen=True)
+class FirstQuestion:
+    """A first question through the semantic cache: where its answer is kept, or the hit
+    that answered it."""
+
+    partition: str
+    vector: np.ndarray
+    text: str
+    hit: SemanticHit | None = None
+
+
 @dataclass
 class ChatService(Conversations):
     """Conversations and their turns for the web layer; owns the turn-taking state."""
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
+    canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
+    _questions: dict[str, FirstQuestion] = field(default_factory=dict)  # by answer turn id
 
     # -- writing -------------------------------------------------------------------------
 
@@ -189,7 +206,9 @@ class ChatService(Conversations):
                     # message raises here, with nothing stored.
                     screened = await screen_input(self.moderation, user, content or "")
                     return await self._start(conv, parent_id, content, options, ticket, screened)
-                except BaseException:
+                except BaseException as exc:
+                    if isinstance(exc, Refused):
+                        ticket.outcome = "refused"
                     await ticket.finish(None)
                     raise
         finally:
@@ -226,15 +245,25 @@ class ChatService(Conversations):
         messages, _ = await asyncio.to_thread(
             fit_history, system, history, budget, engine.count_tokens
         )
-        request = GenerationRequest(
-            messages,
-            sampling,
-            cache_key=conv.id,
-            cache_scope=scope,
-            shared_messages=shared,
-            priority=ticket.priority,
-        )
-        generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
+        question = None
+        if content is not None and not path and summary is None and not knowledge.text:
+            question = await self._first_question(conv, content, options, ticket, system, screened)
+        routing = Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from)
+        generation: Generation
+        request: GenerationRequest | None = None
+        if question is not None and question.hit is not None:
+            generation = Replay(question.hit.entry.answer, question.hit.entry.usage)
+            routing = Routing(CACHED_ROUTE, ticket.route.arm)
+        else:
+            request = GenerationRequest(
+                messages,
+                sampling,
+                cache_key=conv.id,
+                cache_scope=scope,
+                shared_messages=shared,
+                priority=ticket.priority,
+            )
+            generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
         try:
             with self.telemetry.span("store.save_prompt"):
                 user_turn_id = None
@@ -245,12 +274,7 @@ class ChatService(Conversations):
                     parent_id = user_turn_id = user_turn.id
                     await note_input(self.moderation, ticket.user, screened, content, user_turn)
                 assert parent_id is not None
-                draft_id = await self.store.turns.start_draft(
-                    conv.id,
-                    parent_id,
-                    model,
-                    Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from),
-                )
+                draft_id = await self.store.turns.start_draft(conv.id, parent_id, model, routing)
         except BaseException:
             generation.cancel()
             raise
@@ -266,6 +290,8 @@ class ChatService(Conversations):
         self._runs[conv.id] = run
         # A workspace conversation feeds no one's memory (its turns have several writers).
         self._contexts[draft_id] = (conv.user_id if conv.workspace_id is None else "", knowledge)
+        if question is not None:
+            self._questions[draft_id] = question
         run.publish(
             "start",
             {
@@ -273,7 +299,7 @@ class ChatService(Conversations):
                 "user_turn_id": user_turn_id,
                 "parent_id": parent_id,
                 "model": model,
-                **route_out(ticket),
+                **self._route_out(ticket, question),
             },
         )
         position = ticket.position()
@@ -283,15 +309,21 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket, request))
+        task = asyncio.create_task(self._drive(run, generation, ticket, request, content or ""))
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
 
     async def _drive(
-        self, run: TurnRun, generation: Generation, ticket: Ticket, request: GenerationRequest
+        self,
+        run: TurnRun,
+        generation: Generation,
+        ticket: Ticket,
+        request: GenerationRequest | None,
+        asked: str = "",
     ) -> None:
+        """Relay the answer to its run and store it; `request` is None for a cached answer."""
         last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
@@ -320,6 +352,8 @@ class ChatService(Conversations):
         content = run.text
         if watch is not None and watch.verdict is not None:
             status, content = "filtered", watch.verdict.notice()  # the text goes to review only
+        if status in ("failed", "filtered"):
+            ticket.outcome = "error" if status == "failed" else "filtered"
         self.telemetry.annotate(**{"chatbox.turn_status": status})
         self.telemetry.turn_finished(run.model, status)
         try:
@@ -335,13 +369,28 @@ class ChatService(Conversations):
                 FINISHED_RUN_TTL_S, self._finished.pop, run.turn_id, None
             )
         await note_output(self.moderation, ticket.user, watch, run, turn.id)
+        question = self._questions.pop(run.turn_id, None)
+        clean = watch is None or (watch.verdict is None and watch.mark is None)
+        if question is not None and question.hit is None and status == "complete" and clean:
+            assert done is not None
+            self.semantic.put(
+                question.partition,
+                ticket.user.id,
+                run.conversation_id,
+                question.text,
+                question.vector,
+                content,
+                done.usage,
+            )
+        if self.canaries is not None and status == "complete":
+            self.canaries.sample_live(ticket.user, ticket.route.arm, asked, content)
         await self._after_turn(run, turn.id)
         self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)
         payload = {
             "turn_id": turn.id,
             "status": status,
             "model": run.model,
-            **route_out(ticket),
+            **self._route_out(ticket, question),
             "finish_reason": (
                 "content_filter"
                 if status == "filtered"
@@ -359,8 +408,63 @@ class ChatService(Conversations):
             run.publish("error", {**payload, "message": error or "generation failed"})
         else:
             run.publish("done", payload)
-        if self.shadow is not None and done is not None and status in ("complete", "filtered"):
+        finished = done is not None and status in ("complete", "filtered")
+        if finished and request is not None and self.shadow is not None:  # not a cached answer
+            assert done is not None
             await self.shadow.offer(served(ticket.user, run, request, done, status))
+
+    async def _first_question(
+        self,
+        conv: Conversation,
+        content: str,
+        options: TurnOptions,
+        ticket: Ticket,
+        system: str | None,
+        screened: Verdict | None,
+    ) -> FirstQuestion | None:
+        """A conversation's first question (no history, passages or memory in its prompt)
+        through the semantic cache, where the user's tier uses it: its partition and vector,
+        and the kept answer that means the same, unless `options.fresh`. None where the cache
+        is not for this question: off for the tier, a message moderation marked, or zero
+        retention (`keeps_nothing`, the one check: nothing is read or kept then)."""
+        policy = self.gate.policy.semantic_cache
+        tier = self.gate.policy.tier(ticket.user.tier).name
+        if self.embed is None or not self.semantic.enabled_for(tier) or options.tools:
+            return None
+        if screened is not None and screened.flagged:
+            return None
+        if await keeps_nothing(self.store, self.gate.policy, ticket.user):
+            return None
+        engine = await self.models.engine(ticket.model)
+        identity = await self.answers.identities.of(engine.info)
+        if tier in policy.public_tiers:
+            scope = f"tier:{tier}"
+        elif conv.workspace_id is not None:
+            scope = f"workspace:{conv.workspace_id}"
+        else:
+            scope = ticket.user.id
+        partition = partition_key(
+            scope,
+            ticket.model,
+            identity,
+            self._moderation_rules(tier),
+            system or "",
+            repr(options.sampling(self.settings.max_tokens)),
+        )
+        vector = await self.embed(content)
+        hit = None if options.fresh else self.semantic.get(partition, content, vector)
+        return FirstQuestion(partition, vector, content, hit)
+
+    @staticmethod
+    def _route_out(ticket: Ticket, question: FirstQuestion | None) -> dict[str, object]:
+        """How the answer was chosen, for its events: a semantic cache hit says so."""
+        if question is None or question.hit is None:
+            return route_out(ticket)
+        return {
+            "route": CACHED_ROUTE,
+            "cached": True,
+            "similarity": round(question.hit.similarity, 4),
+        }
 
     async def _fits(self, engine: Engine, text: str, options: TurnOptions) -> tuple[int, int]:
         """The newest message's tokens and the history's budget; TooLong if it cannot fit.

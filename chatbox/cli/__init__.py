@@ -68,3 +68,9 @@ main.add_command(migrate_store)
 from chatbox.cli.tools import tools  # noqa: E402
 
 main.add_command(tools)
+from chatbox.cli.evals import eval_group  # noqa: E402
+
+main.add_command(eval_group)
+from chatbox.cli.canary import canary  # noqa: E402
+
+main.add_command(canary)

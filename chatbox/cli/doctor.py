@@ -27,6 +27,8 @@ def show_memory(report: dict[str, Any]) -> None:
     click.echo(f"  {'total'.ljust(width)}  {_mb(report['total_bytes']):>12}")
     click.echo(f"  {'RSS'.ljust(width)}  {_mb(report['rss_bytes']):>12}")
     click.echo(f"loaded models: {', '.join(report['models']) or 'none'}")
+    if report.get("malloc_arenas"):
+        click.echo(f"malloc arenas: {report['malloc_arenas']}")
 
 
 @click.command()

@@ -42,9 +42,12 @@ def replica(
     from chatbox.catalog.registry import RegistryError
     from chatbox.cluster.replica import ReplicaApp, is_loopback, replica_engine_settings
     from chatbox.engine.pool import EnginePool
+    from chatbox.observability.memory import limit_malloc_arenas
     from chatbox.services import model_registry
 
     settings = _settings(ctx).with_overrides(**engine)
+    if settings.malloc_arenas > 0:  # before the engines' threads
+        limit_malloc_arenas(settings.malloc_arenas)
     token = token or settings.replica_token
     if not token and not is_loopback(host):
         raise click.ClickException(

@@ -101,11 +101,14 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     from chatbox.app import create_app
     from chatbox.catalog.registry import RegistryError
     from chatbox.observability.logs import configure_logging
+    from chatbox.observability.memory import limit_malloc_arenas
     from chatbox.services import model_registry, no_model_message
 
     base = ctx.find_object(Settings) or settings_from_env()
     flags["replicas"] = flags["replicas"] or None  # none given: keep CHATBOX_REPLICAS
     settings = base.with_overrides(**flags)
+    if settings.malloc_arenas > 0:  # before the engines', encoders' and server's threads
+        limit_malloc_arenas(settings.malloc_arenas)
     settings.ensure_dirs()
     registry = model_registry(settings)
     try:

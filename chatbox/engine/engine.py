@@ -135,17 +135,6 @@ class LlamaEngine:
                 self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
         n_ctx = self._cells
-        kv_bytes = self.model.kv_bytes(n_ctx, s.kv_type)
-        park_bytes = park_budget(s.park_bytes, kv_bytes, self._available)
-        log.info(
-            "%s: KV cache of %d cells (%s; %d a conversation), %d MB; parked KV in RAM up to %d MB",
-            self.info.name,
-            n_ctx,
-            "one pool" if s.kv_unified else f"{n_slots} streams",
-            per_seq,
-            kv_bytes >> 20,
-            park_bytes >> 20,
-        )
         warning = prefix_cache_warning(s, n_ctx, per_seq)
         if warning:
             log.warning("%s: %s", self.info.name, warning)
@@ -164,10 +153,21 @@ class LlamaEngine:
         )
         ctx = await asyncio.to_thread(Context, self.model, params)
         await asyncio.to_thread(ctx.warm_up)
+        disk = await asyncio.to_thread(open_store, s, self.model.path, ctx.states)
+        kv_bytes = self.model.kv_bytes(n_ctx, s.kv_type)
+        park_bytes = park_budget(s.park_bytes, kv_bytes, self._available, disk is not None)
+        log.info(
+            "%s: KV cache of %d cells (%s; %d a conversation), %d MB; parked KV in RAM up to %d MB",
+            self.info.name,
+            n_ctx,
+            "one pool" if s.kv_unified else f"{n_slots} streams",
+            per_seq,
+            kv_bytes >> 20,
+            park_bytes >> 20,
+        )
         # state memory kept free for the next save: no more than parking may hold
         ctx.states.keep_bytes = min(ctx.states.keep_bytes, max(0, park_bytes))
         self._ctx = ctx
-        disk = await asyncio.to_thread(open_store, s, self.model.path, ctx.states)
         self._scheduler = Scheduler(
             self.model,
             ctx,

@@ -43,6 +43,18 @@ KV_TYPES = {
     "q4_0": llama_cpp.GGML_TYPE_Q4_0,
 }
 
+
+
+def split_kv_type(kv_type: str) -> tuple[str, str]:
+    """The K and V cache types of a kv_type: "q8_0" (both) or "q8_0/f16" (keys/values)."""
+    k_name, _, v_name = kv_type.partition("/")
+    v_name = v_name or k_name
+    for name in (k_name, v_name):
+        if name not in KV_TYPES:
+            raise LlamaError(f"unknown kv_type {kv_type!r}; use one of {sorted(KV_TYPES)}")
+    return k_name, v_name
+
+
 DECODE_OK = 0
 DECODE_NO_KV_SPACE = 1
 
@@ -138,8 +150,9 @@ class Model:
         head = int(llama_cpp.llama_model_n_embd(self.ptr)) // n_head
         k_dim = int(self.meta(f"{arch}.attention.key_length") or head)
         v_dim = int(self.meta(f"{arch}.attention.value_length") or head)
-        per_value = KV_VALUE_BYTES.get(kv_type, 2.0)
-        return int(n_layer * n_cells * n_head_kv * (k_dim + v_dim) * per_value)
+        k_name, v_name = split_kv_type(kv_type)
+        per_cell = k_dim * KV_VALUE_BYTES[k_name] + v_dim * KV_VALUE_BYTES[v_name]
+        return int(n_layer * n_cells * n_head_kv * per_cell)
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.ptr, None)
@@ -269,17 +282,16 @@ class Context:
         params.kv_unified = p.kv_unified
         params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
         params.no_perf = True
-        quantized_kv = p.kv_type not in ("f16", "f32")  # llama.cpp needs flash attention then
+        k_name, v_name = split_kv_type(p.kv_type)
+        # llama.cpp needs flash attention for a quantized V cache (its plain layout is f16/f32)
+        quantized_v = v_name not in ("f16", "f32")
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-            if p.flash_attn or quantized_kv
+            if p.flash_attn or quantized_v
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        kv = KV_TYPES.get(p.kv_type)
-        if kv is None:
-            raise LlamaError(f"unknown kv_type {p.kv_type!r}; use one of {sorted(KV_TYPES)}")
-        params.type_k = kv
-        params.type_v = kv
+        params.type_k = KV_TYPES[k_name]
+        params.type_v = KV_TYPES[v_name]
         ptr = llama_cpp.llama_init_from_model(model.ptr, params)
         if not ptr:
             raise LlamaError("llama.cpp could not create a context (see its log for why)")

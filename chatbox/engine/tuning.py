@@ -66,7 +66,8 @@ def attention(
         scores = n_ctx_per_seq * plain_pass * max(1, n_head) * 4
         # a unified pool: flash attention skips other conversations' cells (plain scans them)
         fa = offloaded or s.kv_unified or scores > SCORES_BYTES
-    fa = fa or s.kv_type not in ("f16", "f32")  # llama.cpp needs it for a quantized cache
+    v_type = s.kv_type.partition("/")[2] or s.kv_type  # "K/V" or one type for both
+    fa = fa or v_type not in ("f16", "f32")  # llama.cpp needs it for a quantized V cache
     ubatch = min(s.n_ubatch or s.n_batch, s.n_batch) if fa else plain_pass
     return replace(s, flash_attn=fa, n_ubatch=ubatch)
 
@@ -121,11 +122,15 @@ def kv_shape(
     return n_slots * per_seq, per_seq
 
 
-def park_budget(configured: int, kv_bytes: int, available: int) -> int:
-    """Host RAM for parked KV: as configured, or (-1) 1/PARK_KV_SHARE of the KV cache's bytes
-    and at most 1/PARK_MEMORY_SHARE of the memory available (the disk tier keeps more)."""
+def park_budget(configured: int, kv_bytes: int, available: int, disk: bool = False) -> int:
+    """Host RAM for parked KV: as configured, or (-1) none where the disk tier parks (an
+    eighth of the KV cache holds about one long conversation, not worth its resident
+    memory beside the disk and the page cache), else 1/PARK_KV_SHARE of the KV cache's
+    bytes and at most 1/PARK_MEMORY_SHARE of the memory available."""
     if configured >= 0:
         return configured
+    if disk:
+        return 0
     budget = kv_bytes // PARK_KV_SHARE
     if available > 0:
         budget = min(budget, available // PARK_MEMORY_SHARE)

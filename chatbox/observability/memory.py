@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,26 +62,6 @@ def read_smaps(pid: int | str = "self") -> list[Mapping]:
     return maps
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-            "fsmblks", "uordblks", "fordblks", "keepcost",
-        )
-    ]  # fmt: skip
-
-
-def malloc_free_bytes() -> int:
-    """Bytes glibc's malloc holds free in its arenas (0 where mallinfo2 is missing)."""
-    try:
-        fn = ctypes.CDLL(None).mallinfo2
-    except (AttributeError, OSError):
-        return 0
-    fn.restype = _MallInfo2
-    return int(fn().fordblks)
-
-
 def release_free_memory() -> bool:
     """Hand the memory glibc's malloc holds free back to the system (malloc_trim(0)):
     loading models, encoders and classifiers frees tens of MB that would otherwise stay
@@ -92,6 +73,44 @@ def release_free_memory() -> bool:
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
     return bool(fn(0))
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def limit_malloc_arenas(arenas: int) -> bool:
+    """Cap glibc malloc's arenas (mallopt M_ARENA_MAX), before the process starts threads:
+    by default every thread that allocates may get its own arena (up to 8 a core), and
+    each keeps its own fragments and free memory resident. False where there is no glibc."""
+    try:
+        fn = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return bool(fn(M_ARENA_MAX, arenas))
+
+
+def malloc_arenas() -> int:
+    """How many arenas glibc's malloc has made in this process (0 where it cannot tell)."""
+    try:
+        libc = ctypes.CDLL(None)
+        info, fdopen, fclose = libc.malloc_info, libc.fdopen, libc.fclose
+    except (AttributeError, OSError):
+        return 0
+    fdopen.restype = ctypes.c_void_p
+    fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    fclose.argtypes = [ctypes.c_void_p]
+    with tempfile.TemporaryFile() as fh:
+        stream = fdopen(os.dup(fh.fileno()), b"w")
+        if not stream:
+            return 0
+        info(0, stream)
+        fclose(stream)
+        fh.seek(0)
+        text = fh.read().decode("ascii", "replace")
+    return len(re.findall(r"<heap nr=", text))
 
 
 def vm_rss(pid: int | str = "self") -> int:
@@ -121,9 +140,10 @@ def breakdown(
     known: Known,
     maps: list[Mapping] | None = None,
     rss: int | None = None,
-    malloc_free: int | None = None,
 ) -> dict[str, Any]:
-    """Rows of (what, bytes) that add up to the process's RSS, with RSS beside them."""
+    """Rows of (what, bytes) that add up to the process's RSS, with RSS beside them.
+    Call `release_free_memory` first: what malloc holds free is then not resident, and the
+    last row is memory in use."""
     maps = read_smaps() if maps is None else maps
     rss = vm_rss() if rss is None else rss
     rows: dict[str, int] = {}
@@ -145,9 +165,6 @@ def breakdown(
     estimated.append(("parked KV in RAM", known.parked))
     estimated.append(("KV state memory kept for the next save", known.state_free))
     estimated += list(known.encoders.items())
-    # freed C memory malloc keeps for reuse (resident where it was touched; malloc_trim returns it)
-    free = malloc_free_bytes() if malloc_free is None else malloc_free
-    estimated.append(("malloc: freed, held by the allocator", free))
     for label, size in estimated:
         take = max(0, min(size, left))
         rows[label] = rows.get(label, 0) + take
@@ -157,6 +174,7 @@ def breakdown(
     total = sum(rows.values())
     return {
         "pid": os.getpid(),
+        "malloc_arenas": malloc_arenas(),
         "rss_bytes": rss,
         "total_bytes": total,  # the rows' sum, measured apart from RSS
         "other_bytes": rss - total,  # RSS the mappings did not show (should be small)

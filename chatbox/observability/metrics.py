@@ -51,6 +51,20 @@ class AppMetrics:
         self.answer_cache_bytes = Gauge(
             "chatbox_answer_cache_bytes", "RAM the exact-match answer cache's answers take", **r
         )
+        self.semantic_cache = Counter(
+            "chatbox_semantic_cache_lookups",
+            "Semantic answer cache lookups of first questions: hit, miss",
+            labelnames=("outcome",),
+            **r,
+        )
+        self.semantic_cache_entries = Gauge(
+            "chatbox_semantic_cache_entries", "Answers the semantic answer cache holds", **r
+        )
+        self.semantic_cache_bytes = Gauge(
+            "chatbox_semantic_cache_bytes",
+            "RAM the semantic answer cache's questions, answers and vectors take",
+            **r,
+        )
         self.auth_failures = Counter(
             "chatbox_auth_failures",
             "Refused credentials by reason (invalid_key, csrf, bad_password, throttled, ...)",
@@ -87,7 +101,8 @@ class AppMetrics:
         )
         self.store_duration = Histogram(
             "chatbox_store_operation_seconds",
-            "Database work by kind (read, write: a whole transaction)",
+            "Database work by kind (read, write: a whole transaction; snapshot: a search's read"
+            " on the read connection)",
             labelnames=("op",),
             buckets=_FAST_BUCKETS,
             **r,

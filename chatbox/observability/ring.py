@@ -40,6 +40,11 @@ _REPLICA_COUNTS = {
     "replica_faults_failovers": "chatbox_replica_failovers_total",
     "replica_faults_ejections": "chatbox_replica_ejections_total",
 }
+# The answer caches' lookups: a hit rate per cache over the window.
+_ANSWER_CACHES = {
+    "exact": "chatbox_answer_cache_lookups_total",
+    "semantic": "chatbox_semantic_cache_lookups_total",
+}
 _TTFT = "time_to_first_token_seconds"
 _TPOT = "time_per_output_token_seconds"
 _OUTCOMES = {f"{p}requests_total" for p in _SOURCES}
@@ -151,6 +156,14 @@ class MetricRing:
                     continue
                 rate = max(0.0, value - prev[1].get(key, 0.0)) / dt
                 row[f"requests_per_s|{outcome}"] = row.get(f"requests_per_s|{outcome}", 0.0) + rate
+        if oldest is not None:
+            for cache, family in _ANSWER_CACHES.items():
+                hit, miss = (
+                    max(0.0, snap.get(k, 0.0) - oldest[1].get(k, 0.0))
+                    for k in ((family, (("outcome", o),)) for o in ("hit", "miss"))
+                )
+                if hit + miss > 0:
+                    row[f"answer_cache_hit_rate|{cache}"] = hit / (hit + miss)
         row.update(_replica_row(now, snap, prev, oldest))
         return row
 

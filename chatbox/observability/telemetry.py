@@ -177,6 +177,15 @@ class Telemetry:
             self.metrics.answer_cache_entries.set(entries)
             self.metrics.answer_cache_bytes.set(size)
 
+    def semantic_cache(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.semantic_cache.labels(outcome).inc()
+
+    def semantic_cache_size(self, entries: int, size: int) -> None:
+        if self.metrics is not None:
+            self.metrics.semantic_cache_entries.set(entries)
+            self.metrics.semantic_cache_bytes.set(size)
+
     def auth_failure(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.auth_failures.labels(reason).inc()

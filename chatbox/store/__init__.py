@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chatbox.store.audit import AuditEntry, AuditRepo
+from chatbox.store.canaries import CanaryRepo
 from chatbox.store.conversations import ConversationRepo
 from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
+from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
@@ -88,6 +90,8 @@ class Store:
     workspaces: WorkspaceRepo
     feedback: FeedbackRepo
     mcp_servers: McpServerRepo
+    evals: EvalRepo
+    canaries: CanaryRepo
 
     @classmethod
     async def open(cls, target: Path | str) -> Store:
@@ -113,6 +117,8 @@ class Store:
             WorkspaceRepo(db),
             FeedbackRepo(db),
             McpServerRepo(db),
+            EvalRepo(db),
+            CanaryRepo(db),
         )
 
     async def close(self) -> None:

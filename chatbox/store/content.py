@@ -474,6 +474,58 @@ TABLES: tuple[Table, ...] = (
         },
         why="the MCP servers' configuration",
     ),
+    Table(
+        "eval_runs",
+        None,
+        plain={
+            "id": ID,
+            "model": NAMES_MODEL,
+            "suite": "the eval suite's name (the admin's file)",
+            "suite_digest": HASH,
+            "judge": NAMES_MODEL,
+            "actor_name": "who ran it (an admin or the CLI)",
+        },
+        why="eval runs of the admin's suites, never a person's content",
+    ),
+    Table(
+        "eval_results",
+        None,
+        plain={
+            "run_id": ID,
+            "case_id": "a case's name in the admin's suite",
+            "category": ENUM,
+            "check_kind": ENUM,
+            "answer": "a model's answer to the admin's suite prompt, not a person's",
+            "detail": "why the check passed or failed (figures, the rule)",
+        },
+        why="eval results of the admin's suites, never a person's content",
+    ),
+    Table(
+        "canary_events",
+        None,
+        plain={
+            "arm": "a canary arm's name",
+            "tier": "a policy tier's name",
+            "model": NAMES_MODEL,
+            "action": ENUM,
+            "reason": "the verdict's rule and figures, or the admin's reason",
+            "actor_name": "who decided (an admin, the CLI, or chatbox itself)",
+        },
+        why="append-only canary decisions, never content",
+    ),
+    Table(
+        "canary_verdicts",
+        None,
+        plain={
+            "arm": "a canary arm's name",
+            "tier": "a policy tier's name",
+            "model": NAMES_MODEL,
+            "verdict": ENUM,
+            "reason": "the verdict's rule and figures",
+            "detail": "per-metric figures and intervals (JSON numbers)",
+        },
+        why="each canary's latest verdict: aggregate figures, never content",
+    ),
     Table("meta", None, plain={"key": ID, "value": "the schema's name"}, why="the schema"),
     Table("migrations", None, plain={"name": ID}, why="which migrations ran"),
 )
@@ -573,6 +625,18 @@ ARTIFACTS: tuple[Artifact, ...] = (
         " of the user and the request (chatbox/chat/answer_cache.py); never under zero retention",
         "an account's erasure drops the answers its requests wrote; each is gone after"
         " `answer_cache.ttl_s`, when evicted, or at shutdown",
+        on_disk=False,
+    ),
+    Artifact(
+        "RAM: semantic answer cache",
+        "user",
+        "first questions of conversations, their MiniLM vectors and answers, for tiers the"
+        " policy's `semantic_cache.tiers` names (chatbox/chat/semantic_cache.py); scoped to"
+        " the user, the workspace or a public tier; never read or written under zero"
+        " retention; not exported (the conversation it came from is)",
+        "an account's erasure drops what its questions wrote, a conversation's erasure what"
+        " was first answered in it; each is gone after `semantic_cache.ttl_s`, when evicted,"
+        " or at shutdown",
         on_disk=False,
     ),
     Artifact(

@@ -1,6 +1,7 @@
 """The store's database: one interface, on SQLite (the default) or PostgreSQL (`chatbox.store.pg`).
 
-SQLite: sqlite-vec loaded, WAL mode, one serialized writer path. Repositories write `?`
+SQLite: sqlite-vec loaded, WAL mode, one serialized writer path, and a second connection for
+reads a person waits on beside the writes (`Database.snapshot`). Repositories write `?`
 placeholders; SQL that differs between the two asks `db.dialect`.
 """
 
@@ -14,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiosqlite
 import sqlean
@@ -41,8 +42,9 @@ def _make_private(path: Path) -> None:
                 file.chmod(PRIVATE_FILE_MODE)
 
 
-def _connect_sync(path: Path) -> Any:
-    """A sqlite3-compatible connection that can load extensions (stdlib's here cannot)."""
+def _connect_sync(path: Path, read_only: bool = False) -> Any:
+    """A sqlite3-compatible connection that can load extensions (stdlib's here cannot);
+    `read_only`: one that refuses writes (the search reader)."""
     _make_private(path)
     conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.enable_load_extension(True)
@@ -54,6 +56,8 @@ def _connect_sync(path: Path) -> Any:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA secure_delete=ON")  # erased content is zeroed, not left in free pages
+    if read_only:
+        conn.execute("PRAGMA query_only=ON")
     _make_private(path)  # the -wal/-shm that WAL mode just opened
     return conn
 
@@ -61,13 +65,28 @@ def _connect_sync(path: Path) -> Any:
 Dialect = Literal["sqlite", "postgresql"]
 
 
+class Reader(Protocol):
+    """Reads that see the last commit (`Database.snapshot`)."""
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any: ...
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]: ...
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]: ...
+
+
 class Database:
     """An open database. Reads go straight through; writes go through `transaction()`, which
-    yields a connection with aiosqlite's `execute` and `executemany` (on either dialect)."""
+    yields a connection with aiosqlite's `execute` and `executemany` (on either dialect).
+    `snapshot` takes reads that need no uncommitted write and should not wait for the writer."""
 
     dialect: Dialect = "sqlite"
 
     def __init__(self) -> None:
+        # A pool's reads already run beside its writes: the database is its own snapshot.
+        self.snapshot: Reader = self
         self._write_lock = asyncio.Lock()
         self.vector_changes = VectorFeed()  # committed vector writes, for in-RAM indexes
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
@@ -136,10 +155,16 @@ class Database:
 class SqliteDatabase(Database):
     """SQLite through aiosqlite: one connection, one serialized writer."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection | None = None
+    ) -> None:
         super().__init__()
         self.conn = conn
         self.path = path
+        # Search reads: on their own thread and connection, they never queue behind the
+        # writer's statements (WAL lets them read the last commit while a write runs).
+        self.reader = reader or conn
+        self.snapshot = Snapshot(self, self.reader)
 
     @classmethod
     async def open_file(cls, path: Path) -> SqliteDatabase:
@@ -149,9 +174,15 @@ class SqliteDatabase(Database):
         db = cls(conn, path)
         async with db.transaction() as tx:
             await apply_migrations(tx)
+        reader = aiosqlite.Connection(lambda: _connect_sync(path, read_only=True), 64)
+        await reader
+        db.reader = reader
+        db.snapshot = Snapshot(db, reader)
         return db
 
     async def close(self) -> None:
+        if self.reader is not self.conn:
+            await self.reader.close()
         await self.conn.close()
 
     @asynccontextmanager
@@ -212,3 +243,38 @@ class SqliteDatabase(Database):
             cols = await self.fetchall(f"PRAGMA table_xinfo('{row['name']}')")
             out[row["name"]] = [(c["name"], c["type"] or "") for c in cols if not c["hidden"]]
         return out
+
+
+class Snapshot:
+    """Reads on the SQLite database's second connection: each statement sees the last commit,
+    and none waits for the writer's connection (for reads that need no uncommitted write)."""
+
+    def __init__(self, db: Database, conn: aiosqlite.Connection) -> None:
+        self.db = db
+        self.conn = conn
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        t0 = time.perf_counter()
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            row = await cur.fetchone()
+        self.db._timed("snapshot", t0)
+        return row
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        t0 = time.perf_counter()
+        async with self.conn.execute(sql, tuple(params)) as cur:
+            rows = list(await cur.fetchall())
+        self.db._timed("snapshot", t0)
+        return rows
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """As `Database.fetchall_in`, on this connection."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at : at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows

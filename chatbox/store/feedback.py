@@ -127,3 +127,14 @@ class FeedbackRepo:
             f" FROM ({_LATEST}) AS latest GROUP BY 1, 2 ORDER BY 1, 2"
         )
         return [FeedbackTally(r["model"], r["arm"], int(r["up"]), int(r["down"])) for r in rows]
+
+    async def tally_for(self, tier: str, arm: str | None, since: float) -> tuple[int, int]:
+        """Up and down ratings that count of a tier's answers of one canary arm (None: the
+        answers outside any arm) rated since a time."""
+        arm_rule = "coalesce(arm, '') = ?"
+        rows = await self.db.fetchall(
+            "SELECT coalesce(sum(rating = 'up'), 0) AS up, coalesce(sum(rating = 'down'), 0)"
+            f" AS down FROM ({_LATEST}) WHERE tier = ? AND {arm_rule} AND created_at >= ?",
+            (tier, arm or "", since),
+        )
+        return int(rows[0]["up"]), int(rows[0]["down"])

@@ -27,6 +27,7 @@ ORDER = (
     "chunks",
     "memories",
     "shares",
+    "eval_runs",
 )
 SKIP = frozenset({"meta", "migrations", "turn_fts", "chunk_fts"})  # the target's own, or derived
 IDENTITY = {
@@ -37,6 +38,8 @@ IDENTITY = {
     "summaries": "seq",
     "feedback": "seq",
     "audit_log": "id",
+    "eval_results": "rowid",
+    "canary_events": "seq",
 }
 PAGE = 1000
 

@@ -1,6 +1,8 @@
 """Search over the conversations a user may see: FTS5 over turns (`turn_fts`, kept by a
 trigger) and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark,
-in the partition of each conversation's starter). Every hit passes `visible_to`."""
+in the partition of each conversation's starter). Every hit passes `visible_to`. Reads run
+on the database's read connection (`snapshot`): a search never queues behind the writes of
+answers streaming meanwhile."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ class SearchRepo:
         """Turns of the live conversations the user may see matching an FTS5 query, best first."""
         seen, params = _seen(user_id)
         if self.db.dialect == "postgresql":
-            rows = await self.db.fetchall(
+            rows = await self.db.snapshot.fetchall(
                 "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
                 " turns.role, turns.created_at, -ts_rank(turn_fts.content, q) AS score,"
                 " ts_headline('english', turns.content, q, 'StartSel="
@@ -74,7 +76,7 @@ class SearchRepo:
                 (tsquery(match), *params, limit),
             )
             return [TurnHit.from_row(r) for r in rows]
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, turn_fts.rank AS score,"
             f" snippet(turn_fts, 0, '{HIT_START}', '{HIT_END}', '…', 24) AS snippet"
@@ -93,7 +95,7 @@ class SearchRepo:
             found = await VectorRepo(self.db).nearest("turn_vec", user_id, vector, limit * 2)
             hits = await self.turns_by_seq(user_id, [seq for seq, _ in found])
             return [replace(hits[s], score=d) for s, d in found if s in hits][:limit]
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM turn_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
             " SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
@@ -109,11 +111,11 @@ class SearchRepo:
     async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
         """(seq, content) of turns not yet embedded in the user's partition (of the
         conversations they started: the indexer's write side; reads filter by visibility)."""
-        row = await self.db.fetchone(
+        row = await self.db.snapshot.fetchone(
             "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
         )
         after = int(row["last_seq"]) if row else 0
-        rows = await self.db.fetchall(
+        rows = await self.db.snapshot.fetchall(
             "SELECT turns.seq, turns.content FROM turns"
             " JOIN conversations ON conversations.id = turns.conversation_id"
             " WHERE conversations.user_id = ? AND turns.seq > ? ORDER BY turns.seq LIMIT ?",
@@ -158,7 +160,7 @@ class SearchRepo:
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
         """Turns with these seqs in live conversations the user may see; score is left 0."""
         seen, params = _seen(user_id)
-        rows = await self.db.fetchall_in(
+        rows = await self.db.snapshot.fetchall_in(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, 0.0 AS score,"
             " substr(turns.content, 1, 240) AS snippet"

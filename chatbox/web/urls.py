@@ -406,3 +406,22 @@ def moderation_resolve(item_id: str) -> str:
 def feedback(conv_id: str, turn_id: str) -> str:
     """Rating an answer (thumbs) and saying why."""
     return f"{_turn(conv_id, turn_id)}/feedback"
+
+
+def console_evals() -> str:
+    """GET: eval runs, newest first; ?runs=ID&runs=ID compares runs case by case."""
+    return "/console/evals"
+
+
+def console_eval_run(run_id: str) -> str:
+    return f"{console_evals()}/{_seg(run_id)}"
+
+
+def console_canaries() -> str:
+    """GET: each canary's state, verdict and metrics."""
+    return "/console/canaries"
+
+
+def console_canary_action(arm: str, action: str) -> str:
+    """POST: promote, rollback, resume."""
+    return f"{console_canaries()}/{_seg(arm)}/{_seg(action)}"

@@ -290,3 +290,43 @@ def test_the_export_holds_each_table_the_registry_says_it_does(app: App) -> None
             if not held:
                 absent.append(f"{t.name} in {t.export.files}")
     assert absent == [], "declared as exported, but not in the export"
+
+
+def test_every_answer_cache_of_the_chat_service_is_declared_and_erased() -> None:
+    """Each cache of answers the chat service holds in RAM is a declared artifact, and the
+    account erasure's one call (`forget_answers_of`) reaches it: a new cache that is not
+    declared, or that the erasure skips, fails here."""
+    import dataclasses
+    import inspect
+
+    from chatbox.chat.conversations import Conversations
+
+    caches = [
+        f
+        for f in dataclasses.fields(Conversations)
+        if isinstance(f.type, str) and f.type.endswith("Cache")
+    ]
+    assert {f.name for f in caches} >= {"answers", "semantic"}
+    declared = " ".join(a.holds for a in content.ARTIFACTS if not a.on_disk)
+    forget = inspect.getsource(Conversations.forget_answers_of)
+    for f in caches:
+        source = f"chatbox/chat/{_module_of(f.type)}.py"
+        assert source in declared, f"{f.name} ({f.type}) is not declared in content.ARTIFACTS"
+        assert f"self.{f.name}." in forget, f"erasing an account skips {f.name}"
+
+
+def _module_of(type_name: str) -> str:
+    """The module under chatbox/chat that defines a cache class."""
+    import importlib
+    import pkgutil
+
+    import chatbox.chat
+
+    for info in pkgutil.iter_modules(chatbox.chat.__path__):
+        module = importlib.import_module(f"chatbox.chat.{info.name}")
+        if (
+            getattr(module, type_name, None) is not None
+            and getattr(module, type_name).__module__ == module.__name__
+        ):
+            return info.name
+    raise AssertionError(f"no module defines {type_name}")

@@ -48,6 +48,7 @@ TINY_SETTINGS = EngineSettings(
     n_threads=2,
     park_bytes=1 << 24,
     stream_interval_s=0,
+    kv_type="f16",  # either kernel; the shipped q8_0 cache is served by the served tests
 )
 
 

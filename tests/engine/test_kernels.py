@@ -18,7 +18,13 @@ from chatbox.settings import EngineSettings
 from tests.engine.helpers import GREEDY, chat, generate
 
 SETTINGS = EngineSettings(
-    n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=512, n_threads=2, park_bytes=0
+    n_parallel=2,
+    n_ctx=2048,
+    n_ctx_per_seq=1024,
+    n_batch=512,
+    n_threads=2,
+    park_bytes=0,
+    kv_type="f16",  # a cache either kernel can read, so the choice is timed
 )
 
 

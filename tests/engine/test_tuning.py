@@ -12,6 +12,7 @@ import pytest
 
 from chatbox.cpu import URGENT
 from chatbox.engine.engine import LlamaEngine
+from chatbox.engine.llama import LlamaError, Model
 from chatbox.engine.tuning import (
     EXPLORE_EVERY,
     MAX_EXPLORE_EVERY,
@@ -34,7 +35,13 @@ from tests.engine.helpers import GREEDY, chat, generate
 # The `--n-ctx 4096` shape scaled down: the whole cache is one conversation's worth, and a
 # quarter of it (the old idle budget) is less than the conversation below.
 SMALL = EngineSettings(
-    n_parallel=4, n_ctx=1024, n_ctx_per_seq=1024, n_batch=256, n_threads=2, park_bytes=0
+    n_parallel=4,
+    n_ctx=1024,
+    n_ctx_per_seq=1024,
+    n_batch=256,
+    n_threads=2,
+    park_bytes=0,
+    kv_type="f16",  # a cache plain attention can read
 )
 
 
@@ -78,7 +85,7 @@ async def test_a_budget_below_one_conversation_is_reported_at_startup(
 
 
 def test_plain_attention_on_cpu_with_a_stream_per_slot_and_flash_attention_elsewhere() -> None:
-    cpu = EngineSettings(n_batch=512, kv_unified=False)
+    cpu = EngineSettings(n_batch=512, kv_unified=False, kv_type="f16")
     chosen = attention(cpu, offloaded=False, n_head=9, n_ctx_per_seq=4096)
     assert chosen.flash_attn is False and chosen.n_ubatch == UBATCH_NO_FLASH
     # flash attention where it pays: a GPU, a shared pool (it skips other conversations'
@@ -295,6 +302,12 @@ def test_parked_kv_in_ram_is_sized_from_the_kv_cache_and_the_memory_available() 
     assert park_budget(0, kv_bytes=360 * MB, available=800 * MB) == 0  # parking off
 
 
+def test_where_the_disk_tier_parks_parked_kv_takes_no_ram_unless_asked() -> None:
+    assert park_budget(-1, kv_bytes=360 * MB, available=0, disk=True) == 0
+    assert park_budget(-1, kv_bytes=360 * MB, available=800 * MB, disk=True) == 0
+    assert park_budget(64 * MB, kv_bytes=360 * MB, available=800 * MB, disk=True) == 64 * MB
+
+
 async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_it(
     tiny_gguf: Path,
 ) -> None:
@@ -304,7 +317,7 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
         await engine.start()
         assert engine.info.n_ctx_per_seq == 512  # 2,048 cells shared out among 4 slots
         memory = engine.memory()
-        assert memory["kv_bytes"] == engine.model.kv_bytes(2048, "f16")
+        assert memory["kv_bytes"] == engine.model.kv_bytes(2048, settings.kv_type)
         assert engine._scheduler is not None
         park = engine._scheduler.slots.park_bytes
         assert 0 < park <= memory["kv_bytes"] // 8
@@ -314,3 +327,39 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
     finally:
         await engine.stop()
         engine.close()
+
+
+async def test_with_a_disk_tier_an_engine_parks_no_kv_in_ram(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    settings = EngineSettings(
+        n_parallel=4, n_ctx=2048, n_threads=2, stream_interval_s=0, kv_dir=tmp_path / "kv"
+    )
+    engine = LlamaEngine(tiny_gguf, "tiny", settings)
+    try:
+        await engine.start()
+        assert engine._scheduler is not None and engine._ctx is not None
+        assert engine._scheduler.slots.disk is not None
+        assert engine._scheduler.slots.park_bytes == 0
+        assert engine._ctx.states.keep_bytes == 0
+    finally:
+        await engine.stop()
+        engine.close()
+
+
+def test_the_shipped_kv_cache_is_q8_0_and_keys_and_values_may_differ(tiny_gguf: Path) -> None:
+    shipped = EngineSettings()
+    assert shipped.kv_type == "q8_0"
+    assert attention(shipped, offloaded=False, n_head=9, n_ctx_per_seq=2048).flash_attn
+    # quantized keys alone leave plain attention possible (llama.cpp's V layout is f16)
+    keys = replace(shipped, kv_type="q8_0/f16", kv_unified=False)
+    assert attention(keys, offloaded=False, n_head=9, n_ctx_per_seq=2048).flash_attn is False
+    model = Model(tiny_gguf, n_gpu_layers=0)
+    try:
+        f16, q8 = model.kv_bytes(1024, "f16"), model.kv_bytes(1024, "q8_0")
+        assert q8 * 32 == f16 * 17  # 34 bytes a block of 32 values against 64
+        assert model.kv_bytes(1024, "q8_0/f16") == (f16 + q8) // 2
+        with pytest.raises(LlamaError, match="unknown kv_type"):
+            model.kv_bytes(1024, "q8_0/q7")
+    finally:
+        model.close()

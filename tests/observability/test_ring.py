@@ -1,5 +1,6 @@
 """The console's ring adds a model's two sources: its local engine and the front's record
-of the answers replicas served (router mode), without counting either twice."""
+of the answers replicas served (router mode), without counting either twice; it plots the
+answer caches' hit rates side by side."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from chatbox.cluster.model_metrics import RemoteModelMetrics
 from chatbox.engine.metrics import EngineMetrics
+from chatbox.observability.metrics import AppMetrics
 from chatbox.observability.ring import MetricRing
 
 
@@ -41,3 +43,17 @@ def test_a_model_served_here_and_by_replicas_is_one_set_of_series() -> None:
     assert row["ttft_p99_s|tiny"] > 2.0
     assert row["requests_per_s|stop"] == 1.0 and row["requests_per_s|length"] == 0.5
     assert "ttft_p50_s|big" not in row  # no answer's first token measured for it
+
+
+def test_the_answer_caches_hit_rates_are_plotted_side_by_side() -> None:
+    registry = CollectorRegistry()
+    metrics = AppMetrics(registry)
+    ring = MetricRing(registry, interval_s=1.0, window_s=10.0)
+    ring.sample(now=100.0)
+    metrics.answer_cache.labels("hit").inc(3)
+    metrics.answer_cache.labels("miss").inc(1)
+    metrics.semantic_cache.labels("hit").inc(1)
+    metrics.semantic_cache.labels("miss").inc(3)
+    row = ring.sample(now=102.0)
+    assert row["answer_cache_hit_rate|exact"] == 0.75
+    assert row["answer_cache_hit_rate|semantic"] == 0.25

@@ -43,6 +43,7 @@ class TurnIn:
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    fresh: bool = False  # a new answer even where the semantic cache holds one
 
     def options(self) -> TurnOptions:
         return TurnOptions(
@@ -52,6 +53,7 @@ class TurnIn:
             self.max_tokens,
             self.seed,
             tuple(self.stop or ()),
+            fresh=self.fresh,
         )
 
 

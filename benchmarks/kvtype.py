@@ -1,0 +1,130 @@
+"""KV cache types side by side: f16 against q8_0 on SmolLM2's serving copy, in-process.
+
+    python benchmarks/kvtype.py [--pairs 3] [--types f16,q8_0] [--history 1800] [--json OUT]
+
+Both engines are loaded with the shipped settings (8 slots, n_ctx 16,384, the attention
+kernel as the server would choose it: q8_0 needs flash attention) and take turns in
+interleaved pairs (who goes first alternates), each run: one stream (64 tokens), 8
+concurrent streams (64 tokens each), and the follow-up TTFT on a ~1,800-token history (its
+prefix cached, one new message). Prints each run, the medians, and each type's KV bytes.
+The machine is shared: pairs are noisy, compare medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.engine import default_model, history, run_streams  # noqa: E402
+from chatbox.catalog.requant import serving_path  # noqa: E402
+from chatbox.engine.engine import LlamaEngine  # noqa: E402
+from chatbox.engine.types import ChatMessage, GenerationRequest, SamplingParams  # noqa: E402
+from chatbox.settings import settings_from_env  # noqa: E402
+
+
+async def followup_ttft(engine: LlamaEngine, base: tuple[ChatMessage, ...], key: str) -> float:
+    """TTFT of a follow-up turn whose history is cached (the first turn answered before)."""
+    turn1 = (*base, ChatMessage("user", "Summarise the points."))
+    gen = engine.submit(
+        GenerationRequest(turn1, SamplingParams(temperature=0, max_tokens=8), key, cache_scope="b")
+    )
+    answer = "".join([getattr(ev, "text", "") async for ev in gen])
+    turn2 = (*turn1, ChatMessage("assistant", answer), ChatMessage("user", "Shorter?"))
+    t0 = time.perf_counter()
+    gen = engine.submit(
+        GenerationRequest(turn2, SamplingParams(temperature=0, max_tokens=1), key, cache_scope="b")
+    )
+    ttft = 0.0
+    async for _ev in gen:
+        ttft = ttft or time.perf_counter() - t0
+    return ttft
+
+
+async def one_run(engine: LlamaEngine, base: tuple[ChatMessage, ...], k: int) -> dict[str, float]:
+    await engine.clear_cache()
+    one = await run_streams(engine, 1, 64, offset=k * 20)
+    eight = await run_streams(engine, 8, 64, offset=k * 20 + 1)
+    ttft = await followup_ttft(engine, base, f"conv-{k}")
+    return {"one_tok_s": one["tok_s"], "eight_tok_s": eight["tok_s"], "followup_ttft": ttft}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    path = serving_path(default_model(), settings_from_env().cache_dir / "models")
+    shipped = settings_from_env().engine
+    base_settings = replace(shipped, kernel_cache=settings_from_env().cache_dir / "kernels.json")
+    engines: dict[str, LlamaEngine] = {}
+    for kv in args.types.split(","):
+        engines[kv] = LlamaEngine(path, f"smollm2-{kv}", replace(base_settings, kv_type=kv))
+        await engines[kv].start()
+        print(
+            f"{kv}: flash attention {engines[kv].settings.flash_attn}, KV "
+            f"{engines[kv].memory()['kv_bytes'] / 2**20:.0f} MB",
+            flush=True,
+        )
+    runs: dict[str, list[dict[str, float]]] = {kv: [] for kv in engines}
+    try:
+        first = next(iter(engines.values()))
+        base = history(args.history, first)
+        for eng in engines.values():  # warm-up
+            await run_streams(eng, 2, 8, offset=99)
+        for k in range(args.pairs):
+            order = list(engines) if k % 2 == 0 else list(engines)[::-1]
+            for kv in order:
+                r = await one_run(engines[kv], base, k)
+                runs[kv].append(r)
+                print(
+                    f"pair {k + 1} {kv}: 1 stream {r['one_tok_s']:.1f} tok/s, 8 streams "
+                    f"{r['eight_tok_s']:.1f} tok/s, follow-up TTFT {r['followup_ttft'] * 1000:.0f}"
+                    " ms",
+                    flush=True,
+                )
+    finally:
+        for eng in engines.values():
+            await eng.stop()
+    med: dict[str, dict[str, float]] = {}
+    for kv, rs in runs.items():
+        med[kv] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+    print("\n| KV type | KV MB | 1 stream tok/s | 8 streams tok/s | follow-up TTFT ms |")
+    print("|---|---|---|---|---|")
+    for kv, m in med.items():
+        mb = engines[kv].model.kv_bytes(16384, kv) / 2**20
+        print(
+            f"| {kv} | {mb:.0f} | {m['one_tok_s']:.1f} | {m['eight_tok_s']:.1f} |"
+            f" {m['followup_ttft'] * 1000:.0f} |"
+        )
+    return {"runs": runs, "medians": med}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--types", default="f16,q8_0")
+    ap.add_argument("--history", type=int, default=1800)
+    ap.add_argument("--watchdog", type=float, default=600, help="print stacks every N s")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "kvtype.json"))
+    args = ap.parse_args(argv)
+    faulthandler.dump_traceback_later(args.watchdog, repeat=True)
+    result = asyncio.run(main_async(args))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": vars(args), **result}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

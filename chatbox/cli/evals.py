@@ -1,0 +1,160 @@
+"""`chatbox eval run|list|show`: run an eval suite on a model through the same path as an
+API request (admission, moderation as configured, the engine), print and store the run."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from chatbox.cli.accounts import _settings, _table, with_services
+
+if TYPE_CHECKING:
+    from chatbox.chat.evaluation import CaseOutcome, EvalResult, EvalRun
+    from chatbox.services import OperatorServices
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Eval suites: prompts with references, scored per model and stored for comparison."""
+
+
+@eval_group.command("run")
+@click.argument("model")
+@click.option(
+    "--suite",
+    "suite_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A suite file (JSON; default: the shipped models/evals/basic.json).",
+)
+@click.option("--judge", default=None, help="The model that grades `judge` checks.")
+@click.option("--as", "as_name", default=None, help="The account to run as (default: an admin).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+@click.pass_context
+def run_cmd(
+    ctx: click.Context,
+    model: str,
+    suite_path: Path | None,
+    judge: str | None,
+    as_name: str | None,
+    as_json: bool,
+) -> None:
+    """Run a suite on MODEL; exits 0 when it ran (whatever the score), 1 when it cannot."""
+    import asyncio
+
+    from chatbox.chat.evalsuite import SuiteError, default_suite_path, load_suite
+    from chatbox.chat.evaluation import EvalError
+    from chatbox.services import evaluation_services
+
+    try:
+        suite = load_suite(suite_path or default_suite_path())
+    except SuiteError as exc:
+        raise click.ClickException(str(exc)) from exc
+    settings = _settings(ctx)
+
+    def shown(outcome: CaseOutcome) -> None:
+        if not as_json:
+            r = outcome.result
+            mark = "pass" if r.passed else "FAIL"
+            click.echo(f"  {mark}  {r.case_id} ({r.check}, {r.latency_s:.2f} s)", err=True)
+
+    async def go() -> tuple[EvalRun, list[EvalResult]]:
+        async with evaluation_services(settings) as services:
+            actor = await services.admin(as_name)
+            run = await services.evals.run(actor, model, suite, judge, on_case=shown)
+            return await services.evals.detail(run.id)
+
+    try:
+        run, results = asyncio.run(go())
+    except (EvalError, LookupError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(_out(run, results), indent=2))
+        return
+    _print_results(results)
+    click.echo(_summary(run))
+
+
+def _summary(run: EvalRun) -> str:
+    score = f"{run.score:.3f}" if run.score is not None else "-"
+    return (
+        f"run {run.id}: {run.model} on {run.suite}: {run.passed}/{run.cases} passed, score {score}"
+    )
+
+
+def _print_results(results: list[EvalResult]) -> None:
+    rows = [["CASE", "CATEGORY", "CHECK", "RESULT", "SCORE", "SECONDS", "WHY"]]
+    for r in results:
+        detail = json.loads(r.detail) if r.detail else {}
+        rows.append(
+            [
+                r.case_id,
+                r.category,
+                r.check,
+                "pass" if r.passed else "FAIL",
+                f"{r.score:.2f}",
+                f"{r.latency_s:.2f}",
+                ", ".join(f"{k}={v}" for k, v in detail.items())[:60],
+            ]
+        )
+    _table(rows)
+
+
+def _out(run: EvalRun, results: list[EvalResult]) -> dict[str, Any]:
+    return {**run.as_dict(), "results": [r.__dict__ for r in results]}
+
+
+@eval_group.command("list")
+@click.option("--model", default=None, help="Only this model's runs.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def list_cmd(ctx: click.Context, model: str | None, limit: int, as_json: bool) -> None:
+    """Stored runs, the newest first."""
+
+    async def go(services: OperatorServices) -> list[EvalRun]:
+        return await services.eval_runs(model, limit)
+
+    runs = with_services(ctx, go)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in runs], indent=2))
+        return
+    rows = [["RUN", "WHEN (UTC)", "MODEL", "SUITE", "PASSED", "SCORE", "BY"]]
+    for r in runs:
+        rows.append(
+            [
+                r.id,
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.started_at)),
+                r.model,
+                r.suite,
+                f"{r.passed}/{r.cases}",
+                f"{r.score:.3f}" if r.score is not None else "-",
+                r.actor_name,
+            ]
+        )
+    _table(rows)
+
+
+@eval_group.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show_cmd(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """One run's cases."""
+
+    async def go(services: OperatorServices) -> tuple[EvalRun, list[EvalResult]] | None:
+        return await services.eval_run(run_id)
+
+    found = with_services(ctx, go)
+    if found is None:
+        raise click.ClickException(f"no eval run {run_id!r} (see `chatbox eval list`)")
+    run, results = found
+    if as_json:
+        click.echo(json.dumps(_out(run, results), indent=2))
+        return
+    _print_results(results)
+    click.echo(_summary(run))
