@@ -49,9 +49,10 @@ from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
-from chatbox.store import Store, User
+from chatbox.store import Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
+from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
@@ -214,7 +215,7 @@ class Services:
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         recovered = await store.turns.recover_drafts()
@@ -621,13 +622,27 @@ class OperatorServices:
 async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
     """Open the database (creating the first admin on an empty one) for the command line."""
     settings.ensure_dirs()
-    store = await Store.open(settings.db_path)
+    store = await Store.open(settings.database)
     try:
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         yield OperatorServices(settings, accounts, store)
     finally:
         await store.close()
+
+
+async def migrate_store(settings: Settings, url: str) -> list[TableCopy]:
+    """Copy this box's SQLite store into the empty PostgreSQL database at `url` (migrated
+    first); each table's counts and checksums on both sides."""
+    source = await open_database(settings.db_path)
+    try:
+        target = await open_database(url)
+        try:
+            return await copy_store(source, target)
+        finally:
+            await target.close()
+    finally:
+        await source.close()
 
 
 @dataclass
@@ -658,7 +673,7 @@ async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]
     """Engines, admission and moderation over the database, for the command line's evals."""
     settings.ensure_dirs()
     registry = model_registry(settings)
-    store = await Store.open(settings.db_path)
+    store = await Store.open(settings.database)
     metrics = CollectorRegistry()
     pool = None
     knowledge = None

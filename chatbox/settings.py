@@ -84,6 +84,9 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)  # derived files, safe to delete
     manifest_path: Path | None = None  # built-in models; default: the repo's models/manifest.toml
     model: str | None = None  # default model name; None: the registry's default
+    # The store: None keeps it in SQLite at <data_dir>/chatbox.db; "postgresql://user@host/db"
+    # puts it in PostgreSQL, which several fronts can share (docs/scaling.md).
+    database_url: str | None = field(default=None, repr=False)
     host: str = "127.0.0.1"
     port: int = 8000
     max_tokens: int = 512  # default completion budget of a turn
@@ -180,6 +183,8 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     def __post_init__(self) -> None:
+        if self.database_url and not self.database_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database_url must be a postgresql:// URL")
         for cidr in self.trusted_proxies:  # fail at start, not on the first request
             ipaddress.ip_network(cidr, strict=False)
         if self.embedding_runtime not in EMBEDDING_RUNTIMES:
@@ -191,6 +196,11 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "chatbox.db"
+
+    @property
+    def database(self) -> Path | str:
+        """Where the store lives: the PostgreSQL URL when one is set, else the SQLite file."""
+        return self.database_url or self.db_path
 
     @property
     def models_path(self) -> Path:

@@ -17,10 +17,12 @@ TEST=0
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 
-if [ $TEST = 1 ] && ! { command -v chromium && command -v bwrap; } >/dev/null 2>&1; then
-  say "installing Chromium (browser tests) and bubblewrap (the code interpreter's sandbox)"
+# PostgreSQL: the store's tests run on it too (tests/pg.py starts a server with initdb/pg_ctl).
+if [ $TEST = 1 ] && ! { command -v chromium && command -v bwrap \
+    && { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; }; } >/dev/null 2>&1; then
+  say "installing Chromium (browser tests), bubblewrap (the code interpreter's sandbox), PostgreSQL"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium bubblewrap >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium bubblewrap postgresql >/dev/null
 fi
 
 [ -x .venv/bin/python ] || { say "creating .venv"; python3 -m venv .venv; }

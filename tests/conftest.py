@@ -16,6 +16,7 @@ from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
+from tests.pg import PgServer, binaries
 from tests.tinymodel import make_tiny_gguf
 
 
@@ -133,7 +134,7 @@ def seed_user(
     """Before the app starts: make sure the admin exists, add `name` if new; a new API key."""
 
     async def run() -> str:
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         try:
             await ensure_admin(store, settings)
             user = await store.users.get_by_name(name)
@@ -152,6 +153,37 @@ def seed_user(
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgServer]:
+    """One PostgreSQL server for the session (skipped where its binaries are not installed)."""
+    if binaries() is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (apt-get install postgresql)")
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+STORES = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets `BOTH_STORES = True` runs each test using `database` on both
+    stores; elsewhere `database` is SQLite (PostgreSQL variants cost CI time)."""
+    if "database" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_STORES", False):
+        metafunc.parametrize("database", STORES, indirect=True)
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a test's store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        return tmp_path / "chatbox.db"
+    server: PgServer = request.getfixturevalue("postgres")
+    return server.fresh_database()
 
 
 @pytest.fixture

@@ -62,6 +62,9 @@ main.add_command(shadow)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)
+from chatbox.cli.store import migrate_store  # noqa: E402
+
+main.add_command(migrate_store)
 from chatbox.cli.tools import tools  # noqa: E402
 
 main.add_command(tools)

@@ -40,6 +40,12 @@ from chatbox.settings import Settings, settings_from_env
 )
 @click.option("--max-tokens", type=int, default=None, help="Default answer length budget.")
 @click.option(
+    "--database-url",
+    default=None,
+    help="Keep the store in PostgreSQL (postgresql://user:pass@host/db; env: "
+    "CHATBOX_DATABASE_URL) instead of SQLite in the data directory.",
+)
+@click.option(
     "--admin-password",
     default=None,
     help="Seed the first admin's password on an empty database "

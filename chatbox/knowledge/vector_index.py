@@ -206,6 +206,10 @@ class VectorIndex:
         # Runs in the writer's task right after its commit, before it yields (see VectorFeed).
         key = (change.table, change.user_id)
         self._gen[key] = self._gen.get(key, 0) + 1
+        if change.reload:  # another front wrote it: read it again on its next query
+            self._too_big.discard(key)
+            self.drop(*key)
+            return
         if len(change.deleted):
             self._too_big.discard(key)
         with self._lock:

@@ -1,4 +1,5 @@
-"""Storage: SQLite (WAL) through aiosqlite, with sqlite-vec; SQL lives only here."""
+"""Storage: SQLite (WAL) through aiosqlite with sqlite-vec, or PostgreSQL through asyncpg
+(chatbox/store/pg.py); SQL lives only here."""
 
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ __all__ = [
 ]
 
 
+async def open_database(target: Path | str) -> Database:
+    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
+    from chatbox.store.pg import PgDatabase, is_url  # asyncpg loads only when it is used
+
+    if is_url(target):
+        return await PgDatabase.connect(str(target))
+    return await Database.open(target)
+
+
 @dataclass
 class Store:
     """The database and one repository per aggregate."""
@@ -86,8 +96,9 @@ class Store:
     tool_results: ToolResultRepo
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
-        db = await Database.open(path)
+    async def open(cls, target: Path | str) -> Store:
+        """The store at a SQLite path or a `postgresql://` URL."""
+        db = await open_database(target)
         return cls(
             db,
             UserRepo(db),

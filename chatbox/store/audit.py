@@ -59,10 +59,10 @@ class AuditRepo:
         async with self.db.transaction() as tx:
             cur = await tx.execute(
                 "INSERT INTO audit_log (at, actor_id, actor_name, action, target_id,"
-                " target_name, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " target_name, detail) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (time.time(), actor_id, actor_name, action, target_id, target_name, body),
             )
-            entry_id = cur.lastrowid
+            entry_id = int((await cur.fetchone())[0])
         row = await self.db.fetchone("SELECT * FROM audit_log WHERE id = ?", (entry_id,))
         return AuditEntry.from_row(row)
 

@@ -71,11 +71,10 @@ class CanaryRepo:
         async with self.db.transaction() as tx:
             cur = await tx.execute(
                 "INSERT INTO canary_events (arm, tier, model, action, automatic, reason,"
-                " actor_name, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " actor_name, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                 (arm, tier, model, action, int(automatic), reason, actor_name, at),
             )
-            seq = cur.lastrowid
-        assert seq is not None
+            seq = int((await cur.fetchone())[0])
         return CanaryEvent(seq, arm, tier, model, action, automatic, reason, actor_name, at)
 
     async def states(self) -> dict[str, CanaryEvent]:

@@ -98,4 +98,4 @@ class ConversationRepo:
                 " WHERE id = ? AND user_id = ? AND deleted_at IS NULL",
                 (time.time(), conv_id, user_id),
             )
-        return cur.rowcount > 0
+        return bool(cur.rowcount > 0)

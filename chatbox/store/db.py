@@ -1,5 +1,9 @@
-"""The SQLite connections: sqlite-vec loaded, WAL mode, one serialized writer path, and a
-second connection for reads a person waits on beside the writes (`Database.snapshot`)."""
+"""The store's database: one interface, on SQLite (the default) or PostgreSQL (`chatbox.store.pg`).
+
+SQLite: sqlite-vec loaded, WAL mode, one serialized writer path, and a second connection for
+reads a person waits on beside the writes (`Database.snapshot`). Repositories write `?`
+placeholders; SQL that differs between the two asks `db.dialect`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import aiosqlite
 import sqlean
@@ -58,19 +62,33 @@ def _connect_sync(path: Path, read_only: bool = False) -> Any:
     return conn
 
 
-class Database:
-    """An open database. Reads go straight through; writes go through `transaction()`."""
+Dialect = Literal["sqlite", "postgresql"]
 
-    def __init__(
-        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection | None = None
-    ) -> None:
-        self.conn = conn
-        self.path = path
-        # Search reads: on their own thread and connection, they never queue behind the
-        # writer's statements (WAL lets them read the last commit while a write runs).
-        self.snapshot = Snapshot(self, reader or conn)
+
+class Reader(Protocol):
+    """Reads that see the last commit (`Database.snapshot`)."""
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any: ...
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]: ...
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]: ...
+
+
+class Database:
+    """An open database. Reads go straight through; writes go through `transaction()`, which
+    yields a connection with aiosqlite's `execute` and `executemany` (on either dialect).
+    `snapshot` takes reads that need no uncommitted write and should not wait for the writer."""
+
+    dialect: Dialect = "sqlite"
+
+    def __init__(self) -> None:
+        # A pool's reads already run beside its writes: the database is its own snapshot.
+        self.snapshot: Reader = self
         self._write_lock = asyncio.Lock()
-        self.vector_changes = VectorFeed()  # committed vec0 writes, for in-RAM indexes
+        self.vector_changes = VectorFeed()  # committed vector writes, for in-RAM indexes
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
         self.on_op: Callable[[str, float], None] | None = None
 
@@ -79,7 +97,77 @@ class Database:
             self.on_op(op, time.perf_counter() - t0)
 
     @classmethod
-    async def open(cls, path: Path) -> Database:
+    async def open(cls, target: Path | str) -> Database:
+        """The SQLite database at a path (a `postgresql://` URL: `chatbox.store.open_database`)."""
+        if str(target).startswith(("postgresql://", "postgres://")):
+            raise ValueError("open PostgreSQL with chatbox.store.open_database")
+        return await SqliteDatabase.open_file(Path(target))
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    def reading(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
+        limit; `params` follow the keys in every batch."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at : at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows
+
+    async def checkpoint(self) -> None:
+        """Move erased bytes out of the database's log, where the dialect has one to move."""
+        raise NotImplementedError
+
+    async def integrity_ok(self) -> bool:
+        raise NotImplementedError
+
+    async def tables(self) -> dict[str, list[tuple[str, str]]]:
+        """Every table's (column, declared type) pairs (for the content registry's check)."""
+        raise NotImplementedError
+
+    async def writable(self) -> bool:
+        """True when a write transaction can be taken and committed."""
+        try:
+            async with self.transaction() as tx:
+                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
+        except Exception:
+            return False
+        return True
+
+
+class SqliteDatabase(Database):
+    """SQLite through aiosqlite: one connection, one serialized writer."""
+
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, reader: aiosqlite.Connection | None = None
+    ) -> None:
+        super().__init__()
+        self.conn = conn
+        self.path = path
+        # Search reads: on their own thread and connection, they never queue behind the
+        # writer's statements (WAL lets them read the last commit while a write runs).
+        self.reader = reader or conn
+        self.snapshot = Snapshot(self, self.reader)
+
+    @classmethod
+    async def open_file(cls, path: Path) -> SqliteDatabase:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         conn = aiosqlite.Connection(lambda: _connect_sync(path), 64)
         await conn
@@ -88,12 +176,13 @@ class Database:
             await apply_migrations(tx)
         reader = aiosqlite.Connection(lambda: _connect_sync(path, read_only=True), 64)
         await reader
+        db.reader = reader
         db.snapshot = Snapshot(db, reader)
         return db
 
     async def close(self) -> None:
-        if self.snapshot.conn is not self.conn:
-            await self.snapshot.conn.close()
+        if self.reader is not self.conn:
+            await self.reader.close()
         await self.conn.close()
 
     @asynccontextmanager
@@ -135,19 +224,6 @@ class Database:
         self._timed("read", t0)
         return rows
 
-    async def fetchall_in(
-        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
-    ) -> list[Any]:
-        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
-        limit; `params` follow the keys in every batch."""
-        rows: list[Any] = []
-        rest = tuple(params)
-        for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at : at + IN_BATCH])
-            marks = ", ".join("?" for _ in part)
-            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
-        return rows
-
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it (erased pages leave the WAL too)."""
         async with self._write_lock, self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
@@ -159,19 +235,19 @@ class Database:
         row = await self.fetchone("PRAGMA integrity_check")
         return bool(row) and row[0] == "ok"
 
-    async def writable(self) -> bool:
-        """True when a write transaction can be taken and committed."""
-        try:
-            async with self.transaction() as tx:
-                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
-        except Exception:
-            return False
-        return True
+    async def tables(self) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {}
+        for row in await self.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ):
+            cols = await self.fetchall(f"PRAGMA table_xinfo('{row['name']}')")
+            out[row["name"]] = [(c["name"], c["type"] or "") for c in cols if not c["hidden"]]
+        return out
 
 
 class Snapshot:
-    """Reads on the database's second connection: each statement sees the last commit, and
-    none waits for the writer's connection (for reads that need no uncommitted write)."""
+    """Reads on the SQLite database's second connection: each statement sees the last commit,
+    and none waits for the writer's connection (for reads that need no uncommitted write)."""
 
     def __init__(self, db: Database, conn: aiosqlite.Connection) -> None:
         self.db = db

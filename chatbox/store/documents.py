@@ -14,8 +14,10 @@ import numpy as np
 from chatbox.store.db import Database
 from chatbox.store.erasure import ErasureRepo
 from chatbox.store.memories import vector_blob
+from chatbox.store.pg_text import tsquery
 from chatbox.store.records import new_id
 from chatbox.store.vector_feed import VectorChange
+from chatbox.store.vectors import VectorRepo
 from chatbox.store.visibility import visible_to
 
 
@@ -144,10 +146,10 @@ class DocumentRepo:
             for chunk, vector in zip(chunks, vectors, strict=True):
                 cur = await tx.execute(
                     "INSERT INTO chunks (document_id, user_id, ord, page, start_char, text)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
                     (doc_id, owner, chunk.ord, chunk.page, chunk.start_char, chunk.text),
                 )
-                seqs.append(int(cur.lastrowid or 0))
+                seqs.append(int((await cur.fetchone())[0]))
                 await tx.execute(
                     "INSERT INTO chunk_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
                     (seqs[-1], owner, vector_blob(vector)),
@@ -232,6 +234,10 @@ class DocumentRepo:
         in the common case.
         """
         scope, params = _in_scope(user_id, conversation_id)
+        if self.db.dialect == "postgresql":  # no vec0: a scan of the partition, then scope
+            found = await VectorRepo(self.db).nearest("chunk_vec", user_id, vector, k * 4)
+            chunks = await self.chunks_in_scope(user_id, conversation_id, [s for s, _ in found])
+            return [(chunks[s], d) for s, d in found if s in chunks][:k]
         rows = await self.db.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM chunk_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
@@ -257,6 +263,15 @@ class DocumentRepo:
     ) -> builtins.list[tuple[Chunk, float]]:
         """Chunks in scope matching an FTS5 query, best bm25 first (lower is better)."""
         scope, params = _in_scope(user_id, conversation_id)
+        if self.db.dialect == "postgresql":
+            rows = await self.db.fetchall(
+                f"{_CHUNK} JOIN chunk_fts ON chunk_fts.rowid = chunks.seq,"
+                " to_tsquery('english', ?) AS q"
+                f" WHERE chunk_fts.text @@ q AND {scope}"
+                " ORDER BY ts_rank(chunk_fts.text, q) DESC, chunks.seq LIMIT ?",
+                (tsquery(match), *params, k),
+            )
+            return [(Chunk.from_row(r), float(i)) for i, r in enumerate(rows)]
         rows = await self.db.fetchall(
             f"{_CHUNK} JOIN chunk_fts ON chunk_fts.rowid = chunks.seq"
             f" WHERE chunk_fts MATCH ? AND {scope} ORDER BY chunk_fts.rank LIMIT ?",
@@ -271,8 +286,9 @@ class DocumentRepo:
         async with self.db.transaction() as tx:
             for i, (chunk_seq, score) in enumerate(cited):
                 await tx.execute(
-                    "INSERT OR IGNORE INTO turn_citations (turn_id, chunk_seq, ord, score)"
-                    " VALUES (?, ?, ?, ?)",
+                    ("INSERT OR IGNORE" if self.db.dialect == "sqlite" else "INSERT")
+                    + " INTO turn_citations (turn_id, chunk_seq, ord, score) VALUES (?, ?, ?, ?)"
+                    + ("" if self.db.dialect == "sqlite" else " ON CONFLICT DO NOTHING"),
                     (turn_id, chunk_seq, i, score),
                 )
 

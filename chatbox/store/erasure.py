@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiosqlite
-
 from chatbox.store import content
 from chatbox.store.db import Database
 from chatbox.store.vector_feed import VectorChange
@@ -63,17 +61,18 @@ def _bound(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if f":{k}" in sql}
 
 
-async def _rows(tx: aiosqlite.Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
+async def _rows(tx: Any, sql: str, params: Mapping[str, Any]) -> list[Any]:
     async with tx.execute(sql, _bound(sql, params)) as cur:
         return list(await cur.fetchall())
 
 
 async def _apply(
-    tx: aiosqlite.Connection,
+    tx: Any,
     out: Erased,
     kind: content.Kind,
     t: content.Table,
     params: Mapping[str, Any],
+    dialect: str,
 ) -> None:
     """One table's part of one erasure (see `chatbox.store.content`)."""
     act = t.erase[kind]
@@ -89,6 +88,11 @@ async def _apply(
         assert t.source is not None and t.virtual == "fts5"
         source, rowid = t.source
         cols = ", ".join(t.content)
+        if dialect == "postgresql":  # a tsvector table: its rows go
+            sql = f"DELETE FROM {t.name} WHERE rowid IN (SELECT {rowid} FROM {source}"
+            sql += f" WHERE {act.where})"
+            await tx.execute(sql, _bound(sql, params))
+            return
         sql = (
             f"INSERT INTO {t.name} ({t.name}, rowid, {cols})"
             f" SELECT 'delete', {rowid}, {cols} FROM {source} WHERE {act.where}"
@@ -105,7 +109,7 @@ async def _apply(
 
 
 async def _erase(
-    tx: aiosqlite.Connection, out: Erased, kind: content.Kind, params: Mapping[str, Any]
+    tx: Any, out: Erased, kind: content.Kind, params: Mapping[str, Any], dialect: str
 ) -> None:
     """Erase one subject of `kind`: its parts first, then its rows of every table that
     declares this kind, in the registry's order. A subject not there (or not the user's,
@@ -114,10 +118,11 @@ async def _erase(
         return
     for part, query in content.PARTS.get(kind, ()):
         for row in await _rows(tx, query, params):
-            await _erase(tx, out, part, {**params, **dict(zip(row.keys(), row, strict=True))})
+            row_params = dict(zip(row.keys(), row, strict=True))
+            await _erase(tx, out, part, {**params, **row_params}, dialect)
     for t in content.TABLES:
         if kind in t.erase:
-            await _apply(tx, out, kind, t, params)
+            await _apply(tx, out, kind, t, params, dialect)
 
 
 class ErasureRepo:
@@ -132,7 +137,7 @@ class ErasureRepo:
         out = Erased()
         async with self.db.transaction() as tx:
             for params in subjects:
-                await _erase(tx, out, kind, params)
+                await _erase(tx, out, kind, params, self.db.dialect)
         await self._settle(out)
         return out
 

@@ -91,10 +91,10 @@ class FeedbackRepo:
         async with self.db.transaction() as tx:
             cur = await tx.execute(
                 "INSERT INTO feedback (turn_id, conversation_id, user_id, rating, comment,"
-                " model, arm, tier, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " model, arm, tier, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                 (turn_id, conversation_id, user_id, rating, comment, model, arm, tier, now),
             )
-            seq = cur.lastrowid
+            seq = int((await cur.fetchone())[0])
         assert seq is not None
         return Feedback(
             seq, turn_id, conversation_id, user_id, rating, comment, model, arm, tier, now
@@ -122,8 +122,9 @@ class FeedbackRepo:
         """Ratings that count, per model and arm (the console's table, the metrics' gauge)."""
         rows = await self.db.fetchall(
             "SELECT coalesce(model, '') AS model, arm,"
-            " sum(rating = 'up') AS up, sum(rating = 'down') AS down"
-            f" FROM ({_LATEST}) GROUP BY 1, 2 ORDER BY 1, 2"
+            " sum(CASE WHEN rating = 'up' THEN 1 ELSE 0 END) AS up,"
+            " sum(CASE WHEN rating = 'down' THEN 1 ELSE 0 END) AS down"
+            f" FROM ({_LATEST}) AS latest GROUP BY 1, 2 ORDER BY 1, 2"
         )
         return [FeedbackTally(r["model"], r["arm"], int(r["up"]), int(r["down"])) for r in rows]
 

@@ -128,7 +128,9 @@ class ModerationRepo:
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY m.created_at DESC, m.rowid DESC LIMIT ?"
+        # PostgreSQL has no rowid; ids begin with their creation time in milliseconds.
+        last = "m.rowid" if self.db.dialect == "sqlite" else "m.id"
+        sql += f" ORDER BY m.created_at DESC, {last} DESC LIMIT ?"
         rows = await self.db.fetchall(sql, (*params, max(1, min(limit, 10_000))))
         return [ModerationItem.from_row(r) for r in rows]
 

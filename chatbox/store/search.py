@@ -7,14 +7,16 @@ answers streaming meanwhile."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from chatbox.store.db import Database
 from chatbox.store.memories import vector_blob
+from chatbox.store.pg_text import tsquery
 from chatbox.store.vector_feed import VectorChange
+from chatbox.store.vectors import VectorRepo
 from chatbox.store.visibility import visible_to
 
 HIT_START, HIT_END = "\x02", "\x03"  # snippet markers; the web layer turns them into <mark>
@@ -58,6 +60,22 @@ class SearchRepo:
     async def keyword(self, user_id: str, match: str, limit: int) -> list[TurnHit]:
         """Turns of the live conversations the user may see matching an FTS5 query, best first."""
         seen, params = _seen(user_id)
+        if self.db.dialect == "postgresql":
+            rows = await self.db.snapshot.fetchall(
+                "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
+                " turns.role, turns.created_at, -ts_rank(turn_fts.content, q) AS score,"
+                " ts_headline('english', turns.content, q, 'StartSel="
+                + HIT_START
+                + ", StopSel="
+                + HIT_END
+                + ", MaxWords=24, MinWords=8') AS snippet"
+                " FROM turn_fts JOIN turns ON turns.seq = turn_fts.rowid"
+                " JOIN conversations ON conversations.id = turns.conversation_id,"
+                " to_tsquery('english', ?) AS q"
+                f" WHERE turn_fts.content @@ q AND {seen} ORDER BY score, turns.seq LIMIT ?",
+                (tsquery(match), *params, limit),
+            )
+            return [TurnHit.from_row(r) for r in rows]
         rows = await self.db.snapshot.fetchall(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, turn_fts.rank AS score,"
@@ -73,6 +91,10 @@ class SearchRepo:
         """Turns of the user's partition (conversations they started) nearest in meaning,
         among those indexed and those they may still see, nearest first."""
         seen, params = _seen(user_id)
+        if self.db.dialect == "postgresql":  # no vec0: a scan of the user's partition
+            found = await VectorRepo(self.db).nearest("turn_vec", user_id, vector, limit * 2)
+            hits = await self.turns_by_seq(user_id, [seq for seq, _ in found])
+            return [replace(hits[s], score=d) for s, d in found if s in hits][:limit]
         rows = await self.db.snapshot.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM turn_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
@@ -120,7 +142,9 @@ class SearchRepo:
                 )
             await tx.execute(
                 "INSERT INTO turn_vec_progress (user_id, last_seq) VALUES (?, ?)"
-                " ON CONFLICT (user_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
+                " ON CONFLICT (user_id) DO UPDATE SET last_seq ="
+                + (" max" if self.db.dialect == "sqlite" else " greatest")
+                + "(turn_vec_progress.last_seq, excluded.last_seq)",
                 (user_id, upto_seq),
             )
         if added:

@@ -215,7 +215,7 @@ class TransferRepo:
                 "UPDATE api_keys SET zero_retention = ? WHERE id = ? AND revoked_at IS NULL",
                 (int(on), key_id),
             )
-        return cur.rowcount > 0
+        return bool(cur.rowcount > 0)
 
     async def content_rows(self) -> dict[str, int]:
         """Rows of every table that holds content (for tools and tests of retention)."""

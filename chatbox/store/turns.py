@@ -45,7 +45,9 @@ class TurnRepo:
 
     async def children(self, conv_id: str, parent_id: str | None) -> list[Turn]:
         rows = await self.db.fetchall(
-            "SELECT * FROM turns WHERE conversation_id = ? AND parent_id IS ? ORDER BY seq",
+            "SELECT * FROM turns WHERE conversation_id = ? AND parent_id"
+            + (" IS ?" if self.db.dialect == "sqlite" else " IS NOT DISTINCT FROM ?")
+            + " ORDER BY seq",
             (conv_id, parent_id),
         )
         return [Turn.from_row(r) for r in rows]

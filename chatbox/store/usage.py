@@ -75,11 +75,11 @@ class UsageRepo:
                 " completion_tokens, cached_tokens, shed, degraded)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (user_id, model, day, arm) DO UPDATE SET"
-                " requests = requests + excluded.requests,"
-                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-                " completion_tokens = completion_tokens + excluded.completion_tokens,"
-                " cached_tokens = cached_tokens + excluded.cached_tokens,"
-                " shed = shed + excluded.shed, degraded = degraded + excluded.degraded",
+                " requests = usage.requests + excluded.requests,"
+                " prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = usage.completion_tokens + excluded.completion_tokens,"
+                " cached_tokens = usage.cached_tokens + excluded.cached_tokens,"
+                " shed = usage.shed + excluded.shed, degraded = usage.degraded + excluded.degraded",
                 (
                     user_id,
                     model,
@@ -97,7 +97,8 @@ class UsageRepo:
                 await tx.execute(
                     "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)"
                     " ON CONFLICT (model, hour) DO UPDATE SET"
-                    " requests = requests + excluded.requests, tokens = tokens + excluded.tokens",
+                    " requests = usage_hours.requests + excluded.requests,"
+                    " tokens = usage_hours.tokens + excluded.tokens",
                     (model, hour_of(ts), requests + shed, prompt + completion),
                 )
 

@@ -2,7 +2,8 @@
 
 Every repository that writes `memory_vec`, `chunk_vec` or `turn_vec` publishes a
 `VectorChange` on the database's `VectorFeed` right after its transaction commits, so an
-in-RAM copy (the knowledge layer's index) can stay in step.
+in-RAM copy (the knowledge layer's index) can stay in step. On PostgreSQL the other fronts
+hear of it through `NOTIFY` as a `reload` of that partition (chatbox/store/pg.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class VectorChange:
-    """Committed writes to one (table, user) partition: rows added or replaced, rows gone."""
+    """Committed writes to one (table, user) partition: rows added or replaced, rows gone;
+    `reload`: another front changed it (PostgreSQL), so a copy of it must be read again."""
 
     table: str
     user_id: str
     rowids: Sequence[int] = ()  # added or replaced, one per row of `vectors`
     vectors: np.ndarray | None = None
     deleted: Sequence[int] = field(default_factory=tuple)
+    reload: bool = False
 
 
 Listener = Callable[[VectorChange], Awaitable[None]]
@@ -42,6 +45,6 @@ class VectorFeed:
             self._listeners.remove(listener)
 
     async def publish(self, change: VectorChange) -> None:
-        if change.rowids or change.deleted:
+        if change.rowids or change.deleted or change.reload:
             for listener in list(self._listeners):
                 await listener(change)

@@ -1,7 +1,9 @@
 """Vector partitions: one user's vectors of a vec0 table, read whole.
 
 `VectorRepo.partition` reads one (table, user) partition in one go (the knowledge layer's
-in-RAM index loads it; `chatbox.store.vector_feed` keeps it in step after that).
+in-RAM index loads it; `chatbox.store.vector_feed` keeps it in step after that). On
+PostgreSQL the vector tables are plain rows, and `VectorRepo.nearest` scans a partition
+where the index does not hold it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 
 import numpy as np
 
-from chatbox.store.db import Database
+from chatbox.store.db import Database, SqliteDatabase
 
 VECTOR_TABLES = frozenset({"memory_vec", "chunk_vec", "turn_vec"})
 DIM = 384
@@ -30,10 +32,38 @@ class VectorRepo:
         writer lock (no write interleaves); None when it holds more than max_rows rows."""
         if table not in VECTOR_TABLES:
             raise ValueError(f"not a vector table: {table}")
+        if not isinstance(self.db, SqliteDatabase):  # one statement: one snapshot
+            return await self._partition_rows(table, user_id, max_rows)
         async with self.db.reading():
             if await self._fast_ok():
                 return await self._partition_fast(table, user_id, max_rows)
             return await self._partition_plain(table, user_id, max_rows)
+
+    async def nearest(
+        self, table: str, user_id: str, vector: np.ndarray, k: int
+    ) -> list[tuple[int, float]]:
+        """The k rows of one partition nearest to `vector` as (rowid, L2 distance), nearest
+        first: a brute-force scan (PostgreSQL's answer where the in-RAM index has none)."""
+        loaded = await self.partition(table, user_id)
+        if loaded is None or k <= 0 or not len(loaded[0]):
+            return []
+        ids, mat = loaded
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        dist = np.sqrt(((mat.astype(np.float64) - q.astype(np.float64)) ** 2).sum(axis=1))
+        order = np.lexsort((ids, dist))[:k]
+        return [(int(ids[i]), float(dist[i])) for i in order]
+
+    async def _partition_rows(
+        self, table: str, user_id: str, max_rows: int | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        rows = await self.db.fetchall(
+            f"SELECT rowid, embedding FROM {table} WHERE user_id = ? ORDER BY rowid", (user_id,)
+        )
+        if max_rows is not None and len(rows) > max_rows:
+            return None
+        mat = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
+        ids = np.asarray([int(r[0]) for r in rows], dtype=np.int64)
+        return ids, mat.reshape(-1, DIM).copy()
 
     async def count(self, table: str, user_id: str) -> int:
         """Rows in one user's partition (a full vec0 scan: for tests and tools)."""
@@ -89,6 +119,7 @@ class VectorRepo:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         ids: list[int] = []
         parts: list[bytes] = []
+        assert isinstance(self.db, SqliteDatabase)
         async with self.db.conn.execute(
             f"SELECT rowid, embedding FROM {table} WHERE user_id = ?", (user_id,)
         ) as cur:

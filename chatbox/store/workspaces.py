@@ -102,7 +102,7 @@ class WorkspaceRepo:
                 "DELETE FROM workspace_members WHERE workspace_id = ? AND user_id = ?",
                 (ws_id, user_id),
             )
-        return cur.rowcount > 0
+        return bool(cur.rowcount > 0)
 
     async def set_system_prompt(self, ws_id: str, system_prompt: str | None) -> None:
         async with self.db.transaction() as tx:
@@ -118,7 +118,7 @@ class WorkspaceRepo:
                 " AND deleted_at IS NULL",
                 (ws_id, conv_id, user_id),
             )
-        return cur.rowcount > 0
+        return bool(cur.rowcount > 0)
 
     async def contents(
         self, ws_id: str

@@ -56,6 +56,19 @@ def files_holding(data_dir: Path, needle: bytes) -> list[str]:
     return found
 
 
+def holding(app: App, needle: str) -> list[str]:
+    """Files under the data directory holding `needle` (any case), and on PostgreSQL the
+    tables with a live row whose text (every column, tsvector lexemes included) holds it."""
+    found = files_holding(app.settings.data_dir, needle.encode())
+    db = app.services.store.db
+    if db.dialect == "postgresql":
+        for table in app.call(db.tables):
+            sql = f"SELECT count(*) FROM {table} AS t WHERE t::text ILIKE ?"
+            if app.call(db.fetchone, sql, (f"%{needle}%",))[0]:
+                found.append(table)
+    return found
+
+
 @pytest.fixture(scope="session")
 def embedder() -> Iterator[Embedder]:
     """The real all-MiniLM-L6-v2 (no network), loaded once per session."""
@@ -66,8 +79,12 @@ def embedder() -> Iterator[Embedder]:
 
 
 @pytest.fixture
-def app(settings: Settings, registry: ModelRegistry, embedder: Embedder) -> Iterator[App]:
-    settings = settings.with_overrides(memory_idle_s=3600.0)
+def app(
+    settings: Settings, registry: ModelRegistry, embedder: Embedder, database: Path | str
+) -> Iterator[App]:
+    """The app on SQLite, then on PostgreSQL (the `database` fixture's two stores)."""
+    url = database if isinstance(database, str) else None
+    settings = settings.with_overrides(memory_idle_s=3600.0, database_url=url)
     admin = bearer(seed_user(settings))
     bob = bearer(seed_user(settings, "bob", role="member", tier="free", password="bob-pw-123456"))
     with TestClient(create_app(settings, registry), timeout=120) as client:

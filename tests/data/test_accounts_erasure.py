@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.cli.test_accounts_cli import cli
 from tests.conftest import ADMIN_PASSWORD, seed_user, test_settings
-from tests.data.conftest import App, files_holding
+from tests.data.conftest import App, holding
 
 SECRET = "narwhalbanjo5518"
 
@@ -46,7 +46,7 @@ def test_admin_deletes_an_account_over_the_api(app: App) -> None:
     assert c.get("/v1/conversations", headers=app.bob).status_code == 401  # its key is gone
     app.call(app.services.store.db.checkpoint)
     for needle in (SECRET, SECRET[-9:]):
-        assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+        assert holding(app, needle) == [], needle
     assert _usage(app) == usage_before  # counts stay (the row is nameless now)
     listed = [u.name for u in app.call(app.services.store.users.list)]
     assert listed == ["admin"]
@@ -71,7 +71,7 @@ def test_a_user_deletes_their_own_account_after_typing_its_name(app: App) -> Non
     check = app.services.accounts.check_password
     assert app.call(check, "bob", "bob-pw-123456") is None  # no login either
     app.call(app.services.store.db.checkpoint)
-    assert files_holding(app.settings.data_dir, SECRET.encode()) == []
+    assert holding(app, SECRET) == []
     entries = app.call(app.services.accounts.audit_log)
     assert next(e for e in entries if e.action == "user.delete").detail["self_service"] is True
 

@@ -11,7 +11,9 @@ from typing import Any
 
 from chatbox.store import Store, content
 from chatbox.store.shares import SharedPassage, SharedTurn
-from tests.data.conftest import App, files_holding
+from tests.data.conftest import App, holding
+
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 SECRET = "zebrafjord9931"  # in every content column of the account's rows
 NUMERIC = ("INT", "REAL", "FLOA", "DOUB", "NUM")  # affinities that hold no text in our code
@@ -23,35 +25,39 @@ def _holds_text(declared: str) -> bool:
     return not any(n in kind for n in NUMERIC)
 
 
-async def _schema(store: Store) -> dict[str, tuple[str, list[str]]]:
-    """Every table after all migrations: (its CREATE statement, its text-holding columns)."""
+async def _schema(store: Store) -> dict[str, tuple[str, list[str], list[str]]]:
+    """Every table after all migrations: (its CREATE statement on SQLite, its text-holding
+    columns (PostgreSQL's tsvector and bytea hold text too), all its columns)."""
     out = {}
-    for row in await store.db.fetchall(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-    ):
-        cols = await store.db.fetchall(f"PRAGMA table_xinfo('{row['name']}')")
-        text = [c["name"] for c in cols if not c["hidden"] and _holds_text(c["type"] or "")]
-        out[row["name"]] = (row["sql"] or "", text)
+    for name, cols in (await store.db.tables()).items():
+        sql = ""
+        if store.db.dialect == "sqlite":
+            row = await store.db.fetchone("SELECT sql FROM sqlite_master WHERE name = ?", (name,))
+            sql = row["sql"] or ""
+        out[name] = (sql, [c for c, kind in cols if _holds_text(kind)], [c for c, _ in cols])
     return out
 
 
-async def test_every_table_and_text_column_is_declared(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "chatbox.db")
+async def test_every_table_and_text_column_is_declared(database: Path | str) -> None:
+    store = await Store.open(database)
+    sqlite = store.db.dialect == "sqlite"
     try:
         schema = await _schema(store)
     finally:
         await store.close()
     undeclared = []
-    for name, (sql, text) in schema.items():
+    for name, (sql, text, every) in schema.items():
         if name not in content.BY_NAME:
             owner = content.shadow_of(name)
             assert owner is not None and owner.name in schema, f"table {name} is not declared"
             continue  # an FTS5/vec0 table's storage: declared by its virtual table
         t = content.table(name)
         using = sql.upper().split("USING ")[-1] if "VIRTUAL" in sql.upper() else None
-        assert (t.virtual or None) == (using.split("(")[0].strip().lower() if using else None)
+        if sqlite:  # PostgreSQL keeps FTS and vectors in plain tables of the same names
+            assert (t.virtual or None) == (using.split("(")[0].strip().lower() if using else None)
         undeclared += [f"{name}.{c}" for c in text if c not in t.content and c not in t.plain]
-        stale = [c for c in (*t.content, *t.plain) if c not in text]
+        # A vector table's rowid is an untyped (text-holding) column of vec0, a bigint here.
+        stale = [c for c in (*t.content, *t.plain) if c not in (text if sqlite else every)]
         assert not stale, f"{name}: declared columns not in the schema: {stale}"
         assert t.content or t.why, f"{name} holds no content: say what it is (why)"
         assert t.scope is not None or not t.erase, f"{name}: nobody's rows, yet erased"
@@ -98,8 +104,12 @@ async def _left(
     """How many rows of the owner (`user_id`: its vectors' partition) or holding its words
     (`secret`; `words`: another word for some tables) `t` has."""
     params: dict[str, Any] = {"user": user_id, "word": f"%{words.get(t.name, secret)}%"}
+    postgresql = store.db.dialect == "postgresql"
     if t.virtual == "vec0":
         sql = f"SELECT count(*) FROM {t.name} WHERE user_id = :user"
+    elif t.virtual == "fts5" and postgresql:  # a tsvector's lexemes, as text
+        sql = f"SELECT count(*) FROM {t.name} WHERE {t.content[0]}::text LIKE :word"
+        params = {"word": f"%{secret}%"}
     elif t.virtual == "fts5":
         sql = f"SELECT count(*) FROM {t.name} WHERE {t.name} MATCH :match"
         params = {"match": f'"{secret}"'}
@@ -109,9 +119,10 @@ async def _left(
         )
     else:
         sql = f"SELECT count(*) FROM {t.name} WHERE {OWNED[t.name]}"
-    async with store.db.conn.execute(
-        sql, {k: v for k, v in params.items() if f":{k}" in sql}
-    ) as cur:
+    async with (
+        store.db.reading() as tx,
+        tx.execute(sql, {k: v for k, v in params.items() if f":{k}" in sql}) as cur,
+    ):
         row = await cur.fetchone()
     return int(row[0]) if row else 0
 
@@ -214,7 +225,7 @@ def test_erasing_an_account_leaves_none_of_its_rows_in_any_registered_table(app:
     assert left == {}
     # No file holds the words either, without any checkpoint but the erasure's own.
     for needle in (SECRET, SECRET[:9], SECRET[-9:]):
-        assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+        assert holding(app, needle) == [], needle
 
 
 WS_SECRET = "quillfathom5072"
@@ -261,7 +272,7 @@ def test_deleting_a_workspace_leaves_none_of_its_content_in_any_registered_table
     )
     assert members[0] == 0
     for needle in (WS_SECRET, WS_SECRET[:9], WS_SECRET[-9:]):
-        assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+        assert holding(app, needle) == [], needle
 
 
 def test_every_content_table_says_where_the_export_holds_it() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.data.conftest import App, files_holding
+from tests.data.conftest import App, holding
+
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 SECRET = "quokkasaurus7731"  # a word no model or fixture would write by chance
 KEPT = "marmalade4412"
@@ -47,13 +49,13 @@ def test_deleted_conversation_leaves_no_trace_in_any_file(app: App) -> None:
     c.patch("/v1/users/me/memory", json={"add": [f"The user likes {KEPT} jam"]}, headers=app.admin)
     store = app.services.store
     app.call(store.db.checkpoint)
-    assert files_holding(app.settings.data_dir, SECRET.encode()), "the test needs a trace first"
+    assert holding(app, SECRET), "the test needs a trace first"
 
     assert c.delete(f"/v1/conversations/{conv_id}", headers=app.admin).status_code == 204
 
     app.call(store.db.checkpoint)
     for needle in (SECRET, SECRET[-9:], SECRET[:9]):  # FTS keeps terms prefix-compressed
-        assert files_holding(app.settings.data_dir, needle.encode()) == [], needle
+        assert holding(app, needle) == [], needle
     assert c.get(f"/v1/conversations/{conv_id}", headers=app.admin).status_code == 404
     # By its words (by meaning below: a random tiny-model answer in the kept conversation
     # once came within the meaning threshold of this query, and was the only hit)
@@ -67,7 +69,7 @@ def test_deleted_conversation_leaves_no_trace_in_any_file(app: App) -> None:
     facts = [f["text"] for f in c.get("/v1/users/me/memory", headers=app.admin).json()["data"]]
     assert facts and all(SECRET not in f for f in facts) and any(KEPT in f for f in facts)
     # What was kept is still there, still found.
-    assert files_holding(app.settings.data_dir, KEPT.encode())
+    assert holding(app, KEPT)
     found = c.get("/v1/search", params={"q": KEPT}, headers=app.admin).json()["data"]
     assert {h["conversation_id"] for h in found} == {kept}
 

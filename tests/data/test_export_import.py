@@ -259,7 +259,7 @@ def test_an_import_reports_what_it_left_out(app: App) -> None:
 
 
 async def test_an_import_is_written_in_short_transactions_hidden_until_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many small transactions, none of it visible before the last; an import cut short
     stays hidden and the sweeper erases it once it is clearly not being written."""
@@ -272,7 +272,7 @@ async def test_an_import_is_written_in_short_transactions_hidden_until_done(
     from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
 
     monkeypatch.setattr(transfer_module, "IMPORT_ROWS", 5, raising=False)
-    store = await Store.open(tmp_path / "i.db")
+    store = await Store.open(database)
     try:
         ann = await store.users.create("ann")
         repo = TransferRepo(store.db)

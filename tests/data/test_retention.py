@@ -19,6 +19,8 @@ from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
 from tests.data.conftest import App
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 POLICY = Policy.from_dict(
     {"tiers": {"free": {"retention_days": 30}, "paid": {}, "team": {"retention_days": 90}}}
 )
@@ -38,8 +40,8 @@ def conv(text: str, idle_days: float) -> ConversationIn:
 
 
 @pytest.fixture
-async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = await Store.open(tmp_path / "r.db")
+async def store(database: Path | str):  # type: ignore[no-untyped-def]
+    s = await Store.open(database)
     yield s
     await s.close()
 
@@ -112,7 +114,9 @@ def test_what_a_tier_keeps_in_words() -> None:
     assert "until you delete" in keeps(Policy.load(default_policy_path()), "free")
 
 
-def test_the_sweeper_runs_in_the_app(tmp_path: Path, settings, registry, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweeper_runs_in_the_app(
+    tmp_path: Path, settings, registry, embedder, database
+) -> None:  # type: ignore[no-untyped-def]
     """The sweeper erases a conversation quiet for 400 days, and keeps one imported today
     whose own times are 400 days old (retention counts it from its import)."""
     from litestar.testing import TestClient
@@ -124,7 +128,8 @@ def test_the_sweeper_runs_in_the_app(tmp_path: Path, settings, registry, embedde
     policy.write_text(
         default_policy_path().read_text().replace("retention_days = 0", "retention_days = 30")
     )
-    settings = settings.with_overrides(policy_path=policy, retention_sweep_s=0.2)
+    url = database if isinstance(database, str) else None
+    settings = settings.with_overrides(policy_path=policy, retention_sweep_s=0.2, database_url=url)
     bob = bearer(seed_user(settings, "bob", role="member", tier="free"))
     with TestClient(create_app(settings, registry), timeout=120) as c:
         app = App(c, {}, bob, settings)

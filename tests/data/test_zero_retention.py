@@ -8,7 +8,7 @@ from pathlib import Path
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
 from chatbox.settings import Settings
-from tests.data.conftest import App, files_holding
+from tests.data.conftest import App, holding
 from tests.sse import parse_sse
 
 SECRET = "pelicanfjord9"
@@ -20,11 +20,9 @@ def row_counts(app: App) -> dict[str, int]:
     on the app's own connection (a second SQLite library in one process would break its
     locks)."""
     db = app.services.store.db
-    names = app.call(db.fetchall, "SELECT name FROM sqlite_master WHERE type = 'table'")
     out = {}
-    for (name,) in names:
-        if not name.startswith("sqlite_"):
-            out[name] = app.call(db.fetchone, f'SELECT count(*) FROM "{name}"')[0]
+    for name in app.call(db.tables):
+        out[name] = app.call(db.fetchone, f'SELECT count(*) FROM "{name}"')[0]
     return out
 
 
@@ -41,9 +39,10 @@ def _events(response) -> list[str]:  # type: ignore[no-untyped-def]
 def _nothing_written(app: App, before: dict[str, int], requests_before: int, n: int) -> None:
     after = row_counts(app)
     changed = {t: (before[t], after.get(t)) for t in before if before[t] != after.get(t)}
-    # Usage is counted. Output moderation may queue the (random) answer of the tiny model
-    # for review: under zero-data-retention such an item keeps scores, never text.
-    assert set(changed) <= {"usage", "moderation_items"}, changed
+    # Usage is counted (per person, and per model and hour). Output moderation may queue the
+    # (random) answer of the tiny model for review: under zero-data-retention such an item
+    # keeps scores, never text.
+    assert set(changed) <= {"usage", "usage_hours", "moderation_items"}, changed
     new_items = after.get("moderation_items", 0) - before.get("moderation_items", 0)
     if new_items:
         rows = app.call(
@@ -53,7 +52,7 @@ def _nothing_written(app: App, before: dict[str, int], requests_before: int, n: 
         assert [text for (text,) in rows] == [None] * new_items
     assert usage_requests(app) == requests_before + n
     app.call(app.services.store.db.checkpoint)
-    assert files_holding(app.settings.data_dir, SECRET.encode()) == []
+    assert holding(app, SECRET) == []
 
 
 def test_temporary_chat_by_header_stores_nothing(app: App) -> None:

@@ -10,29 +10,33 @@ from chatbox.accounts import AuditLog, UserAdmin
 from chatbox.store import Store
 from chatbox.store.audit import AuditRepo
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 
 def test_the_repo_offers_no_way_to_change_or_remove_an_entry() -> None:
     public = {n for n in dir(AuditRepo) if not n.startswith("_")}
     assert public == {"append", "list"}
 
 
-async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_triggers_refuse_update_and_delete(database: Path | str) -> None:
+    store = await Store.open(database)
+    sqlite = store.db.dialect == "sqlite"
     try:
-        triggers = {
-            r["name"]: r["sql"]
-            for r in await store.db.fetchall(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-                " AND tbl_name = 'audit_log'"
-            )
-        }
-        assert set(triggers) == {
-            "audit_log_no_update",
-            "audit_log_no_delete",
-            "audit_log_no_replace",
-        }
-        assert "BEFORE UPDATE" in triggers["audit_log_no_update"]
-        assert "BEFORE DELETE" in triggers["audit_log_no_delete"]
+        if sqlite:
+            triggers = {
+                r["name"]: r["sql"]
+                for r in await store.db.fetchall(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+                    " AND tbl_name = 'audit_log'"
+                )
+            }
+            assert set(triggers) == {
+                "audit_log_no_update",
+                "audit_log_no_delete",
+                "audit_log_no_replace",
+            }
+            assert "BEFORE UPDATE" in triggers["audit_log_no_update"]
+            assert "BEFORE DELETE" in triggers["audit_log_no_delete"]
         user = await store.users.create("ann")
         entry = await AuditLog(store).record(
             "cli:test", "user.set_tier", user, before="free", after="paid"
@@ -43,8 +47,19 @@ async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
             "DELETE FROM audit_log WHERE id = ?",
             "DELETE FROM audit_log",
             # REPLACE deletes the row it collides with without firing the delete trigger.
-            "INSERT OR REPLACE INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')",
-            "REPLACE INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')",
+            *(
+                (
+                    "INSERT OR REPLACE INTO audit_log (id, at, actor_name, action)"
+                    " VALUES (?, 0, 'x', 'y')",
+                    "REPLACE INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')",
+                )
+                if sqlite
+                else (
+                    "INSERT INTO audit_log (id, at, actor_name, action) VALUES (?, 0, 'x', 'y')"
+                    " ON CONFLICT (id) DO UPDATE SET action = 'y'",
+                    "TRUNCATE audit_log",
+                )
+            ),
         ):
             with pytest.raises(Exception, match="append-only"):
                 async with store.db.transaction() as tx:
@@ -57,8 +72,8 @@ async def test_triggers_refuse_update_and_delete(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_entries_filter_and_refuse_content(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_entries_filter_and_refuse_content(database: Path | str) -> None:
+    store = await Store.open(database)
     try:
         admin = await store.users.create("root", role="admin")
         ann = await store.users.create("ann")

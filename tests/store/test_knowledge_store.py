@@ -9,10 +9,12 @@ import pytest
 
 from chatbox.store import ChunkIn, Store
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 
 @pytest.fixture
-async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = await Store.open(tmp_path / "k.db")
+async def store(database: Path | str):  # type: ignore[no-untyped-def]
+    s = await Store.open(database)
     yield s
     await s.close()
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from chatbox.store import Database, migrations
+from chatbox.store import Database, migrations, open_database
+from tests.pg import PgServer
 
 # What databases in use have recorded in their `migrations` table, in the order applied.
 RECORDED = [
@@ -68,4 +70,33 @@ async def test_an_older_database_gets_exactly_the_steps_it_lacks(
     db = await Database.open(tmp_path / "old.sqlite")
     assert await _recorded(db) == [name for name, _ in every]
     assert await _schema(db) == want
+    await db.close()
+
+
+def test_every_step_has_its_postgresql_script() -> None:
+    assert [name for name, _ in migrations.MIGRATIONS] == list(migrations.POSTGRESQL)
+
+
+@pytest.mark.parametrize("steps", [4, 11])
+async def test_an_older_postgresql_database_gets_exactly_the_steps_it_lacks(
+    postgres: PgServer, monkeypatch: pytest.MonkeyPatch, steps: int
+) -> None:
+    fresh = await open_database(postgres.fresh_database())
+    want = await fresh.tables()
+    await fresh.close()
+    url = postgres.url("postgres")
+    name = f"old_{steps}"
+    conn = await asyncpg.connect(url)
+    await conn.execute(f"CREATE DATABASE {name}")
+    await conn.close()
+    every = migrations.MIGRATIONS
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", every[:steps])
+        old = await open_database(postgres.url(name))
+        assert len(await old.fetchall("SELECT name FROM migrations")) == steps
+        await old.close()
+    db = await open_database(postgres.url(name))
+    recorded = await db.fetchall("SELECT name FROM migrations ORDER BY applied_at, name")
+    assert [r["name"] for r in recorded] == [n for n, _ in every]
+    assert await db.tables() == want
     await db.close()

@@ -9,20 +9,23 @@ import pytest
 from chatbox.store import Store, TurnUsage
 from chatbox.store.migrations import MIGRATIONS
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
-async def test_migrations_are_recorded_once_and_vec_is_loaded(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+
+async def test_migrations_are_recorded_once_and_vec_is_loaded(database: Path | str) -> None:
+    store = await Store.open(database)
     await store.close()
-    store = await Store.open(tmp_path / "db.sqlite")  # reopening applies nothing twice
-    rows = await store.db.fetchall("SELECT name FROM migrations ORDER BY rowid")
+    store = await Store.open(database)  # reopening applies nothing twice
+    rows = await store.db.fetchall("SELECT name FROM migrations ORDER BY applied_at, name")
     assert [r["name"] for r in rows] == [name for name, _ in MIGRATIONS]
-    assert (await store.db.fetchone("SELECT vec_version()"))[0].startswith("v")
-    assert (await store.db.fetchone("PRAGMA journal_mode"))[0] == "wal"
+    if store.db.dialect == "sqlite":
+        assert (await store.db.fetchone("SELECT vec_version()"))[0].startswith("v")
+        assert (await store.db.fetchone("PRAGMA journal_mode"))[0] == "wal"
     await store.close()
 
 
-async def test_turns_cannot_be_rewritten(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_turns_cannot_be_rewritten(database: Path | str) -> None:
+    store = await Store.open(database)
     user = await store.users.ensure_local_user()
     conv = await store.conversations.create(user.id)
     turn = await store.turns.append_user(conv.id, None, "hello")
@@ -33,8 +36,8 @@ async def test_turns_cannot_be_rewritten(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_a_draft_becomes_one_turn(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_a_draft_becomes_one_turn(database: Path | str) -> None:
+    store = await Store.open(database)
     user = await store.users.ensure_local_user()
     conv = await store.conversations.create(user.id)
     question = await store.turns.append_user(conv.id, None, "What is 2+2?")
@@ -50,8 +53,8 @@ async def test_a_draft_becomes_one_turn(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_unfinished_drafts_recover_as_interrupted(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_unfinished_drafts_recover_as_interrupted(database: Path | str) -> None:
+    store = await Store.open(database)
     user = await store.users.ensure_local_user()
     conv = await store.conversations.create(user.id)
     question = await store.turns.append_user(conv.id, None, "Tell me a story")
@@ -59,7 +62,7 @@ async def test_unfinished_drafts_recover_as_interrupted(tmp_path: Path) -> None:
     await store.turns.update_draft(draft, "Once upon a")
     await store.close()
 
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await Store.open(database)
     assert await store.turns.recover_drafts() == 1
     conv2 = await store.conversations.get(user.id, conv.id)
     assert conv2 is not None and conv2.active_leaf_id == draft
@@ -69,8 +72,8 @@ async def test_unfinished_drafts_recover_as_interrupted(tmp_path: Path) -> None:
     await store.close()
 
 
-async def test_other_users_do_not_see_a_conversation(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def test_other_users_do_not_see_a_conversation(database: Path | str) -> None:
+    store = await Store.open(database)
     alice = await store.users.create("alice")
     bob = await store.users.create("bob")
     conv = await store.conversations.create(alice.id, title="secret")
