@@ -8,6 +8,7 @@ receives these services through dependency injection (see `chatbox.app`).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -32,7 +33,9 @@ from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
 from chatbox.chat.temporary import keeps_nothing
 from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.builtin import BuiltinToolbox, Passage
 from chatbox.chat.tools.mcp import McpServers
+from chatbox.chat.tools.sandbox import Sandbox
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.data import DataService
@@ -113,6 +116,38 @@ def _trimmed_breakdown(known: Known) -> dict[str, Any]:
     counted as in use (smaps runs to thousands of lines: call it in a thread)."""
     release_free_memory()
     return breakdown(known)
+
+
+def toolboxes(settings: Settings, knowledge: Knowledge, policy: Policy) -> list[Toolbox]:
+    """The tools the assistant may call: the built-ins, then any named in settings (the
+    first toolbox to offer a tool's name is the one whose tool is called)."""
+
+    async def search(
+        user_id: str, conv_id: str | None, query: str, ws: str | None, k: int
+    ) -> list[Passage]:
+        found = await knowledge.retriever.library(user_id, conv_id, query, ws)
+        return [
+            Passage(c.document_id, c.document_name, c.page, c.text, score) for c, score in found[:k]
+        ]
+
+    async def save(user_id: str, fact: str, conv_id: str | None) -> str:
+        changes = await knowledge.memory.add(user_id, [fact], "explicit", conv_id)
+        return "; ".join(c.memory.text for c in changes) or fact
+
+    boxes: list[Toolbox] = [
+        BuiltinToolbox(
+            search,
+            knowledge.retriever.recall,
+            save,
+            Sandbox(),
+            lambda tier: policy.tier(tier).code_interpreter,
+        )
+    ]
+    for ref in settings.toolboxes:
+        module, _, name = ref.partition(":")
+        factory = getattr(importlib.import_module(module), name)
+        boxes.append(factory())
+    return boxes
 
 
 def kv_files_forget(kv_dir: Path | None) -> Callable[[str], object] | None:
@@ -232,8 +267,15 @@ class Services:
         )
         moderation.start()  # loads (first start: trains) the classifiers in the background
         knowledge.documents.screen = knowledge.memory.screen = moderation.screen
+        mcp = McpServers(store, accounts.audit, policy.tiers)  # the admins' MCP servers
         chat = ChatService(
-            store, models, settings, gate, moderation=moderation, context=knowledge.retriever
+            store,
+            models,
+            settings,
+            gate,
+            moderation=moderation,
+            context=knowledge.retriever,
+            toolboxes=[*toolboxes(settings, knowledge, policy), mcp],
         )
         chat.shadow = shadow = ShadowTraffic(
             store,
@@ -295,9 +337,9 @@ class Services:
             policy=policy,
             shadow=shadow,
             prewarm=prewarm,
-            mcp=McpServers(store, accounts.audit, policy.tiers),
             evals=evals,
             canaries=canaries,
+            mcp=mcp,
         )
 
     async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:

@@ -128,6 +128,10 @@ class Settings:
     replica_health_s: float = 2.0  # seconds between active health checks
     replica_queue_limit: int = 4  # queued answers past its slots before a replica spills
     admin_key: str | None = field(default=None, repr=False)  # the CLI's key for a front's API
+    # -- tools the assistant calls (chatbox/chat/tools) ----------------------------------------
+    # More toolboxes beside the built-in ones: "package.module:factory", comma-separated in
+    # CHATBOX_TOOLBOXES; each factory is called with no arguments and returns a Toolbox.
+    toolboxes: tuple[str, ...] = ()
     front_url: str | None = None  # the front `chatbox replicas` talks to; default host:port
     # -- observability: app metrics, traces, the console's metric history --------------------
     telemetry: bool = True  # app metrics and traces (engine metrics are always kept)

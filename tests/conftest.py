@@ -7,6 +7,7 @@ import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from litestar.testing import TestClient
 
@@ -224,6 +225,16 @@ def wait_ready(status: Callable[[], int], timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the app did not get ready")
         time.sleep(0.02)
+
+
+def openai_client(url: str, key: str) -> openai.OpenAI:
+    """The official OpenAI client on a chatbox server (no retries: a test sees each answer)."""
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+
+
+def client_for(server: LiveServer) -> openai.OpenAI:
+    """The official OpenAI client on a live server, as its admin."""
+    return openai_client(server.url, server.api_key)
 
 
 class LiveServer:

@@ -33,6 +33,9 @@ class TierPolicy:
     retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
     zero_retention: bool = False  # store no content at all: answers stream, usage is counted
     sharing: bool = True  # may share conversations by link (chatbox/chat/shares.py)
+    tool_calls: int = 4  # tool calls in one answer (0: no tools)
+    tool_seconds: float = 60.0  # wall seconds of one answer's tool calls together
+    code_interpreter: bool = False  # the assistant may run Python in the sandbox
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,10 @@ def _tier(name: str, body: dict[str, Any]) -> TierPolicy:
     tier = TierPolicy(name, **values)
     if not isinstance(tier.retention_days, int) or tier.retention_days < 0:
         raise ValueError(f"tier {name!r}: retention_days must be a whole number >= 0")
+    if not isinstance(tier.tool_calls, int) or tier.tool_calls < 0:
+        raise ValueError(f"tier {name!r}: tool_calls must be a whole number >= 0")
+    if not isinstance(tier.tool_seconds, int | float) or tier.tool_seconds <= 0:
+        raise ValueError(f"tier {name!r}: tool_seconds must be a number > 0")
     if tier.overload not in OVERLOAD_MODES:
         raise ValueError(f"tier {name!r}: overload must be one of {OVERLOAD_MODES}")
     return tier

@@ -11,11 +11,12 @@ CountTokens = Callable[[tuple[ChatMessage, ...]], int]
 
 
 def turn_messages(turns: Sequence[Turn]) -> list[ChatMessage]:
-    """History as chat messages; a failed answer with no text is left out."""
+    """History as chat messages; a failed answer with no text is left out, and so are
+    tool calls and results (the answer that used them says what they gave)."""
     return [
-        ChatMessage(role=t.role, content=t.content)
+        ChatMessage(role="user" if t.role == "user" else "assistant", content=t.content)
         for t in turns
-        if t.content or t.status == "complete"
+        if t.role in ("user", "assistant") and (t.content or t.status == "complete")
     ]
 
 

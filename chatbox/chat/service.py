@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, parti
 from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolUsage
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.loop import Budget, ToolSession, gather_tools
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
@@ -37,8 +41,9 @@ from chatbox.engine.types import (
     Engine,
     Generation,
     GenerationRequest,
+    Usage,
 )
-from chatbox.moderation import Verdict
+from chatbox.moderation import OutputWatch, Verdict
 from chatbox.observability import Telemetry
 from chatbox.store import (
     Conversation,
@@ -78,6 +83,7 @@ class ChatService(Conversations):
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
     canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
+    toolboxes: Sequence[Toolbox] = ()  # the tools the assistant may call (services wires them)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -133,7 +139,12 @@ class ChatService(Conversations):
         turn = await self.store.turns.get(conv.id, target) if target else None
         if turn is None:
             raise NotFound("turn not found")
-        parent = turn.parent_id if turn.role == "assistant" else turn.id
+        parent = turn.parent_id if turn.role != "user" else turn.id
+        while parent is not None:  # a new answer calls its tools afresh: above the old ones
+            above = await self.store.turns.get(conv.id, parent)
+            if above is None or above.role not in ("tool_call", "tool_result"):
+                break
+            parent = above.parent_id
         if parent is None:
             raise InvalidInput("nothing to regenerate")
         return await self._begin(user, conv, parent, None, options or TurnOptions())
@@ -251,6 +262,8 @@ class ChatService(Conversations):
         routing = Routing(ticket.route.reason, ticket.route.arm, ticket.route.degraded_from)
         generation: Generation
         request: GenerationRequest | None = None
+        rounds: ToolLoop | None = None
+        source: Generation | None = None
         if question is not None and question.hit is not None:
             generation = Replay(question.hit.entry.answer, question.hit.entry.usage)
             routing = Routing(CACHED_ROUTE, ticket.route.arm)
@@ -263,7 +276,19 @@ class ChatService(Conversations):
                 shared_messages=shared,
                 priority=ticket.priority,
             )
-            generation = submit(engine, request, self.gate.policy.overload.retry_after_s)
+            retry = self.gate.policy.overload.retry_after_s
+            rounds = await self._tool_loop(ticket, conv, options, request, engine, retry)
+            if rounds is not None:
+                request = await rounds.first()
+            try:
+                generation = submit(engine, request, retry)
+            except TooLong:
+                if rounds is None or options.force_tools:
+                    raise
+                # No room for the tools' descriptions in this model's context: answer without.
+                request, rounds = rounds.unoffered(), None
+                generation = submit(engine, request, retry)
+            source = CallFilter(generation) if rounds is not None else None
         try:
             with self.telemetry.span("store.save_prompt"):
                 user_turn_id = None
@@ -278,6 +303,12 @@ class ChatService(Conversations):
         except BaseException:
             generation.cancel()
             raise
+
+        def stop() -> None:
+            if rounds is not None:
+                rounds.stop()
+            (source or generation).cancel()
+
         run = TurnRun(
             conv.id,
             draft_id,
@@ -285,7 +316,7 @@ class ChatService(Conversations):
             model,
             user_turn_id,
             self.settings.disconnect_grace_s,
-            on_abandon=generation.cancel,
+            on_abandon=stop,
         )
         self._runs[conv.id] = run
         # A workspace conversation feeds no one's memory (its turns have several writers).
@@ -309,11 +340,112 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(self._drive(run, generation, ticket, request, content or ""))
+        task = asyncio.create_task(
+            self._drive(run, source or generation, ticket, request, content or "", rounds)
+        )
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
+
+    async def _tool_loop(
+        self,
+        ticket: Ticket,
+        conv: Conversation,
+        options: TurnOptions,
+        request: GenerationRequest,
+        engine: Engine,
+        retry: int,
+    ) -> ToolLoop | None:
+        """The answer's tools (None: none offered), within the tier's budget."""
+        user = ticket.user
+        tier = self.gate.policy.tier(user.tier)
+        if options.tool_choice not in ("auto", "none", "required"):
+            raise InvalidInput(
+                "tool_choice must be auto, none, required, or names of tools", "tool_choice"
+            )
+        wanted = options.tool_choice != "none" or options.force_tools
+        if not self.toolboxes or tier.tool_calls <= 0 or not wanted:
+            if options.force_tools:
+                raise InvalidInput("no tools are offered to your tier", "tool_choice")
+            return None
+        context = ToolContext(
+            user.id, conv.id, conv.workspace_id, time.monotonic() + tier.tool_seconds, user.tier
+        )
+        tools = await gather_tools(self.toolboxes, context)
+        names = {t.spec.name for t in tools}
+        unknown = [n for n in options.force_tools if n not in names]
+        if unknown:
+            raise InvalidInput(f"no tool named {unknown[0]!r} is offered here", "tool_choice")
+        if not tools:
+            return None
+        keep = not await keeps_nothing(self.store, self.gate.policy, user)
+        session = ToolSession(
+            tools,
+            context,
+            Budget(tier.tool_calls, float(tier.tool_seconds)),
+            self.store.tool_results,
+            keep,
+        )
+        return ToolLoop(
+            session,
+            request,
+            lambda r: submit(engine, r, retry),
+            "auto" if options.tool_choice == "none" else options.tool_choice,
+            options.force_tools,
+            request.sampling.max_tokens,
+        )
+
+    async def _relay_with_tools(
+        self,
+        run: TurnRun,
+        generation: Generation,
+        ticket: Ticket,
+        watch: OutputWatch | None,
+        on_token: Callable[[], Awaitable[None]],
+        rounds: ToolLoop | None,
+    ) -> tuple[DoneEvent | None, str | None]:
+        """The answer, pass after pass while the model calls tools."""
+        if rounds is None or not isinstance(generation, CallFilter):
+            return await relay_answer(run, generation, ticket, watch, on_token)
+        total = ToolUsage()
+        while True:
+            done, error = await relay_answer(run, generation, ticket, watch, on_token)
+            if done is not None:
+                total.add(done)
+            cut = watch is not None and watch.verdict is not None
+            if error or done is None or cut or rounds.stopped or done.finish_reason != "stop":
+                break
+            calls = generation.reader.calls
+            if not calls:
+                break
+            try:
+                follow = await rounds.run_calls(
+                    calls,
+                    generation.reader.content,
+                    lambda role, text: self.store.turns.append_tool(run.turn_id, role, text),  # type: ignore[arg-type]
+                    run.publish,
+                )
+                if follow is None:
+                    break
+                try:
+                    generation.start(rounds.submit(follow))
+                except TooLong:  # no room left for the tools' descriptions: answer now
+                    generation.start(rounds.submit(rounds.unoffered()))
+            except asyncio.CancelledError:
+                error = "the server stopped while this answer was being written"
+                break
+            except Exception as exc:  # a pass that cannot start ends the answer, stored
+                error = f"the tools' results could not be answered: {exc}"
+                break
+        if done is not None:
+            usage = Usage(total.prompt, total.completion, total.cached)
+            if error is not None:
+                done = replace(done, usage=usage, finish_reason="error", error=error)
+            else:
+                reason = "cancelled" if rounds.stopped else done.finish_reason
+                done = replace(done, usage=usage, finish_reason=reason)
+        return done, error
 
     async def _drive(
         self,
@@ -322,6 +454,7 @@ class ChatService(Conversations):
         ticket: Ticket,
         request: GenerationRequest | None,
         asked: str = "",
+        rounds: ToolLoop | None = None,
     ) -> None:
         """Relay the answer to its run and store it; `request` is None for a cached answer."""
         last_flush = time.monotonic()
@@ -336,7 +469,7 @@ class ChatService(Conversations):
                 last_flush = time.monotonic()
                 await self.store.turns.update_draft(run.turn_id, run.text)
 
-        done, error = await relay_answer(run, generation, ticket, watch, on_token)
+        done, error = await self._relay_with_tools(run, generation, ticket, watch, on_token, rounds)
         if done is not None and done.timings is not None:
             t = done.timings
             self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)

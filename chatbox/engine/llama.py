@@ -44,7 +44,6 @@ KV_TYPES = {
 }
 
 
-
 def split_kv_type(kv_type: str) -> tuple[str, str]:
     """The K and V cache types of a kv_type: "q8_0" (both) or "q8_0/f16" (keys/values)."""
     k_name, _, v_name = kv_type.partition("/")

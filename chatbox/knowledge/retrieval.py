@@ -197,6 +197,29 @@ class Retriever:
         best = sorted(scores, key=lambda s: -scores[s])[:k]
         return [(chunks[s], sims.get(s, 0.0)) for s in best]
 
+    async def library(
+        self, user_id: str, conversation_id: str | None, query: str, workspace_id: str | None
+    ) -> list[tuple[Chunk, float]]:
+        """The best passages for `query` in the user's library (with the conversation's
+        attachments), or a workspace conversation's workspace library."""
+        owner = library_owner(workspace_id, user_id)
+        if not await self.store.documents.has_any(owner, conversation_id or ""):
+            return []
+        vector = await self.embedder.embed_one(query)
+        found = await self._chunks(owner, conversation_id or "", query, vector)
+        if found:
+            return found
+        # Asked to search, the nearest passages are the answer even when none is close.
+        near = await self.nearest_chunks(owner, conversation_id or "", vector, self.chunk_k)
+        return [(chunk, 1.0 - dist * dist / 2.0) for chunk, dist in near]
+
+    async def recall(self, user_id: str, query: str, k: int) -> list[str]:
+        """The user's remembered facts most like `query` (none when memory is off)."""
+        if not await self.memory.enabled(user_id) or await self.store.memories.count(user_id) == 0:
+            return []
+        vector = await self.embedder.embed_one(query)
+        return [m.text for m, _ in await self.memory.relevant(user_id, vector, k)]
+
     async def nearest_chunks(
         self, user_id: str, conversation_id: str, vector: np.ndarray, k: int
     ) -> list[tuple[Chunk, float]]:

@@ -23,6 +23,7 @@ from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.shares import ShareRepo
 from chatbox.store.summaries import Summary, SummaryRepo
+from chatbox.store.tool_results import ToolResultRepo
 from chatbox.store.turns import TurnRepo
 from chatbox.store.usage import UsageRepo, UsageRow
 from chatbox.store.users import UserRepo
@@ -92,6 +93,7 @@ class Store:
     mcp_servers: McpServerRepo
     evals: EvalRepo
     canaries: CanaryRepo
+    tool_results: ToolResultRepo
 
     @classmethod
     async def open(cls, target: Path | str) -> Store:
@@ -119,6 +121,7 @@ class Store:
             McpServerRepo(db),
             EvalRepo(db),
             CanaryRepo(db),
+            ToolResultRepo(db),
         )
 
     async def close(self) -> None:

@@ -229,6 +229,22 @@ TABLES: tuple[Table, ...] = (
         export=InExport("feedback.json"),
     ),
     Table(
+        "tool_results",
+        "user",
+        ("result",),
+        {
+            "key": HASH,
+            "user_id": ID,
+            "conversation_id": ID,
+            "tool": "a tool's name (the catalogue of tools, not a person's words)",
+        },
+        {
+            "conversation": Delete("conversation_id = :conv"),
+            "account": Delete("user_id = :user"),
+        },
+        export="a cache of tool results; each result is exported as its turn",
+    ),
+    Table(
         "turns",
         "conversation",
         ("content", "error"),

@@ -614,6 +614,37 @@ async def _evals_and_canary_verdicts(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _tool_turns(conn: aiosqlite.Connection) -> None:
+    # A tool call and its result are turns of their own (role tool_call, tool_result); tool
+    # results are cached per conversation, or per user for a pure tool.
+    async with conn.execute("PRAGMA schema_version") as cur:
+        row = await cur.fetchone()
+    version = int(row[0]) if row else 0
+    await conn.execute("PRAGMA writable_schema = ON")
+    await conn.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, \"CHECK (role IN ('user', 'assistant'))\","
+        " \"CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result'))\")"
+        " WHERE type = 'table' AND name = 'turns'"
+    )
+    await conn.execute(f"PRAGMA schema_version = {version + 1}")
+    await conn.execute("PRAGMA writable_schema = OFF")
+    await _script(
+        conn,
+        """
+        CREATE TABLE tool_results (
+            key TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            conversation_id TEXT,
+            tool TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX tool_results_by_user ON tool_results (user_id);
+        CREATE INDEX tool_results_by_conversation ON tool_results (conversation_id)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -631,6 +662,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0014_mcp_servers", _mcp_servers),
     ("0015_usage_by_hour", _usage_by_hour),
     ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
+    ("0017_tool_turns", _tool_turns),
 ]
 
 
@@ -1131,6 +1163,21 @@ POSTGRESQL: dict[str, list[str]] = {
         _refuse("canary_events_append_only", "canary events are append-only"),
         "CREATE TRIGGER canary_events_append_only BEFORE UPDATE ON canary_events"
         " FOR EACH ROW EXECUTE FUNCTION canary_events_append_only()",
+    ],
+    "0017_tool_turns": [
+        "ALTER TABLE turns DROP CONSTRAINT turns_role_check",
+        "ALTER TABLE turns ADD CONSTRAINT turns_role_check"
+        " CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result'))",
+        """CREATE TABLE tool_results (
+            key TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            conversation_id TEXT,
+            tool TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX tool_results_by_user ON tool_results (user_id)",
+        "CREATE INDEX tool_results_by_conversation ON tool_results (conversation_id)",
     ],
 }
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 TurnStatus = Literal["complete", "stopped", "failed", "interrupted", "filtered"]
-Role = Literal["user", "assistant"]
+Role = Literal["user", "assistant", "tool_call", "tool_result"]
 
 
 def new_id(prefix: str) -> str:

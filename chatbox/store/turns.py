@@ -4,6 +4,7 @@ until it is written, exactly once, as a turn with its final status."""
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from chatbox.store.db import Database
 from chatbox.store.records import Routing, Turn, TurnStatus, TurnUsage, new_id
@@ -147,6 +148,35 @@ class TurnRepo:
                 ),
             )
         return draft_id
+
+    async def append_tool(
+        self, draft_id: str, role: Literal["tool_call", "tool_result"], content: str
+    ) -> Turn:
+        """A tool call or result of the answer being written: a turn under the draft's
+        parent, which the draft then hangs under (the answer follows its tools)."""
+        turn_id = new_id("t")
+        now = time.time()
+        async with self.db.transaction() as tx:
+            async with tx.execute(
+                "SELECT conversation_id, parent_id FROM drafts WHERE id = ?", (draft_id,)
+            ) as cur:
+                draft = await cur.fetchone()
+            if draft is None:
+                raise KeyError(draft_id)
+            conv_id = draft["conversation_id"]
+            await tx.execute(
+                "INSERT INTO turns (id, conversation_id, parent_id, role, content, status,"
+                " created_at) VALUES (?, ?, ?, ?, ?, 'complete', ?)",
+                (turn_id, conv_id, draft["parent_id"], role, content, now),
+            )
+            await tx.execute("UPDATE drafts SET parent_id = ? WHERE id = ?", (turn_id, draft_id))
+            await tx.execute(
+                "UPDATE conversations SET active_leaf_id = ?, updated_at = ? WHERE id = ?",
+                (turn_id, now, conv_id),
+            )
+        turn = await self.get(conv_id, turn_id)
+        assert turn is not None
+        return turn
 
     async def update_draft(self, draft_id: str, content: str) -> None:
         async with self.db.transaction() as tx:

@@ -114,6 +114,7 @@ def describe(app: Litestar) -> None:
             if operation is None:
                 continue
             _document_streams(handler.parsed_fn_signature.return_type.annotation, operation)
+            _either_body(operation)
             data = handler.parsed_fn_signature.parameters.get("data")
             if handler.resolve_request_max_body_size() is None:  # reads its own multipart
                 operation.request_body = _upload_body(route.path_format == "/v1/documents")
@@ -123,6 +124,19 @@ def describe(app: Litestar) -> None:
                 for media in (operation.request_body.content or {}).values():
                     if example is not None:
                         media.example = example
+
+
+def _either_body(operation: Any) -> None:
+    """A success body of one of several structs is `anyOf` them: Litestar writes `oneOf`,
+    which a body valid under two (a temporary chat is a conversation with more fields)
+    breaks."""
+    for status, response in (operation.responses or {}).items():
+        if not (isinstance(response, OpenAPIResponse) and status.startswith("2")):
+            continue
+        for media in (response.content or {}).values():
+            schema = media.schema
+            if isinstance(schema, Schema) and schema.one_of:
+                schema.any_of, schema.one_of = schema.one_of, None
 
 
 def _document_streams(returns: Any, operation: Any) -> None:

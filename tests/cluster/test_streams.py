@@ -8,7 +8,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-import chatbox.web.urls as urls
 from tests.cluster.conftest import Replica, front
 from tests.cluster.test_router import new_conversation, stored_assistant_turns
 from tests.sse import Event, parse_sse
@@ -76,7 +75,8 @@ def test_stop_reaches_the_replica_at_once(data_dir: Path, slow_replica: Replica,
                 )
             else:  # what the UI's stop button sends
                 stop = httpx.post(
-                    server.url + urls.stop(conv), headers={**server.headers, "HX-Request": "true"}
+                    server.url + f"/ui/c/{conv}/stop",
+                    headers={**server.headers, "HX-Request": "true"},
                 )
             assert stop.status_code == 204, stop.text
             stopped_at = time.monotonic()

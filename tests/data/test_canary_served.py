@@ -258,7 +258,7 @@ NO_CONTENT: dict[str, str] = {
     "POST /s/{token}/continue": "no body: copies a share the owner already stored",
     "POST /console/models": NAMES,
     "POST /console/people": NAMES,
-    "POST /console/models/{name}/{action}": NAMES,
+    "POST /console/models/{model}/{action}": NAMES,
     "POST /console/canaries/{arm}/{action}": NAMES,
     "POST /console/people/{user_id}/{action}": NAMES,
     "POST /console/people/{user_id}/revoke-key/{key_id}": "no body: a revocation",
@@ -266,8 +266,8 @@ NO_CONTENT: dict[str, str] = {
     "POST /console/workspaces/{ws_id}/owners": NAMES,
     "POST /console/workspaces/{ws_id}/delete": "no body: an erasure",
     "POST /console/tools": "admin configuration: an MCP server's URL and headers, by design",
-    "POST /console/tools/{name}/check": "no body: starts a server and lists its tools",
-    "POST /console/tools/{name}/remove": "no body: a removal",
+    "POST /console/tools/{server}/check": "no body: starts a server and lists its tools",
+    "POST /console/tools/{server}/remove": "no body: a removal",
     "POST /admin/moderation/{item_id}/resolve": IDS_ONLY,
 }
 

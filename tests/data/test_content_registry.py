@@ -170,6 +170,10 @@ def _fill(app: App) -> str:
         await store.summaries.add(conv, turns[0]["id"], 1, f"bob said {SECRET}", "tiny")
         draft = await store.turns.start_draft(conv, turns[-1]["id"], "tiny")
         await store.turns.update_draft(draft, f"an answer about {SECRET}")
+        await store.turns.append_tool(draft, "tool_call", f'{{"query": "{SECRET}"}}')
+        await store.turns.append_tool(draft, "tool_result", f"found {SECRET}")
+        await store.tool_results.put("k1", user.id, conv, "search_library", f"found {SECRET}")
+        await store.tool_results.put("k2", user.id, None, "calculator", f"pure {SECRET}")
         await store.moderation.add(
             user_id=user.id,
             tier="free",

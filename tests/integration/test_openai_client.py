@@ -5,13 +5,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, client_for
 
 pytestmark = pytest.mark.model
-
-
-def client_for(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
 
 
 def test_models_list(real_server: LiveServer) -> None:

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from tests.conftest import openai_client
 from tests.served import Served
 from tests.tinymodel import SPECIAL_TOKENS, tiny_vocab
 
@@ -44,8 +45,7 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
 
 @pytest.fixture(scope="module")
 def client(box: Served) -> openai.OpenAI:
-    key = box.user("ann", tier="paid")
-    return openai.OpenAI(base_url=box.url + "/v1", api_key=key, max_retries=0)
+    return openai_client(box.url, box.user("ann", tier="paid"))
 
 
 # -- /v1/completions ----------------------------------------------------------------------
@@ -146,8 +146,9 @@ def test_a_prompt_longer_than_the_context_is_context_length_exceeded(
 # -- parallel tool calls ------------------------------------------------------------------
 
 
-def test_the_answer_may_hold_several_tool_calls(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(
+def ask_for_calls(client: openai.OpenAI, **more: Any) -> Any:
+    """The cities question, the tiny model scripted to call again (see NO_END)."""
+    return client.chat.completions.create(
         model="tiny",
         messages=CITIES,  # type: ignore[arg-type]
         tools=[WEATHER],  # type: ignore[list-item]
@@ -156,7 +157,12 @@ def test_the_answer_may_hold_several_tool_calls(client: openai.OpenAI) -> None:
         seed=3,
         temperature=1.0,
         logit_bias=NO_END,
+        **more,
     )
+
+
+def test_the_answer_may_hold_several_tool_calls(client: openai.OpenAI) -> None:
+    reply = ask_for_calls(client)
     calls = reply.choices[0].message.tool_calls or []
     assert len(calls) >= 2, reply
     assert len({c.id for c in calls}) == len(calls)
@@ -166,17 +172,7 @@ def test_the_answer_may_hold_several_tool_calls(client: openai.OpenAI) -> None:
 
 
 def test_streamed_parallel_calls_carry_their_index(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(
-        model="tiny",
-        messages=CITIES,  # type: ignore[arg-type]
-        tools=[WEATHER],  # type: ignore[list-item]
-        tool_choice="required",
-        max_tokens=300,
-        seed=3,
-        temperature=1.0,
-        logit_bias=NO_END,
-        stream=True,
-    )
+    stream = ask_for_calls(client, stream=True)
     ids: dict[int, str] = {}
     args: dict[int, str] = {}
     for chunk in stream:
@@ -191,17 +187,7 @@ def test_streamed_parallel_calls_carry_their_index(client: openai.OpenAI) -> Non
 
 
 def test_parallel_tool_calls_false_gives_exactly_one(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(
-        model="tiny",
-        messages=CITIES,  # type: ignore[arg-type]
-        tools=[WEATHER],  # type: ignore[list-item]
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_tokens=300,
-        seed=3,
-        temperature=1.0,
-        logit_bias=NO_END,
-    )
+    reply = ask_for_calls(client, parallel_tool_calls=False)
     choice = reply.choices[0]
     assert len(choice.message.tool_calls or []) == 1 and choice.finish_reason == "tool_calls"
 

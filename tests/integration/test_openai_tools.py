@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, client_for
 
 pytestmark = pytest.mark.model
 
@@ -26,10 +25,6 @@ WEATHER = {
         },
     },
 }
-
-
-def client_for(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
 
 
 def test_tools_round_trip(real_server: LiveServer) -> None:

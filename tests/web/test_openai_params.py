@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, client_for
 
 USER = [{"role": "user", "content": "hello"}]
 TOOL = {
@@ -28,10 +28,6 @@ TOOL = {
         },
     },
 }
-
-
-def client_for(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key, max_retries=0)
 
 
 def test_n_returns_that_many_choices(live: LiveServer) -> None:

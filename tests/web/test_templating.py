@@ -1,18 +1,24 @@
-"""The Jinja setup happens when the app is built, and templates take every URL from one table."""
+"""The Jinja setup happens when the app is built, and every URL comes from a named route."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from jinja2 import Environment
+import pytest
+from jinja2 import Environment, nodes
+from litestar import Litestar
+from litestar.exceptions import NoRouteMatchFoundException
 
-import chatbox.web.urls as urls
+import chatbox
 from chatbox.app import TEMPLATES_DIR, create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
 from chatbox.web.ui.render import markdown
 from chatbox.web.ui.templating import UPLOAD_ACCEPT
+from chatbox.web.urls import at_turn, query, reverse, url_for
 
 # Attributes that hold a URL the browser (or htmx) follows.
 URL_ATTRS = (
@@ -51,7 +57,10 @@ def hard_coded_urls(source: str) -> list[str]:
 
 
 def jinja(settings: Settings, registry: ModelRegistry) -> Environment:
-    app = create_app(settings, registry)
+    return engine(create_app(settings, registry))
+
+
+def engine(app: Litestar) -> Environment:
     assert app.template_engine is not None
     return app.template_engine.engine  # type: ignore[attr-defined,no-any-return]
 
@@ -61,7 +70,8 @@ def test_filters_and_globals_are_set_when_the_app_is_built(
 ) -> None:
     env = jinja(settings, registry)  # no lifespan, no request
     assert env.filters["markdown"] is markdown
-    assert env.globals["urls"] is urls
+    assert env.globals["url_for"] is url_for
+    assert env.filters["query"] is query and env.filters["at_turn"] is at_turn
     assert env.globals["upload_accept"] == UPLOAD_ACCEPT
     assert env.trim_blocks and env.lstrip_blocks
 
@@ -74,92 +84,115 @@ def test_every_template_compiles_with_the_globals(
         env.get_template(path.name)
 
 
-def test_templates_render_urls_from_the_table(settings: Settings, registry: ModelRegistry) -> None:
-    env = jinja(settings, registry)
+def test_templates_render_urls_by_reversing_routes(
+    settings: Settings, registry: ModelRegistry
+) -> None:
+    app = create_app(settings, registry)
+    env, request = engine(app), SimpleNamespace(app=app)
 
     class Hit:
         conversation_id, turn_id, title = "c1", "t1", "A chat"
 
     html = env.get_template("_search_results.html").render(
-        q="a b/c&d", hits=[{"hit": Hit(), "html": "x"}]
+        request=request, q="a b/c&d", hits=[{"hit": Hit(), "html": "x"}]
     )
     assert 'href="/c/c1?turn=t1&amp;q=a%20b/c%26d#turn-t1"' in html
 
     class Run:
         conversation_id, turn_id, text, model = "c1", "t2", "", "tiny"
 
-    html = env.get_template("_streaming.html").render(run=Run())
+    html = env.get_template("_streaming.html").render(request=request, run=Run())
     assert 'sse-connect="/ui/c/c1/turns/t2/stream"' in html
 
 
-def test_the_url_table() -> None:
-    assert urls.home() == "/"
-    assert urls.conversation("abc") == "/c/abc"
-    assert urls.conversation("abc", turn="t9") == "/c/abc?turn=t9#turn-t9"
-    assert urls.send("abc") == "/ui/c/abc/send"
-    assert urls.stop("abc") == "/ui/c/abc/stop"
-    assert urls.stream("abc", "t9") == "/ui/c/abc/turns/t9/stream"
-    assert urls.static("app.css") == "/static/app.css"
-    assert urls.static("vendor/htmx.min.js") == "/static/vendor/htmx.min.js"
-    assert urls.login() == urls.login("/") == urls.login("/login") == "/login"
-    assert urls.login("/c/abc") == "/login?next=/c/abc"
-    assert urls.login("/c/a b") == "/login?next=/c/a%20b"
-    assert urls.send("../x") == "/ui/c/..%2Fx/send"  # one segment stays one segment
+def test_reversal(settings: Settings, registry: ModelRegistry) -> None:
+    request: Any = SimpleNamespace(app=create_app(settings, registry))
+    assert reverse(request, "home") == "/"
+    assert reverse(request, "conversation", conv_id="abc") == "/c/abc"
+    assert at_turn("/c/abc", "t9") == "/c/abc?turn=t9#turn-t9"
+    assert reverse(request, "send", conv_id="abc") == "/ui/c/abc/send"
+    assert reverse(request, "stream", conv_id="abc", turn_id="t9") == "/ui/c/abc/turns/t9/stream"
+    assert reverse(request, "static", file_path="app.css") == "/static/app.css"
+    assert (
+        reverse(request, "static", file_path="vendor/htmx.min.js") == "/static/vendor/htmx.min.js"
+    )
+    assert reverse(request, "passage", chunk_id=7) == "/ui/passages/7"
+    assert reverse(request, "temporary_send", conv_id="tmp_1") == "/ui/temporary/tmp_1/send"
+    assert query("/", workspace="w 1", none=None) == "/?workspace=w%201"
+    assert reverse(request, "send", conv_id="../x") == "/ui/c/..%2Fx/send"  # one segment
+    with pytest.raises(NoRouteMatchFoundException):
+        reverse(request, "no_such_route")
 
 
-# A sample argument for each path parameter of the table's functions.
-_SAMPLE = {
-    "conv_id": "c1",
-    "turn_id": "t1",
-    "doc_id": "d1",
-    "fact_id": "f1",
-    "chunk_id": 7,
-    "path": "app.css",
-    "trace_id": "0af7651916cd43dd8448eb211c80319c",
-    "user_id": "u1",
-    "action": "disable",
-    "key_id": "k1",
-    "name": "tiny",
-    "chat_id": "tmp_1",
-    "token": "tok",
-    "share_id": "s1",
-    "ws_id": "w1",
-    "item_id": "m1",
-}
+_CALLS = re.compile(r"""\breverse\(\s*request,\s*"(\w+)"((?:,\s*\w+=[^,()]+(?:\([^()]*\))?)*)""")
 
 
-def _table() -> list[tuple[str, str]]:
-    import inspect
+def named_routes(env: Environment, source: str) -> list[tuple[str | None, list[str]]]:
+    """Each `url_for` call of a template: the route it names (None: not a literal), and the
+    names of the parameters it passes."""
+    calls = []
+    for call in env.parse(source).find_all(nodes.Call):
+        if isinstance(call.node, nodes.Name) and call.node.name == "url_for":
+            first = call.args[0] if call.args else None
+            name = first.value if isinstance(first, nodes.Const) else None
+            calls.append((name, sorted(k.key for k in call.kwargs)))
+    return calls
 
-    out = []
-    for name, fn in vars(urls).items():
-        if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != urls.__name__:
+
+def route_problems(app: Litestar, calls: list[tuple[str | None, list[str]]]) -> list[str]:
+    """What is wrong with each named route: unknown, or not given its path parameters."""
+    problems = []
+    for name, given in calls:
+        index = app.get_handler_index_by_name(name) if name else None
+        if index is None:
+            problems.append(f"{name}: no such route")
             continue
-        params = inspect.signature(fn).parameters
-        args = [
-            _SAMPLE[p.name]
-            for p in params.values()
-            if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
-        ]
-        out.append((name, fn(*args)))
-    return out
+        if "name" in given:  # route_reverse takes `name` itself
+            problems.append(f"{name}: a path parameter called name cannot be reversed")
+            continue
+        wanted = {tuple(sorted(re.findall(r"\{(\w+):", path))) for path in index["handler"].paths}
+        if tuple(given) not in wanted:
+            problems.append(f"{name}: given {given}, wants one of {sorted(wanted)}")
+    return problems
 
 
-def test_every_url_of_the_table_is_a_route(settings: Settings, registry: ModelRegistry) -> None:
+def test_every_route_a_template_names_exists(settings: Settings, registry: ModelRegistry) -> None:
     app = create_app(settings, registry)
-    routes = [
-        re.sub(
-            r"\\\{[^}]*:path\\\}",
-            ".+",  # e.g. /static/{file_path:path}
-            re.sub(r"\\\{[^}]*:[a-z]+\\\}", "[^/]+", re.escape(route.path)),
-        )
-        for route in app.routes
+    env = engine(app)
+    found = {
+        path.name: calls
+        for path in sorted(Path(TEMPLATES_DIR).glob("**/*.html"))
+        if (calls := named_routes(env, path.read_text()))
+    }
+    assert sum(len(c) for c in found.values()) >= 60
+    problems = {n: bad for n, calls in found.items() if (bad := route_problems(app, calls))}
+    assert not problems
+
+
+def test_every_route_the_code_reverses_exists(settings: Settings, registry: ModelRegistry) -> None:
+    app = create_app(settings, registry)
+    calls = [
+        (m.group(1), sorted(re.findall(r"(\w+)=", m.group(2))))
+        for path in sorted(Path(chatbox.__file__).parent.glob("web/**/*.py"))
+        for m in _CALLS.finditer(path.read_text())
     ]
-    table = _table()
-    assert len(table) >= 30
-    for name, url in table:
-        path = url.split("?")[0].split("#")[0]
-        assert any(re.fullmatch(r, path) for r in routes), f"urls.{name}() = {url}: no route"
+    assert len(calls) >= 8
+    assert not route_problems(app, calls)
+
+
+def test_the_route_check_catches_a_wrong_name(settings: Settings, registry: ModelRegistry) -> None:
+    app = create_app(settings, registry)
+    calls = named_routes(
+        engine(app),
+        "{{ url_for('no_such_route') }}{{ url_for(name) }}{{ url_for('send', turn_id=t) }}"
+        "{{ url_for('send', conv_id=c) }}{{ url_for('send', name=c) }}",
+    )
+    assert route_problems(app, calls) == [
+        "no_such_route: no such route",
+        "None: no such route",
+        "send: given ['turn_id'], wants one of [('conv_id',)]",
+        "send: a path parameter called name cannot be reversed",
+    ]
 
 
 def test_no_template_hard_codes_an_app_path() -> None:
@@ -168,7 +201,7 @@ def test_no_template_hard_codes_an_app_path() -> None:
         for path in sorted(Path(TEMPLATES_DIR).glob("**/*.html"))
         if (bad := hard_coded_urls(path.read_text()))
     }
-    assert not offenders, f"use the `urls` global instead: {offenders}"
+    assert not offenders, f"use url_for instead: {offenders}"
 
 
 def test_the_check_catches_hard_coded_paths() -> None:
@@ -178,8 +211,8 @@ def test_the_check_catches_hard_coded_paths() -> None:
         'action="ui/x"',
     ]
     assert hard_coded_urls("""<script src='/static/app.js'></script>""")
-    assert hard_coded_urls('<a href="{{ urls.conversation(c.id) }}/more">')
-    assert not hard_coded_urls("""<link href="{{ urls.static("app.css") }}">""")
+    assert hard_coded_urls("""<a href="{{ url_for('conversation', conv_id=c.id) }}/more">""")
+    assert not hard_coded_urls("""<link href="{{ url_for("static", file_path="app.css") }}">""")
     assert not hard_coded_urls('<a href="#turn-{{ t.id }}"><a href="https://example.org/x">')
     assert not hard_coded_urls('<link rel="icon" href="data:image/svg+xml,%3Csvg%3E">')
     assert not hard_coded_urls('<div hx-vals=\'{{ {"turn_id": t}|tojson }}\' data-x="/y">')

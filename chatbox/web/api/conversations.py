@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, delete, get, patch, post
 from litestar.params import Parameter
 from litestar.response import Stream
@@ -13,17 +11,19 @@ from chatbox.accounts import User
 from chatbox.chat import ACTIVE_BRANCH, ChatService, InvalidInput, NotFound, TurnRun
 from chatbox.chat.temporary import is_temporary
 from chatbox.settings import Settings
-from chatbox.web.api.data import temporary_out
+from chatbox.web.api.data import TemporaryChatOut
 from chatbox.web.api.schemas import (
     BranchIn,
+    ConversationOut,
     ConversationPatch,
+    ConversationsOut,
+    ConversationViewOut,
     FeedbackIn,
+    FeedbackOut,
     NewConversation,
     RegenerateIn,
     TurnIn,
-    conversation_out,
-    feedback_out,
-    view_out,
+    pick,
 )
 from chatbox.web.api.shares import SharingDep
 from chatbox.web.auth import AnyRequest
@@ -35,6 +35,9 @@ ZDR_NO_BRANCHES = (
     "zero-data-retention: an edit or a regeneration would be stored as a new branch; "
     "send the message instead (it is answered and not stored)"
 )
+
+
+ZDR_NO_TOOLS = "zero-data-retention: tools are offered only in stored chats (their calls are turns)"
 
 
 def _stream(
@@ -65,20 +68,20 @@ class ConversationController(Controller):
         data_service: DataServiceDep,
         user: UserDep,
         data: NewConversation | None = None,
-    ) -> dict[str, Any]:
+    ) -> ConversationOut | TemporaryChatOut:
         """Start a conversation; 201 with its id. `temporary` (or zero-data-retention for
         the request, key, user or tier): a chat kept in RAM only, never stored."""
         data = data or NewConversation()
         if data.temporary or await data_service.stores_nothing(user):
             temporary = data_service.create_temporary(user, data.system_prompt, data.model)
-            return temporary_out(temporary)
+            return TemporaryChatOut.of(temporary)
         conv = await chat.create_conversation(user, data.title, data.system_prompt, data.model)
-        return conversation_out(conv)
+        return pick(ConversationOut, conv)
 
     @get("/")
-    async def list_conversations(self, chat: ChatDep, user: UserDep) -> dict[str, Any]:
+    async def list_conversations(self, chat: ChatDep, user: UserDep) -> ConversationsOut:
         """The user's conversations, most recently active first."""
-        return {"data": [conversation_out(c) for c in await chat.conversations(user)]}
+        return ConversationsOut([pick(ConversationOut, c) for c in await chat.conversations(user)])
 
     @get("/{conv_id:str}")
     async def read(
@@ -89,19 +92,19 @@ class ConversationController(Controller):
         conv_id: str,
         before: int | None = Parameter(default=None, ge=1, le=MAX_ID),
         limit: int = Parameter(default=50, ge=1, le=500),
-    ) -> dict[str, Any]:
+    ) -> ConversationViewOut | TemporaryChatOut:
         """The active branch's turns, newest page first (`before` = a turn's cursor)."""
         if is_temporary(conv_id):
-            return temporary_out(data_service.temporary.get(user, conv_id))
-        return view_out(await chat.view(user, conv_id, before, limit))
+            return TemporaryChatOut.of(data_service.temporary.get(user, conv_id))
+        return ConversationViewOut.of_view(await chat.view(user, conv_id, before, limit))
 
     @patch("/{conv_id:str}")
     async def update(
         self, chat: ChatDep, user: UserDep, conv_id: str, data: ConversationPatch
-    ) -> dict[str, Any]:
+    ) -> ConversationOut:
         """Rename, or change the system prompt or model."""
         changes = {k: v for k, v in vars(data).items() if v is not None}
-        return conversation_out(await chat.update_conversation(user, conv_id, **changes))
+        return pick(ConversationOut, await chat.update_conversation(user, conv_id, **changes))
 
     @delete("/{conv_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove(
@@ -140,9 +143,13 @@ class ConversationController(Controller):
         """Send a message; the answer streams as SSE (`token` … then `done` or `error`).
         Under zero-data-retention the answer streams and nothing is written."""
         if is_temporary(conv_id):
+            if data.options().force_tools:
+                raise InvalidInput(ZDR_NO_TOOLS, "tool_choice")
             run = await data_service.temporary.send(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
         if await data_service.stores_nothing(user):
+            if data.options().force_tools:
+                raise InvalidInput(ZDR_NO_TOOLS, "tool_choice")
             run = await data_service.answer_unsaved(user, conv_id, data.content, data.options())
             return _stream(chat, settings, user, run)
         parent = data.parent_id if data.parent_id is not None else ACTIVE_BRANCH
@@ -189,19 +196,19 @@ class ConversationController(Controller):
     @post("/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=HTTP_201_CREATED)
     async def give_feedback(
         self, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str, data: FeedbackIn
-    ) -> dict[str, Any]:
+    ) -> FeedbackOut:
         """Rate an answer `up` or `down`, with an optional `comment`; a new rating replaces
         the caller's earlier one. 404 unless the caller sees the conversation; 422 under
         zero-data-retention (nothing is stored), for a message or for a temporary chat."""
         given = await chat.rate(user, conv_id, turn_id, data.rating, data.comment)
-        return feedback_out(given, turn_id)
+        return FeedbackOut.of(given, turn_id)
 
     @get("/{conv_id:str}/turns/{turn_id:str}/feedback")
     async def read_feedback(
         self, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
-    ) -> dict[str, Any]:
+    ) -> FeedbackOut:
         """The caller's rating of an answer that counts now (`rating` null: not rated)."""
-        return feedback_out(await chat.rating(user, conv_id, turn_id), turn_id)
+        return FeedbackOut.of(await chat.rating(user, conv_id, turn_id), turn_id)
 
     @get("/{conv_id:str}/turns/{turn_id:str}/events")
     async def resume(
@@ -228,10 +235,10 @@ class ConversationController(Controller):
     @post("/{conv_id:str}/branch", status_code=200)
     async def branch(
         self, chat: ChatDep, user: UserDep, conv_id: str, data: BranchIn
-    ) -> dict[str, Any]:
+    ) -> ConversationViewOut:
         """Show another branch: the newest leaf under turn_id becomes the active one."""
         await chat.switch_branch(user, conv_id, data.turn_id)
-        return view_out(await chat.view(user, conv_id))
+        return ConversationViewOut.of_view(await chat.view(user, conv_id))
 
     @post("/{conv_id:str}/cancel", status_code=HTTP_204_NO_CONTENT)
     async def cancel(

@@ -11,17 +11,20 @@ import numpy as np
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from msgspec import Struct
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, UnknownModel
-from chatbox.knowledge import Chunk, Document, Knowledge, Memory, NotFoundError
+from chatbox.knowledge import Chunk, Document, Knowledge, NotFoundError
 from chatbox.knowledge.search import HIT_END, HIT_START
 from chatbox.settings import Settings
+from chatbox.web.api.schemas import pick
+from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyStrings, PositiveId64
 from chatbox.web.uploads import NOT_MULTIPART, UploadForm, read_upload
+from chatbox.web.urls import at_turn, reverse
 
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 EMBEDDING_DIMENSIONS = 384  # MiniLM's whole vector; it is not trained to be cut shorter
@@ -44,41 +47,121 @@ class MemoryPatch:
     enabled: bool | None = None
 
 
-def memory_out(m: Memory) -> dict[str, Any]:
-    return {
-        "id": m.id,
-        "text": m.text,
-        "source": m.source,
-        "conversation_id": m.conversation_id,
-        "created_at": m.created_at,
-        "updated_at": m.updated_at,
-    }
+class MemoryOut(Struct):
+    id: str
+    text: str
+    source: str
+    conversation_id: str | None
+    created_at: float
+    updated_at: float
 
 
-def document_out(d: Document) -> dict[str, Any]:
-    return {
-        "id": d.id,
-        "object": "document",
-        "name": d.name,
-        "mime": d.mime,
-        "size_bytes": d.size_bytes,
-        "pages": d.pages,
-        "chars": d.chars,
-        "chunks": d.chunks,
-        "conversation_id": d.conversation_id,
-        "created_at": d.created_at,
-    }
+class MemoryListOut(Struct):
+    object: str
+    user_id: str
+    enabled: bool
+    data: list[MemoryOut]
 
 
-def passage_out(c: Chunk) -> dict[str, Any]:
-    return {
-        "chunk_id": c.seq,
-        "document_id": c.document_id,
-        "document_name": c.document_name,
-        "ord": c.ord,
-        "page": c.page,
-        "text": c.text,
-    }
+class MemoryAddedOut(MemoryOut):
+    """A fact a PATCH added: `action` says whether it was new or replaced `previous`."""
+
+    action: str
+    previous: str | None
+
+
+class MemoryChangeOut(Struct):
+    user_id: str
+    enabled: bool
+    removed: list[str]
+    added: list[MemoryAddedOut]
+    data: list[MemoryOut]
+
+
+class DocumentOut(Struct):
+    id: str
+    object: str
+    name: str
+    mime: str
+    size_bytes: int
+    pages: int | None
+    chars: int
+    chunks: int
+    conversation_id: str | None
+    created_at: float
+
+    @classmethod
+    def of(cls, d: Document) -> DocumentOut:
+        return pick(cls, d, object="document")
+
+
+class DocumentsOut(Struct):
+    object: str
+    data: list[DocumentOut]
+
+    @classmethod
+    def of(cls, docs: list[Document]) -> DocumentsOut:
+        return cls("list", [DocumentOut.of(d) for d in docs])
+
+
+class PassageOut(Struct):
+    chunk_id: int
+    document_id: str
+    document_name: str
+    ord: int
+    page: int | None
+    text: str
+
+    @classmethod
+    def of(cls, c: Chunk) -> PassageOut:
+        return pick(cls, c, chunk_id=c.seq)
+
+
+class CitationOut(PassageOut):
+    n: int  # the number the answer cites it by
+
+
+class CitationsOut(Struct):
+    object: str
+    turn_id: str
+    data: list[CitationOut]
+
+
+class SearchHitOut(Struct):
+    turn_id: str
+    conversation_id: str
+    title: str | None
+    role: str
+    match: str
+    score: float
+    snippet: str
+    highlighted: str  # safe HTML: escaped text, matched words in <mark>
+    created_at: float
+    url: str
+
+
+class SearchOut(Struct):
+    object: str
+    query: str
+    data: list[SearchHitOut]
+
+
+class EmbeddingOut(Struct):
+    object: str
+    index: int
+    embedding: list[float] | str  # base64 of little-endian float32 when asked
+
+
+class EmbeddingUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsOut(Struct):
+    object: str
+    model: str
+    data: list[EmbeddingOut]
+    usage: EmbeddingUsage
 
 
 def highlight(snippet: str) -> str:
@@ -106,7 +189,7 @@ class KnowledgeController(Controller):
     )
     async def embeddings(
         self, knowledge: KnowledgeDep, settings: SettingsDep, user: UserDep, data: EmbeddingsIn
-    ) -> dict[str, Any]:
+    ) -> EmbeddingsOut:
         """OpenAI-compatible embeddings (all-MiniLM-L6-v2, 384 dimensions, unit length)."""
         texts = [data.input] if isinstance(data.input, str) else list(data.input)
         if not texts or len(texts) > MAX_EMBED_INPUTS or not all(isinstance(t, str) for t in texts):
@@ -123,31 +206,27 @@ class KnowledgeController(Controller):
         if data.encoding_format not in ("float", "base64"):
             raise InvalidInput("encoding_format must be float or base64", "encoding_format")
         vectors, tokens = await knowledge.embedder.embed_with_usage(texts)
-        return {
-            "object": "list",
-            "model": EMBEDDING_MODEL,
-            "data": [
-                {"object": "embedding", "index": i, "embedding": _encode(v, data.encoding_format)}
+        return EmbeddingsOut(
+            "list",
+            EMBEDDING_MODEL,
+            [
+                EmbeddingOut("embedding", i, _encode(v, data.encoding_format))
                 for i, v in enumerate(vectors)
             ],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+            EmbeddingUsage(tokens, tokens),
+        )
 
     # -- memory --------------------------------------------------------------------------
 
     @get("/users/{user_id:str}/memory")
     async def read_memory(
         self, knowledge: KnowledgeDep, user: UserDep, user_id: str
-    ) -> dict[str, Any]:
+    ) -> MemoryListOut:
         """The facts remembered about the caller (`me`, or one's own id; no one else's)."""
         owner = _memory_owner(user, user_id)
         facts = await knowledge.memory.list(owner.id)
-        return {
-            "object": "list",
-            "user_id": owner.id,
-            "enabled": await knowledge.memory.enabled(owner.id),
-            "data": [memory_out(m) for m in facts],
-        }
+        enabled = await knowledge.memory.enabled(owner.id)
+        return MemoryListOut("list", owner.id, enabled, [pick(MemoryOut, m) for m in facts])
 
     @patch("/users/{user_id:str}/memory")
     async def change_memory(
@@ -157,7 +236,7 @@ class KnowledgeController(Controller):
         user: UserDep,
         user_id: str,
         data: MemoryPatch,
-    ) -> dict[str, Any]:
+    ) -> MemoryChangeOut:
         """Add facts, remove facts by id, or switch memory on or off."""
         _check_facts(data.add, settings)
         owner = _memory_owner(user, user_id)
@@ -171,16 +250,11 @@ class KnowledgeController(Controller):
         changes = await memory.add(owner.id, data.add, "explicit")
         if data.enabled is not None:
             await memory.set_enabled(owner.id, data.enabled)
-        return {
-            "user_id": owner.id,
-            "enabled": await memory.enabled(owner.id),
-            "removed": removed,
-            "added": [
-                {**memory_out(c.memory), "action": c.action, "previous": c.previous}
-                for c in changes
-            ],
-            "data": [memory_out(m) for m in await memory.list(owner.id)],
-        }
+        added = [
+            pick(MemoryAddedOut, c.memory, action=c.action, previous=c.previous) for c in changes
+        ]
+        facts = [pick(MemoryOut, m) for m in await memory.list(owner.id)]
+        return MemoryChangeOut(owner.id, await memory.enabled(owner.id), removed, added, facts)
 
     @delete("/users/{user_id:str}/memory/{fact_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def forget_fact(
@@ -199,9 +273,9 @@ class KnowledgeController(Controller):
         knowledge: KnowledgeDep,
         user: UserDep,
         conversation_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> DocumentOut:
         """Upload a file (multipart field `file`) to the library, or to a conversation."""
-        return document_out(await receive_upload(request, knowledge, user, conversation_id))
+        return DocumentOut.of(await receive_upload(request, knowledge, user, conversation_id))
 
     @post(
         "/conversations/{conv_id:str}/documents",
@@ -210,21 +284,20 @@ class KnowledgeController(Controller):
     )
     async def upload_to_conversation(
         self, request: Request[Any, Any, Any], knowledge: KnowledgeDep, user: UserDep, conv_id: str
-    ) -> dict[str, Any]:
-        return document_out(await receive_upload(request, knowledge, user, conv_id))
+    ) -> DocumentOut:
+        return DocumentOut.of(await receive_upload(request, knowledge, user, conv_id))
 
     @get("/documents")
     async def list_documents(
         self, knowledge: KnowledgeDep, user: UserDep, conversation_id: str | None = None
-    ) -> dict[str, Any]:
-        docs = await knowledge.documents.list(user.id, conversation_id)
-        return {"object": "list", "data": [document_out(d) for d in docs]}
+    ) -> DocumentsOut:
+        return DocumentsOut.of(await knowledge.documents.list(user.id, conversation_id))
 
     @get("/documents/{doc_id:str}")
     async def read_document(
         self, knowledge: KnowledgeDep, user: UserDep, doc_id: str
-    ) -> dict[str, Any]:
-        return document_out(await knowledge.documents.get(user.id, doc_id))
+    ) -> DocumentOut:
+        return DocumentOut.of(await knowledge.documents.get(user.id, doc_id))
 
     @delete("/documents/{doc_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(self, knowledge: KnowledgeDep, user: UserDep, doc_id: str) -> None:
@@ -233,55 +306,46 @@ class KnowledgeController(Controller):
     @get("/passages/{chunk_id:int}")
     async def passage(
         self, knowledge: KnowledgeDep, user: UserDep, chunk_id: PositiveId64
-    ) -> dict[str, Any]:
+    ) -> PassageOut:
         """One document passage (what a citation points at)."""
-        return passage_out(await knowledge.documents.passage(user.id, chunk_id))
+        return PassageOut.of(await knowledge.documents.passage(user.id, chunk_id))
 
     @get("/conversations/{conv_id:str}/turns/{turn_id:str}/citations")
     async def citations(
         self, knowledge: KnowledgeDep, user: UserDep, conv_id: str, turn_id: str
-    ) -> dict[str, Any]:
+    ) -> CitationsOut:
         """The document passages an answer drew on, in the order it was given them."""
         cited = await knowledge.documents.turn_citations(user.id, conv_id, turn_id)
-        return {
-            "object": "list",
-            "turn_id": turn_id,
-            "data": [{"n": i + 1, **passage_out(c)} for i, c in enumerate(cited)],
-        }
+        data = [pick(CitationOut, c, chunk_id=c.seq, n=i + 1) for i, c in enumerate(cited)]
+        return CitationsOut("list", turn_id, data)
 
     # -- search --------------------------------------------------------------------------
 
     @get("/search")
     async def search(
         self,
+        request: AnyRequest,
         knowledge: KnowledgeDep,
         user: UserDep,
         q: str,
         mode: str = Parameter(default="both", pattern="^(words|meaning|both)$"),
         limit: int = Parameter(default=20, ge=1, le=100),
-    ) -> dict[str, Any]:
+    ) -> SearchOut:
         """Search the conversations one may see by words (all of them) and by meaning (those
         one started)."""
         hits = await knowledge.search.search(user.id, q, mode, limit)
-        return {
-            "object": "list",
-            "query": q,
-            "data": [
-                {
-                    "turn_id": h.turn_id,
-                    "conversation_id": h.conversation_id,
-                    "title": h.title,
-                    "role": h.role,
-                    "match": h.match,
-                    "score": round(h.score, 4),
-                    "snippet": h.snippet.replace(HIT_START, "").replace(HIT_END, ""),
-                    "highlighted": highlight(h.snippet),
-                    "created_at": h.created_at,
-                    "url": urls.conversation(h.conversation_id, turn=h.turn_id),
-                }
-                for h in hits
-            ],
-        }
+        data = [
+            pick(
+                SearchHitOut,
+                h,
+                score=round(h.score, 4),
+                snippet=h.snippet.replace(HIT_START, "").replace(HIT_END, ""),
+                highlighted=highlight(h.snippet),
+                url=at_turn(reverse(request, "conversation", conv_id=h.conversation_id), h.turn_id),
+            )
+            for h in hits
+        ]
+        return SearchOut("list", q, data)
 
 
 async def receive_upload(

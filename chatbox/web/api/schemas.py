@@ -1,19 +1,36 @@
-"""Request and response bodies of the conversation API."""
+"""Request and response bodies of the conversation API.
+
+Response bodies are typed structs (Litestar documents them in the OpenAPI schema); each has
+an `of` that builds it from the service's record, and encodes its fields in declared order.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from msgspec import Struct
 
 from chatbox.chat import (
-    Conversation,
     ConversationView,
     Feedback,
+    InvalidInput,
     Summary,
     Turn,
     TurnOptions,
+    TurnView,
 )
 from chatbox.web.intake import NonEmptyText
+
+S = TypeVar("S", bound=Struct)
+
+
+def pick(struct: type[S], record: object, /, **given: Any) -> S:
+    """A response struct of the record's attributes of the same names; `given` supplies the
+    fields the record lacks or names otherwise."""
+    fields = struct.__struct_fields__
+    return struct(**{f: given[f] if f in given else getattr(record, f) for f in fields})
 
 
 @dataclass
@@ -44,8 +61,12 @@ class TurnIn:
     seed: int | None = None
     stop: list[str] | None = None
     fresh: bool = False  # a new answer even where the semantic cache holds one
+    # The assistant's tools: "auto" (default; it decides), "none", "required" (it calls one
+    # before answering), or tool names (it calls each first, in order, then answers).
+    tool_choice: str | list[str] | None = None
 
     def options(self) -> TurnOptions:
+        choice, forced = tool_choice_in(self.tool_choice)
         return TurnOptions(
             self.model,
             self.temperature,
@@ -54,7 +75,26 @@ class TurnIn:
             self.seed,
             tuple(self.stop or ()),
             fresh=self.fresh,
+            tool_choice=choice,
+            force_tools=forced,
         )
+
+
+MAX_FORCED_TOOLS = 16
+
+
+def tool_choice_in(raw: str | list[str] | None) -> tuple[str, tuple[str, ...]]:
+    """(auto | none | required, tools to call first) from a request's `tool_choice`."""
+    if raw is None:
+        return "auto", ()
+    if isinstance(raw, str):
+        return (raw, ()) if raw in ("auto", "none", "required") else ("auto", (raw,))
+    if len(raw) > MAX_FORCED_TOOLS or not all(isinstance(n, str) and n for n in raw):
+        raise InvalidInput(
+            f"tool_choice: at most {MAX_FORCED_TOOLS} tool names, each a non-empty string",
+            "tool_choice",
+        )
+    return "auto", tuple(raw)
 
 
 @dataclass
@@ -65,15 +105,20 @@ class FeedbackIn:
     comment: str | None = None
 
 
-def feedback_out(given: Feedback | None, turn_id: str) -> dict[str, Any]:
+class FeedbackOut(Struct):
     """The caller's rating of an answer that counts now (rating null: not rated)."""
-    return {
-        "turn_id": turn_id,
-        "rating": given.rating if given else None,
-        "comment": given.comment if given else None,
-        "model": given.model if given else None,
-        "created_at": given.created_at if given else None,
-    }
+
+    turn_id: str
+    rating: str | None
+    comment: str | None
+    model: str | None
+    created_at: float | None
+
+    @classmethod
+    def of(cls, given: Feedback | None, turn_id: str) -> FeedbackOut:
+        if given is None:
+            return cls(turn_id, None, None, None, None)
+        return cls(turn_id, given.rating, given.comment, given.model, given.created_at)
 
 
 @dataclass
@@ -91,72 +136,126 @@ class BranchIn:
     turn_id: str
 
 
-def conversation_out(conv: Conversation) -> dict[str, Any]:
-    return {
-        "id": conv.id,
-        "title": conv.title,
-        "system_prompt": conv.system_prompt,
-        "model": conv.model,
-        "created_at": conv.created_at,
-        "updated_at": conv.updated_at,
-    }
+class ConversationOut(Struct):
+    id: str
+    title: str | None
+    system_prompt: str | None
+    model: str | None
+    created_at: float
+    updated_at: float
 
 
-def turn_out(turn: Turn) -> dict[str, Any]:
-    return {
-        "id": turn.id,
-        "parent_id": turn.parent_id,
-        "role": turn.role,
-        "content": turn.content,
-        "status": turn.status,
-        "model": turn.model,
-        "created_at": turn.created_at,
-        "cursor": turn.seq,
-        "error": turn.error,
-        "route": turn.route,
-        "arm": turn.arm,
-        "degraded_from": turn.degraded_from,
-        "usage": {
-            "prompt_tokens": turn.prompt_tokens,
-            "completion_tokens": turn.completion_tokens,
-            "cached_tokens": turn.cached_tokens,
-        },
-    }
+def tool_out(turn: Turn) -> dict[str, Any] | None:
+    """A tool turn's call or result as data (its content is that JSON)."""
+    if turn.role not in ("tool_call", "tool_result"):
+        return None
+    try:
+        data = json.loads(turn.content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
-def view_out(view: ConversationView) -> dict[str, Any]:
-    return {
-        **conversation_out(view.conversation),
-        "effective_model": view.model,
-        "turns": [
-            {
-                **turn_out(tv.turn),
-                "siblings": tv.sibling_ids,
-                "sibling_index": tv.sibling_index,
-                "my_rating": tv.rating.rating if tv.rating else None,  # the caller's
-            }
-            for tv in view.turns
-        ],
-        "next_cursor": view.next_cursor,
-        "running_turn_id": view.running.turn_id if view.running else None,
-        "context": {
-            "used": view.context_used,
-            "limit": view.context_limit,
-            "hidden_turn_ids": list(view.hidden_ids),  # the model cannot see these
-            "summarising": view.summarising,
-        },
-        "summary": summary_out(view.summary) if view.summary else None,
-    }
+class ConversationsOut(Struct):
+    data: list[ConversationOut]
 
 
-def summary_out(summary: Summary) -> dict[str, Any]:
+class TokenCounts(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+class TurnOut(Struct, omit_defaults=True, kw_only=True):
+    """A turn; a tool turn also carries its call or result as data (`tool`)."""
+
+    tool: dict[str, Any] | None = None
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    status: str
+    model: str | None
+    created_at: float
+    cursor: int
+    error: str | None
+    route: str | None
+    arm: str | None
+    degraded_from: str | None
+    usage: TokenCounts
+
+    @staticmethod
+    def renamed(turn: Turn) -> dict[str, Any]:
+        """The fields a turn names otherwise."""
+        usage = TokenCounts(turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
+        return {"cursor": turn.seq, "usage": usage, "tool": tool_out(turn)}
+
+
+class BranchTurnOut(TurnOut):
+    """A turn of the shown branch, with its versions and the caller's rating."""
+
+    siblings: list[str]
+    sibling_index: int
+    my_rating: str | None  # the caller's
+
+    @classmethod
+    def of(cls, tv: TurnView) -> BranchTurnOut:
+        rating = tv.rating.rating if tv.rating else None
+        return pick(
+            cls,
+            tv.turn,
+            **TurnOut.renamed(tv.turn),
+            siblings=tv.sibling_ids,
+            sibling_index=tv.sibling_index,
+            my_rating=rating,
+        )
+
+
+class ContextOut(Struct):
+    used: int
+    limit: int
+    hidden_turn_ids: list[str]  # the model cannot see these
+    summarising: bool
+
+
+class SummaryOut(Struct):
     """The summary the model reads instead of the branch's turns up to `covers_turn_id`."""
-    return {
-        "id": summary.id,
-        "role": "summary",
-        "covers_turn_id": summary.covers_id,
-        "covered_turns": summary.covered,
-        "content": summary.content,
-        "model": summary.model,
-        "created_at": summary.created_at,
-    }
+
+    id: str
+    role: str
+    covers_turn_id: str
+    covered_turns: int
+    content: str
+    model: str | None
+    created_at: float
+
+    @classmethod
+    def of(cls, s: Summary) -> SummaryOut:
+        return pick(cls, s, role="summary", covers_turn_id=s.covers_id, covered_turns=s.covered)
+
+
+class ConversationViewOut(ConversationOut):
+    """A conversation with a page of its shown branch's turns."""
+
+    effective_model: str
+    turns: list[BranchTurnOut]
+    next_cursor: int | None
+    running_turn_id: str | None
+    context: ContextOut
+    summary: SummaryOut | None
+
+    @classmethod
+    def of_view(cls, view: ConversationView) -> ConversationViewOut:
+        context = ContextOut(
+            view.context_used, view.context_limit, list(view.hidden_ids), view.summarising
+        )
+        return pick(
+            cls,
+            view.conversation,
+            effective_model=view.model,
+            turns=[BranchTurnOut.of(tv) for tv in view.turns],
+            next_cursor=view.next_cursor,
+            running_turn_id=view.running.turn_id if view.running else None,
+            context=context,
+            summary=SummaryOut.of(view.summary) if view.summary else None,
+        )

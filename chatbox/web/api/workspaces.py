@@ -4,18 +4,18 @@ their conversations in and keep the workspace's documents). Its pages: web.ui.wo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from msgspec import Struct
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, Conversation, InvalidInput
-from chatbox.chat.workspaces import Member, Workspace, WorkspaceRole, Workspaces
+from chatbox.chat.workspaces import WorkspaceRole, Workspaces
 from chatbox.knowledge import Document, Knowledge
-from chatbox.web.api.knowledge import document_out
-from chatbox.web.api.schemas import conversation_out
+from chatbox.web.api.knowledge import DocumentOut, DocumentsOut
+from chatbox.web.api.schemas import ConversationOut, pick
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
 from chatbox.web.ui.helpers import AnyRequest
 from chatbox.web.uploads import NOT_MULTIPART, read_upload
@@ -40,18 +40,30 @@ class MoveIn:
     workspace_id: str | None = None  # None: back out of its workspace
 
 
-def workspace_out(ws: Workspace, role: str | None = None) -> dict[str, Any]:
-    return {
-        "id": ws.id,
-        "name": ws.name,
-        "system_prompt": ws.system_prompt,
-        "role": role,
-        "created_at": ws.created_at,
-    }
+class WorkspaceOut(Struct):
+    id: str
+    name: str
+    system_prompt: str | None
+    role: str | None  # the caller's
+    created_at: float
 
 
-def member_out(m: Member) -> dict[str, Any]:
-    return {"user_id": m.user_id, "name": m.name, "role": m.role, "added_at": m.added_at}
+class WorkspacesOut(Struct):
+    data: list[WorkspaceOut]
+
+
+class MemberOut(Struct):
+    user_id: str
+    name: str
+    role: str
+    added_at: float
+
+
+class WorkspaceViewOut(WorkspaceOut):
+    """A workspace with its members and its conversations."""
+
+    members: list[MemberOut]
+    conversations: list[ConversationOut]
 
 
 async def workspace_conversations(chat: ChatService, user: User, ws_id: str) -> list[Conversation]:
@@ -81,27 +93,33 @@ class WorkspacesController(Controller):
     @post("/", status_code=HTTP_201_CREATED)
     async def create(
         self, workspaces: WorkspacesDep, user: UserDep, data: NewWorkspace
-    ) -> dict[str, Any]:
+    ) -> WorkspaceOut:
         """Admins: a new workspace (then add its owners as members with role owner)."""
-        return workspace_out(await workspaces.create(user, data.name, data.system_prompt))
+        return pick(
+            WorkspaceOut, await workspaces.create(user, data.name, data.system_prompt), role=None
+        )
 
     @get("/")
-    async def list_workspaces(self, workspaces: WorkspacesDep, user: UserDep) -> dict[str, Any]:
+    async def list_workspaces(self, workspaces: WorkspacesDep, user: UserDep) -> WorkspacesOut:
         """The workspaces the user belongs to, with their role."""
-        return {"data": [workspace_out(w, r) for w, r in await workspaces.mine(user)]}
+        return WorkspacesOut(
+            [pick(WorkspaceOut, w, role=r) for w, r in await workspaces.mine(user)]
+        )
 
     @get("/{ws_id:str}")
     async def read(
         self, workspaces: WorkspacesDep, chat: ChatDep, user: UserDep, ws_id: str
-    ) -> dict[str, Any]:
+    ) -> WorkspaceViewOut:
         """A workspace, its members and its conversations (members only)."""
         ws, role = await workspaces.get(user, ws_id)
         convs = await workspace_conversations(chat, user, ws.id)
-        return {
-            **workspace_out(ws, role),
-            "members": [member_out(m) for m in await workspaces.members(user, ws.id)],
-            "conversations": [conversation_out(c) for c in convs],
-        }
+        return pick(
+            WorkspaceViewOut,
+            ws,
+            role=role,
+            members=[pick(MemberOut, m) for m in await workspaces.members(user, ws.id)],
+            conversations=[pick(ConversationOut, c) for c in convs],
+        )
 
     @delete("/{ws_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove(self, workspaces: WorkspacesDep, user: UserDep, ws_id: str) -> None:
@@ -111,10 +129,10 @@ class WorkspacesController(Controller):
     @post("/{ws_id:str}/members", status_code=HTTP_201_CREATED)
     async def add_member(
         self, workspaces: WorkspacesDep, user: UserDep, ws_id: str, data: MemberIn
-    ) -> dict[str, Any]:
+    ) -> MemberOut:
         """Owners add members (admins also owners)."""
         role: WorkspaceRole = "owner" if data.role == "owner" else "member"
-        return member_out(await workspaces.add_member(user, ws_id, data.name, role))
+        return pick(MemberOut, await workspaces.add_member(user, ws_id, data.name, role))
 
     @delete("/{ws_id:str}/members/{user_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def remove_member(
@@ -124,10 +142,9 @@ class WorkspacesController(Controller):
         await workspaces.remove_member(user, ws_id, user_id)
 
     @get("/{ws_id:str}/documents")
-    async def library(self, workspaces: WorkspacesDep, user: UserDep, ws_id: str) -> dict[str, Any]:
+    async def library(self, workspaces: WorkspacesDep, user: UserDep, ws_id: str) -> DocumentsOut:
         """The workspace's library: what every member's conversations in it may cite."""
-        docs = await workspaces.library(user, ws_id)
-        return {"object": "list", "data": [document_out(d) for d in docs]}
+        return DocumentsOut.of(await workspaces.library(user, ws_id))
 
     @post("/{ws_id:str}/documents", status_code=HTTP_201_CREATED, request_max_body_size=None)
     async def upload(
@@ -137,9 +154,9 @@ class WorkspacesController(Controller):
         knowledge: KnowledgeDep,
         user: UserDep,
         ws_id: str,
-    ) -> dict[str, Any]:
+    ) -> DocumentOut:
         """Add a file (multipart field `file`) to the workspace's library (members only)."""
-        return document_out(await add_document(request, workspaces, knowledge, user, ws_id))
+        return DocumentOut.of(await add_document(request, workspaces, knowledge, user, ws_id))
 
     @delete("/{ws_id:str}/documents/{doc_id:str}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(
@@ -155,6 +172,6 @@ class ConversationWorkspaceController(Controller):
     @post("/v1/conversations/{conv_id:str}/workspace", status_code=200)
     async def move(
         self, workspaces: WorkspacesDep, user: UserDep, conv_id: str, data: MoveIn
-    ) -> dict[str, Any]:
+    ) -> ConversationOut:
         """Move one's own conversation into a workspace one belongs to (null: out again)."""
-        return conversation_out(await workspaces.move(user, conv_id, data.workspace_id))
+        return pick(ConversationOut, await workspaces.move(user, conv_id, data.workspace_id))

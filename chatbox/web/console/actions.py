@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from litestar import Controller, Response, post
 from litestar.exceptions import ClientException, NotFoundException, PermissionDeniedException
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import People, PeopleError
@@ -18,6 +17,7 @@ from chatbox.services import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, UserDep
 from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS, html
+from chatbox.web.urls import reverse
 
 
 @dataclass
@@ -125,12 +125,12 @@ class ConsoleActions(Controller):
         except PeopleError as exc:
             raise refused(exc) from exc
         # The page now shows the person: the address bar says so (a reload or a link keeps it).
-        push = {"HX-Push-Url": urls.console_person(added.id)}
+        push = {"HX-Push-Url": reverse(request, "console_person", user_id=added.id)}
         return await person_page(
             request, services, user, added.id, 200, push, notice=f"Added {added.name}."
         )
 
-    @post("/people/{user_id:str}/{action:str}", status_code=200)
+    @post("/people/{user_id:str}/{action:str}", status_code=200, name="console_person_action")
     async def change_user(
         self,
         request: AnyRequest,
@@ -173,7 +173,9 @@ class ConsoleActions(Controller):
             raise refused(exc) from exc
         return await person_page(request, services, user, user_id, **extra)
 
-    @post("/people/{user_id:str}/revoke-key/{key_id:str}", status_code=200)
+    @post(
+        "/people/{user_id:str}/revoke-key/{key_id:str}", status_code=200, name="console_revoke_key"
+    )
     async def revoke_key(
         self, request: AnyRequest, services: ServicesDep, user: UserDep, user_id: str, key_id: str
     ) -> Response[str]:
@@ -220,23 +222,23 @@ class ConsoleActions(Controller):
             raise refused(exc) from exc
         return await self._models_page(request, services, f"Added the model {name}.")
 
-    @post("/models/{name:str}/{action:str}", status_code=200)
+    @post("/models/{model:str}/{action:str}", status_code=200, name="console_model_action")
     async def change_model(
-        self, request: AnyRequest, services: ServicesDep, user: UserDep, name: str, action: str
+        self, request: AnyRequest, services: ServicesDep, user: UserDep, model: str, action: str
     ) -> Response[str]:
-        """load, unload or default."""
+        """load, unload or default (the parameter is not `name`, which reversal takes itself)."""
         require_admin(user)
         admin = model_admin(services)
         try:
             if action == "load":
-                await admin.load(user, name)
-                notice = f"Loaded {name}."
+                await admin.load(user, model)
+                notice = f"Loaded {model}."
             elif action == "unload":
-                await admin.unload(user, name)
-                notice = f"Unloaded {name}."
+                await admin.unload(user, model)
+                notice = f"Unloaded {model}."
             elif action == "default":
-                await admin.set_default(user, name)
-                notice = f"{name} is now the default model."
+                await admin.set_default(user, model)
+                notice = f"{model} is now the default model."
             else:
                 raise NotFoundException("no such action")
         except (ModelAdminError, LookupError) as exc:

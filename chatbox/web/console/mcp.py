@@ -56,7 +56,7 @@ class ConsoleToolsController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @get("/")
+    @get("/", name="console_tools")
     async def index(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -93,20 +93,21 @@ class ConsoleToolsController(Controller):
         )
         return await _page(request, services, user, notice)
 
-    @post("/{name:str}/check", status_code=200)
+    @post("/{server:str}/check", status_code=200, name="console_tool_check")
     async def check(
-        self, request: AnyRequest, services: ServicesDep, user: UserDep, name: str
+        self, request: AnyRequest, services: ServicesDep, user: UserDep, server: str
     ) -> Response[str]:
-        """Start a server (if it is not running) and list its tools."""
+        """Start a server (if it is not running) and list its tools (the parameter is not
+        `name`, which reversal takes itself)."""
         require_admin(user)
-        view = await _servers(services).check(name)
+        view = await _servers(services).check(server)
         return await _page(request, services, user, f"{view['name']}: {view['state']}.")
 
-    @post("/{name:str}/remove", status_code=200)
+    @post("/{server:str}/remove", status_code=200, name="console_tool_remove")
     async def remove(
-        self, request: AnyRequest, services: ServicesDep, user: UserDep, name: str
+        self, request: AnyRequest, services: ServicesDep, user: UserDep, server: str
     ) -> Response[str]:
         """Remove a server; its session is closed and its tools are no longer offered."""
         require_admin(user)
-        await _servers(services).remove(user, name)
-        return await _page(request, services, user, f"Removed {name}.")
+        await _servers(services).remove(user, server)
+        return await _page(request, services, user, f"Removed {server}.")

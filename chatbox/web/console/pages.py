@@ -28,14 +28,14 @@ from chatbox.web.deps import ServicesDep, UserDep
 class ConsoleController(ConsoleActions):
     """The pages (GET) here; the actions (POST) in `ConsoleActions`."""
 
-    @get("/")
+    @get("/", name="console")
     async def index(self, user: UserDep) -> Redirect:
         require_admin(user)
         return Redirect("/console/live")
 
     # -- live ------------------------------------------------------------------------------
 
-    @get("/live")
+    @get("/live", name="console_live")
     async def live(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -56,7 +56,7 @@ class ConsoleController(ConsoleActions):
             alerts=services.telemetry.alerts.state_out(),
         )
 
-    @get("/data/live")
+    @get("/data/live", name="console_live_data")
     async def live_data(self, services: ServicesDep, user: UserDep, since: float = 0.0) -> Any:
         """Columns for the plots: times and one array per series ("tokens_per_s|model":
         its local engine's figures plus those of its answers from replicas; in router mode
@@ -72,7 +72,7 @@ class ConsoleController(ConsoleActions):
 
         # -- traces ----------------------------------------------------------------------------
 
-    @get("/traces")
+    @get("/traces", name="console_traces")
     async def traces(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -87,12 +87,12 @@ class ConsoleController(ConsoleActions):
             otlp=bool(services.settings.otlp_endpoint),
         )
 
-    @get("/data/traces")
+    @get("/data/traces", name="console_traces_data")
     async def traces_data(self, services: ServicesDep, user: UserDep) -> Any:
         require_admin(user)
         return {"turns": services.telemetry.tracing.buffer.turns(50)}
 
-    @get("/traces/{trace_id:str}")
+    @get("/traces/{trace_id:str}", name="console_trace")
     async def trace(
         self, request: AnyRequest, services: ServicesDep, user: UserDep, trace_id: str
     ) -> Response[Any]:
@@ -118,7 +118,7 @@ class ConsoleController(ConsoleActions):
 
     # -- people ----------------------------------------------------------------------------
 
-    @get("/people")
+    @get("/people", name="console_people")
     async def people(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -135,14 +135,14 @@ class ConsoleController(ConsoleActions):
             tiers=tiers(services),
         )
 
-    @get("/people/{user_id:str}")
+    @get("/people/{user_id:str}", name="console_person")
     async def person(
         self, request: AnyRequest, services: ServicesDep, user: UserDep, user_id: str
     ) -> Response[str]:
         require_admin(user)
         return await person_page(request, services, user, user_id)
 
-    @get("/data/usage/{user_id:str}")
+    @get("/data/usage/{user_id:str}", name="console_usage_data")
     async def usage_data(
         self, services: ServicesDep, user: UserDep, user_id: str, days: int = 30
     ) -> Any:
@@ -157,7 +157,7 @@ class ConsoleController(ConsoleActions):
 
     # -- models and the audit log ------------------------------------------------------------
 
-    @get("/models")
+    @get("/models", name="console_models")
     async def models(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -173,7 +173,7 @@ class ConsoleController(ConsoleActions):
             feedback=await services.chat.feedback_tallies(),
         )
 
-    @get("/audit")
+    @get("/audit", name="console_audit")
     async def audit(
         self,
         request: AnyRequest,

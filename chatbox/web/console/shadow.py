@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import Controller, Response, get, post
 from litestar.exceptions import NotFoundException, PermissionDeniedException
-from msgspec import Struct
+from msgspec import Struct, convert
 
 from chatbox.accounts import User
 from chatbox.chat.prewarm import PreWarmer
@@ -28,6 +28,24 @@ class ShadowStartIn(Struct, forbid_unknown_fields=True):
 
 class ShadowStopIn(Struct, forbid_unknown_fields=True):
     tier: str
+
+
+class ShadowStatusOut(Struct, forbid_unknown_fields=True):
+    """The shadow rules per tier, each pair's comparison and the recent comparisons."""
+
+    rules: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    recent: list[dict[str, Any]]
+
+
+class PrewarmOut(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """Each model's profile and forecast, and the pre-warmer's recent decisions."""
+
+    enabled: bool
+    now: float | None = None  # absent while the pre-warmer does not run
+    models: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
 
 
 def _admin(user: User) -> None:
@@ -53,35 +71,35 @@ class ShadowController(Controller):
     tags = ["admin"]
 
     @get("/shadow")
-    async def status(self, services: ServicesDep, user: UserDep) -> dict[str, Any]:
+    async def status(self, services: ServicesDep, user: UserDep) -> ShadowStatusOut:
         """The shadow rules per tier, each pair's comparison and the recent comparisons."""
         _admin(user)
-        return _shadow(services).status()
+        return convert(_shadow(services).status(), ShadowStatusOut)
 
     @post("/shadow/start", status_code=200, responses=ERROR_RESPONSES)
     async def start(
         self, data: ShadowStartIn, services: ServicesDep, user: UserDep
-    ) -> dict[str, Any]:
+    ) -> ShadowStatusOut:
         """Mirror `percent` of `tier`'s answers to `candidate` once each is done (audited)."""
         _admin(user)
         await _shadow(services).start(user, data.candidate, data.tier, data.percent)
-        return _shadow(services).status()
+        return convert(_shadow(services).status(), ShadowStatusOut)
 
     @post("/shadow/stop", status_code=200, responses=ERROR_RESPONSES)
     async def stop(
         self, data: ShadowStopIn, services: ServicesDep, user: UserDep
-    ) -> dict[str, Any]:
+    ) -> ShadowStatusOut:
         """Stop mirroring the tier's answers (audited)."""
         _admin(user)
         await _shadow(services).stop(user, data.tier)
-        return _shadow(services).status()
+        return convert(_shadow(services).status(), ShadowStatusOut)
 
     @get("/prewarm")
-    async def prewarm(self, services: ServicesDep, user: UserDep) -> dict[str, Any]:
+    async def prewarm(self, services: ServicesDep, user: UserDep) -> PrewarmOut:
         """Each model's hour-of-week profile, its forecast beside its actual requests over
         the day around now, and the pre-warmer's recent loads and unloads."""
         _admin(user)
-        return await _prewarm(services)
+        return convert(await _prewarm(services), PrewarmOut)
 
 
 class ConsoleShadowController(Controller):
@@ -89,14 +107,14 @@ class ConsoleShadowController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @get("/shadow")
+    @get("/shadow", name="console_shadow")
     async def shadow_page(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
         require_admin(user)
         return page(request, "console_shadow.html", "shadow", shadow=_shadow(services).status())
 
-    @get("/prewarm")
+    @get("/prewarm", name="console_prewarm")
     async def prewarm_page(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:

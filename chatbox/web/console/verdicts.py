@@ -40,7 +40,7 @@ class ConsoleVerdictsController(Controller):
 
     # -- evals -------------------------------------------------------------------------------
 
-    @get("/evals")
+    @get("/evals", name="console_evals")
     async def evals(
         self,
         request: AnyRequest,
@@ -70,7 +70,7 @@ class ConsoleVerdictsController(Controller):
             compared=compared,
         )
 
-    @get("/evals/{run_id:str}")
+    @get("/evals/{run_id:str}", name="console_eval_run")
     async def eval_run(
         self, request: AnyRequest, services: ServicesDep, user: UserDep, run_id: str
     ) -> Response[Any]:
@@ -93,7 +93,7 @@ class ConsoleVerdictsController(Controller):
 
     # -- canaries ----------------------------------------------------------------------------
 
-    @get("/canaries")
+    @get("/canaries", name="console_canaries")
     async def canaries(
         self, request: AnyRequest, services: ServicesDep, user: UserDep
     ) -> Response[str]:
@@ -105,7 +105,7 @@ class ConsoleVerdictsController(Controller):
         require_admin(user)
         return {"canaries": await _canaries(services).status()}
 
-    @post("/canaries/{arm:str}/{action:str}", status_code=200)
+    @post("/canaries/{arm:str}/{action:str}", status_code=200, name="console_canary_action")
     async def canary_action(
         self, request: AnyRequest, services: ServicesDep, user: UserDep, arm: str, action: str
     ) -> Response[str]:

@@ -51,7 +51,7 @@ class ConsoleWorkspacesController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @get("/")
+    @get("/", name="console_workspaces")
     async def index(
         self, request: AnyRequest, services: ServicesDep, workspaces: WorkspacesDep, user: UserDep
     ) -> Response[str]:
@@ -77,7 +77,7 @@ class ConsoleWorkspacesController(Controller):
             notice = f"Created {ws.name}, owned by {member.name}."
         return await _page(request, services, workspaces, user, notice)
 
-    @post("/{ws_id:str}/owners", status_code=200)
+    @post("/{ws_id:str}/owners", status_code=200, name="console_workspace_owner")
     async def add_owner(
         self,
         request: AnyRequest,
@@ -91,7 +91,7 @@ class ConsoleWorkspacesController(Controller):
         member = await workspaces.add_member(user, ws_id, data.name, "owner")
         return await _page(request, services, workspaces, user, f"{member.name} is now an owner.")
 
-    @post("/{ws_id:str}/delete", status_code=200)
+    @post("/{ws_id:str}/delete", status_code=200, name="console_workspace_delete")
     async def delete(
         self,
         request: AnyRequest,

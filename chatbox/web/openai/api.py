@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Response, get, post
+from litestar.openapi import ResponseSpec
 from litestar.response import Stream
+from msgspec import Struct
 
 from chatbox import __version__
 from chatbox.chat import ChatMessage, Generation, TurnOptions, UnknownModel
@@ -25,18 +27,30 @@ from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.intake import NonEmptyObjects
 from chatbox.web.openai.answer import chunks, collect, usage_out
 from chatbox.web.openai.request import AnswerShape, extend_options, messages_in
+from chatbox.web.openai.schemas import ChatCompletionOut, TextCompletionOut
 from chatbox.web.openai.text import CompletionIn, collect_text, text_chunks
 from chatbox.web.sse import SSE_HEADERS, with_heartbeats
 
 
-def model_out(name: str, kind: str = "chat") -> dict[str, Any]:
-    return {
-        "id": name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "chatbox",
-        "chatbox": {"kind": kind},
-    }
+class ModelKind(Struct):
+    kind: str  # "chat" or "embedding"
+
+
+class ModelOut(Struct):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    chatbox: ModelKind
+
+    @classmethod
+    def of(cls, name: str, kind: str = "chat") -> ModelOut:
+        return cls(name, "model", 0, "chatbox", ModelKind(kind))
+
+
+class ModelsOut(Struct):
+    object: str
+    data: list[ModelOut]
 
 
 def fingerprint(info: ModelInfo) -> str:
@@ -106,27 +120,26 @@ class OpenAIController(Controller):
     exception_handlers = OPENAI_EXCEPTION_HANDLERS
 
     @get("/models")
-    async def models(self, chat: ChatDep, user: UserDep) -> dict[str, Any]:
+    async def models(self, chat: ChatDep, user: UserDep) -> ModelsOut:
         """The models this user may pick, plus "auto" (routing by the request's shape)."""
-        return {
-            "object": "list",
-            "data": [
-                *(model_out(n) for n in [*chat.models.names(), "auto"]),
-                model_out(EMBEDDING_MODEL, "embedding"),
-            ],
-        }
+        chat_models = [ModelOut.of(n) for n in [*chat.models.names(), "auto"]]
+        return ModelsOut("list", [*chat_models, ModelOut.of(EMBEDDING_MODEL, "embedding")])
 
     @get("/models/{model_id:str}", responses=ERROR_RESPONSES)
-    async def model(self, chat: ChatDep, user: UserDep, model_id: str) -> dict[str, Any]:
+    async def model(self, chat: ChatDep, user: UserDep, model_id: str) -> ModelOut:
         """One model this user may pick (404 `model_not_found` for any other id)."""
         names = chat.models.names()
         if model_id == EMBEDDING_MODEL:
-            return model_out(model_id, "embedding")
+            return ModelOut.of(model_id, "embedding")
         if model_id not in [*names, "auto"]:
             raise UnknownModel(model_id, names)
-        return model_out(model_id)
+        return ModelOut.of(model_id)
 
-    @post("/chat/completions", status_code=200, responses=ERROR_RESPONSES)
+    @post(
+        "/chat/completions",
+        status_code=200,
+        responses={200: ResponseSpec(ChatCompletionOut, description="The answer")},
+    )
     async def completions(
         self,
         chat: ChatDep,
@@ -157,7 +170,11 @@ class OpenAIController(Controller):
             headers={**SSE_HEADERS, **headers},
         )
 
-    @post("/completions", status_code=200, responses=ERROR_RESPONSES)
+    @post(
+        "/completions",
+        status_code=200,
+        responses={200: ResponseSpec(TextCompletionOut, description="The answers")},
+    )
     async def text_completions(
         self,
         chat: ChatDep,

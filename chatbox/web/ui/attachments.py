@@ -13,7 +13,7 @@ from chatbox.web.ui.helpers import (
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
     html,
-    new_chat_page,
+    start_chat,
 )
 from chatbox.web.uploads import read_upload
 
@@ -32,7 +32,9 @@ class AttachmentsController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @post("/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None)
+    @post(
+        "/ui/c/{conv_id:str}/documents", status_code=200, request_max_body_size=None, name="attach"
+    )
     async def attach(
         self,
         request: AnyRequest,
@@ -45,7 +47,7 @@ class AttachmentsController(Controller):
         await receive_upload(request, knowledge, user, conv_id)
         return await _chips(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/new/documents", status_code=200, request_max_body_size=None)
+    @post("/ui/new/documents", status_code=200, request_max_body_size=None, name="attach_new")
     async def attach_new(
         self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
     ) -> Response[str]:
@@ -62,17 +64,12 @@ class AttachmentsController(Controller):
         async def attach(conv: Conversation) -> None:
             await receive_upload(request, knowledge, user, conv.id, form=form)
 
-        conv = await chat.start_conversation(
-            user,
-            attach,
-            str(form.get("system_prompt") or "").strip() or None,
-            str(form.get("model") or "").strip() or None,
-        )
-        return await new_chat_page(
-            request, chat, knowledge, user, conv.id, draft=str(form.get("content") or "")
+        fields = form.get("system_prompt"), form.get("model")
+        return await start_chat(
+            request, chat, knowledge, user, attach, *fields, draft=form.get("content")
         )
 
-    @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200)
+    @post("/ui/c/{conv_id:str}/documents/{doc_id:str}/delete", status_code=200, name="detach")
     async def detach(
         self,
         request: AnyRequest,

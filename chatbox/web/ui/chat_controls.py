@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
 from chatbox.chat.shares import Share, Sharing
@@ -27,6 +26,7 @@ from chatbox.web.ui.helpers import (
     sidebar,
     viewing,
 )
+from chatbox.web.urls import reverse
 
 
 @dataclass
@@ -83,7 +83,7 @@ class ChatControlsController(Controller):
 
     # -- share links -----------------------------------------------------------------------
 
-    @get("/ui/c/{conv_id:str}/shares")
+    @get("/ui/c/{conv_id:str}/shares", name="shares")
     async def share_panel(
         self, request: AnyRequest, chat: ChatDep, sharing: SharingDep, user: UserDep, conv_id: str
     ) -> Response[str]:
@@ -96,10 +96,10 @@ class ChatControlsController(Controller):
     ) -> Response[str]:
         """A new link to a snapshot of the chat as it is now; its address is shown once."""
         share, token = await sharing.share(user, conv_id)
-        url = absolute(request, urls.share_page(token))
+        url = absolute(request, reverse(request, "share_page", token=token))
         return await _share_panel(request, chat, sharing, user, conv_id, url=url, new=share.id)
 
-    @post("/ui/c/{conv_id:str}/shares/{share_id:str}/revoke", status_code=200)
+    @post("/ui/c/{conv_id:str}/shares/{share_id:str}/revoke", status_code=200, name="revoke_share")
     async def revoke(
         self,
         request: AnyRequest,
@@ -118,7 +118,7 @@ class ChatControlsController(Controller):
 
     # -- deleting --------------------------------------------------------------------------
 
-    @get("/ui/c/{conv_id:str}/delete")
+    @get("/ui/c/{conv_id:str}/delete", name="delete")
     async def delete_dialog(
         self, request: AnyRequest, chat: ChatDep, sharing: SharingDep, user: UserDep, conv_id: str
     ) -> Response[str]:
@@ -146,7 +146,7 @@ class ChatControlsController(Controller):
         if data.revoke_links == "true":
             await sharing.revoke_conversation(user, conv_id)
         if data.where != "sidebar" or viewing(request, conv_id):
-            return Response("", headers={"HX-Redirect": urls.home()})
+            return Response("", headers={"HX-Redirect": reverse(request, "home")})
         side = await sidebar(chat, user)
         body = render(request, "_sidebar.html", **side, conv=None, current_id=shown_id(request))
         body += '<div id="side-dialog" hx-swap-oob="true"></div>'
@@ -154,7 +154,7 @@ class ChatControlsController(Controller):
 
     # -- workspaces ------------------------------------------------------------------------
 
-    @post("/ui/c/{conv_id:str}/workspace", status_code=200)
+    @post("/ui/c/{conv_id:str}/workspace", status_code=200, name="move")
     async def move(
         self,
         request: AnyRequest,

@@ -11,7 +11,6 @@ from typing import Annotated
 from litestar import Controller, MediaType, Response, get, post
 from litestar.response import Stream
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, RunEvent, TurnRun
 from chatbox.chat.views import run_marks
@@ -28,6 +27,7 @@ from chatbox.web.ui.helpers import (
     sidebar,
 )
 from chatbox.web.uploads import read_upload
+from chatbox.web.urls import reverse
 
 
 @dataclass
@@ -57,7 +57,7 @@ class DataPagesController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @get("/settings/data")
+    @get("/settings/data", name="data_settings")
     async def data_page(
         self, request: AnyRequest, chat: ChatDep, data_service: DataServiceDep, user: UserDep
     ) -> Response[str]:
@@ -70,7 +70,7 @@ class DataPagesController(Controller):
             **await _page_context(data_service, user),
         )
 
-    @post("/ui/settings/retention", status_code=200)
+    @post("/ui/settings/retention", status_code=200, name="data_retention")
     async def switch(
         self,
         request: AnyRequest,
@@ -87,7 +87,7 @@ class DataPagesController(Controller):
             else "Your chats are kept again, as your plan says.",
         )
 
-    @post("/ui/settings/import", status_code=200, request_max_body_size=None)
+    @post("/ui/settings/import", status_code=200, request_max_body_size=None, name="data_import")
     async def import_file(
         self,
         request: AnyRequest,
@@ -107,7 +107,7 @@ class DataPagesController(Controller):
         body += render(request, "_sidebar.html", oob=True, **await sidebar(chat, user))
         return Response(body, media_type=MediaType.HTML)
 
-    @post("/ui/settings/delete", status_code=200)
+    @post("/ui/settings/delete", status_code=200, name="data_delete_account")
     async def delete_account(
         self,
         request: AnyRequest,
@@ -117,11 +117,11 @@ class DataPagesController(Controller):
     ) -> Response[str]:
         """Erase one's own account once its name is typed; then back to the login page."""
         await data_service.delete_account(user, user, data.confirm.strip())
-        return Response("", headers={"HX-Redirect": urls.login()})
+        return Response("", headers={"HX-Redirect": reverse(request, "login")})
 
     # -- temporary chats ------------------------------------------------------------------
 
-    @get("/temporary")
+    @get("/temporary", name="temporary_new")
     async def temporary_page(
         self, request: AnyRequest, chat: ChatDep, data_service: DataServiceDep, user: UserDep
     ) -> Response[str]:
@@ -135,7 +135,7 @@ class DataPagesController(Controller):
             keeps=await data_service.what_is_kept(user),
         )
 
-    @get("/temporary/{conv_id:str}")
+    @get("/temporary/{conv_id:str}", name="temporary_chat")
     async def temporary_chat(
         self,
         request: AnyRequest,
@@ -154,7 +154,7 @@ class DataPagesController(Controller):
             keeps=await data_service.what_is_kept(user),
         )
 
-    @post("/ui/temporary/send", status_code=200)
+    @post("/ui/temporary/send", status_code=200, name="temporary_send_new")
     async def send_new(
         self,
         request: AnyRequest,
@@ -167,7 +167,7 @@ class DataPagesController(Controller):
         tmp = data_service.create_temporary(user)
         return await self._sent(request, data_service, user, tmp.id, data.content, new=True)
 
-    @post("/ui/temporary/{conv_id:str}/send", status_code=200)
+    @post("/ui/temporary/{conv_id:str}/send", status_code=200, name="temporary_send")
     async def send(
         self,
         request: AnyRequest,
@@ -199,14 +199,14 @@ class DataPagesController(Controller):
         headers = {}
         if new:  # the composer now sends to this chat; the address can be reloaded for an hour
             body += render(request, "_temporary_composer.html", chat_id=chat_id, oob=True)
-            headers["HX-Push-Url"] = urls.temporary_chat(chat_id)
+            headers["HX-Push-Url"] = reverse(request, "temporary_chat", conv_id=chat_id)
         return Response(body, media_type="text/html", headers=headers)
 
-    @post("/ui/temporary/{conv_id:str}/stop", status_code=204)
+    @post("/ui/temporary/{conv_id:str}/stop", status_code=204, name="temporary_stop")
     async def stop(self, data_service: DataServiceDep, user: UserDep, conv_id: str) -> None:
         data_service.temporary.cancel(user, conv_id)
 
-    @get("/ui/temporary/{conv_id:str}/turns/{turn_id:str}/stream")
+    @get("/ui/temporary/{conv_id:str}/turns/{turn_id:str}/stream", name="temporary_stream")
     async def stream(
         self,
         request: AnyRequest,

@@ -16,7 +16,6 @@ from litestar.params import Body
 from litestar.response import Stream
 from litestar.types import ExceptionHandlersMap
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat import (
     Busy,
@@ -45,6 +44,8 @@ from chatbox.knowledge import (
 from chatbox.web.errors import classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown
+from chatbox.web.ui.tool_steps import steps_from_data, steps_html, tools_before
+from chatbox.web.urls import reverse
 
 # The body marker of every HTML form post.
 FORM = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -114,6 +115,27 @@ async def conversation_context(
     return context
 
 
+def blank(value: str | None) -> str | None:
+    """A form field as typed: None when it is empty or only spaces."""
+    return value.strip() or None if value is not None else None
+
+
+async def start_chat(
+    request: AnyRequest,
+    chat: ChatService,
+    knowledge: Knowledge,
+    user: User,
+    first: Callable[[Conversation], Awaitable[None]],
+    system_prompt: str | None,
+    model: str | None,
+    draft: str = "",
+) -> Response[str]:
+    """A conversation started from the new-chat page's composer (`first` gives it its first
+    content before anyone sees it; a blank field is unset), then shown in that page's place."""
+    conv = await chat.start_conversation(user, first, blank(system_prompt), blank(model))
+    return await new_chat_page(request, chat, knowledge, user, conv.id, draft=draft)
+
+
 async def new_chat_page(
     request: AnyRequest,
     chat: ChatService,
@@ -135,7 +157,9 @@ async def new_chat_page(
     )
     body += render(request, "_sidebar.html", **side, conv=view.conversation, oob=True)
     return Response(
-        body, media_type="text/html", headers={"HX-Push-Url": urls.conversation(conv_id)}
+        body,
+        media_type="text/html",
+        headers={"HX-Push-Url": reverse(request, "conversation", conv_id=conv_id)},
     )
 
 
@@ -261,9 +285,12 @@ async def _final_frame(
 ) -> bytes:
     tv, view = await final_turn(chat, user, conv_id, turn_id)
     cited = await knowledge.documents.citations(user.id, [turn_id]) if tv else {}
+    path = [v.turn for v in view.turns] if view else []
+    at = next((i for i, t in enumerate(path) if t.id == turn_id), 0)
     body = render(
         request,
         "_done.html",
+        tools=tools_before(path, at),
         memory_saved=remembered,
         tv=tv,
         view=view,
@@ -291,13 +318,19 @@ async def answer_frames(
     slow client or a reconnect gets the latest state, not a replay of every step.
     """
     text = _text_until(run, after)
+    tools = [(e.kind, e.data) for e in run.events[: max(0, after)] if e.kind.startswith("tool_")]
     async with contextlib.aclosing(run.follow(after)) as events:
         async for event in events:
-            if event.kind == "token":
+            if event.kind in ("tool_call", "tool_result"):
+                tools.append((event.kind, event.data))
+                steps = steps_html(steps_from_data(tools))
+                yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
+            elif event.kind == "token":
                 text += event.data["text"]
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
-                yield frame("html", render_markdown(text) or "", event.id)
+                steps = steps_html(steps_from_data(tools))
+                yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
             elif event.kind == "moderation" and event.data.get("message"):
                 text = ""
                 yield moderation_frame(event)
@@ -399,7 +432,7 @@ async def sidebar(chat: ChatService, user: User) -> dict[str, Any]:
 def shown_id(request: AnyRequest) -> str | None:
     """The conversation the page that sent this htmx request shows, if it shows one."""
     path = urlsplit(request.headers.get("hx-current-url", "")).path.rstrip("/")
-    prefix = urls.conversation("")
+    prefix = reverse(request, "conversation", conv_id="_").removesuffix("_")  # "/c/"
     return path.removeprefix(prefix) or None if path.startswith(prefix) else None
 
 

@@ -41,7 +41,7 @@ class KnowledgePagesController(Controller):
     include_in_schema = False
     exception_handlers = UI_EXCEPTION_HANDLERS
 
-    @get("/memory")
+    @get("/memory", name="memory")
     async def memory_page(
         self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
     ) -> Response[str]:
@@ -56,7 +56,7 @@ class KnowledgePagesController(Controller):
             conv=None,
         )
 
-    @post("/ui/memory/add", status_code=200)
+    @post("/ui/memory/add", status_code=200, name="add_fact")
     async def add_fact(
         self,
         request: AnyRequest,
@@ -70,7 +70,7 @@ class KnowledgePagesController(Controller):
             notice = f"Updated “{changes[0].previous}”."
         return await _memory_list(request, knowledge, user.id, notice)
 
-    @post("/ui/memory/{fact_id:str}/edit", status_code=200)
+    @post("/ui/memory/{fact_id:str}/edit", status_code=200, name="edit_fact")
     async def edit_fact(
         self,
         request: AnyRequest,
@@ -83,7 +83,7 @@ class KnowledgePagesController(Controller):
             raise NotFound("that memory no longer exists")
         return await _memory_list(request, knowledge, user.id, "Saved.")
 
-    @post("/ui/memory/{fact_id:str}/delete", status_code=200)
+    @post("/ui/memory/{fact_id:str}/delete", status_code=200, name="delete_fact")
     async def delete_fact(
         self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, fact_id: str
     ) -> Response[str]:
@@ -91,7 +91,7 @@ class KnowledgePagesController(Controller):
             raise NotFound("that memory no longer exists")
         return await _memory_list(request, knowledge, user.id)
 
-    @post("/ui/memory/enabled", status_code=200)
+    @post("/ui/memory/enabled", status_code=200, name="memory_switch")
     async def switch(
         self,
         request: AnyRequest,
@@ -105,7 +105,7 @@ class KnowledgePagesController(Controller):
             request, knowledge, user.id, "Memory is on." if on else "Memory is off."
         )
 
-    @get("/ui/search")
+    @get("/ui/search", name="search")
     async def search(
         self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, q: str = ""
     ) -> Response[str]:
@@ -118,7 +118,7 @@ class KnowledgePagesController(Controller):
             hits=[{"hit": h, "html": highlight(h.snippet)} for h in hits],
         )
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/sources")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/sources", name="sources")
     async def sources(
         self,
         request: AnyRequest,
@@ -131,7 +131,7 @@ class KnowledgePagesController(Controller):
         cited = await knowledge.documents.turn_citations(user.id, conv_id, turn_id)
         return html(request, "_sources.html", sources=cited)
 
-    @get("/ui/passages/{chunk_id:int}")
+    @get("/ui/passages/{chunk_id:int}", name="passage")
     async def passage(
         self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, chunk_id: PositiveId64
     ) -> Response[str]:

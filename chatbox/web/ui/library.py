@@ -67,7 +67,7 @@ class LibraryController(Controller):
         cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS
     }
 
-    @get("/library")
+    @get("/library", name="library")
     async def library_page(
         self, request: AnyRequest, chat: ChatDep, knowledge: KnowledgeDep, user: UserDep
     ) -> Response[str]:
@@ -81,7 +81,7 @@ class LibraryController(Controller):
             conv=None,
         )
 
-    @post("/ui/library/documents", status_code=200, request_max_body_size=None)
+    @post("/ui/library/documents", status_code=200, request_max_body_size=None, name="upload")
     async def upload(
         self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep
     ) -> Response[str]:
@@ -89,7 +89,7 @@ class LibraryController(Controller):
         doc = await receive_upload(request, knowledge, user, None, library=True)
         return await _library_list(request, knowledge, user, f"Added {doc.name}.")
 
-    @post("/ui/library/documents/{doc_id:str}/delete", status_code=200)
+    @post("/ui/library/documents/{doc_id:str}/delete", status_code=200, name="remove")
     async def remove(
         self, request: AnyRequest, knowledge: KnowledgeDep, user: UserDep, doc_id: str
     ) -> Response[str]:

@@ -75,7 +75,7 @@ def _login_page(
 class LoginController(Controller):
     include_in_schema = False
 
-    @get("/login")
+    @get("/login", name="login")
     async def login_page(
         self, request: AnyRequest, settings: SettingsDep, next: str = "/"
     ) -> Response[str]:
@@ -140,7 +140,7 @@ class LoginController(Controller):
             cookies=[session_cookie(request, settings, token, int(settings.session_ttl_s))],
         )
 
-    @post("/logout", status_code=303)
+    @post("/logout", status_code=303, name="logout")
     async def logout(
         self,
         request: AnyRequest,

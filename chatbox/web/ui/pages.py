@@ -28,13 +28,14 @@ from chatbox.web.ui.helpers import (
     FORM,
     UI_EXCEPTION_HANDLERS,
     AnyRequest,
+    blank,
     chat_context,
     conversation_context,
     html,
-    new_chat_page,
     render,
     shown_id,
     sidebar,
+    start_chat,
     ui_stream,
     viewing,
 )
@@ -68,10 +69,6 @@ class BranchForm:
     turn_id: str = ""
 
 
-def _blank(value: str | None) -> str | None:
-    return value.strip() or None if value is not None else None
-
-
 async def _turn_view(chat: ChatService, user: User, conv_id: str, turn_id: str) -> TurnView:
     view = await chat.view(user, conv_id)
     for tv in view.turns:
@@ -88,7 +85,7 @@ class PagesController(Controller):
 
     # -- pages -------------------------------------------------------------------------
 
-    @get("/")
+    @get("/", name="home")
     async def index(
         self,
         request: AnyRequest,
@@ -113,7 +110,7 @@ class PagesController(Controller):
             **await sidebar(chat, user),
         )
 
-    @get("/c/{conv_id:str}")
+    @get("/c/{conv_id:str}", name="conversation")
     async def conversation(
         self,
         request: AnyRequest,
@@ -139,7 +136,7 @@ class PagesController(Controller):
 
     # -- sending -----------------------------------------------------------------------
 
-    @post("/ui/new/send", status_code=200)
+    @post("/ui/new/send", status_code=200, name="send_new")
     async def send_new(
         self,
         request: AnyRequest,
@@ -159,17 +156,16 @@ class PagesController(Controller):
                 await workspaces.move(user, conv.id, data.workspace_id)
             await chat.send(user, conv.id, data.content)
 
-        conv = await chat.start_conversation(
-            user, first, _blank(data.system_prompt), _blank(data.model)
+        return await start_chat(
+            request, chat, knowledge, user, first, data.system_prompt, data.model
         )
-        return await new_chat_page(request, chat, knowledge, user, conv.id)
 
-    @get("/ui/loading")
+    @get("/ui/loading", name="loading")
     async def loading(self, services: ServicesDep, user: UserDep) -> dict[str, dict[str, int]]:
         """Models loading now and the sends waiting for each (a pending send shows it)."""
         return {"loading": services.loading()}
 
-    @post("/ui/c/{conv_id:str}/send", status_code=200)
+    @post("/ui/c/{conv_id:str}/send", status_code=200, name="send")
     async def send(
         self,
         request: AnyRequest,
@@ -196,7 +192,7 @@ class PagesController(Controller):
         body += render(request, "_sidebar.html", **await sidebar(chat, user), conv=conv, oob=True)
         return Response(body, media_type="text/html")
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/stream", name="stream")
     async def stream(
         self,
         request: AnyRequest,
@@ -220,7 +216,7 @@ class PagesController(Controller):
             settings.heartbeat_s,
         )
 
-    @post("/ui/c/{conv_id:str}/stop", status_code=204)
+    @post("/ui/c/{conv_id:str}/stop", status_code=204, name="stop")
     async def stop(self, chat: ChatDep, user: UserDep, conv_id: str) -> None:
         """Stop the running answer; what was written stays, marked stopped."""
         await chat.cancel(user, conv_id)
@@ -236,7 +232,7 @@ class PagesController(Controller):
         body += render(request, "_context.html", oob=True, **context)
         return Response(body, media_type="text/html")
 
-    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200)
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/regenerate", status_code=200, name="regenerate")
     async def regenerate(
         self,
         request: AnyRequest,
@@ -250,7 +246,7 @@ class PagesController(Controller):
         await chat.regenerate(user, conv_id, turn_id, TurnOptions())
         return await self._turns(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=200)
+    @post("/ui/c/{conv_id:str}/turns/{turn_id:str}/feedback", status_code=200, name="feedback")
     async def feedback(
         self,
         request: AnyRequest,
@@ -275,7 +271,7 @@ class PagesController(Controller):
             max_comment=MAX_COMMENT_CHARS,
         )
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}", name="turn")
     async def turn(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
     ) -> Response[str]:
@@ -287,7 +283,7 @@ class PagesController(Controller):
         authors = await chat.author_names(user, view)
         return html(request, "_turn.html", conv=view.conversation, tv=tv, authors=authors)
 
-    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit")
+    @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/edit", name="edit")
     async def edit_form(
         self, request: AnyRequest, chat: ChatDep, user: UserDep, conv_id: str, turn_id: str
     ) -> Response[str]:
@@ -311,7 +307,7 @@ class PagesController(Controller):
         await chat.edit(user, conv_id, turn_id, data.content)
         return await self._turns(request, chat, knowledge, user, conv_id)
 
-    @post("/ui/c/{conv_id:str}/branch", status_code=200)
+    @post("/ui/c/{conv_id:str}/branch", status_code=200, name="branch")
     async def branch(
         self,
         request: AnyRequest,
@@ -327,7 +323,7 @@ class PagesController(Controller):
 
     # -- the conversation itself -------------------------------------------------------
 
-    @post("/ui/c/{conv_id:str}/settings", status_code=200)
+    @post("/ui/c/{conv_id:str}/settings", status_code=200, name="settings")
     async def settings(
         self,
         request: AnyRequest,
@@ -339,11 +335,11 @@ class PagesController(Controller):
         """Rename, pick the model, or set the system prompt."""
         changes: dict[str, Any] = {}
         if data.title is not None:
-            changes["title"] = _blank(data.title)
+            changes["title"] = blank(data.title)
         if data.system_prompt is not None:
-            changes["system_prompt"] = _blank(data.system_prompt)
+            changes["system_prompt"] = blank(data.system_prompt)
         if data.model is not None:
-            changes["model"] = chat.resolve_model(_blank(data.model))
+            changes["model"] = chat.resolve_model(blank(data.model))
         await chat.update_conversation(user, conv_id, **changes)
         view = await chat.view(user, conv_id)
         context = {**chat_context(chat, view), **await sidebar(chat, user)}

@@ -4,8 +4,11 @@
 every template, whatever renders it first, sees the same filters and globals:
 
 - `markdown` (filter): untrusted text → sanitized HTML (chatbox.web.ui.render);
-- `urls` (global): the table of the UI's URLs (chatbox.web.urls), e.g. `urls.send(conv.id)`;
+- `url_for` (global): a named route's path, e.g. `url_for('send', conv_id=conv.id)` (Litestar's,
+  each segment percent-encoded: chatbox.web.urls);
+- `query`, `at_turn` (filters): a query string, a conversation scrolled to a turn;
 - `upload_accept` (global): the file types the attach and upload buttons offer;
+- `tool_steps` (filter): an answer's tool turns → their collapsed blocks;
 - `when` (filter): a Unix time → a `<time datetime>` in UTC that app.js rewrites in the
   viewer's own locale and time zone.
 """
@@ -17,8 +20,9 @@ import time
 from litestar.plugins.jinja import JinjaTemplateEngine
 from markupsafe import Markup
 
-import chatbox.web.urls as urls
 from chatbox.web.ui.render import markdown
+from chatbox.web.ui.tool_steps import steps_from_turns, steps_html
+from chatbox.web.urls import at_turn, query, url_for
 
 # The file types the attach and upload buttons offer (the ingestion decides, not this list).
 UPLOAD_ACCEPT = (
@@ -42,6 +46,9 @@ def configure_templates(engine: JinjaTemplateEngine) -> None:
     jinja = engine.engine
     jinja.filters["markdown"] = markdown
     jinja.filters["when"] = when
-    jinja.globals["urls"] = urls
+    jinja.filters["tool_steps"] = lambda turns: steps_html(steps_from_turns(turns))
+    jinja.globals["url_for"] = url_for
+    jinja.filters["query"] = query
+    jinja.filters["at_turn"] = at_turn
     jinja.globals["upload_accept"] = UPLOAD_ACCEPT
     jinja.trim_blocks = jinja.lstrip_blocks = True  # leaner partials and SSE frames

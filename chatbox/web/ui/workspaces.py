@@ -9,7 +9,6 @@ from typing import Annotated
 from litestar import Controller, Response, get, post
 from litestar.types import ExceptionHandlersMap
 
-import chatbox.web.urls as urls
 from chatbox.accounts import User
 from chatbox.chat.workspaces import Workspace, Workspaces
 from chatbox.web.api.workspaces import (
@@ -21,6 +20,7 @@ from chatbox.web.api.workspaces import (
 from chatbox.web.deps import ChatDep, KnowledgeDep, UserDep
 from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS, AnyRequest, html, sidebar, ui_error
 from chatbox.web.ui.library import document_row
+from chatbox.web.urls import reverse
 
 
 def library_ui_error(request: AnyRequest, exc: Exception) -> Response[str]:
@@ -43,7 +43,7 @@ class WorkspacePagesController(Controller):
         cls: library_ui_error for cls in UI_EXCEPTION_HANDLERS
     }
 
-    @get("/w/{ws_id:str}")
+    @get("/w/{ws_id:str}", name="workspace_page")
     async def page(
         self,
         request: AnyRequest,
@@ -69,22 +69,43 @@ class WorkspacePagesController(Controller):
             **await sidebar(chat, user),
         )
 
-    @post("/ui/w/{ws_id:str}/members", status_code=200)
+    @post("/ui/w/{ws_id:str}/members", status_code=200, name="workspace_add_member")
     async def add_member(
-        self, workspaces: WorkspacesDep, user: UserDep, ws_id: str, data: Annotated[MemberIn, FORM]
+        self,
+        request: AnyRequest,
+        workspaces: WorkspacesDep,
+        user: UserDep,
+        ws_id: str,
+        data: Annotated[MemberIn, FORM],
     ) -> Response[str]:
         await workspaces.add_member(user, ws_id, data.name, "member")
-        return Response("", headers={"HX-Redirect": urls.workspace_page(ws_id)})
-
-    @post("/ui/w/{ws_id:str}/members/{user_id:str}/delete", status_code=200)
-    async def remove_member(
-        self, workspaces: WorkspacesDep, user: UserDep, ws_id: str, user_id: str
-    ) -> Response[str]:
-        await workspaces.remove_member(user, ws_id, user_id)
-        back = urls.workspace_page(ws_id) if user_id != user.id else urls.home()
+        back = reverse(request, "workspace_page", ws_id=ws_id)
         return Response("", headers={"HX-Redirect": back})
 
-    @post("/ui/w/{ws_id:str}/documents", status_code=200, request_max_body_size=None)
+    @post(
+        "/ui/w/{ws_id:str}/members/{user_id:str}/delete",
+        status_code=200,
+        name="workspace_remove_member",
+    )
+    async def remove_member(
+        self,
+        request: AnyRequest,
+        workspaces: WorkspacesDep,
+        user: UserDep,
+        ws_id: str,
+        user_id: str,
+    ) -> Response[str]:
+        await workspaces.remove_member(user, ws_id, user_id)
+        left = user_id == user.id
+        back = reverse(request, "home") if left else reverse(request, "workspace_page", ws_id=ws_id)
+        return Response("", headers={"HX-Redirect": back})
+
+    @post(
+        "/ui/w/{ws_id:str}/documents",
+        status_code=200,
+        request_max_body_size=None,
+        name="workspace_upload",
+    )
     async def upload(
         self,
         request: AnyRequest,
@@ -98,7 +119,11 @@ class WorkspacePagesController(Controller):
         ws, _ = await workspaces.get(user, ws_id)
         return await _library(request, workspaces, user, ws, f"Added {doc.name}.")
 
-    @post("/ui/w/{ws_id:str}/documents/{doc_id:str}/delete", status_code=200)
+    @post(
+        "/ui/w/{ws_id:str}/documents/{doc_id:str}/delete",
+        status_code=200,
+        name="workspace_remove_document",
+    )
     async def remove_document(
         self, request: AnyRequest, workspaces: WorkspacesDep, user: UserDep, ws_id: str, doc_id: str
     ) -> Response[str]:

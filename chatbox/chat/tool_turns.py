@@ -1,0 +1,181 @@
+"""The tool loop of a stored answer: the model's calls read out of its stream, each call and
+its result appended as turns of their own (under the answer's draft), then the model asked
+again with the results, until it answers without a call or the turn's tool budget is spent.
+
+Tool-call text never reaches the answer: `CallFilter` relays the content only. Stop cancels
+the running tool as it cancels generation (`ToolLoop.stop`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from chatbox.chat.structured import CallReader, off_loop, tool_constraint
+from chatbox.chat.tools.loop import Step, ToolSession
+from chatbox.engine.types import (
+    ChatMessage,
+    DoneEvent,
+    EngineEvent,
+    Generation,
+    GenerationRequest,
+    TokenEvent,
+    ToolCall,
+)
+from chatbox.store import Turn
+
+TOOL_CHOICES = ("auto", "none", "required")
+RESULT_CHARS = 2000  # of a result, the model reads this much (the turn keeps it whole)
+
+
+def for_model(text: str) -> str:
+    return text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + " …(cut)"
+
+
+class CallFilter:
+    """The current pass's generation, relayed without its tool-call text."""
+
+    def __init__(self, inner: Generation) -> None:
+        self.inner = inner
+        self.reader = CallReader()
+
+    def start(self, inner: Generation) -> None:
+        self.inner = inner
+        self.reader = CallReader()
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        async for event in self.inner:
+            if isinstance(event, TokenEvent):
+                text = "".join(p.text for p in self.reader.feed(event.text) if p.kind == "content")
+                if text:
+                    yield TokenEvent(text, event.index)
+            else:
+                if isinstance(event, DoneEvent):
+                    rest = "".join(p.text for p in self.reader.finish() if p.kind == "content")
+                    if rest:
+                        yield TokenEvent(rest)
+                yield event
+
+
+# (a tool turn's role, its content) -> the stored turn
+AppendTool = Callable[[str, str], Awaitable[Turn]]
+
+
+@dataclass
+class ToolLoop:
+    """One answer's passes: the request to ask again with, the session, and the choice."""
+
+    session: ToolSession
+    request: GenerationRequest  # the first pass's (its messages grow by each pass's calls)
+    submit: Callable[[GenerationRequest], Generation]
+    choice: str = "auto"  # auto | none | required
+    forced: tuple[str, ...] = ()  # tools called first, one per pass, in order
+    max_tokens: int = 512
+    rounds: int = 0
+    stopped: bool = False
+    _task: asyncio.Task[Step] | None = None
+
+    def stop(self) -> None:
+        """Stop: the running tool is cancelled (its result says so); no pass follows."""
+        self.stopped = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def first(self) -> GenerationRequest:
+        return await self._constrained(self.request)
+
+    async def _constrained(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with the tools offered now and the grammar for the next pass."""
+        sampling = replace(request.sampling, grammar=None, grammar_triggers=())
+        if self.choice == "none" or not self.session.open:
+            return replace(request, tools=(), sampling=sampling)
+        specs = self.session.specs()
+        name = self.forced[self.rounds] if self.rounds < len(self.forced) else None
+        if name is not None and name not in self.session.names():
+            name = None
+        mode = "required" if name is not None or self.choice == "required" else "auto"
+        max_tokens = self.max_tokens
+
+        def build() -> Any:
+            return tool_constraint(specs, mode, name, max_tokens, parallel=False)  # type: ignore[arg-type]
+
+        constraint = await off_loop(build)
+        sampling = replace(
+            sampling, grammar=constraint.grammar, grammar_triggers=constraint.triggers
+        )
+        return replace(request, tools=specs, sampling=sampling)
+
+    def unoffered(self) -> GenerationRequest:
+        """The next pass with no tool offered (their descriptions take no room): the
+        model answers with the results it has."""
+        sampling = replace(self.request.sampling, grammar=None, grammar_triggers=())
+        return replace(self.request, tools=(), sampling=sampling)
+
+    async def run_calls(
+        self,
+        calls: list[dict[str, Any]],
+        content: str,
+        append: AppendTool,
+        publish: Callable[[str, dict[str, Any]], object],
+    ) -> GenerationRequest | None:
+        """Run one pass's calls in order (turns and events for each); the next pass's
+        request, or None when stopped."""
+        made: list[ToolCall] = []
+        answers: list[ChatMessage] = []
+        for call in calls:
+            if self.stopped or not self.session.open:
+                break
+            try:
+                arguments = json.loads(call["arguments"] or "{}")
+            except ValueError:
+                arguments = call["arguments"]
+            asked = {"id": call["id"], "name": call["name"], "arguments": arguments}
+            call_turn = await append("tool_call", json.dumps(asked, ensure_ascii=False))
+            publish("tool_call", {"turn_id": call_turn.id, **asked})
+            self._task = asyncio.ensure_future(
+                self.session.call(call["id"], call["name"], call["arguments"])
+            )
+            try:
+                step = await self._task
+            except asyncio.CancelledError:
+                if not self.stopped:
+                    raise
+                step = self.session.cancelled(call["id"], call["name"], arguments)
+            finally:
+                self._task = None
+            body = step.result_json()
+            result_turn = await append("tool_result", json.dumps(body, ensure_ascii=False))
+            publish("tool_result", {"turn_id": result_turn.id, **body})
+            made.append(ToolCall(call["id"], call["name"], call["arguments"] or "{}"))
+            answers.append(
+                ChatMessage(
+                    "tool", for_model(step.result.text), tool_call_id=call["id"], name=call["name"]
+                )
+            )
+        if self.stopped or not made:
+            return None
+        self.rounds += 1
+        said = ChatMessage("assistant", content, tool_calls=tuple(made))
+        self.request = replace(self.request, messages=(*self.request.messages, said, *answers))
+        return await self._constrained(self.request)
+
+
+@dataclass
+class ToolUsage:
+    """Tokens of every pass of one answer, added up."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    rounds: list[DoneEvent] = field(default_factory=list)
+
+    def add(self, done: DoneEvent) -> None:
+        self.prompt += done.usage.prompt_tokens
+        self.completion += done.usage.completion_tokens
+        self.cached += done.usage.cached_tokens
+        self.rounds.append(done)
