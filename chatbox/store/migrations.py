@@ -1164,6 +1164,21 @@ POSTGRESQL: dict[str, list[str]] = {
         "CREATE TRIGGER canary_events_append_only BEFORE UPDATE ON canary_events"
         " FOR EACH ROW EXECUTE FUNCTION canary_events_append_only()",
     ],
+    "0017_tool_turns": [
+        "ALTER TABLE turns DROP CONSTRAINT turns_role_check",
+        "ALTER TABLE turns ADD CONSTRAINT turns_role_check"
+        " CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result'))",
+        """CREATE TABLE tool_results (
+            key TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            conversation_id TEXT,
+            tool TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX tool_results_by_user ON tool_results (user_id)",
+        "CREATE INDEX tool_results_by_conversation ON tool_results (conversation_id)",
+    ],
 }
 
 

@@ -28,21 +28,20 @@ class ToolResultRepo:
     ) -> None:
         async with self.db.transaction() as tx:
             # A conversation erased meanwhile caches nothing more.
+            if conversation_id is not None:
+                async with tx.execute(
+                    "SELECT 1 FROM conversations WHERE id = ? AND deleted_at IS NULL",
+                    (conversation_id,),
+                ) as cur:
+                    if await cur.fetchone() is None:
+                        return
             await tx.execute(
-                "INSERT OR REPLACE INTO tool_results"
-                " (key, user_id, conversation_id, tool, result, created_at)"
-                " SELECT ?, ?, ?, ?, ?, ? WHERE ? IS NULL OR EXISTS (SELECT 1 FROM conversations"
-                " WHERE id = ? AND deleted_at IS NULL)",
-                (
-                    key,
-                    user_id,
-                    conversation_id,
-                    tool,
-                    result,
-                    time.time(),
-                    conversation_id,
-                    conversation_id,
-                ),
+                "INSERT INTO tool_results (key, user_id, conversation_id, tool, result,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                " user_id = excluded.user_id, conversation_id = excluded.conversation_id,"
+                " tool = excluded.tool, result = excluded.result,"
+                " created_at = excluded.created_at",
+                (key, user_id, conversation_id, tool, result, time.time()),
             )
 
     async def count(self, user_id: str) -> int:
