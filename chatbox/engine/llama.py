@@ -153,6 +153,18 @@ class Model:
         per_cell = k_dim * KV_VALUE_BYTES[k_name] + v_dim * KV_VALUE_BYTES[v_name]
         return int(n_layer * n_cells * n_head_kv * per_cell)
 
+    def fitting_kv_type(self, kv_type: str) -> str:
+        """`kv_type` where this model's heads can hold it: a quantized type stores blocks of
+        32 values, so a head of another width keeps that half of its cache in f16."""
+        arch = self.architecture
+        head = int(llama_cpp.llama_model_n_embd(self.ptr)) // max(1, self.n_head)
+        k_dim = int(self.meta(f"{arch}.attention.key_length") or head)
+        v_dim = int(self.meta(f"{arch}.attention.value_length") or head)
+        k_name, v_name = split_kv_type(kv_type)
+        k_name = k_name if k_name in ("f16", "f32") or k_dim % 32 == 0 else "f16"
+        v_name = v_name if v_name in ("f16", "f32") or v_dim % 32 == 0 else "f16"
+        return k_name if k_name == v_name else f"{k_name}/{v_name}"
+
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", errors="replace") if raw else None
@@ -281,7 +293,7 @@ class Context:
         params.kv_unified = p.kv_unified
         params.swa_full = True  # sliding-window layers keep everything: prefixes stay reusable
         params.no_perf = True
-        k_name, v_name = split_kv_type(p.kv_type)
+        k_name, v_name = split_kv_type(model.fitting_kv_type(p.kv_type))
         # llama.cpp needs flash attention for a quantized V cache (its plain layout is f16/f32)
         quantized_v = v_name not in ("f16", "f32")
         params.flash_attn_type = (
