@@ -51,7 +51,11 @@ def test_a_temporary_chat_in_the_browser_stores_nothing(app: App) -> None:
     after = row_counts(app)
     # Usage is counted. Output moderation may queue the tiny model's random answer for
     # review: a temporary chat's item keeps scores, never text, and points at no chat.
-    assert {t for t in before if before[t] != after[t]} <= {"usage", "moderation_items"}
+    assert {t for t in before if before[t] != after[t]} <= {
+        "usage",
+        "usage_hours",
+        "moderation_items",
+    }
     new_items = after["moderation_items"] - before["moderation_items"]
     rows = app.call(
         app.services.store.db.fetchall,

@@ -205,7 +205,11 @@ def test_a_temporary_answer_crossing_the_line_is_cut_and_nothing_of_it_kept(
     assert item["direction"] == "output" and item["category"] == "violence"
     assert not item["has_text"] and item["turn_id"] is None
     after = row_counts(client)
-    assert {t for t in before if before[t] != after[t]} <= {"usage", "moderation_items"}
+    assert {t for t in before if before[t] != after[t]} <= {
+        "usage",
+        "usage_hours",
+        "moderation_items",
+    }
     client.blocking_portal.call(client.app.state.services.store.db.checkpoint)
     data_dir = client.app.state.services.settings.data_dir
     assert files_holding(data_dir, SECRET.encode()) == []
