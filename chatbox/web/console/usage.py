@@ -32,6 +32,7 @@ class ServerMemoryOut(Struct, forbid_unknown_fields=True):
     """Where the server's resident memory goes, row by row, beside its RSS."""
 
     pid: int
+    malloc_arenas: int  # glibc's arenas in use (CHATBOX_MALLOC_ARENAS caps them)
     rss_bytes: int
     total_bytes: int  # the rows' sum, measured apart from RSS
     other_bytes: int  # RSS the rows did not account for
