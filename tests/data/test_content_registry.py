@@ -14,7 +14,7 @@ from chatbox.store.shares import SharedPassage, SharedTurn
 from tests.data.conftest import App, holding
 
 # SQLite only: an answer in an app on PostgreSQL can stall when it runs after one on SQLite
-# in the same session (not yet found); the store tests run on both.
+# in one pytest run (cause not yet found); the store tests run on both.
 BOTH_STORES = False
 
 SECRET = "zebrafjord9931"  # in every content column of the account's rows

@@ -20,7 +20,7 @@ from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
 from tests.data.conftest import App
 
 # SQLite only: an answer in an app on PostgreSQL can stall when it runs after one on SQLite
-# in the same session (not yet found); the store tests run on both.
+# in one pytest run (cause not yet found); the store tests run on both.
 BOTH_STORES = False
 
 POLICY = Policy.from_dict(
