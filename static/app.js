@@ -157,6 +157,8 @@
         const tex = el.textContent;
         el.dataset.typeset = "1";
         el.dataset.tex = tex;
+        // U+FFFD marks bytes that were not text: no formula to typeset (KaTeX would warn).
+        if (tex.includes("\uFFFD")) { el.classList.add("math-error"); return; }
         try {
           // Errors are thrown and shown as the TeX itself: KaTeX's error node sets an inline style the CSP refuses.
           window.katex.render(tex, el, { displayMode: el.classList.contains("math-display"), throwOnError: true, strict: "ignore" });
