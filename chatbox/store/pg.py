@@ -25,7 +25,7 @@ from typing import Any
 import asyncpg
 
 from chatbox.store.db import Database
-from chatbox.store.migrations import apply_postgresql_migrations
+from chatbox.store.pg_migrations import apply_postgresql_migrations
 from chatbox.store.vector_feed import VectorChange, VectorFeed
 
 log = logging.getLogger("chatbox.store")

@@ -7,7 +7,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from chatbox.store import Database, migrations, open_database
+from chatbox.store import Database, migrations, open_database, pg_migrations
 from tests.pg import PgServer
 
 # What databases in use have recorded in their `migrations` table, in the order applied.
@@ -74,7 +74,7 @@ async def test_an_older_database_gets_exactly_the_steps_it_lacks(
 
 
 def test_every_step_has_its_postgresql_script() -> None:
-    assert [name for name, _ in migrations.MIGRATIONS] == list(migrations.POSTGRESQL)
+    assert [name for name, _ in migrations.MIGRATIONS] == list(pg_migrations.POSTGRESQL)
 
 
 @pytest.mark.parametrize("steps", [4, 11])
