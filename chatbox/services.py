@@ -218,7 +218,9 @@ class Services:
         store = await Store.open(settings.database)
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
-        recovered = await store.turns.recover_drafts()
+        # Fronts sharing the database: only the answers of fronts that are gone.
+        alive = await store.db.runs.live_fronts() if store.db.runs is not None else None
+        recovered = await store.turns.recover_drafts(alive)
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
@@ -277,6 +279,8 @@ class Services:
             context=knowledge.retriever,
             toolboxes=[*toolboxes(settings, knowledge, policy), mcp],
         )
+        if store.db.runs is not None:  # other fronts may share this database
+            chat.join_fronts(store.db.runs)
         chat.shadow = shadow = ShadowTraffic(
             store,
             policy,

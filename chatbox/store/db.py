@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import aiosqlite
 import sqlean
@@ -23,6 +23,9 @@ import sqlite_vec
 
 from chatbox.store.migrations import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
+
+if TYPE_CHECKING:
+    from chatbox.store.run_channel import RunChannel
 
 log = logging.getLogger("chatbox.store")
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
@@ -89,6 +92,7 @@ class Database:
         self.snapshot: Reader = self
         self._write_lock = asyncio.Lock()
         self.vector_changes = VectorFeed()  # committed vector writes, for in-RAM indexes
+        self.runs: RunChannel | None = None  # the other fronts on this database (PostgreSQL)
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
         self.on_op: Callable[[str, float], None] | None = None
 

@@ -26,6 +26,7 @@ import asyncpg
 
 from chatbox.store.db import Database
 from chatbox.store.pg_migrations import apply_postgresql_migrations
+from chatbox.store.run_channel import RunChannel
 from chatbox.store.vector_feed import VectorChange, VectorFeed
 
 log = logging.getLogger("chatbox.store")
@@ -189,6 +190,7 @@ class PgDatabase(Database):
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATE_LOCK)
             await apply_postgresql_migrations(Tx(conn))
         await db._listen()
+        db.runs = await RunChannel(url).open()
         return db
 
     async def _listen(self) -> None:
@@ -212,6 +214,8 @@ class PgDatabase(Database):
         await self.pool.execute("SELECT pg_notify($1, $2)", VECTOR_CHANNEL, payload)
 
     async def close(self) -> None:
+        if self.runs is not None:
+            await self.runs.close()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
