@@ -17,13 +17,11 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chatbox.chat.runs import TurnRun
 from chatbox.store import Store
-
-if TYPE_CHECKING:  # asyncpg loads only where PostgreSQL is used
-    from chatbox.store.run_channel import Message, RunChannel
+from chatbox.store.run_channel import Message, RunChannel
 
 log = logging.getLogger("chatbox.chat")
 SWEEP_S = 2.0  # how often a front looks for answers of fronts that died

@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,9 +55,7 @@ from chatbox.store import (
     TurnUsage,
     User,
 )
-
-if TYPE_CHECKING:
-    from chatbox.store.run_channel import RunChannel
+from chatbox.store.run_channel import RunChannel
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {

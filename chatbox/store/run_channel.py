@@ -17,8 +17,6 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-import asyncpg
-
 log = logging.getLogger("chatbox.store")
 RUNS_CHANNEL = "chatbox_runs"
 FRONT_LOCK = 0x66726E74  # the advisory lock class of the fronts' liveness locks ("frnt")
@@ -35,13 +33,15 @@ class RunChannel:
         self.url = url
         self.key = secrets.randbits(31) or 1
         self.front = str(self.key)
-        self._conn: asyncpg.Connection | None = None
+        self._conn: Any = None  # an asyncpg connection, once open
         self._send_lock = asyncio.Lock()  # one notice at a time: parts stay in order
         self._listeners: list[Listener] = []
         self._parts: dict[tuple[str, int], list[str]] = {}
         self._seq = 0
 
     async def open(self) -> RunChannel:
+        import asyncpg  # loads only where PostgreSQL is used
+
         conn = await asyncpg.connect(self.url)
         await conn.execute("SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, self.key)
         await conn.add_listener(RUNS_CHANNEL, self._on_notice)
@@ -88,7 +88,7 @@ class RunChannel:
                 for n, part in enumerate(parts):
                     notice = f"{self.front} {self._seq} {n} {len(parts)} {part}"
                     await conn.execute("SELECT pg_notify($1, $2)", RUNS_CHANNEL, notice)
-        except (asyncpg.PostgresError, OSError) as exc:
+        except Exception as exc:  # asyncpg's errors, a lost connection
             log.warning("could not notify the other fronts: %s", exc)
 
     def _on_notice(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
