@@ -93,13 +93,21 @@ class Fronts:
         drafts = await self.store.turns.draft_fronts()
         if not drafts:
             return 0
-        alive = await self.channel.live_fronts()
-        if all(front in alive for front in drafts.values()):
+        alive = await self._alive()
+        if alive is None or all(front in alive for front in drafts.values()):
             return 0
         recovered = await self.store.turns.recover_drafts(alive)
         if recovered:
             log.warning("stored %d answer(s) of a stopped front as interrupted", recovered)
         return recovered
+
+    async def _alive(self) -> set[str] | None:
+        """The live fronts; None while this front cannot tell (its connection is away)."""
+        try:
+            return await self.channel.live_fronts()
+        except (ConnectionError, OSError) as exc:
+            log.warning("cannot tell which fronts are alive: %s", exc)
+            return None
 
     async def _sweep(self) -> None:
         while True:
@@ -117,8 +125,9 @@ class Fronts:
         draft = await self.store.turns.draft(found[0])
         if draft is None or draft.front == self.channel.front:
             return False
-        if draft.front in await self.channel.live_fronts():
-            return True
+        alive = await self._alive()
+        if alive is None or draft.front in alive:
+            return True  # unknown counts as busy: never two answers at once
         await self.recover()
         return False
 
@@ -197,7 +206,10 @@ class Fronts:
                 return None
             if draft.front == self.channel.front:
                 return None  # this front's own, and no longer running
-            if draft.front not in await self.channel.live_fronts():
+            alive = await self._alive()
+            if alive is None:
+                return None
+            if draft.front not in alive:
                 await self.recover()  # its front is gone: stored now, as interrupted
                 return None
             mirror = self._mirrors.get(turn_id) or self._mirror(
@@ -241,7 +253,8 @@ class Fronts:
                     break
                 draft = await self.store.turns.draft(mirror.turn_id)
                 if draft is not None:
-                    if draft.front not in await self.channel.live_fronts():
+                    alive = await self._alive()
+                    if alive is not None and draft.front not in alive:
                         await self.recover()
                         await self._end_as_stored(mirror)
                     elif not mirror.events:  # the follow notice was lost: ask again

@@ -51,6 +51,7 @@ from chatbox.store import (
     Feedback,
     FeedbackTally,
     Routing,
+    Turn,
     TurnStatus,
     TurnUsage,
     User,
@@ -512,9 +513,8 @@ class ChatService(Conversations):
         try:
             await ticket.finish(done.usage if done is not None else None)
             with self.telemetry.span("store.save_answer"):
-                turn = await self.store.turns.finish_draft(
-                    run.turn_id, status, content, usage, error
-                )
+                turn = await self._save_answer(run, status, content, usage, error)
+                status = turn.status
         finally:
             self._runs.pop(run.conversation_id, None)
             self._finished[run.turn_id] = run
@@ -565,6 +565,19 @@ class ChatService(Conversations):
         if finished and request is not None and self.shadow is not None:  # not a cached answer
             assert done is not None
             await self.shadow.offer(served(ticket.user, run, request, done, status))
+
+    async def _save_answer(
+        self, run: TurnRun, status: TurnStatus, content: str, usage: TurnUsage, error: str | None
+    ) -> Turn:
+        """The answer written once; where another front on the shared database took this
+        one for dead and stored it as interrupted already, that turn."""
+        try:
+            return await self.store.turns.finish_draft(run.turn_id, status, content, usage, error)
+        except KeyError:
+            stored = await self.store.turns.get(run.conversation_id, run.turn_id)
+            if stored is None or self.fronts is None:
+                raise
+            return stored
 
     async def _first_question(
         self,

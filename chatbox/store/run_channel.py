@@ -38,6 +38,8 @@ class RunChannel:
         self._listeners: list[Listener] = []
         self._parts: dict[tuple[str, int], list[str]] = {}
         self._seq = 0
+        self._closing = False
+        self._reopening: asyncio.Task[None] | None = None
 
     async def open(self) -> RunChannel:
         import asyncpg  # loads only where PostgreSQL is used
@@ -45,10 +47,40 @@ class RunChannel:
         conn = await asyncpg.connect(self.url)
         await conn.execute("SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, self.key)
         await conn.add_listener(RUNS_CHANNEL, self._on_notice)
+        conn.add_termination_listener(self._on_lost)
         self._conn = conn
         return self
 
+    def _on_lost(self, _conn: object) -> None:
+        """The connection (and with it the lock) is gone: the other fronts take this one
+        for dead, so it comes back under a new name."""
+        self._conn = None
+        if self._closing or self._reopening is not None:
+            return
+        log.warning(
+            "lost the database connection that shows this front alive; "
+            "other fronts store its running answers as interrupted"
+        )
+        self._reopening = asyncio.ensure_future(self._reopen())
+
+    async def _reopen(self) -> None:
+        try:
+            while not self._closing:
+                await asyncio.sleep(1.0)
+                self.key = secrets.randbits(31) or 1
+                self.front = str(self.key)
+                try:
+                    await self.open()
+                    return
+                except Exception as exc:  # still away: try again
+                    log.warning("could not reconnect to the database: %s", exc)
+        finally:
+            self._reopening = None
+
     async def close(self) -> None:
+        self._closing = True
+        if self._reopening is not None:
+            self._reopening.cancel()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
@@ -62,10 +94,11 @@ class RunChannel:
             self._listeners.remove(listener)
 
     async def live_fronts(self) -> set[str]:
-        """The fronts on this database whose process holds its liveness lock now."""
+        """The fronts on this database whose process holds its liveness lock now;
+        ConnectionError while this front's own connection is away (it cannot tell)."""
         conn = self._conn
         if conn is None:
-            return {self.front}
+            raise ConnectionError("this front is not connected to the database")
         async with self._send_lock:
             rows = await conn.fetch(
                 "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1"
