@@ -120,6 +120,9 @@ def test_an_answer_streaming_on_one_front_resumes_on_the_other(
             if event.event == "token" and len(_tokens(first)) > 20:
                 break  # the client drops its connection to A here
     assert first[-1].id is not None
+    # B's view of the conversation shows the answer A is writing (a page load there streams it).
+    view = httpx.get(f"{b.url}/v1/conversations/{conv}", headers=b.auth(key), timeout=30)
+    assert view.json()["running_turn_id"] == turn
     # It reconnects to B, saying the last event it saw; A is still writing (five seconds).
     rest: list[Event] = []
     with httpx.stream(
