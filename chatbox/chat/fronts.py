@@ -257,12 +257,16 @@ class Fronts:
                     if alive is not None and draft.front not in alive:
                         await self.recover()
                         await self._end_as_stored(mirror)
+                        if not mirror.finished:
+                            return  # dropped: nothing here to resume
                     elif not mirror.events:  # the follow notice was lost: ask again
                         await self._send({"op": "follow", "turn": mirror.turn_id})
                     continue
                 await asyncio.sleep(STORED_WAIT_S)  # stored: its last events may be on the way
                 if not mirror.finished:
                     await self._end_as_stored(mirror)
+                    if not mirror.finished:
+                        return
             await asyncio.sleep(self.keep_s)
         finally:
             if self._mirrors.get(mirror.turn_id) is mirror:
@@ -273,6 +277,11 @@ class Fronts:
         them)."""
         turn = await self.store.turns.get(mirror.conversation_id, mirror.turn_id)
         if mirror.finished:
+            return
+        if not mirror.events:  # nothing relayed, so no event ids to go on: not resumable here
+            if self._mirrors.get(mirror.turn_id) is mirror:
+                del self._mirrors[mirror.turn_id]
+            mirror.replayed.set()
             return
         if turn is None:  # erased meanwhile
             mirror.publish("error", {"turn_id": mirror.turn_id, "message": "the answer is gone"})
