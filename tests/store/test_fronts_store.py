@@ -3,7 +3,10 @@ answers of fronts that are gone are stored as interrupted."""
 
 from __future__ import annotations
 
+import asyncio
+
 from chatbox.store import Store
+from chatbox.store.run_channel import FRONT_LOCK
 from tests.pg import PgServer
 
 
@@ -34,4 +37,27 @@ async def test_only_a_gone_fronts_answers_are_recovered(postgres: PgServer) -> N
         assert turn is not None and (turn.status, turn.content) == ("interrupted", "Once upon a")
         assert await b.turns.draft(draft) is None
     finally:
+        await b.close()
+
+
+async def test_a_front_cut_off_comes_back_under_a_new_name(postgres: PgServer) -> None:
+    url = postgres.fresh_database()
+    a, b = await Store.open(url), await Store.open(url)
+    try:
+        assert a.db.runs is not None and b.db.runs is not None
+        old = a.db.runs.front
+        # The database drops the connection that holds the first front's lock.
+        await b.db.fetchone(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid = ? AND objid = ? AND objsubid = 2",
+            (FRONT_LOCK, int(old)),
+        )
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if a.db.runs.front != old and a.db.runs.front in await b.db.runs.live_fronts():
+                break
+        alive = await b.db.runs.live_fronts()
+        assert old not in alive and a.db.runs.front in alive
+    finally:
+        await a.close()
         await b.close()
