@@ -46,6 +46,12 @@ from chatbox.settings import Settings, settings_from_env
     "CHATBOX_DATABASE_URL) instead of SQLite in the data directory.",
 )
 @click.option(
+    "--database-replica-url",
+    default=None,
+    help="A streaming replica of --database-url that serves conversation reads "
+    "(env: CHATBOX_DATABASE_REPLICA_URL); see docs/scaling.md.",
+)
+@click.option(
     "--admin-password",
     default=None,
     help="Seed the first admin's password on an empty database "
