@@ -182,6 +182,46 @@ def test_another_users_reads_are_served_by_the_replica_while_it_lags(cluster: Cl
         cluster.resume()
 
 
+def test_a_removed_member_stops_seeing_the_workspace_at_once_while_the_replica_lags(
+    cluster: Cluster,
+) -> None:
+    box = cluster.box
+    fay, gus = _person(cluster, "fay"), _person(cluster, "gus")
+    resp = httpx.post(box.url + "/v1/workspaces", headers=box.admin, json={"name": "team"})
+    assert resp.status_code == 201, resp.text
+    ws_id = resp.json()["id"]
+    members = {}
+    for name in ("fay", "gus"):
+        added = httpx.post(
+            f"{box.url}/v1/workspaces/{ws_id}/members", headers=box.admin, json={"name": name}
+        )
+        assert added.status_code == 201, added.text
+        members[name] = added.json()["user_id"]
+    conv_id = _start(cluster, fay, "team plan")
+    moved = httpx.post(
+        f"{box.url}/v1/conversations/{conv_id}/workspace",
+        headers=fay,
+        json={"workspace_id": ws_id},
+    )
+    assert moved.status_code == 200, moved.text
+    cluster.replica.wait_for(
+        cluster.database, f"SELECT count(*) = 1 FROM conversations WHERE workspace_id = '{ws_id}'"
+    )
+    assert "team plan" in _titles(cluster, gus)
+
+    cluster.pause()
+    try:
+        gone = httpx.delete(
+            f"{box.url}/v1/workspaces/{ws_id}/members/{members['gus']}", headers=box.admin
+        )
+        assert gone.status_code == 204, gone.text
+        before = cluster.routes()
+        assert "team plan" not in _titles(cluster, gus)
+        assert cluster.reads_since(before) == {("primary", "own_write"): 1.0}
+    finally:
+        cluster.resume()
+
+
 def test_reads_go_to_the_primary_while_the_replica_is_down(cluster: Cluster) -> None:
     eve = _person(cluster, "eve")
     _start(cluster, eve, "eve's")
