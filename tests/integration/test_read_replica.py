@@ -8,6 +8,8 @@ from timing; lag is made by pausing the replica's replay (`pg_wal_replay_pause()
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from chatbox.store import ReadReplica, Store
 from tests.pg import PgServer, binaries
 from tests.pg_replica import PgReplica, basebackup, run_sql
 from tests.served import Served
@@ -239,3 +242,34 @@ def test_reads_go_to_the_primary_while_the_replica_is_down(cluster: Cluster) -> 
         assert "read replica" in cluster.box.log()
     finally:
         cluster.replica.resume_server()
+
+
+async def _until(store: Store, routes: list[tuple[str, str]], want: tuple[str, str]) -> None:
+    """Read until a conversation read goes where `want` says (the check runs each second)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        await store.conversations.list("nobody")
+        if routes[-1] == want:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"reads never went {want}: {routes[-5:]}")
+
+
+async def test_a_replica_lagging_past_the_limit_serves_nothing_until_it_catches_up(
+    cluster: Cluster,
+) -> None:
+    url = cluster.primary.url(cluster.database)
+    store = await Store.open(url, ReadReplica(cluster.replica.url(cluster.database), 0.5))
+    routes: list[tuple[str, str]] = []
+    store.db.on_read_route = lambda served_by, reason: routes.append((served_by, reason))
+    try:
+        await _until(store, routes, ("replica", "replica"))
+        cluster.pause()
+        try:
+            assert await store.db.writable()  # the primary moves on; the replica stays behind
+            await _until(store, routes, ("primary", "lagging"))
+        finally:
+            cluster.resume()
+        await _until(store, routes, ("replica", "replica"))
+    finally:
+        await store.close()
