@@ -2,12 +2,13 @@
 
 Lists, a conversation's turns and search (`Database.conversation_reads`) go to the replica;
 writes, and every read inside a write transaction, go to the primary. After each commit the
-primary's WAL insert position is noted against the acting user (`db.actor`), and that user's
-reads stay on the primary until the replica has replayed past it: an LSN, not a time window,
-because it hands the reads back the moment the replica holds the write and never too early,
-however far the replica lags. A replica that is unreachable, or still short of where the
-primary was `max_lag_s` ago, serves nothing until a check (every second) finds it well again;
-each read says where it went and why (`Database.on_read_route`: the /metrics counter).
+primary's WAL insert position is noted against the acting user (`db.actor`; a task with none:
+the task), and that user's reads stay on the primary until the replica has replayed past it:
+an LSN, not a time window, because it hands the reads back the moment the replica holds the
+write and never too early, however far the replica lags. A replica that is unreachable, or
+still short of where the primary was `max_lag_s` ago, serves nothing until a check (every
+second) finds it well again; each read says where it went and why (`Database.on_read_route`:
+the /metrics counter).
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ _GONE = (
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.SerializationError,
 )
+
+
+def _who() -> str | None:
+    """Whose reads must see this task's writes: the acting user, else this task itself (a
+    background job that writes and then reads back must see its write too)."""
+    user = actor()
+    if user is not None:
+        return user
+    task = asyncio.current_task()
+    return f"task:{id(task)}" if task is not None else None
 
 
 class ReplicaReads:
@@ -137,7 +148,7 @@ class ReplicaReads:
         any named by `also_for`) wait for the replica to pass this point.
 
         The insert position read after the commit is at or past the commit record's end."""
-        users = {*(WRITE_ALSO.get() or ()), *filter(None, [actor()])}
+        users = {*(WRITE_ALSO.get() or ()), *filter(None, [_who()])}
         if users:
             lsn = int(await conn.fetchval(f"SELECT pg_current_wal_insert_lsn() {_LSN}"))
             for user in users:
@@ -150,7 +161,7 @@ class ReplicaReads:
             return False, "in_write"
         if self.state != "up":
             return False, self.state
-        user = actor()
+        user = _who()
         need = self.fresh.get(user, -1) if user is not None else -1
         if need > self.replayed:
             replayed = await self._replay_position()

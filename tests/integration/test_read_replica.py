@@ -273,3 +273,25 @@ async def test_a_replica_lagging_past_the_limit_serves_nothing_until_it_catches_
         await _until(store, routes, ("replica", "replica"))
     finally:
         await store.close()
+
+
+async def test_a_job_acting_for_no_one_reads_back_what_it_wrote_while_the_replica_lags(
+    cluster: Cluster,
+) -> None:
+    url = cluster.primary.url(cluster.database)
+    store = await Store.open(url, ReadReplica(cluster.replica.url(cluster.database), 600))
+    routes: list[tuple[str, str]] = []
+    store.db.on_read_route = lambda served_by, reason: routes.append((served_by, reason))
+    try:
+        await _until(store, routes, ("replica", "replica"))
+        cluster.pause()
+        try:
+            owner = await store.users.create("job-owner")
+            conv = await store.conversations.create(owner.id, title="made by a job")
+            assert conv.title == "made by a job"  # read back through the replica's router
+            assert [c.id for c in await store.conversations.list(owner.id)] == [conv.id]
+            assert routes[-2:] == [("primary", "own_write")] * 2
+        finally:
+            cluster.resume()
+    finally:
+        await store.close()
