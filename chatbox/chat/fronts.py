@@ -275,7 +275,7 @@ class Fronts:
     async def _end_as_stored(self, mirror: _Mirror) -> None:
         """The mirror's last events, read from the stored turn (its front could not send
         them)."""
-        turn = await self.store.turns.get(mirror.conversation_id, mirror.turn_id)
+        turn = await self.store.turns.written(mirror.conversation_id, mirror.turn_id)
         if mirror.finished:
             return
         if not mirror.events:  # nothing relayed, so no event ids to go on: not resumable here

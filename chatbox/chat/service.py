@@ -574,7 +574,7 @@ class ChatService(Conversations):
         try:
             return await self.store.turns.finish_draft(run.turn_id, status, content, usage, error)
         except KeyError:
-            stored = await self.store.turns.get(run.conversation_id, run.turn_id)
+            stored = await self.store.turns.written(run.conversation_id, run.turn_id)
             if stored is None or self.fronts is None:
                 raise
             return stored

@@ -51,6 +51,14 @@ class TurnRepo:
         )
         return Turn.from_row(row) if row else None
 
+    async def written(self, conv_id: str, turn_id: str) -> Turn | None:
+        """`get` from the database itself, never a read replica: a turn another front has
+        just written, read back at once."""
+        row = await self.db.fetchone(
+            "SELECT * FROM turns WHERE id = ? AND conversation_id = ?", (turn_id, conv_id)
+        )
+        return Turn.from_row(row) if row else None
+
     async def path(self, conv_id: str, leaf_id: str | None) -> list[Turn]:
         """Turns from the root down to leaf_id (inclusive)."""
         if leaf_id is None:
