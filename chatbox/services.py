@@ -309,10 +309,12 @@ class Services:
             store,
             policy,
             accounts.audit,
-            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            grade=evals.grade,
             keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+            similarity=evals.similarity,
             clock=gate.wall,  # a replay's clock stamps samples and decisions
         )
+        canaries.check_suites()
         gate.on_settle = canaries.settled
         gate.router.canary_state = canaries.state
         chat.canaries = canaries

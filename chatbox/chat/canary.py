@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,8 @@ from chatbox.chat.canary_rule import (
     compare,
     verdict,
 )
+from chatbox.chat.evalsuite import Similarity
+from chatbox.chat.live_grading import Grade, KeepsNothing, LiveGrader
 from chatbox.chat.policy import Canary, Policy
 from chatbox.chat.routing import CanaryState as State
 from chatbox.engine.types import Usage
@@ -74,8 +76,6 @@ class Sides:
         return self.baselines.setdefault(tier, Side())
 
 
-Grade = Callable[[str, str, str], Awaitable[float]]  # (judge, question, answer) -> 0..1
-KeepsNothing = Callable[[User], Awaitable[bool]]
 
 
 class CanaryService:
@@ -90,6 +90,7 @@ class CanaryService:
         clock: Clock = time.time,
         grade: Grade | None = None,
         keeps_nothing: KeepsNothing | None = None,
+        similarity: Similarity | None = None,
         rng: random.Random | None = None,
         min_samples: int = MIN_SAMPLES,
     ) -> None:
@@ -97,8 +98,7 @@ class CanaryService:
         self.policy = policy
         self.audit = audit
         self.clock = clock
-        self.grade = grade
-        self.keeps_nothing = keeps_nothing
+        self.grader = LiveGrader(grade, similarity, keeps_nothing)
         self.rng = rng or random.Random()
         self.min_samples = min_samples
         self.sides = Sides()
@@ -169,13 +169,21 @@ class CanaryService:
         side = self.sides.arm(arm) if arm else self.sides.baseline(tier)
         side.scores.append((self.clock() if at is None else at, score))
 
+    def check_suites(self) -> None:
+        """Read every canary's eval suite now (a SuiteError names the canary and the file)."""
+        for c in self.canaries:
+            self.grader.references(c)
+
+    def grades_tier(self, tier: str) -> bool:
+        """Whether some canary of this tier grades sampled live answers."""
+        return any(c.tier == tier and self.grader.can_grade(c) for c in self.canaries)
+
     def wants_eval(self, tier: str, arm: str) -> Canary | None:
         """The canary whose eval sampling takes this answer (drawn at its eval_percent)."""
         for c in self.canaries:
             if (
                 c.tier == tier
-                and c.judge
-                and c.eval_percent > 0
+                and self.grader.can_grade(c)
                 and arm in ("", c.arm)
                 and self.state(c.arm) in ("running", "held")
                 and self.rng.random() * 100 < c.eval_percent
@@ -187,7 +195,7 @@ class CanaryService:
         """Grade a live answer in the background when its tier opted in (never for a request
         that keeps nothing: the text lives only in this task and the judge's request)."""
         canary = self.wants_eval(user.tier, arm)
-        if canary is None or self.grade is None or not question or not answer:
+        if canary is None or not question or not answer:
             return
         task = asyncio.get_running_loop().create_task(
             self._grade_live(canary, user, arm, question, answer)
@@ -198,15 +206,13 @@ class CanaryService:
     async def _grade_live(
         self, canary: Canary, user: User, arm: str, question: str, answer: str
     ) -> None:
-        if self.keeps_nothing is not None and await self.keeps_nothing(user):
-            return
-        assert self.grade is not None and canary.judge is not None
         try:
-            score = await self.grade(canary.judge, question, answer)
+            score = await self.grader.score(canary, user, question, answer)
         except Exception:  # a busy or missing judge costs a sample, never the answer
             log.warning("grading a sampled answer of %s failed", canary.arm, exc_info=True)
             return
-        self.observe_score(user.tier, arm, score)
+        if score is not None:
+            self.observe_score(user.tier, arm, score)
 
     async def load_feedback(self) -> None:
         """Thumbs per arm and per tier baseline, from the feedback the people gave."""
