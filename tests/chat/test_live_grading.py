@@ -31,7 +31,7 @@ CASES = [
     {"id": "alike", "prompt": "Say hi.", "check": {"kind": "similarity", "reference": "Hi!"}},
 ]
 RIGHT = {"What is the capital of France?": "Paris", "How many legs has a spider?": "It has 8."}
-WRONG = {"What is the capital of France?": "Lyon", "How many legs has a spider?": "Six, I think."}
+WRONG = {"What is the capital of France?": "Lyon", "How many legs has a spider?": "Six."}
 
 
 def policy_with_suite(tmp_path: Path, **canary: object) -> Policy:
