@@ -50,7 +50,7 @@ from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
-from chatbox.store import Store, User, open_database
+from chatbox.store import ReadReplica, Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
 from chatbox.store.migrate import TableCopy, copy_store
@@ -216,7 +216,11 @@ class Services:
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
-        store = await Store.open(settings.database)
+        replica = settings.database_replica_url
+        store = await Store.open(
+            settings.database,
+            ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,
+        )
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         recovered = await store.turns.recover_drafts()
@@ -536,6 +540,7 @@ def _observe(
     if not telemetry.enabled:
         return
     store.db.on_op = telemetry.store_op
+    store.db.on_read_route = telemetry.conversation_read
     knowledge.embedder.on_embed = telemetry.embedded
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry

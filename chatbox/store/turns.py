@@ -31,7 +31,7 @@ class TurnRepo:
         self.db = db
 
     async def get(self, conv_id: str, turn_id: str) -> Turn | None:
-        row = await self.db.fetchone(
+        row = await self.db.conversation_reads.fetchone(
             "SELECT * FROM turns WHERE id = ? AND conversation_id = ?", (turn_id, conv_id)
         )
         return Turn.from_row(row) if row else None
@@ -40,11 +40,11 @@ class TurnRepo:
         """Turns from the root down to leaf_id (inclusive)."""
         if leaf_id is None:
             return []
-        rows = await self.db.fetchall(_PATH_SQL, (leaf_id, conv_id))
+        rows = await self.db.conversation_reads.fetchall(_PATH_SQL, (leaf_id, conv_id))
         return [Turn.from_row(r) for r in rows]
 
     async def children(self, conv_id: str, parent_id: str | None) -> list[Turn]:
-        rows = await self.db.fetchall(
+        rows = await self.db.conversation_reads.fetchall(
             "SELECT * FROM turns WHERE conversation_id = ? AND parent_id"
             + (" IS ?" if self.db.dialect == "sqlite" else " IS NOT DISTINCT FROM ?")
             + " ORDER BY seq",
@@ -65,7 +65,7 @@ class TurnRepo:
         """Follow the newest child down from turn_id: where a branch switch lands."""
         current = turn_id
         while True:
-            row = await self.db.fetchone(
+            row = await self.db.conversation_reads.fetchone(
                 "SELECT id FROM turns WHERE conversation_id = ? AND parent_id = ?"
                 " ORDER BY seq DESC LIMIT 1",
                 (conv_id, current),
