@@ -76,8 +76,6 @@ class Sides:
         return self.baselines.setdefault(tier, Side())
 
 
-
-
 class CanaryService:
     """Samples per canary arm and tier baseline; verdicts on a timer; promote and roll back
     (by an admin, or automatically on a guard), every decision stored and audit-logged."""
