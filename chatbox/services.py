@@ -38,6 +38,7 @@ from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.tools.sandbox import Sandbox
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
+from chatbox.cluster.warming import ReplicaWarming
 from chatbox.data import DataService
 from chatbox.data.retention import Retention, RetentionReport
 from chatbox.data.service import erase_account, export_zip
@@ -317,10 +318,12 @@ class Services:
             store,
             policy,
             accounts.audit,
-            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            grade=evals.grade,
             keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+            similarity=evals.similarity,
             clock=gate.wall,  # a replay's clock stamps samples and decisions
         )
+        canaries.check_suites()
         gate.on_settle = canaries.settled
         gate.router.canary_state = canaries.state
         chat.canaries = canaries
@@ -462,32 +465,54 @@ def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[b
 def _prewarmer(
     settings: Settings, store: Store, models: ClusterModels, clock: Callable[[], float]
 ) -> PreWarmer:
-    """The pre-warmer over this process's own engines (models on replicas stay theirs)."""
+    """The pre-warmer over this process's own engines and, in router mode, the models the
+    chatbox replicas have installed (loaded there on request, unloaded only where it asked)."""
     pool = models.pool
+    replicas = ReplicaWarming(models.fleet)
 
     def local_names() -> list[str]:
         return models.local.names() if models.use_local else []
 
+    def names() -> list[str]:
+        local = local_names()
+        return local + sorted(replicas.installed() - set(local))
+
     def running(name: str) -> int:
-        stats = pool.stats().get(name)
+        stats = pool.stats().get(name) or models.fleet.stats(name)
         return 0 if stats is None else stats.running + stats.queue_depth
 
-    def pinned() -> set[str]:
-        try:
-            return {models.local.default()}
-        except NoModelError:
-            return set()
-
-    def held() -> list[str]:  # loaded, or loading for someone already
+    def local_held() -> list[str]:  # loaded, or loading for someone already
         return [n for n in local_names() if pool.state(n) in ("loaded", "loading")]
+
+    def held() -> list[str]:
+        here = local_held()
+        return here + sorted(replicas.served() - set(here))
+
+    def pinned() -> set[str]:
+        kept = replicas.kept() - set(local_held())
+        try:
+            return {models.local.default()} | kept
+        except NoModelError:
+            return kept
+
+    async def load(name: str) -> None:
+        if name in local_names():
+            await pool.get(name)
+        elif await replicas.load(name) is None:
+            raise RuntimeError(f"no replica could load {name}")
+
+    async def unload(name: str) -> None:
+        if name in local_held():
+            await pool.unload(name)
+        await replicas.unload(name)
 
     return PreWarmer(
         store.usage.hourly,
-        local_names,
+        names,
         held,
         running,
-        pool.get,
-        pool.unload,
+        load,
+        unload,
         pinned,
         clock=clock,
         idle_s=settings.prewarm_idle_s,

@@ -21,6 +21,7 @@ from chatbox.chat.completions import complete
 from chatbox.chat.erasure import erase_conversations, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.fronts import Fronts
+from chatbox.chat.live_grading import GradedGeneration, Sampler, graded
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
@@ -60,6 +61,7 @@ class Conversations:
     gate: Gatekeeper  # quotas, routing, overload
     moderation: ModerationService | None = None  # input and output checks
     shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model once done
+    canaries: Sampler | None = None  # grades sampled live answers of canary tiers
     _runs: dict[str, TurnRun] = field(default_factory=dict)  # answering now, by conversation
     _reserved: set[str] = field(default_factory=set)  # about to answer
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
@@ -202,6 +204,7 @@ class Conversations:
             prompt=prompt,
         )
         plain = prompt is None and options.n <= 1 and not options.tools
+        generation = graded(generation, self.canaries, user, messages, plain, zero_retention)
         generation = mirrored(generation, self.shadow, user, model, messages, plain)
         return model, generation, tokens
 
@@ -262,6 +265,7 @@ class Conversations:
             ticket,
         )
         plain = options.n <= 1 and not options.tools
+        generation = graded(generation, self.canaries, user, messages, plain, False)
         generation = mirrored(generation, self.shadow, user, model, messages, plain)
         return Exact(model, ticket, generation, key)
 
@@ -271,7 +275,7 @@ class Conversations:
         if exact.key is None or exact.generation is None:
             return False
         generation = exact.generation
-        if isinstance(generation, MirroredGeneration):
+        while isinstance(generation, (MirroredGeneration, GradedGeneration)):
             generation = generation.inner
         if isinstance(generation, ModeratedGeneration):
             if not generation.clean():

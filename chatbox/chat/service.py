@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
-from chatbox.chat.canary import CanaryService
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
@@ -85,7 +84,6 @@ class ChatService(Conversations):
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
-    canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
     toolboxes: Sequence[Toolbox] = ()  # the tools the assistant may call (services wires them)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
