@@ -52,6 +52,7 @@ from chatbox.settings import Settings
 from chatbox.store import Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
+from chatbox.store.limits import PgCounters
 from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
@@ -216,6 +217,8 @@ class Services:
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
         store = await Store.open(settings.database)
+        if isinstance(store.counters, PgCounters):
+            store.counters.lease_s = settings.stream_lease_s
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         recovered = await store.turns.recover_drafts()
@@ -257,6 +260,7 @@ class Services:
             models.stats,
             settings.high_water,
             wall=replay_clock(settings.replay_start, settings.replay_speed),
+            counters=store.counters,  # every front's on PostgreSQL
         )
         moderation = ModerationService(
             store,
