@@ -173,6 +173,11 @@ class MemoryCounters:
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
 
+def _text(key: str) -> str:
+    """`key` as PostgreSQL text, which cannot hold NUL (a typed name may carry one)."""
+    return key.replace("\x00", "\\0")
+
+
 class PgCounters:
     """The counters as PostgreSQL rows, shared by every front on the database."""
 
@@ -286,13 +291,13 @@ class PgCounters:
             await conn.execute(
                 f"DELETE FROM limit_failures WHERE counter = $1 AND key = $2 AND at <= {_NOW} - $3",
                 counter,
-                key,
+                _text(key),
                 float(window_s),
             )
             await conn.execute(
                 f"INSERT INTO limit_failures (counter, key, at) VALUES ($1, $2, {_NOW})",
                 counter,
-                key,
+                _text(key),
             )
 
     async def blocked_for(self, counter: str, key: str, limit: int, window_s: float) -> float:
@@ -301,7 +306,7 @@ class PgCounters:
             f" WHERE counter = $1 AND key = $2 AND at > {_NOW} - $3"
             " ORDER BY at DESC OFFSET $4 LIMIT 1",
             counter,
-            key,
+            _text(key),
             float(window_s),
             max(0, limit - 1),
         )
@@ -309,7 +314,7 @@ class PgCounters:
 
     async def forget(self, counter: str, key: str) -> None:
         await self.db.pool.execute(
-            "DELETE FROM limit_failures WHERE counter = $1 AND key = $2", counter, key
+            "DELETE FROM limit_failures WHERE counter = $1 AND key = $2", counter, _text(key)
         )
 
     async def close(self) -> None:
