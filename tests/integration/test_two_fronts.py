@@ -90,7 +90,7 @@ def test_a_login_lockout_holds_across_both_fronts(fronts: tuple[Served, Served])
 
 
 def test_a_killed_fronts_answers_stop_counting_when_their_lease_ends(
-    fronts: tuple[Served, Served], tmp_path: Path, tiny_gguf: Path
+    fronts: tuple[Served, Served],
 ) -> None:
     a, b = fronts
     key = a.user("eve")
