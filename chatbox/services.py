@@ -49,7 +49,7 @@ from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
-from chatbox.store import Store, User, open_database
+from chatbox.store import ReadReplica, Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
 from chatbox.store.limits import PgCounters
@@ -216,12 +216,18 @@ class Services:
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
-        store = await Store.open(settings.database)
+        replica = settings.database_replica_url
+        store = await Store.open(
+            settings.database,
+            ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,
+        )
         if isinstance(store.counters, PgCounters):
             store.counters.lease_s = settings.stream_lease_s
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
-        recovered = await store.turns.recover_drafts()
+        # Fronts sharing the database: only the answers of fronts that are gone.
+        alive = await store.db.runs.live_fronts() if store.db.runs is not None else None
+        recovered = await store.turns.recover_drafts(alive)
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
@@ -281,6 +287,8 @@ class Services:
             context=knowledge.retriever,
             toolboxes=[*toolboxes(settings, knowledge, policy), mcp],
         )
+        if store.db.runs is not None:  # other fronts may share this database
+            chat.join_fronts(store.db.runs)
         chat.shadow = shadow = ShadowTraffic(
             store,
             policy,
@@ -515,6 +523,7 @@ def _observe(
     if not telemetry.enabled:
         return
     store.db.on_op = telemetry.store_op
+    store.db.on_read_route = telemetry.conversation_read
     knowledge.embedder.on_embed = telemetry.embedded
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry

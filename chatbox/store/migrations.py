@@ -644,6 +644,11 @@ async def _tool_turns(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _draft_front(conn: aiosqlite.Connection) -> None:
+    # Which front writes each answer, so fronts sharing a database recover only dead ones'.
+    await conn.execute("ALTER TABLE drafts ADD COLUMN front TEXT")
+
+
 async def _shared_limits(conn: aiosqlite.Connection) -> None:
     # Limits' counters and job claims; on SQLite (one front) they stay in the process and
     # these tables stay empty, so both stores have the same tables.
@@ -693,7 +698,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0015_usage_by_hour", _usage_by_hour),
     ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
     ("0017_tool_turns", _tool_turns),
-    ("0018_shared_limits", _shared_limits),
+    ("0018_draft_front", _draft_front),
+    ("0019_shared_limits", _shared_limits),
 ]
 
 

@@ -502,7 +502,8 @@ POSTGRESQL: dict[str, list[str]] = {
         "CREATE INDEX tool_results_by_user ON tool_results (user_id)",
         "CREATE INDEX tool_results_by_conversation ON tool_results (conversation_id)",
     ],
-    "0018_shared_limits": [
+    "0018_draft_front": ["ALTER TABLE drafts ADD COLUMN front TEXT"],
+    "0019_shared_limits": [
         """CREATE TABLE limit_buckets (
             key TEXT PRIMARY KEY,
             level DOUBLE PRECISION NOT NULL,
