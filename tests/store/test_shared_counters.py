@@ -44,14 +44,14 @@ async def test_streams_count_across_fronts_and_a_dead_fronts_lapse(
 ) -> None:
     a, b = fronts
     assert isinstance(a.counters, PgCounters) and isinstance(b.counters, PgCounters)
-    a.counters.lease_s = 0.5
+    a.counters.lease_s = 2.0
     first = await a.counters.take([], ("u1", 1))
     assert first.refused is None and first.lease is not None
     assert (await b.counters.take([], ("u1", 1))).refused == "streams"
-    await asyncio.sleep(1.5)  # front a renews its lease while it runs
+    await asyncio.sleep(3.0)  # front a renews its lease while it runs
     assert (await b.counters.take([], ("u1", 1))).refused == "streams"
     a.counters._renewer.cancel()  # type: ignore[union-attr]  # front a stops: it died
-    await asyncio.sleep(1.0)  # past the lease: its stream no longer counts
+    await asyncio.sleep(2.5)  # past the lease: its stream no longer counts
     second = await b.counters.take([], ("u1", 1))
     assert second.refused is None and second.streams == 0
 
@@ -81,10 +81,10 @@ async def test_a_job_is_claimed_by_one_front_until_it_is_done(
     assert not await loser.jobs.claim("extract:c1", 60)
     await winner.jobs.done("extract:c1")
     assert await loser.jobs.claim("extract:c1", 60)
-    assert await winner.jobs.claim("retention-sweep", 0.3)
-    assert not await loser.jobs.claim("retention-sweep", 0.3)
-    await asyncio.sleep(0.5)  # a claim whose holder died lapses with its term
-    assert await loser.jobs.claim("retention-sweep", 0.3)
+    assert await winner.jobs.claim("retention-sweep", 2.0)
+    assert not await loser.jobs.claim("retention-sweep", 2.0)
+    await asyncio.sleep(2.5)  # a claim whose holder died lapses with its term
+    assert await loser.jobs.claim("retention-sweep", 2.0)
 
 
 async def test_in_process_counters_keep_the_same_rules() -> None:
