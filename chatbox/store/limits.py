@@ -283,15 +283,22 @@ class PgCounters:
                     self.db.front,
                     float(self.lease_s),
                 )
+                # Lapsed leases go, a dead front's for users who never come back included.
+                await self.db.pool.execute(
+                    "DELETE FROM limit_leases WHERE id IN (SELECT id FROM limit_leases"
+                    f" WHERE expires_at <= {_NOW} FOR UPDATE SKIP LOCKED)"
+                )
             except Exception:  # the database is away: try again next term
                 log.warning("could not renew this front's stream leases", exc_info=True)
 
     async def fail(self, counter: str, key: str, window_s: float) -> None:
         async with self.db.pool.acquire() as conn, conn.transaction():
+            # Every failure past the window goes, of addresses never seen again included;
+            # rows another front is deleting are left to it (no wait, no deadlock).
             await conn.execute(
-                f"DELETE FROM limit_failures WHERE counter = $1 AND key = $2 AND at <= {_NOW} - $3",
+                "DELETE FROM limit_failures WHERE seq IN (SELECT seq FROM limit_failures"
+                f" WHERE counter = $1 AND at <= {_NOW} - $2 FOR UPDATE SKIP LOCKED)",
                 counter,
-                _text(key),
                 float(window_s),
             )
             await conn.execute(

@@ -66,6 +66,12 @@ async def test_failed_attempts_count_across_fronts(fronts: tuple[Store, Store]) 
     assert 800 < wait <= 900
     await b.counters.forget("pairs", "ann\x00127.0.0.1")
     assert await a.counters.blocked_for("pairs", "ann\x00127.0.0.1", 4, 900) == 0
+    # An address that never comes back leaves no row once its window has passed.
+    await a.counters.fail("addresses", "198.51.100.7", 1.0)
+    await asyncio.sleep(1.5)
+    await b.counters.fail("addresses", "203.0.113.9", 1.0)
+    rows = await a.db.fetchall("SELECT key FROM limit_failures WHERE counter = 'addresses'")
+    assert [r["key"] for r in rows] == ["203.0.113.9"]
 
 
 async def test_a_job_is_claimed_by_one_front_until_it_is_done(
