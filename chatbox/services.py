@@ -53,6 +53,7 @@ from chatbox.settings import Settings
 from chatbox.store import ReadReplica, Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
+from chatbox.store.limits import PgCounters
 from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
@@ -221,6 +222,8 @@ class Services:
             settings.database,
             ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,
         )
+        if isinstance(store.counters, PgCounters):
+            store.counters.lease_s = settings.stream_lease_s
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
         # Fronts sharing the database: only the answers of fronts that are gone.
@@ -264,6 +267,7 @@ class Services:
             models.stats,
             settings.high_water,
             wall=replay_clock(settings.replay_start, settings.replay_speed),
+            counters=store.counters,  # every front's on PostgreSQL
         )
         moderation = ModerationService(
             store,

@@ -120,6 +120,9 @@ class Settings:
     login_max_failures_per_address: int = 20
     login_window_s: float = 900.0
     login_slowdown_s: float = 1.0  # delay of each login to an account past its failure limit
+    # On PostgreSQL: how long a front's open answers count against their users' stream limits
+    # after the front stops renewing them (it died).
+    stream_lease_s: float = 30.0
     # The reverse proxies (CIDRs) whose X-Forwarded-For / X-Forwarded-Proto are believed;
     # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
     trusted_proxies: tuple[str, ...] = ()

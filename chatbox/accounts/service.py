@@ -33,10 +33,12 @@ class AccountsService:
         self.store = store
         self.settings = settings
         self.audit = AuditLog(store)
+        counters = store.counters  # every front's on PostgreSQL
+        window = settings.login_window_s
         self.throttle = LoginThrottle(
-            Attempts(settings.login_max_failures, settings.login_window_s),
-            Attempts(settings.login_max_failures_per_address, settings.login_window_s),
-            Attempts(settings.login_max_failures, settings.login_window_s),
+            Attempts(settings.login_max_failures, window, "accounts", counters),
+            Attempts(settings.login_max_failures_per_address, window, "addresses", counters),
+            Attempts(settings.login_max_failures, window, "pairs", counters),
             settings.login_slowdown_s,
         )
 

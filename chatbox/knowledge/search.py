@@ -17,6 +17,7 @@ from chatbox.store.search import HIT_END as HIT_END  # re-exported for the web l
 from chatbox.store.search import HIT_START as HIT_START
 
 INDEX_BATCH = 128
+INDEX_HOLD_S = 600.0  # a claim on a user's indexing, should its front die mid-way
 # Turns written since the user's last search (an answer or a few) are embedded with the query.
 URGENT_TURNS = 8
 SEMANTIC_MIN_SIM = 0.3
@@ -111,7 +112,13 @@ class SearchService:
 
     async def _index_locked(self, user_id: str, lock: asyncio.Lock) -> int:
         async with lock:
-            return await self.index(user_id)
+            job = f"index:{user_id}"
+            if not await self.store.jobs.claim(job, INDEX_HOLD_S):
+                return 0  # another front is indexing this user's turns now
+            try:
+                return await self.index(user_id)
+            finally:
+                await self.store.jobs.done(job)
 
     async def search(
         self, user_id: str, query: str, mode: str = "both", limit: int = 20

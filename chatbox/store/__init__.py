@@ -13,7 +13,9 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
+from chatbox.store.jobs import JobRepo
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.limits import Counters, MemoryCounters
 from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
@@ -37,6 +39,7 @@ __all__ = [
     "Chunk",
     "ChunkIn",
     "Conversation",
+    "Counters",
     "Database",
     "Document",
     "Feedback",
@@ -111,11 +114,20 @@ class Store:
     evals: EvalRepo
     canaries: CanaryRepo
     tool_results: ToolResultRepo
+    jobs: JobRepo
+    counters: Counters  # limits' counters: this process's on SQLite, the database's on PostgreSQL
 
     @classmethod
     async def open(cls, target: Path | str, replica: ReadReplica | None = None) -> Store:
         """The store at a SQLite path or a `postgresql://` URL (and its read replica)."""
         db = await open_database(target, replica)
+        counters: Counters = MemoryCounters()
+        if db.dialect == "postgresql":
+            from chatbox.store.limits import PgCounters
+            from chatbox.store.pg import PgDatabase
+
+            assert isinstance(db, PgDatabase)
+            counters = PgCounters(db)
         return cls(
             db,
             UserRepo(db),
@@ -139,7 +151,10 @@ class Store:
             EvalRepo(db),
             CanaryRepo(db),
             ToolResultRepo(db),
+            JobRepo(db),
+            counters,
         )
 
     async def close(self) -> None:
+        await self.counters.close()
         await self.db.close()

@@ -543,6 +543,30 @@ TABLES: tuple[Table, ...] = (
         },
         why="each canary's latest verdict: aggregate figures, never content",
     ),
+    Table(
+        "limit_buckets",
+        None,
+        plain={"key": "a user's id and a limit's name"},
+        why="rate limits' levels (a number per user and limit), refilled within a minute",
+    ),
+    Table(
+        "limit_leases",
+        None,
+        plain={"id": ID, "key": "a user's id", "front": "a running front's random id"},
+        why="answers being written now, per user; each expires with its front's lease",
+    ),
+    Table(
+        "limit_failures",
+        None,
+        plain={"counter": ENUM, "key": "a login name or an address, as a failed attempt gave it"},
+        why="times of failed logins and keys, kept for the throttle's window only",
+    ),
+    Table(
+        "job_claims",
+        None,
+        plain={"name": "a background job's kind and target id", "front": "a front's random id"},
+        why="which front does which background job",
+    ),
     Table("meta", None, plain={"key": ID, "value": "the schema's name"}, why="the schema"),
     Table("migrations", None, plain={"name": ID}, why="which migrations ran"),
 )
