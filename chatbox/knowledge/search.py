@@ -130,37 +130,51 @@ class SearchService:
         query = query.strip()
         if not query:
             return []
+        # Both ways at once: each read's hops to the database thread and back then overlap
+        # the other's and the query's encode, which on a busy box is most of a search's time.
+        words, (fresh, near) = await asyncio.gather(
+            self._words(user_id, query, mode, limit),
+            self._meaning(user_id, query, limit) if mode != "words" else _nothing(),
+        )
         hits: dict[str, SearchHit] = {}
-        if mode in ("words", "both"):
-            match = fts_all(query)
-            found = await self.store.search.keyword(user_id, match, limit) if match else []
-            if not found and mode == "both":
-                match = fts_any(query)
-                found = await self.store.search.keyword(user_id, match, limit) if match else []
-            for rank, hit in enumerate(found):
-                hits[hit.turn_id] = self._hit(hit, hit.snippet, "words", 1.0 / (1 + rank))
-        if mode in ("meaning", "both"):
-            vector, fresh = await asyncio.gather(
-                self.embedder.embed_one(query), self._fresh(user_id, query)
-            )
-            for hit in fresh:  # not searchable by meaning yet
-                prior = hits.get(hit.turn_id)
-                if prior is None or prior.score < hit.score:
-                    hits[hit.turn_id] = hit
-            for hit in await self.semantic(user_id, vector, limit):
-                sim = 1.0 - hit.score * hit.score / 2.0
-                if sim < SEMANTIC_MIN_SIM:
-                    continue
-                prior = hits.get(hit.turn_id)
-                if prior is not None:
-                    hits[hit.turn_id] = SearchHit(
-                        **{**prior.__dict__, "match": "both", "score": prior.score + sim}
-                    )
-                else:
-                    hits[hit.turn_id] = self._hit(
-                        hit, mark_words(hit.snippet, query), "meaning", sim
-                    )
+        for rank, hit in enumerate(words):
+            hits[hit.turn_id] = self._hit(hit, hit.snippet, "words", 1.0 / (1 + rank))
+        for fresh_hit in fresh:  # not searchable by meaning yet
+            prior = hits.get(fresh_hit.turn_id)
+            if prior is None or prior.score < fresh_hit.score:
+                hits[fresh_hit.turn_id] = fresh_hit
+        for hit in near:
+            sim = 1.0 - hit.score * hit.score / 2.0
+            if sim < SEMANTIC_MIN_SIM:
+                continue
+            prior = hits.get(hit.turn_id)
+            if prior is not None:
+                hits[hit.turn_id] = SearchHit(
+                    **{**prior.__dict__, "match": "both", "score": prior.score + sim}
+                )
+            else:
+                hits[hit.turn_id] = self._hit(hit, mark_words(hit.snippet, query), "meaning", sim)
         return sorted(hits.values(), key=lambda h: -h.score)[:limit]
+
+    async def _words(self, user_id: str, query: str, mode: str, limit: int) -> list[TurnHit]:
+        """FTS hits for every query word, or (searching both ways) for any when none has all."""
+        if mode not in ("words", "both"):
+            return []
+        match = fts_all(query)
+        found = await self.store.search.keyword(user_id, match, limit) if match else []
+        if not found and mode == "both":
+            match = fts_any(query)
+            found = await self.store.search.keyword(user_id, match, limit) if match else []
+        return found
+
+    async def _meaning(
+        self, user_id: str, query: str, limit: int
+    ) -> tuple[list[SearchHit], list[TurnHit]]:
+        """The fresh turns' word hits, and the indexed turns nearest the query's vector."""
+        vector, fresh = await asyncio.gather(
+            self.embedder.embed_one(query), self._fresh(user_id, query)
+        )
+        return fresh, await self.semantic(user_id, vector, limit)
 
     @staticmethod
     def _hit(hit: TurnHit, snippet: str, match: str, score: float) -> SearchHit:
@@ -174,3 +188,7 @@ class SearchService:
             score,
             hit.created_at,
         )
+
+
+async def _nothing() -> tuple[list[SearchHit], list[TurnHit]]:
+    return [], []
