@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from chatbox.cpu import URGENT
 from chatbox.knowledge.embedder import Embedder
 from chatbox.knowledge.retrieval import fts_all, fts_any
 from chatbox.knowledge.vector_index import VectorIndex
@@ -130,12 +131,15 @@ class SearchService:
         query = query.strip()
         if not query:
             return []
-        # Both ways at once: each read's hops to the database thread and back then overlap
-        # the other's and the query's encode, which on a busy box is most of a search's time.
-        words, (fresh, near) = await asyncio.gather(
-            self._words(user_id, query, mode, limit),
-            self._meaning(user_id, query, limit) if mode != "words" else _nothing(),
-        )
+        # The engines leave a person's search a core: its reads' trips between the event loop
+        # and the database thread otherwise each wait behind spinning decode workers.
+        with URGENT.hold():
+            # Both ways at once: their trips to the database thread overlap each other's and
+            # the query's encode, which on a busy box is most of a search's time.
+            words, (fresh, near) = await asyncio.gather(
+                self._words(user_id, query, mode, limit),
+                self._meaning(user_id, query, limit) if mode != "words" else _nothing(),
+            )
         hits: dict[str, SearchHit] = {}
         for rank, hit in enumerate(words):
             hits[hit.turn_id] = self._hit(hit, hit.snippet, "words", 1.0 / (1 + rank))
