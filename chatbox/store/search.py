@@ -132,7 +132,19 @@ class SearchRepo:
             ) as cur:
                 row = await cur.fetchone()
             after = int(row["last_seq"]) if row else 0
-            added = [(seq, vector) for seq, vector in items if seq > after]
+            # Embedding takes a while: a conversation deleted meanwhile gets no vectors.
+            newer = [seq for seq, _ in items if seq > after]
+            live: set[int] = set()
+            if newer:
+                marks = ", ".join("?" for _ in newer)
+                async with tx.execute(
+                    "SELECT turns.seq FROM turns"
+                    " JOIN conversations ON conversations.id = turns.conversation_id"
+                    f" WHERE turns.seq IN ({marks}) AND conversations.deleted_at IS NULL",
+                    newer,
+                ) as cur:
+                    live = {int(r["seq"]) for r in await cur.fetchall()}
+            added = [(seq, vector) for seq, vector in items if seq in live]
             for seq, vector in added:
                 await tx.execute(
                     "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",

@@ -84,6 +84,26 @@ async def test_a_new_turn_holding_some_of_the_words_is_found_beside_older_full_m
     assert "\x02garden\x03" in found[tulips].snippet
 
 
+async def test_a_conversation_deleted_while_its_turns_wait_to_be_indexed_gets_no_vectors(
+    store: Store, embedder: Embedder, busy: threading.Event
+) -> None:
+    ann = await store.users.create("ann")
+    gone = await chat(store, ann.id, "The locker code is 4711", "Keep it safe")
+    kept = await chat(store, ann.id, "How do sea otters sleep at night?")
+    search = SearchService(store, embedder)
+    await asyncio.wait_for(search.search(ann.id, "locker code", "both"), 60)  # indexing queued
+    assert await store.conversations.delete(ann.id, gone)
+    busy.set()
+    await asyncio.wait_for(asyncio.gather(*search._tasks), 60)
+    assert await store.search.unindexed(ann.id, 10) == []
+    rows = await store.db.fetchall("SELECT rowid FROM turn_vec WHERE user_id = ?", (ann.id,))
+    vectors = {int(r["rowid"]) for r in rows}
+    seqs = await store.db.fetchall(
+        "SELECT seq, conversation_id FROM turns WHERE conversation_id IN (?, ?)", (gone, kept)
+    )
+    assert vectors == {int(r["seq"]) for r in seqs if r["conversation_id"] == kept}
+
+
 async def test_a_backlog_is_indexed_behind_the_search(
     store: Store, embedder: Embedder, busy: threading.Event
 ) -> None:
