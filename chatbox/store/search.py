@@ -118,15 +118,13 @@ class SearchRepo:
     async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
         """(seq, content) of turns not yet embedded in the user's partition (of the
         conversations they started: the indexer's write side; reads filter by visibility)."""
-        row = await self.db.snapshot.fetchone(
-            "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
-        )
-        after = int(row["last_seq"]) if row else 0
         rows = await self.db.snapshot.fetchall(
             "SELECT turns.seq, turns.content FROM turns"
             " JOIN conversations ON conversations.id = turns.conversation_id"
-            " WHERE conversations.user_id = ? AND turns.seq > ? ORDER BY turns.seq LIMIT ?",
-            (user_id, after, limit),
+            " WHERE conversations.user_id = ? AND turns.seq > coalesce("
+            "(SELECT last_seq FROM turn_vec_progress WHERE user_id = ?), 0)"
+            " ORDER BY turns.seq LIMIT ?",
+            (user_id, user_id, limit),
         )
         return [(int(r["seq"]), r["content"]) for r in rows]
 
@@ -141,7 +139,19 @@ class SearchRepo:
             ) as cur:
                 row = await cur.fetchone()
             after = int(row["last_seq"]) if row else 0
-            added = [(seq, vector) for seq, vector in items if seq > after]
+            # Embedding takes a while: a conversation deleted meanwhile gets no vectors.
+            newer = [seq for seq, _ in items if seq > after]
+            live: set[int] = set()
+            if newer:
+                marks = ", ".join("?" for _ in newer)
+                async with tx.execute(
+                    "SELECT turns.seq FROM turns"
+                    " JOIN conversations ON conversations.id = turns.conversation_id"
+                    f" WHERE turns.seq IN ({marks}) AND conversations.deleted_at IS NULL",
+                    newer,
+                ) as cur:
+                    live = {int(r["seq"]) for r in await cur.fetchall()}
+            added = [(seq, vector) for seq, vector in items if seq in live]
             for seq, vector in added:
                 await tx.execute(
                     "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
