@@ -11,7 +11,7 @@ import numpy as np
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
 from chatbox.chat.canary import CanaryService
-from chatbox.chat.completions import submit
+from chatbox.chat.completions import request_fits, submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
@@ -280,6 +280,8 @@ class ChatService(Conversations):
             rounds = await self._tool_loop(ticket, conv, options, request, engine, retry)
             if rounds is not None:
                 request = await rounds.first()
+                if not request.tools:  # no room for their descriptions: answer without
+                    rounds = None
             try:
                 generation = submit(engine, request, retry)
             except TooLong:
@@ -391,6 +393,7 @@ class ChatService(Conversations):
             session,
             request,
             lambda r: submit(engine, r, retry),
+            lambda r: request_fits(engine, r),
             "auto" if options.tool_choice == "none" else options.tool_choice,
             options.force_tools,
             request.sampling.max_tokens,

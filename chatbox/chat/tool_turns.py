@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chatbox.chat.errors import TooLong
 from chatbox.chat.structured import CallReader, off_loop, tool_constraint
 from chatbox.chat.tools.loop import Step, ToolSession
 from chatbox.engine.types import (
@@ -73,6 +74,7 @@ class ToolLoop:
     session: ToolSession
     request: GenerationRequest  # the first pass's (its messages grow by each pass's calls)
     submit: Callable[[GenerationRequest], Generation]
+    fits: Callable[[GenerationRequest], Awaitable[None]]  # TooLong where it would be refused
     choice: str = "auto"  # auto | none | required
     forced: tuple[str, ...] = ()  # tools called first, one per pass, in order
     max_tokens: int = 512
@@ -87,14 +89,27 @@ class ToolLoop:
             self._task.cancel()
 
     async def first(self) -> GenerationRequest:
-        return await self._constrained(self.request)
+        """The first pass's request; with no tools where their descriptions leave the
+        prompt no room in the model's context (TooLong instead where tools are forced)."""
+        return await self._constrained(self.request, strict=bool(self.forced))
 
-    async def _constrained(self, request: GenerationRequest) -> GenerationRequest:
-        """The request with the tools offered now and the grammar for the next pass."""
+    async def _constrained(
+        self, request: GenerationRequest, strict: bool = False
+    ) -> GenerationRequest:
+        """The request with the tools offered now and the grammar for the next pass.
+
+        The fit is checked here, before submitting, because a remote engine's refusal
+        arrives only as its stream's end, too late to answer without the tools."""
         sampling = replace(request.sampling, grammar=None, grammar_triggers=())
         if self.choice == "none" or not self.session.open:
             return replace(request, tools=(), sampling=sampling)
         specs = self.session.specs()
+        try:
+            await self.fits(replace(request, tools=specs, sampling=sampling))
+        except TooLong:
+            if strict:
+                raise
+            return replace(request, tools=(), sampling=sampling)
         name = self.forced[self.rounds] if self.rounds < len(self.forced) else None
         if name is not None and name not in self.session.names():
             name = None
