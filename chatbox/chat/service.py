@@ -31,7 +31,7 @@ from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, parti
 from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
-from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolUsage
+from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolOffer, ToolUsage
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.loop import Budget, ToolSession, gather_tools
 from chatbox.chat.workspaces import prompt_scope
@@ -349,6 +349,13 @@ class ChatService(Conversations):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
+
+    def tool_offer(self, user: User) -> ToolOffer | None:
+        """The tools the user's tier allows (None: none), for the composer's switch."""
+        tier = self.gate.policy.tier(user.tier)
+        if not self.toolboxes or tier.tool_calls <= 0:
+            return None
+        return ToolOffer(tier.tool_calls, tier.code_interpreter)
 
     async def _tool_loop(
         self,

@@ -28,6 +28,15 @@ from chatbox.engine.types import (
 from chatbox.store import Turn
 
 TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ToolOffer:
+    """What a user may turn on for a chat: up to `calls` tool calls an answer, the code
+    interpreter among them where `code`."""
+
+    calls: int
+    code: bool
 RESULT_CHARS = 2000  # of a result, the model reads this much (the turn keeps it whole)
 
 
