@@ -19,7 +19,12 @@ import pytest
 
 from tests.served import Served
 from tests.sse import parse_sse
-from tests.web.test_browser import browser  # noqa: F401  (a fixture)
+from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
+    browser,
+    mark_answers,
+    send,
+    wait_new_answer,
+)
 from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, _policy
 from tests.web.test_ui_walk_browser import AXE
 
@@ -148,12 +153,10 @@ def _axe(page: Any) -> list[str]:
 
 def _ask(page: Any, text: str) -> str:
     """Send from the composer with the keyboard; the chat's id once the answer is done."""
-    page.focus("#composer-input")
-    page.keyboard.type(text)
-    page.keyboard.press("Enter")
-    page.wait_for_selector(".turn.assistant", timeout=120_000)
-    page.wait_for_function("() => !document.querySelector('.turn.streaming')", timeout=120_000)
-    page.wait_for_url("**/c/*")
+    mark_answers(page)
+    send(page, text)
+    wait_new_answer(page, timeout=120_000)
+    assert "/c/" in page.url, (page.url, page.locator("#alerts").inner_text())
     return str(page.url.rsplit("/c/", 1)[1].split("?")[0])
 
 
