@@ -87,6 +87,11 @@ class Settings:
     # The store: None keeps it in SQLite at <data_dir>/chatbox.db; "postgresql://user@host/db"
     # puts it in PostgreSQL, which several fronts can share (docs/scaling.md).
     database_url: str | None = field(default=None, repr=False)
+    # A streaming replica of that database: conversation reads (lists, turns, search) go to it,
+    # a user's own reads only once it holds their writes; one further behind than
+    # database_replica_max_lag_s, or down, serves nothing (reads go to the primary).
+    database_replica_url: str | None = field(default=None, repr=False)
+    database_replica_max_lag_s: float = 10.0
     host: str = "127.0.0.1"
     port: int = 8000
     max_tokens: int = 512  # default completion budget of a turn
@@ -185,6 +190,12 @@ class Settings:
     def __post_init__(self) -> None:
         if self.database_url and not self.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("database_url must be a postgresql:// URL")
+        if self.database_replica_url and not self.database_url:
+            raise ValueError("database_replica_url needs database_url (the primary) set too")
+        if self.database_replica_url and not self.database_replica_url.startswith(
+            ("postgresql://", "postgres://")
+        ):
+            raise ValueError("database_replica_url must be a postgresql:// URL")
         for cidr in self.trusted_proxies:  # fail at start, not on the first request
             ipaddress.ip_network(cidr, strict=False)
         if self.embedding_runtime not in EMBEDDING_RUNTIMES:

@@ -15,6 +15,7 @@ from chatbox.accounts.usage import usage_report
 from chatbox.observability.logs import notice
 from chatbox.settings import Settings
 from chatbox.store import ApiKey, AuditEntry, Session, Store, User
+from chatbox.store.db import act_for
 
 log = logging.getLogger("chatbox.accounts")
 
@@ -54,12 +55,19 @@ class AccountsService:
         return await self.store.keys.list(user.id if user else None)
 
     async def by_key(self, secret: str) -> User | None:
-        """The enabled user owning this unrevoked API key."""
-        return await self.store.keys.authenticate(secret)
+        """The enabled user owning this unrevoked API key; the task's store work is theirs
+        from here on (a read replica serves their reads once it holds their writes)."""
+        user = await self.store.keys.authenticate(secret)
+        if user is not None:
+            act_for(user.id)
+        return user
 
     async def session(self, token: str) -> Session | None:
-        """The live session behind a cookie token."""
-        return await self.store.sessions.get(token)
+        """The live session behind a cookie token; its user acts from here on (as `by_key`)."""
+        session = await self.store.sessions.get(token)
+        if session is not None:
+            act_for(session.user.id)
+        return session
 
     async def check_password(self, name: str, password: str) -> User | None:
         """The enabled user the name and password belong to; None when they do not match.

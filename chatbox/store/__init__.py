@@ -44,6 +44,7 @@ __all__ = [
     "McpServerRow",
     "Memory",
     "ModerationItem",
+    "ReadReplica",
     "ReplicaRow",
     "Routing",
     "Session",
@@ -59,12 +60,28 @@ __all__ = [
 ]
 
 
-async def open_database(target: Path | str) -> Database:
-    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
+@dataclass(frozen=True)
+class ReadReplica:
+    """A PostgreSQL streaming replica of the store's database, for conversation reads."""
+
+    url: str
+    max_lag_s: float = 10.0  # further behind than this, it serves nothing
+
+
+async def open_database(target: Path | str, replica: ReadReplica | None = None) -> Database:
+    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL (with
+    its conversation reads on `replica`, where one is given)."""
     from chatbox.store.pg import PgDatabase, is_url  # asyncpg loads only when it is used
 
     if is_url(target):
-        return await PgDatabase.connect(str(target))
+        db = await PgDatabase.connect(str(target))
+        if replica is not None:
+            from chatbox.store.pg_replica import ReplicaReads
+
+            await ReplicaReads.attach(db, replica.url, replica.max_lag_s)
+        return db
+    if replica is not None:
+        raise ValueError("a read replica needs the store in PostgreSQL")
     return await Database.open(target)
 
 
@@ -96,9 +113,9 @@ class Store:
     tool_results: ToolResultRepo
 
     @classmethod
-    async def open(cls, target: Path | str) -> Store:
-        """The store at a SQLite path or a `postgresql://` URL."""
-        db = await open_database(target)
+    async def open(cls, target: Path | str, replica: ReadReplica | None = None) -> Store:
+        """The store at a SQLite path or a `postgresql://` URL (and its read replica)."""
+        db = await open_database(target, replica)
         return cls(
             db,
             UserRepo(db),

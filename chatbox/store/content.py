@@ -180,6 +180,7 @@ TABLES: tuple[Table, ...] = (
             "route": "how the model was chosen (a rule's name)",
             "arm": "a canary arm's name",
             "degraded_from": NAMES_MODEL,
+            "front": "which server process writes the answer (a random number)",
         },
         {"conversation": Delete("conversation_id = :conv")},
         export="an answer being written; exported once it is a turn",

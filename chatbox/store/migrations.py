@@ -644,6 +644,11 @@ async def _tool_turns(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _draft_front(conn: aiosqlite.Connection) -> None:
+    # Which front writes each answer, so fronts sharing a database recover only dead ones'.
+    await conn.execute("ALTER TABLE drafts ADD COLUMN front TEXT")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -662,6 +667,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0015_usage_by_hour", _usage_by_hour),
     ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
     ("0017_tool_turns", _tool_turns),
+    ("0018_draft_front", _draft_front),
 ]
 
 

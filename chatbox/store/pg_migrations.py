@@ -502,6 +502,7 @@ POSTGRESQL: dict[str, list[str]] = {
         "CREATE INDEX tool_results_by_user ON tool_results (user_id)",
         "CREATE INDEX tool_results_by_conversation ON tool_results (conversation_id)",
     ],
+    "0018_draft_front": ["ALTER TABLE drafts ADD COLUMN front TEXT"],
 }
 
 
