@@ -1,18 +1,22 @@
 """The exact-match answer cache: what a hit costs, and what it gains on a replayed workload.
 
     python benchmarks/cache.py [--hits 200] [--requests 40] [--repeat 0.3] [--concurrency 4]
+                               [--pairs 3]
 
-Starts `chatbox serve` as a user does (tests/served.py: the console script, the shipped
-models; SmolLM2 by default, `--gguf PATH` serves another file, `--tiny` the tests' tiny
-random model), once with the answer cache on
-and once with it off, each with moderation off and no rate limits.
+Starts two `chatbox serve` processes as a user does (tests/served.py: the console script,
+the shipped models; SmolLM2 by default, `--gguf PATH` serves another file, `--tiny` the
+tests' tiny random model), one with the answer cache on and one with it off, each with
+moderation off and no rate limits; both run throughout, so a machine's changing load
+falls on both alike.
 
 1. Exact hit: one deterministic request (temperature 0), then `--hits` identical ones, one
    after another; client-side latency over loopback (HTTP, auth, admission, the charge, the
    lookup). Target: p99 < 5 ms.
 2. Replay: `--requests` deterministic requests, `--repeat` of them a repeat of an earlier
    one (a fixed random order), `--concurrency` at once; requests/s with the cache on
-   against off, same order on both servers.
+   against off, same order on both servers. `--pairs` interleaved pairs (on then off, then
+   off then on, ...), each pair a workload of its own (no prompt of one pair repeats in
+   another); the gain is the median of the pairs' ratios.
 Results go to benchmarks/results/cache.json.
 """
 
@@ -131,9 +135,9 @@ def pick(values: list[float], q: float) -> float:
     return values[int(q * (len(values) - 1))]
 
 
-def workload(n: int, repeat: float) -> list[str]:
+def workload(n: int, repeat: float, pair: int = 0) -> list[str]:
     """n prompts in a fixed order; about `repeat` of them repeat an earlier one."""
-    rng = random.Random(7)
+    rng = random.Random(7 + pair)
     out: list[str] = []
     fresh = 0
     for _ in range(n):
@@ -141,7 +145,7 @@ def workload(n: int, repeat: float) -> list[str]:
             out.append(rng.choice(out))
         else:
             topic = TOPICS[fresh % len(TOPICS)]
-            out.append(f"In three sentences, what is interesting about {topic}? ({fresh})")
+            out.append(f"In three sentences, what is interesting about {topic}? ({pair}.{fresh})")
             fresh += 1
     return out
 
@@ -169,32 +173,46 @@ async def replay(box: Served, key: str, prompts: list[str]) -> dict[str, Any]:
     return {"seconds": seconds, "rps": len(prompts) / seconds, "hits": hits, "tokens": tokens}
 
 
+def warm(box: Served, key: str) -> None:
+    """One untimed request first: the model's load and first prefill."""
+    httpx.post(
+        box.url + "/v1/chat/completions",
+        json=body("Say hello.", 4),
+        headers=box.auth(key),
+        timeout=300,
+    )
+
+
 def main() -> None:
-    prompts = workload(ARGS.requests, ARGS.repeat)
-    repeats = len(prompts) - len(set(prompts))
-    results: dict[str, Any] = {"requests": len(prompts), "repeats": repeats}
+    results: dict[str, Any] = {"pairs": [], "args": {k: str(v) for k, v in vars(ARGS).items()}}
     with tempfile.TemporaryDirectory(prefix="chatbox-bench-cache-") as tmp:
-        for enabled in (True, False):
-            note(f"starting a server, cache {'on' if enabled else 'off'}")
-            box, key = start(Path(tmp) / ("on" if enabled else "off"), enabled, ARGS.gguf)
+        note("starting two servers, the cache on and off")
+        boxes: dict[str, tuple[Served, str]] = {}
+        try:
+            for name in ("on", "off"):
+                boxes[name] = start(Path(tmp) / name, name == "on", ARGS.gguf)
             note("ready")
-            try:
-                # One untimed request first: the model's load and first prefill.
-                httpx.post(
-                    box.url + "/v1/chat/completions",
-                    json=body("Say hello.", 4),
-                    headers=box.auth(key),
-                    timeout=300,
-                )
-                if enabled:
-                    results["hit"] = exact_hits(box, key, ARGS.hits)
-                    note(f"exact hits: {results['hit']}")
-                results["on" if enabled else "off"] = asyncio.run(replay(box, key, prompts))
-                note(f"replay: {results['on' if enabled else 'off']}")
-            finally:
+            for box, key in boxes.values():
+                warm(box, key)
+            results["hit"] = exact_hits(*boxes["on"], ARGS.hits)
+            note(f"exact hits: {results['hit']}")
+            for pair in range(ARGS.pairs):
+                prompts = workload(ARGS.requests, ARGS.repeat, pair)
+                order = ("on", "off") if pair % 2 == 0 else ("off", "on")
+                runs = {name: asyncio.run(replay(*boxes[name], prompts)) for name in order}
+                runs["repeats"] = len(prompts) - len(set(prompts))
+                runs["gain"] = runs["on"]["rps"] / runs["off"]["rps"]
+                results["pairs"].append(runs)
+                note(f"pair {pair + 1}: {runs}")
+        finally:
+            for box, _ in boxes.values():
                 box.stop()
-    on, off, hit = results["on"], results["off"], results["hit"]
-    results["gain"] = on["rps"] / off["rps"]
+    pairs, hit = results["pairs"], results["hit"]
+    results["gain"] = statistics.median(p["gain"] for p in pairs)
+    on_rps = statistics.median(p["on"]["rps"] for p in pairs)
+    off_rps = statistics.median(p["off"]["rps"] for p in pairs)
+    hits = statistics.median(p["on"]["hits"] for p in pairs)
+    repeats = statistics.median(p["repeats"] for p in pairs)
     print("| measure | result | target |")
     print("|---|---|---|")
     print(
@@ -206,10 +224,11 @@ def main() -> None:
         f"**p99 {hit['server_p99_ms']:.2f} ms** | p99 < 5 ms |"
     )
     print(
-        f"| replay: {results['requests']} requests, {results['repeats']} repeats, "
-        f"{ARGS.concurrency} at once | cache on {on['rps']:.2f} req/s ({on['hits']} hits), "
-        f"off {off['rps']:.2f} req/s: **{results['gain']:.2f}x** | > 1x |"
+        f"| replay: {ARGS.requests} requests ({repeats:.0f} repeats), {ARGS.concurrency} at "
+        f"once, median of {len(pairs)} interleaved pairs | cache on {on_rps:.2f} req/s "
+        f"({hits:.0f} hits), off {off_rps:.2f} req/s: **{results['gain']:.2f}x** | > 1x |"
     )
+    print("| each pair's gain | " + ", ".join(f"{p['gain']:.2f}x" for p in pairs) + " | |")
     out = ROOT / "benchmarks" / "results" / "cache.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
@@ -221,6 +240,7 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--repeat", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved on/off pairs")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--gguf", type=Path, default=None)
     parser.add_argument("--tiny", action="store_true", help="serve the tests' tiny random model")

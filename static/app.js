@@ -134,7 +134,26 @@
   document.addEventListener("change", (e) => {
     const el = e.target;
     if (el instanceof HTMLSelectElement && el.dataset.action === "theme") setTheme(el.value);
+    if (el instanceof HTMLInputElement && el.dataset.toolsFor) keepTools(el);
   });
+
+  // The composer's tool switch is per chat: its state is kept in localStorage by chat id
+  // (a chat started with it on is rendered on, and kept from then).
+  function toolsKey(el) { return "chatbox-tools:" + el.dataset.toolsFor; }
+  function keepTools(el) {
+    try { localStorage.setItem(toolsKey(el), el.checked ? "on" : "off"); } catch (err) { /* private mode */ }
+  }
+  function restoreTools(root) {
+    root.querySelectorAll("input[data-tools-for]").forEach((el) => {
+      if (!el.dataset.toolsFor) return; // the new-chat page: off until switched on
+      let kept = null;
+      try { kept = localStorage.getItem(toolsKey(el)); } catch (err) { /* private mode */ }
+      if (kept === null) keepTools(el);
+      else el.checked = kept === "on";
+    });
+  }
+  document.addEventListener("DOMContentLoaded", () => restoreTools(document));
+  document.addEventListener("htmx:afterSettle", () => restoreTools(document));
 
   // Rendered answers get a Copy button on each code block, and their math typeset (KaTeX).
   function decorate(root) {

@@ -20,6 +20,7 @@ from chatbox.engine.types import (
     Generation,
     GenerationRequest,
     GrammarError,
+    answer_room,
 )
 from chatbox.moderation import ModerationService
 from chatbox.store import User
@@ -50,6 +51,15 @@ def opening_key(scope: str, messages: tuple[ChatMessage, ...]) -> str:
             break
     digest = hashlib.sha256(json.dumps([scope, head]).encode()).hexdigest()[:32]
     return f"openai:{digest}"
+
+
+async def request_fits(engine: Engine, request: GenerationRequest) -> None:
+    """TooLong where the engine would refuse the request for its size: its prompt with its
+    tools' descriptions must leave the engine's room for an answer (counted in a thread)."""
+    tokens = await asyncio.to_thread(engine.count_tokens, request.messages, request.tools)
+    limit = engine.info.n_ctx_per_seq
+    if tokens + answer_room(request.sampling.max_tokens) > limit:
+        raise TooLong(tokens, limit)
 
 
 def check_fits(engine: Engine, tokens: int) -> None:

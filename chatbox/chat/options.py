@@ -27,7 +27,9 @@ class TurnOptions:
     tools: tuple[ToolSpec, ...] = ()
     n: int = 1
     fresh: bool = False  # never answer from the semantic cache (chatbox/chat/semantic_cache.py)
-    tool_choice: str = "auto"  # a stored chat's tools: auto | none | required
+    # A stored chat's tools: none (the default: no descriptions lengthen the prompt unless
+    # the user turned tools on) | auto | required.
+    tool_choice: str = "none"
     force_tools: tuple[str, ...] = ()  # tools the answer calls first, one per round, in order
 
     def sampling(self, default_max: int) -> SamplingParams:

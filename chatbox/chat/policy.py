@@ -33,7 +33,7 @@ class TierPolicy:
     retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
     zero_retention: bool = False  # store no content at all: answers stream, usage is counted
     sharing: bool = True  # may share conversations by link (chatbox/chat/shares.py)
-    tool_calls: int = 0  # tool calls in one answer (0: no tools offered)
+    tool_calls: int = 4  # tool calls in one answer (0: no tools; offered where turned on)
     tool_seconds: float = 60.0  # wall seconds of one answer's tool calls together
     code_interpreter: bool = False  # the assistant may run Python in the sandbox
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from chatbox.chat.moderated import (
     moderation_event,
     note_input,
     note_output,
-    relay_answer,
     screen_input,
     watch_answer,
 )
@@ -31,9 +30,15 @@ from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, parti
 from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
 from chatbox.chat.temporary import keeps_nothing, refuse_storing
-from chatbox.chat.tool_turns import CallFilter, ToolLoop, ToolUsage
-from chatbox.chat.tools.base import Toolbox, ToolContext
-from chatbox.chat.tools.loop import Budget, ToolSession, gather_tools
+from chatbox.chat.tool_turns import (
+    CallFilter,
+    ToolLoop,
+    ToolOffer,
+    relay_with_tools,
+    tool_loop,
+    tool_offer,
+)
+from chatbox.chat.tools.base import Toolbox
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
@@ -41,9 +46,8 @@ from chatbox.engine.types import (
     Engine,
     Generation,
     GenerationRequest,
-    Usage,
 )
-from chatbox.moderation import OutputWatch, Verdict
+from chatbox.moderation import Verdict
 from chatbox.observability import Telemetry
 from chatbox.store import (
     Conversation,
@@ -299,6 +303,8 @@ class ChatService(Conversations):
             rounds = await self._tool_loop(ticket, conv, options, request, engine, retry)
             if rounds is not None:
                 request = await rounds.first()
+                if not request.tools:  # no room for their descriptions: answer without
+                    rounds = None
             try:
                 generation = submit(engine, request, retry)
             except TooLong:
@@ -367,6 +373,10 @@ class ChatService(Conversations):
         task.add_done_callback(self._tasks.discard)
         return run
 
+    def tool_offer(self, user: User) -> ToolOffer | None:
+        """The tools the user's tier allows (None: none), for the composer's switch."""
+        return tool_offer(self.toolboxes, self.gate.policy.tier(user.tier))
+
     async def _tool_loop(
         self,
         ticket: Ticket,
@@ -378,93 +388,22 @@ class ChatService(Conversations):
     ) -> ToolLoop | None:
         """The answer's tools (None: none offered), within the tier's budget."""
         user = ticket.user
-        tier = self.gate.policy.tier(user.tier)
-        if options.tool_choice not in ("auto", "none", "required"):
-            raise InvalidInput(
-                "tool_choice must be auto, none, required, or names of tools", "tool_choice"
-            )
-        wanted = options.tool_choice != "none" or options.force_tools
-        if not self.toolboxes or tier.tool_calls <= 0 or not wanted:
-            if options.force_tools:
-                raise InvalidInput("no tools are offered to your tier", "tool_choice")
-            return None
-        context = ToolContext(
-            user.id, conv.id, conv.workspace_id, time.monotonic() + tier.tool_seconds, user.tier
-        )
-        tools = await gather_tools(self.toolboxes, context)
-        names = {t.spec.name for t in tools}
-        unknown = [n for n in options.force_tools if n not in names]
-        if unknown:
-            raise InvalidInput(f"no tool named {unknown[0]!r} is offered here", "tool_choice")
-        if not tools:
-            return None
-        keep = not await keeps_nothing(self.store, self.gate.policy, user)
-        session = ToolSession(
-            tools,
-            context,
-            Budget(tier.tool_calls, float(tier.tool_seconds)),
-            self.store.tool_results,
-            keep,
-        )
-        return ToolLoop(
-            session,
-            request,
-            lambda r: submit(engine, r, retry),
-            "auto" if options.tool_choice == "none" else options.tool_choice,
-            options.force_tools,
-            request.sampling.max_tokens,
-        )
 
-    async def _relay_with_tools(
-        self,
-        run: TurnRun,
-        generation: Generation,
-        ticket: Ticket,
-        watch: OutputWatch | None,
-        on_token: Callable[[], Awaitable[None]],
-        rounds: ToolLoop | None,
-    ) -> tuple[DoneEvent | None, str | None]:
-        """The answer, pass after pass while the model calls tools."""
-        if rounds is None or not isinstance(generation, CallFilter):
-            return await relay_answer(run, generation, ticket, watch, on_token)
-        total = ToolUsage()
-        while True:
-            done, error = await relay_answer(run, generation, ticket, watch, on_token)
-            if done is not None:
-                total.add(done)
-            cut = watch is not None and watch.verdict is not None
-            if error or done is None or cut or rounds.stopped or done.finish_reason != "stop":
-                break
-            calls = generation.reader.calls
-            if not calls:
-                break
-            try:
-                follow = await rounds.run_calls(
-                    calls,
-                    generation.reader.content,
-                    lambda role, text: self.store.turns.append_tool(run.turn_id, role, text),  # type: ignore[arg-type]
-                    run.publish,
-                )
-                if follow is None:
-                    break
-                try:
-                    generation.start(rounds.submit(follow))
-                except TooLong:  # no room left for the tools' descriptions: answer now
-                    generation.start(rounds.submit(rounds.unoffered()))
-            except asyncio.CancelledError:
-                error = "the server stopped while this answer was being written"
-                break
-            except Exception as exc:  # a pass that cannot start ends the answer, stored
-                error = f"the tools' results could not be answered: {exc}"
-                break
-        if done is not None:
-            usage = Usage(total.prompt, total.completion, total.cached)
-            if error is not None:
-                done = replace(done, usage=usage, finish_reason="error", error=error)
-            else:
-                reason = "cancelled" if rounds.stopped else done.finish_reason
-                done = replace(done, usage=usage, finish_reason=reason)
-        return done, error
+        async def keeps() -> bool:
+            return not await keeps_nothing(self.store, self.gate.policy, user)
+
+        return await tool_loop(
+            self.toolboxes,
+            self.gate.policy.tier(user.tier),
+            user,
+            conv,
+            options,
+            request,
+            engine,
+            retry,
+            self.store.tool_results,
+            keeps,
+        )
 
     async def _drive(
         self,
@@ -488,7 +427,15 @@ class ChatService(Conversations):
                 last_flush = time.monotonic()
                 await self.store.turns.update_draft(run.turn_id, run.text)
 
-        done, error = await self._relay_with_tools(run, generation, ticket, watch, on_token, rounds)
+        done, error = await relay_with_tools(
+            run,
+            generation,
+            ticket,
+            watch,
+            on_token,
+            rounds,
+            lambda role, text: self.store.turns.append_tool(run.turn_id, role, text),
+        )
         if done is not None and done.timings is not None:
             t = done.timings
             self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)

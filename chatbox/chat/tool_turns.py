@@ -9,24 +9,47 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
+from chatbox.chat.admission import Ticket
+from chatbox.chat.completions import request_fits, submit
+from chatbox.chat.errors import InvalidInput, TooLong
+from chatbox.chat.moderated import relay_answer
+from chatbox.chat.options import TurnOptions
+from chatbox.chat.policy import TierPolicy
+from chatbox.chat.runs import TurnRun
 from chatbox.chat.structured import CallReader, off_loop, tool_constraint
-from chatbox.chat.tools.loop import Step, ToolSession
+from chatbox.chat.tools.base import Toolbox, ToolContext
+from chatbox.chat.tools.loop import Budget, Step, ToolCache, ToolSession, gather_tools
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,
+    Engine,
     EngineEvent,
     Generation,
     GenerationRequest,
     TokenEvent,
     ToolCall,
+    Usage,
 )
-from chatbox.store import Turn
+from chatbox.moderation import OutputWatch
+from chatbox.store import Conversation, Turn, User
 
 TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ToolOffer:
+    """What a user may turn on for a chat: up to `calls` tool calls an answer, the code
+    interpreter among them where `code`."""
+
+    calls: int
+    code: bool
+
+
 RESULT_CHARS = 2000  # of a result, the model reads this much (the turn keeps it whole)
 
 
@@ -63,7 +86,7 @@ class CallFilter:
 
 
 # (a tool turn's role, its content) -> the stored turn
-AppendTool = Callable[[str, str], Awaitable[Turn]]
+AppendTool = Callable[[Literal["tool_call", "tool_result"], str], Awaitable[Turn]]
 
 
 @dataclass
@@ -73,6 +96,7 @@ class ToolLoop:
     session: ToolSession
     request: GenerationRequest  # the first pass's (its messages grow by each pass's calls)
     submit: Callable[[GenerationRequest], Generation]
+    fits: Callable[[GenerationRequest], Awaitable[None]]  # TooLong where it would be refused
     choice: str = "auto"  # auto | none | required
     forced: tuple[str, ...] = ()  # tools called first, one per pass, in order
     max_tokens: int = 512
@@ -87,14 +111,27 @@ class ToolLoop:
             self._task.cancel()
 
     async def first(self) -> GenerationRequest:
-        return await self._constrained(self.request)
+        """The first pass's request; with no tools where their descriptions leave the
+        prompt no room in the model's context (TooLong instead where tools are forced)."""
+        return await self._constrained(self.request, strict=bool(self.forced))
 
-    async def _constrained(self, request: GenerationRequest) -> GenerationRequest:
-        """The request with the tools offered now and the grammar for the next pass."""
+    async def _constrained(
+        self, request: GenerationRequest, strict: bool = False
+    ) -> GenerationRequest:
+        """The request with the tools offered now and the grammar for the next pass.
+
+        The fit is checked here, before submitting, because a remote engine's refusal
+        arrives only as its stream's end, too late to answer without the tools."""
         sampling = replace(request.sampling, grammar=None, grammar_triggers=())
         if self.choice == "none" or not self.session.open:
             return replace(request, tools=(), sampling=sampling)
         specs = self.session.specs()
+        try:
+            await self.fits(replace(request, tools=specs, sampling=sampling))
+        except TooLong:
+            if strict:
+                raise
+            return replace(request, tools=(), sampling=sampling)
         name = self.forced[self.rounds] if self.rounds < len(self.forced) else None
         if name is not None and name not in self.session.names():
             name = None
@@ -179,3 +216,114 @@ class ToolUsage:
         self.completion += done.usage.completion_tokens
         self.cached += done.usage.cached_tokens
         self.rounds.append(done)
+
+
+def tool_offer(toolboxes: Sequence[Toolbox], tier: TierPolicy) -> ToolOffer | None:
+    """The tools a tier allows (None: none), for the composer's switch."""
+    if not toolboxes or tier.tool_calls <= 0:
+        return None
+    return ToolOffer(tier.tool_calls, tier.code_interpreter)
+
+
+async def tool_loop(
+    toolboxes: Sequence[Toolbox],
+    tier: TierPolicy,
+    user: User,
+    conv: Conversation,
+    options: TurnOptions,
+    request: GenerationRequest,
+    engine: Engine,
+    retry: int,
+    results: ToolCache,
+    keeps: Callable[[], Awaitable[bool]],
+) -> ToolLoop | None:
+    """The answer's tools (None: none offered), within the tier's budget; `keeps` says
+    whether results may be stored (not under zero retention)."""
+    if options.tool_choice not in TOOL_CHOICES:
+        raise InvalidInput(
+            "tool_choice must be auto, none, required, or names of tools", "tool_choice"
+        )
+    wanted = options.tool_choice != "none" or options.force_tools
+    if not toolboxes or tier.tool_calls <= 0 or not wanted:
+        if options.force_tools:
+            raise InvalidInput("no tools are offered to your tier", "tool_choice")
+        return None
+    context = ToolContext(
+        user.id, conv.id, conv.workspace_id, time.monotonic() + tier.tool_seconds, user.tier
+    )
+    tools = await gather_tools(toolboxes, context)
+    names = {t.spec.name for t in tools}
+    unknown = [n for n in options.force_tools if n not in names]
+    if unknown:
+        raise InvalidInput(f"no tool named {unknown[0]!r} is offered here", "tool_choice")
+    if not tools:
+        return None
+    session = ToolSession(
+        tools,
+        context,
+        Budget(tier.tool_calls, float(tier.tool_seconds)),
+        results,
+        await keeps(),
+    )
+    return ToolLoop(
+        session,
+        request,
+        lambda r: submit(engine, r, retry),
+        lambda r: request_fits(engine, r),
+        "auto" if options.tool_choice == "none" else options.tool_choice,
+        options.force_tools,
+        request.sampling.max_tokens,
+    )
+
+
+async def relay_with_tools(
+    run: TurnRun,
+    generation: Generation,
+    ticket: Ticket,
+    watch: OutputWatch | None,
+    on_token: Callable[[], Awaitable[None]],
+    rounds: ToolLoop | None,
+    append: AppendTool,
+) -> tuple[DoneEvent | None, str | None]:
+    """The answer, pass after pass while the model calls tools (each call and result
+    appended as a turn by `append`)."""
+    if rounds is None or not isinstance(generation, CallFilter):
+        return await relay_answer(run, generation, ticket, watch, on_token)
+    total = ToolUsage()
+    while True:
+        done, error = await relay_answer(run, generation, ticket, watch, on_token)
+        if done is not None:
+            total.add(done)
+        cut = watch is not None and watch.verdict is not None
+        if error or done is None or cut or rounds.stopped or done.finish_reason != "stop":
+            break
+        calls = generation.reader.calls
+        if not calls:
+            break
+        try:
+            follow = await rounds.run_calls(
+                calls,
+                generation.reader.content,
+                append,
+                run.publish,
+            )
+            if follow is None:
+                break
+            try:
+                generation.start(rounds.submit(follow))
+            except TooLong:  # no room left for the tools' descriptions: answer now
+                generation.start(rounds.submit(rounds.unoffered()))
+        except asyncio.CancelledError:
+            error = "the server stopped while this answer was being written"
+            break
+        except Exception as exc:  # a pass that cannot start ends the answer, stored
+            error = f"the tools' results could not be answered: {exc}"
+            break
+    if done is not None:
+        usage = Usage(total.prompt, total.completion, total.cached)
+        if error is not None:
+            done = replace(done, usage=usage, finish_reason="error", error=error)
+        else:
+            reason = "cancelled" if rounds.stopped else done.finish_reason
+            done = replace(done, usage=usage, finish_reason=reason)
+    return done, error

@@ -34,6 +34,7 @@ from chatbox.engine.types import (
     FinishReason,
     GenerationRequest,
     TokenEvent,
+    ToolSpec,
     Usage,
 )
 
@@ -166,9 +167,11 @@ class ChatboxClient:
             raise ReplicaFailed(str(exc)) from exc
         raise ReplicaFailed("the stream ended before the answer did")
 
-    def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
+    def count_tokens(
+        self, model: str, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
         """Exact prompt tokens, asked synchronously (call from a worker thread)."""
-        body = request_to_json(model, GenerationRequest(messages))
+        body = request_to_json(model, GenerationRequest(messages, tools=tools))
         resp = self._sync_http().post(PREFIX + "/tokenize", json=body)
         resp.raise_for_status()
         return int(resp.json()["tokens"])
@@ -348,7 +351,9 @@ class OpenAIClient:
             raise CannotContinue(self.spec.url)
         return str(resp.json()["prompt"])
 
-    def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
+    def count_tokens(
+        self, model: str, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
         raise NotImplementedError("OpenAI servers have no common tokenize endpoint")
 
     async def forget(
@@ -394,7 +399,9 @@ class Client(Protocol):
 
     def stream(self, model: str, request: GenerationRequest) -> AsyncIterator[StreamEvent]: ...
 
-    def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int: ...
+    def count_tokens(
+        self, model: str, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int: ...
 
     async def close(self) -> None: ...
 

@@ -29,6 +29,7 @@ from chatbox.engine.types import (
     EngineStats,
     GenerationRequest,
     GrammarError,
+    ToolSpec,
 )
 
 LOCAL = "local"  # the member's name in the ring, the replica list and the CLI
@@ -106,11 +107,13 @@ class LocalClient:
                 gen.cancel()
         raise ReplicaFailed("the local answer ended without a done event")
 
-    def count_tokens(self, model: str, messages: tuple[ChatMessage, ...]) -> int:
+    def count_tokens(
+        self, model: str, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
         engine = self._engines.get(model)
         if engine is None:
             raise LookupError(f"{model} is not loaded here")
-        return engine.count_tokens(messages)
+        return engine.count_tokens(messages, tools)
 
     async def close(self) -> None:
         return None

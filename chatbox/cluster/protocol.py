@@ -18,7 +18,14 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from chatbox.engine.types import ChatMessage, DoneEvent, EngineStats, GenerationRequest, TokenEvent
+from chatbox.engine.types import (
+    ChatMessage,
+    DoneEvent,
+    EngineStats,
+    GenerationRequest,
+    TokenEvent,
+    ToolSpec,
+)
 
 PREFIX = "/v1/replica"
 KINDS = ("chatbox", "openai")
@@ -133,9 +140,10 @@ def forget_from_json(body: Any) -> tuple[str | None, list[str], list[str]]:
     return model, _strings(body, "cache_keys"), _strings(body, "scopes")
 
 
-def estimate_tokens(messages: tuple[ChatMessage, ...]) -> int:
+def estimate_tokens(messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()) -> int:
     """A cautious prompt size without a tokenizer: ~3 bytes a token plus template overhead."""
-    return sum(len(m.content.encode()) // 3 + 8 for m in messages) + 8
+    described = sum(len(json.dumps(encode(t)).encode()) // 3 + 8 for t in tools)
+    return sum(len(m.content.encode()) // 3 + 8 for m in messages) + described + 8
 
 
 def line(payload: dict[str, Any]) -> bytes:

@@ -35,6 +35,7 @@ from chatbox.engine.types import (
     GenerationRequest,
     ModelInfo,
     TokenEvent,
+    ToolSpec,
     Usage,
 )
 
@@ -69,7 +70,9 @@ class RemoteEngine:
     def info(self, value: ModelInfo) -> None:
         raise AttributeError("a remote engine's info comes from its replicas")
 
-    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
+    def count_tokens(
+        self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
         """Exact from a replica when called off the event loop (as the chat layer does)."""
         try:
             asyncio.get_running_loop()
@@ -79,10 +82,10 @@ class RemoteEngine:
         if not on_loop:
             for member in self.fleet.order(self.name, "count"):
                 try:
-                    return member.client.count_tokens(self.name, messages)
+                    return member.client.count_tokens(self.name, messages, tools)
                 except Exception:  # no tokenizer there, or it is failing: try the next
                     continue
-        return estimate_tokens(messages)
+        return estimate_tokens(messages, tools)
 
     def submit(self, request: GenerationRequest) -> RemoteGeneration:
         """Raises EngineBusyError (a 503 with Retry-After) while no replica can take it."""

@@ -255,7 +255,7 @@ class ReplicaApp:
         if got is None:
             return
         engine, request = got
-        tokens = await asyncio.to_thread(engine.count_tokens, request.messages)
+        tokens = await asyncio.to_thread(engine.count_tokens, request.messages, request.tools)
         await _json(send, 200, {"tokens": tokens})
 
     async def _forget(self, receive: Receive, send: Send) -> None:

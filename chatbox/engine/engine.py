@@ -47,6 +47,7 @@ from chatbox.engine.types import (
     ModelInfo,
     TokenEvent,
     ToolSpec,
+    answer_room,
 )
 from chatbox.settings import EngineSettings
 
@@ -216,8 +217,10 @@ class LlamaEngine:
         self._prompts[(messages, tools)] = tuple(tokens)
         return tokens
 
-    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
-        return len(self.prompt_tokens(messages))
+    def count_tokens(
+        self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
+        return len(self.prompt_tokens(messages, tools))
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """A raw prompt's tokens: the model's BOS, then the text (special tokens parsed, as
@@ -274,7 +277,7 @@ class LlamaEngine:
                 request, sampling=replace(request.sampling, stop=(*request.sampling.stop, *extra))
             )
         limit = self.info.n_ctx_per_seq
-        room = min(max(request.sampling.max_tokens, 1), 16)
+        room = answer_room(request.sampling.max_tokens)
         if not prompt or len(prompt) + room > limit:
             raise ContextOverflowError(len(prompt), limit)
         if sched.stats.queue_depth >= self.settings.max_queue:

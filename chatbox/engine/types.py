@@ -14,6 +14,11 @@ class EngineError(Exception):
     """A request the engine could not serve; the message is safe to show a user."""
 
 
+def answer_room(max_tokens: int) -> int:
+    """Tokens a prompt must leave free in its sequence to be accepted at all."""
+    return min(max(max_tokens, 1), 16)
+
+
 class ContextOverflowError(EngineError):
     """The prompt (plus room to answer) does not fit in one sequence's context."""
 
@@ -190,8 +195,11 @@ class Engine(Protocol):
 
     info: ModelInfo
 
-    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
-        """Tokens the rendered chat prompt takes (with the generation prompt)."""
+    def count_tokens(
+        self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
+        """Tokens the rendered chat prompt takes (with the generation prompt and the tools'
+        descriptions)."""
         ...
 
     def submit(self, request: GenerationRequest) -> Generation:

@@ -17,6 +17,7 @@ from chatbox.engine.types import (
     GenerationRequest,
     ModelInfo,
     TokenEvent,
+    ToolSpec,
     Usage,
 )
 
@@ -67,8 +68,10 @@ class FakeEngine:
     def info(self) -> ModelInfo:
         return ModelInfo(self.name, f"/models/{self.name}.gguf", self.limit, 2048, "llama")
 
-    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> int:
-        return sum(len(m.content) for m in messages)
+    def count_tokens(
+        self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+    ) -> int:
+        return sum(len(m.content) for m in messages) + sum(len(t.description) for t in tools)
 
     def submit(self, request: GenerationRequest) -> FakeGeneration:
         if self.busy:

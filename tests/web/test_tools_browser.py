@@ -19,8 +19,14 @@ import pytest
 
 from tests.served import Served
 from tests.sse import parse_sse
-from tests.web.test_browser import browser  # noqa: F401  (a fixture)
+from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
+    browser,
+    mark_answers,
+    send,
+    wait_new_answer,
+)
 from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, _policy
+from tests.web.test_ui_walk_browser import AXE
 
 pytestmark = pytest.mark.browser
 MCP_COMMAND = f"{sys.executable} {Path(__file__).parent.parent / 'chat' / 'mcp_server.py'}"
@@ -29,7 +35,8 @@ MCP_COMMAND = f"{sys.executable} {Path(__file__).parent.parent / 'chat' / 'mcp_s
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("tools-ui")
-    env = {"CHATBOX_N_CTX": "32768", "CHATBOX_N_CTX_PER_SEQ": "8192"}
+    # Answers from the UI (which sets no max_tokens) stay short.
+    env = {"CHATBOX_N_CTX": "32768", "CHATBOX_N_CTX_PER_SEQ": "8192", "CHATBOX_MAX_TOKENS": "48"}
     with Served(where, model=tiny_gguf, policy=_policy(where / "policy"), env=env) as served:
         yield served
 
@@ -126,5 +133,76 @@ def test_an_mcp_servers_tool_is_used_in_a_chat_and_shows_in_the_bubble(
     assert step.count() == 1 and step.get_attribute("data-tool") == "calc__add"
     step.locator("summary").click()
     assert str(expected) in step.locator(".tool-result").inner_text()
+    context.close()
+    assert not errors, errors
+
+
+def _axe(page: Any) -> list[str]:
+    """axe-core's WCAG 2.1 A/AA violations on the page as it is now."""
+    page.evaluate(AXE.read_text() + "\n;0")
+    found = page.evaluate(
+        """async () => {
+            const r = await axe.run(document, {runOnly: {type: 'tag',
+                values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}});
+            return r.violations.map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' '))
+                .slice(0, 4).join(' | '));
+        }"""
+    )
+    return list(found)
+
+
+def _ask(page: Any, text: str) -> str:
+    """Send from the composer with the keyboard; the chat's id once the answer is done."""
+    mark_answers(page)
+    send(page, text)
+    wait_new_answer(page, timeout=120_000)
+    assert "/c/" in page.url, (page.url, page.locator("#alerts").inner_text())
+    return str(page.url.rsplit("/c/", 1)[1].split("?")[0])
+
+
+@pytest.mark.timeout(600)
+def test_the_composers_tools_switch_offers_the_tools_in_that_chat(
+    box: Served,
+    browser: Any,  # noqa: F811
+) -> None:
+    """The Tools switch is off on a new chat; switched on with the keyboard, the chat's
+    answers are asked with the tier's tools (their descriptions in the prompt), it stays on
+    for that chat after a reload, and a chat without it is asked without them."""
+    http = httpx.Client(
+        base_url=box.url, headers=box.auth(box.user("kit", tier="paid")), timeout=180
+    )
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(box.url + "/login")
+    page.fill("input[name=name]", "kit")
+    page.fill("input[name=password]", "kitkit")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#composer-input", timeout=120_000)
+    switch = page.get_by_role("switch", name="Tools")
+    assert switch.is_visible() and not switch.is_checked()
+    switch.focus()
+    page.keyboard.press("Space")
+    assert switch.is_checked()
+    assert _axe(page) == []
+    on = _ask(page, "Hello otters")
+    assert page.get_by_role("switch", name="Tools").is_checked()
+    page.reload()
+    page.wait_for_selector("#composer-input", timeout=120_000)
+    assert page.get_by_role("switch", name="Tools").is_checked()
+    assert _axe(page) == []
+
+    page.goto(box.url + "/")
+    page.wait_for_selector("#composer-input", timeout=120_000)
+    assert not page.get_by_role("switch", name="Tools").is_checked()
+    off = _ask(page, "Hello otters")
+
+    def prompt_tokens(conv: str) -> int:
+        turns = http.get(f"/v1/conversations/{conv}").json()["turns"]
+        answers = [t for t in turns if t["role"] == "assistant"]
+        return int(answers[0]["usage"]["prompt_tokens"])
+
+    assert prompt_tokens(on) > prompt_tokens(off) + 500  # the tools' descriptions
     context.close()
     assert not errors, errors

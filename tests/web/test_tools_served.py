@@ -36,7 +36,7 @@ SEED = 7
 
 def _policy(where: Path) -> Path:
     text = default_policy_path().read_text()
-    text = re.sub(r"(?m)^tool_calls = 0\b.*$", f"tool_calls = {CALLS}", text)
+    text = re.sub(r"(?m)^tool_calls = \d+\b.*$", f"tool_calls = {CALLS}", text)
     assert f"tool_calls = {CALLS}" in text
     where.mkdir(parents=True, exist_ok=True)
     path = where / "tools-policy.toml"
@@ -214,3 +214,25 @@ def test_erasing_the_conversation_takes_its_tool_turns_and_cached_results(
     assert _rows(box, "SELECT count(*) FROM turns WHERE conversation_id = ?", conv)[0][0] == 0
     left = _rows(box, "SELECT count(*) FROM tool_results WHERE conversation_id = ?", conv)
     assert left[0][0] == 0
+
+
+def _prompt_tokens(http: httpx.Client, **body: Any) -> int:
+    """The prompt size of a first question's answer (a fresh conversation each time)."""
+    conv = http.post("/v1/conversations", json={}).json()["id"]
+    payload = {"content": "Hello there", "max_tokens": 4, "tool_choice": "none", **body}
+    with http.stream("POST", f"/v1/conversations/{conv}/turns", json=payload) as r:
+        events = list(parse_sse(r.iter_lines()))
+    assert events[-1].event == "done", events[-1].data
+    return int(events[-1].json()["usage"]["prompt_tokens"])
+
+
+def test_tools_are_offered_only_when_the_turn_asks_for_them(ann: httpx.Client) -> None:
+    """The tier allows tools, yet a turn that does not ask for them (`tool_choice` left
+    out) is sent without their descriptions, as with "none"; "auto" offers them."""
+    conv = ann.post("/v1/conversations", json={}).json()["id"]
+    payload = {"content": "Hello there", "max_tokens": 4}
+    with ann.stream("POST", f"/v1/conversations/{conv}/turns", json=payload) as r:
+        events = list(parse_sse(r.iter_lines()))
+    unasked = int(events[-1].json()["usage"]["prompt_tokens"])
+    assert unasked == _prompt_tokens(ann, tool_choice="none")
+    assert _prompt_tokens(ann, tool_choice="auto") > unasked + 500  # the descriptions

@@ -61,8 +61,9 @@ class TurnIn:
     seed: int | None = None
     stop: list[str] | None = None
     fresh: bool = False  # a new answer even where the semantic cache holds one
-    # The assistant's tools: "auto" (default; it decides), "none", "required" (it calls one
-    # before answering), or tool names (it calls each first, in order, then answers).
+    # The assistant's tools: "none" (default: none offered), "auto" (offered; it decides),
+    # "required" (it calls one before answering), or tool names (it calls each first, in
+    # order, then answers).
     tool_choice: str | list[str] | None = None
 
     def options(self) -> TurnOptions:
@@ -86,7 +87,7 @@ MAX_FORCED_TOOLS = 16
 def tool_choice_in(raw: str | list[str] | None) -> tuple[str, tuple[str, ...]]:
     """(auto | none | required, tools to call first) from a request's `tool_choice`."""
     if raw is None:
-        return "auto", ()
+        return "none", ()
     if isinstance(raw, str):
         return (raw, ()) if raw in ("auto", "none", "required") else ("auto", (raw,))
     if len(raw) > MAX_FORCED_TOOLS or not all(isinstance(n, str) and n for n in raw):

@@ -112,6 +112,7 @@ async def conversation_context(
     context["cited"] = await knowledge.documents.citations(user.id, answers)
     context["documents"] = await knowledge.documents.list(user.id, view.conversation.id)
     context["authors"] = await chat.author_names(user, view)
+    context["tool_offer"] = chat.tool_offer(user)
     return context
 
 
@@ -129,11 +130,14 @@ async def start_chat(
     system_prompt: str | None,
     model: str | None,
     draft: str = "",
+    tools_on: bool = False,
 ) -> Response[str]:
     """A conversation started from the new-chat page's composer (`first` gives it its first
     content before anyone sees it; a blank field is unset), then shown in that page's place."""
     conv = await chat.start_conversation(user, first, blank(system_prompt), blank(model))
-    return await new_chat_page(request, chat, knowledge, user, conv.id, draft=draft)
+    return await new_chat_page(
+        request, chat, knowledge, user, conv.id, draft=draft, tools_on=tools_on
+    )
 
 
 async def new_chat_page(
@@ -143,15 +147,17 @@ async def new_chat_page(
     user: User,
     conv_id: str,
     draft: str = "",
+    tools_on: bool = False,
 ) -> Response[str]:
     """A just-started conversation replacing the new-chat page: its chat, the sidebar (out
-    of band), and the address bar pointing at it."""
+    of band), and the address bar pointing at it; `tools_on`: its tool switch is on."""
     view = await chat.view(user, conv_id)
     side = await sidebar(chat, user)
     body = render(
         request,
         "_chat.html",
         draft=draft,
+        tools_on=tools_on,
         workspaces=side["workspaces"],
         **await conversation_context(chat, knowledge, user, view),
     )

@@ -48,6 +48,10 @@ class MessageForm:
     model: str = ""
     system_prompt: str = ""
     workspace_id: str = ""  # a new chat started in this workspace
+    tools: str = ""  # "on": the composer's tool switch is on (the tier's tools are offered)
+
+    def options(self) -> TurnOptions:
+        return TurnOptions(tool_choice="auto" if self.tools == "on" else "none")
 
 
 @dataclass
@@ -107,6 +111,7 @@ class PagesController(Controller):
             new_in=new_in,
             models=chat.models.names(),
             default_model=chat.expected_model(user, None),
+            tool_offer=chat.tool_offer(user),
             **await sidebar(chat, user),
         )
 
@@ -154,10 +159,17 @@ class PagesController(Controller):
         async def first(conv: Conversation) -> None:
             if data.workspace_id:  # in the workspace before its first message is answered
                 await workspaces.move(user, conv.id, data.workspace_id)
-            await chat.send(user, conv.id, data.content)
+            await chat.send(user, conv.id, data.content, options=data.options())
 
         return await start_chat(
-            request, chat, knowledge, user, first, data.system_prompt, data.model
+            request,
+            chat,
+            knowledge,
+            user,
+            first,
+            data.system_prompt,
+            data.model,
+            tools_on=data.tools == "on",
         )
 
     @get("/ui/loading", name="loading")
@@ -175,7 +187,9 @@ class PagesController(Controller):
         data: Annotated[MessageForm, FORM],
     ) -> Response[str]:
         """Append the user's bubble and a streaming answer bubble."""
-        run = await chat.send(user, conv_id, data.content, data.parent_id or ACTIVE_BRANCH)
+        run = await chat.send(
+            user, conv_id, data.content, data.parent_id or ACTIVE_BRANCH, data.options()
+        )
         return await self._appended(request, chat, user, run)
 
     async def _appended(
