@@ -11,6 +11,8 @@ from chatbox.settings import Settings
 from tests.data.conftest import App, holding
 from tests.sse import parse_sse
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 SECRET = "pelicanfjord9"
 NONE = {"X-Chatbox-Retention": "none"}
 
