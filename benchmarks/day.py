@@ -9,9 +9,12 @@ fills every slot. It prints each decision with its replayed time as it sees it: 
 pre-warmer's loads and unloads (`paid` unloaded in the quiet morning, loaded before its 09:00
 peak, unloaded once idle after 17:00), the alerts firing during the spike and resolving
 after, and the canaries' decisions: tier `beta` sends half its requests to `slow` (a deeper,
-wider tiny model; rolled back on its time to first token), tier `gamma` half to `worse` (the
-candidate a judge model scores lowest on the judged suite; its live answers are judged too).
-Results go to `--out` as JSON.
+wider tiny model; rolled back on its time to first token), tier `gamma` half to `worse`. The
+gamma canary's eval suite (`eval_suite` in the policy) is a regression suite: the tier model's
+own greedy answers to the day's questions, as exact references; `worse` is the candidate model
+(other weights of the same shape) that scores lowest on it with `chatbox eval run`. Gamma's
+live answers (OpenAI API, greedy) are scored against the references as they come; the canary
+must be held with a verdict naming eval_score. Results go to `--out` as JSON.
 
     python benchmarks/day.py [--day-s 96] [--out day.json]
 """
@@ -43,8 +46,8 @@ from tests.tinymodel import make_tiny_gguf  # noqa: E402
 
 MONDAY = calendar.timegm((2026, 11, 30, 0, 0, 0))  # the replayed day: a Monday
 H = 3600
-JUDGE_SEED = 4242
-WORSE_SEEDS = (11, 12)  # candidates for the canary that answers worse
+WORSE_SEEDS = (11,)  # candidates for the canary that answers worse
+MAX_TOKENS = 16  # the canaries' answers, live and in the suite
 START_H, END_H = 6, 20  # the replayed part of the day
 SPIKE_H = (14, 16)  # the spike: paid requests filling every slot
 TIMEOUT = 120.0
@@ -76,8 +79,8 @@ tier = "gamma"
 model = "worse"
 percent = 50
 arm = "worse-canary"
-judge = "judge"
 eval_percent = 100
+eval_suite = "golden.json"
 """
 QUESTIONS = [
     "What is the capital of France?",
@@ -117,21 +120,33 @@ def seed_history(db: Path) -> None:
         conn.executemany("INSERT INTO usage_hours VALUES (?, ?, ?, ?)", rows)
 
 
-def judge_suite(where: Path) -> Path:
-    """The eval suite the canaries are judged on: the canary traffic's questions, graded."""
-    cases = [
-        {"id": f"q{i}", "prompt": q, "max_tokens": 16, "check": {"kind": "judge"}}
+def golden_suite(box: Served, where: Path) -> Path:
+    """The gamma canary's suite: the tier model's greedy answers to QUESTIONS, as exact
+    references (written beside the policy, which names it)."""
+    cases: list[dict[str, Any]] = [
+        {
+            "id": f"q{i}",
+            "prompt": q,
+            "max_tokens": MAX_TOKENS,
+            "check": {"kind": "regex", "pattern": "."},
+        }
         for i, q in enumerate(QUESTIONS)
     ]
-    path = where / "judged.json"
-    path.write_text(json.dumps({"name": "judged", "judge": "judge", "cases": cases}))
+    probe = where / "probe.json"
+    probe.write_text(json.dumps({"name": "probe", "cases": cases}))
+    run = json.loads(box.cli("eval", "run", "tiny", "--suite", str(probe), "--json"))
+    answers = {r["case_id"]: r["answer"] for r in run["results"]}
+    for case in cases:
+        case["check"] = {"kind": "exact", "expected": answers[case["id"]], "case_sensitive": True}
+    path = where / "golden.json"
+    path.write_text(json.dumps({"name": "golden", "cases": cases}))
     return path
 
 
 def pick_worse(box: Served, where: Path) -> Path:
-    """The candidate model the judge scores lowest on the suite, below the baseline's score
-    (the eval suite says which candidate answers worse; the live verdict must find it too)."""
-    suite = judge_suite(where)
+    """The candidate model that scores lowest on the golden suite, below the baseline (the
+    eval suite says which candidate answers worse; the live verdict must find it too)."""
+    suite = golden_suite(box, where)
 
     def score(name: str) -> float:
         run = json.loads(box.cli("eval", "run", name, "--suite", str(suite), "--json"))
@@ -145,7 +160,7 @@ def pick_worse(box: Served, where: Path) -> Path:
         scored.append((score(f"cand{seed}"), seed, path))
     low, seed, path = min(scored)
     shown = ", ".join(f"seed {s} {v:.2f}" for v, s, _ in scored)
-    print(f"eval suite, judged: baseline {base:.2f}; candidates {shown}; the canary: seed {seed}")
+    print(f"eval suite golden: baseline {base:.2f}; candidates {shown}; the canary: seed {seed}")
     if low >= base:
         print("no candidate scores below the baseline on the suite", flush=True)
     return path
@@ -216,32 +231,24 @@ def traffic(
 def canary_phase(
     box: Served, replay: Replay, beta: list[str], gamma: list[str], stop: threading.Event
 ) -> dict[str, Any]:
-    """The canaries' traffic (greedy answers to a few questions, half of each tier's to its
-    canary) until both canaries are decided or the day ends; the decisions are `watch`'s."""
+    """The canaries' traffic (greedy answers to the suite's questions on the OpenAI API, half
+    of each tier's to its canary) until both canaries are decided or the day ends; the
+    decisions are `watch`'s."""
     sent = {"beta": 0, "gamma": 0}
     states: dict[str, str] = {}
     verdicts: dict[str, str | None] = {}
 
     def one(tier: str, key: str, i: int) -> None:
         body = {
-            "messages": [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}],
-            "max_tokens": 16,
+            "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+            "max_tokens": MAX_TOKENS,
             "temperature": 0.0,
             "seed": 0,
         }
         try:
-            if tier == "beta":
-                httpx.post(
-                    box.url + "/v1/chat/completions",
-                    json=body,
-                    headers=box.auth(key),
-                    timeout=TIMEOUT,
-                )
-            else:  # live answers are judged on conversation turns only
-                http = httpx.Client(base_url=box.url, headers=box.auth(key), timeout=TIMEOUT)
-                conv = http.post("/v1/conversations", json={"title": "q"}).json()["id"]
-                turn = {"content": body["messages"][0]["content"], "max_tokens": 16}
-                http.post(f"/v1/conversations/{conv}/turns", json=turn)
+            httpx.post(
+                box.url + "/v1/chat/completions", json=body, headers=box.auth(key), timeout=TIMEOUT
+            )
         except httpx.HTTPError:
             return
         sent[tier] += 1
@@ -252,9 +259,7 @@ def canary_phase(
         states = {c["arm"]: c["state"] for c in found.json()["canaries"]}
         verdicts = {c["arm"]: (c["verdict"] or {}).get("reason") for c in found.json()["canaries"]}
         decided = [arm for arm, state in states.items() if state != "running"]
-        if len(decided) == 2 or (
-            "slow-canary" in decided and replay.now() >= SPIKE_H[0] * H + MONDAY
-        ):
+        if len(decided) == 2:
             break
         with ThreadPoolExecutor(4) as pool:
             jobs = [
@@ -270,15 +275,15 @@ def canary_phase(
     for c in final.json()["canaries"]:
         v = c["verdict"] or {}
         scores = {m["metric"]: m for m in v.get("metrics", [])}.get("eval_score")
-        judged = ""
+        scored = ""
         if scores:
-            judged = (
-                f"; eval_score canary {scores['arm']['mean']:.2f} ({scores['arm']['n']} judged)"
+            scored = (
+                f"; eval_score canary {scores['arm']['mean']:.2f} ({scores['arm']['n']} scored)"
                 f" vs baseline {scores['baseline']['mean']:.2f} ({scores['baseline']['n']})"
             )
         print(
             f"{stamp(v.get('at', replay.now()))}  canary verdict {c['arm']}: {c['state']}, "
-            f"{v.get('verdict')}: {v.get('reason')}{judged}",
+            f"{v.get('verdict')}: {v.get('reason')}{scored}",
             flush=True,
         )
     return {"requests": sent, "states": states, "verdicts": verdicts}
@@ -353,8 +358,6 @@ def main() -> None:
         # The slower canary: the same kind of model with 6 times the layers, 4 times the width.
         slow = make_tiny_gguf(where / "slow.gguf", n_layer=12, n_embd=256, n_head=8, n_ff=1024)
         box.cli("models", "add", str(slow), "--name", "slow", "--link")
-        judge = make_tiny_gguf(where / "judge.gguf", seed=JUDGE_SEED)
-        box.cli("models", "add", str(judge), "--name", "judge", "--link")
         worse = pick_worse(box, where)
         box.cli("models", "add", str(worse), "--name", "worse", "--link")
         seed_history(box.data_dir / "chatbox.db")

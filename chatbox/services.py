@@ -38,6 +38,7 @@ from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.tools.sandbox import Sandbox
 from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
+from chatbox.cluster.warming import ReplicaWarming
 from chatbox.data import DataService
 from chatbox.data.retention import Retention, RetentionReport
 from chatbox.data.service import erase_account, export_zip
@@ -49,9 +50,10 @@ from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
-from chatbox.store import Store, User, open_database
+from chatbox.store import ReadReplica, Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.evals import EvalResult, EvalRun
+from chatbox.store.limits import PgCounters
 from chatbox.store.migrate import TableCopy, copy_store
 from chatbox.store.transfer import TransferRepo
 
@@ -215,10 +217,18 @@ class Services:
         settings.ensure_dirs()
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
-        store = await Store.open(settings.database)
+        replica = settings.database_replica_url
+        store = await Store.open(
+            settings.database,
+            ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,
+        )
+        if isinstance(store.counters, PgCounters):
+            store.counters.lease_s = settings.stream_lease_s
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
-        recovered = await store.turns.recover_drafts()
+        # Fronts sharing the database: only the answers of fronts that are gone.
+        alive = await store.db.runs.live_fronts() if store.db.runs is not None else None
+        recovered = await store.turns.recover_drafts(alive)
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
@@ -257,6 +267,7 @@ class Services:
             models.stats,
             settings.high_water,
             wall=replay_clock(settings.replay_start, settings.replay_speed),
+            counters=store.counters,  # every front's on PostgreSQL
         )
         moderation = ModerationService(
             store,
@@ -277,6 +288,8 @@ class Services:
             context=knowledge.retriever,
             toolboxes=[*toolboxes(settings, knowledge, policy), mcp],
         )
+        if store.db.runs is not None:  # other fronts may share this database
+            chat.join_fronts(store.db.runs)
         chat.shadow = shadow = ShadowTraffic(
             store,
             policy,
@@ -309,10 +322,12 @@ class Services:
             store,
             policy,
             accounts.audit,
-            grade=lambda judge, question, answer: evals.grade(judge, question, answer),
+            grade=evals.grade,
             keeps_nothing=lambda user: keeps_nothing(store, policy, user),
+            similarity=evals.similarity,
             clock=gate.wall,  # a replay's clock stamps samples and decisions
         )
+        canaries.check_suites()
         gate.on_settle = canaries.settled
         gate.router.canary_state = canaries.state
         chat.canaries = canaries
@@ -454,32 +469,54 @@ def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[b
 def _prewarmer(
     settings: Settings, store: Store, models: ClusterModels, clock: Callable[[], float]
 ) -> PreWarmer:
-    """The pre-warmer over this process's own engines (models on replicas stay theirs)."""
+    """The pre-warmer over this process's own engines and, in router mode, the models the
+    chatbox replicas have installed (loaded there on request, unloaded only where it asked)."""
     pool = models.pool
+    replicas = ReplicaWarming(models.fleet)
 
     def local_names() -> list[str]:
         return models.local.names() if models.use_local else []
 
+    def names() -> list[str]:
+        local = local_names()
+        return local + sorted(replicas.installed() - set(local))
+
     def running(name: str) -> int:
-        stats = pool.stats().get(name)
+        stats = pool.stats().get(name) or models.fleet.stats(name)
         return 0 if stats is None else stats.running + stats.queue_depth
 
-    def pinned() -> set[str]:
-        try:
-            return {models.local.default()}
-        except NoModelError:
-            return set()
-
-    def held() -> list[str]:  # loaded, or loading for someone already
+    def local_held() -> list[str]:  # loaded, or loading for someone already
         return [n for n in local_names() if pool.state(n) in ("loaded", "loading")]
+
+    def held() -> list[str]:
+        here = local_held()
+        return here + sorted(replicas.served() - set(here))
+
+    def pinned() -> set[str]:
+        kept = replicas.kept() - set(local_held())
+        try:
+            return {models.local.default()} | kept
+        except NoModelError:
+            return kept
+
+    async def load(name: str) -> None:
+        if name in local_names():
+            await pool.get(name)
+        elif await replicas.load(name) is None:
+            raise RuntimeError(f"no replica could load {name}")
+
+    async def unload(name: str) -> None:
+        if name in local_held():
+            await pool.unload(name)
+        await replicas.unload(name)
 
     return PreWarmer(
         store.usage.hourly,
-        local_names,
+        names,
         held,
         running,
-        pool.get,
-        pool.unload,
+        load,
+        unload,
         pinned,
         clock=clock,
         idle_s=settings.prewarm_idle_s,
@@ -511,6 +548,7 @@ def _observe(
     if not telemetry.enabled:
         return
     store.db.on_op = telemetry.store_op
+    store.db.on_read_route = telemetry.conversation_read
     knowledge.embedder.on_embed = telemetry.embedded
     knowledge.documents.on_ingest = telemetry.ingested
     gate.telemetry = telemetry

@@ -87,6 +87,11 @@ class Settings:
     # The store: None keeps it in SQLite at <data_dir>/chatbox.db; "postgresql://user@host/db"
     # puts it in PostgreSQL, which several fronts can share (docs/scaling.md).
     database_url: str | None = field(default=None, repr=False)
+    # A streaming replica of that database: conversation reads (lists, turns, search) go to it,
+    # a user's own reads only once it holds their writes; one further behind than
+    # database_replica_max_lag_s, or down, serves nothing (reads go to the primary).
+    database_replica_url: str | None = field(default=None, repr=False)
+    database_replica_max_lag_s: float = 10.0
     host: str = "127.0.0.1"
     port: int = 8000
     max_tokens: int = 512  # default completion budget of a turn
@@ -115,6 +120,9 @@ class Settings:
     login_max_failures_per_address: int = 20
     login_window_s: float = 900.0
     login_slowdown_s: float = 1.0  # delay of each login to an account past its failure limit
+    # On PostgreSQL: how long a front's open answers count against their users' stream limits
+    # after the front stops renewing them (it died).
+    stream_lease_s: float = 30.0
     # The reverse proxies (CIDRs) whose X-Forwarded-For / X-Forwarded-Proto are believed;
     # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
     trusted_proxies: tuple[str, ...] = ()
@@ -185,6 +193,12 @@ class Settings:
     def __post_init__(self) -> None:
         if self.database_url and not self.database_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("database_url must be a postgresql:// URL")
+        if self.database_replica_url and not self.database_url:
+            raise ValueError("database_replica_url needs database_url (the primary) set too")
+        if self.database_replica_url and not self.database_replica_url.startswith(
+            ("postgresql://", "postgres://")
+        ):
+            raise ValueError("database_replica_url must be a postgresql:// URL")
         for cidr in self.trusted_proxies:  # fail at start, not on the first request
             ipaddress.ip_network(cidr, strict=False)
         if self.embedding_runtime not in EMBEDDING_RUNTIMES:

@@ -27,6 +27,7 @@ BY_USER = re.compile(r"\buser_id\s*=\s*\?")
 # They decide nothing about what a user sees: they write, index or erase.
 STARTER_SIDE = {
     "search.py:unindexed": "the indexer fills the starter's vector partition; reads filter",
+    "search.py:add_vectors": "the indexer writes the starter's partition, live conversations only",
     "transfer.py:conversations": "erasing an account takes every conversation it started",
 }
 

@@ -15,6 +15,7 @@ from chatbox.accounts.usage import usage_report
 from chatbox.observability.logs import notice
 from chatbox.settings import Settings
 from chatbox.store import ApiKey, AuditEntry, Session, Store, User
+from chatbox.store.db import act_for
 
 log = logging.getLogger("chatbox.accounts")
 
@@ -32,10 +33,12 @@ class AccountsService:
         self.store = store
         self.settings = settings
         self.audit = AuditLog(store)
+        counters = store.counters  # every front's on PostgreSQL
+        window = settings.login_window_s
         self.throttle = LoginThrottle(
-            Attempts(settings.login_max_failures, settings.login_window_s),
-            Attempts(settings.login_max_failures_per_address, settings.login_window_s),
-            Attempts(settings.login_max_failures, settings.login_window_s),
+            Attempts(settings.login_max_failures, window, "accounts", counters),
+            Attempts(settings.login_max_failures_per_address, window, "addresses", counters),
+            Attempts(settings.login_max_failures, window, "pairs", counters),
             settings.login_slowdown_s,
         )
 
@@ -54,12 +57,19 @@ class AccountsService:
         return await self.store.keys.list(user.id if user else None)
 
     async def by_key(self, secret: str) -> User | None:
-        """The enabled user owning this unrevoked API key."""
-        return await self.store.keys.authenticate(secret)
+        """The enabled user owning this unrevoked API key; the task's store work is theirs
+        from here on (a read replica serves their reads once it holds their writes)."""
+        user = await self.store.keys.authenticate(secret)
+        if user is not None:
+            act_for(user.id)
+        return user
 
     async def session(self, token: str) -> Session | None:
-        """The live session behind a cookie token."""
-        return await self.store.sessions.get(token)
+        """The live session behind a cookie token; its user acts from here on (as `by_key`)."""
+        session = await self.store.sessions.get(token)
+        if session is not None:
+            act_for(session.user.id)
+        return session
 
     async def check_password(self, name: str, password: str) -> User | None:
         """The enabled user the name and password belong to; None when they do not match.

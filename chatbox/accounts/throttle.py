@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
-from collections import deque
 from dataclasses import dataclass, field
+
+from chatbox.store.limits import Counters, MemoryCounters
 
 
 class TooManyAttempts(Exception):
@@ -19,32 +19,23 @@ class TooManyAttempts(Exception):
 
 @dataclass
 class Attempts:
-    """Failures per key (an account or an address) in a sliding window."""
+    """Failures per key (an account or an address) in a sliding window, counted in the
+    store's counters (every front's on PostgreSQL) under `name`."""
 
     limit: int
     window_s: float
-    _fails: dict[str, deque[float]] = field(default_factory=dict)
+    name: str = "attempts"
+    counters: Counters = field(default_factory=MemoryCounters)
 
-    def blocked_for(self, key: str, now: float | None = None) -> float:
+    async def blocked_for(self, key: str) -> float:
         """Seconds until `key` may try again (0: now)."""
-        now = time.monotonic() if now is None else now
-        fails = self._fails.get(key)
-        if not fails:
-            return 0.0
-        while fails and fails[0] <= now - self.window_s:
-            fails.popleft()
-        if not fails:
-            del self._fails[key]
-            return 0.0
-        return fails[0] + self.window_s - now if len(fails) >= self.limit else 0.0
+        return await self.counters.blocked_for(self.name, key, self.limit, self.window_s)
 
-    def fail(self, key: str) -> None:
-        if len(self._fails) > 100_000:  # bounded memory under a spray of addresses
-            self._fails.clear()
-        self._fails.setdefault(key, deque(maxlen=self.limit)).append(time.monotonic())
+    async def fail(self, key: str) -> None:
+        await self.counters.fail(self.name, key, self.window_s)
 
-    def clear(self, key: str) -> None:
-        self._fails.pop(key, None)
+    async def clear(self, key: str) -> None:
+        await self.counters.forget(self.name, key)
 
 
 @dataclass
@@ -62,7 +53,7 @@ class LoginThrottle:
 
     accounts: Attempts
     addresses: Attempts
-    pairs: Attempts = field(default_factory=lambda: Attempts(5, 900.0))
+    pairs: Attempts = field(default_factory=lambda: Attempts(5, 900.0, "pairs"))
     slowdown_s: float = 1.0
 
     @staticmethod
@@ -71,11 +62,11 @@ class LoginThrottle:
 
     async def slow_down(self, account: str) -> None:
         """Wait a while before checking a password of an account under attack."""
-        if self.slowdown_s > 0 and self.accounts.blocked_for(account) > 0:
+        if self.slowdown_s > 0 and await self.accounts.blocked_for(account) > 0:
             await asyncio.sleep(self.slowdown_s)
 
-    def check(self, *keys: tuple[Attempts, str]) -> None:
+    async def check(self, *keys: tuple[Attempts, str]) -> None:
         """Raise TooManyAttempts while any of these (counter, key) pairs is blocked."""
-        wait = max((a.blocked_for(k) for a, k in keys), default=0.0)
+        wait = max([await a.blocked_for(k) for a, k in keys], default=0.0)
         if wait > 0:
             raise TooManyAttempts(max(1, math.ceil(wait)))

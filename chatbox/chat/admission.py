@@ -1,5 +1,8 @@
 """Admission before any engine work (the Gatekeeper): budgets, token buckets, fair share,
-the overload order."""
+the overload order.
+
+The buckets and open-stream counts live in the store's counters: this process's on SQLite,
+rows every front shares on PostgreSQL (chatbox/store/limits.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from chatbox.chat.runs import TurnRun
 from chatbox.engine.types import EngineStats, Usage
 from chatbox.observability import Telemetry
 from chatbox.store import User
+from chatbox.store.limits import Counters, MemoryCounters, Spend
 from chatbox.store.usage import UsageRepo, day_of
 
 Clock = Callable[[], float]
@@ -50,13 +54,6 @@ class TokenBucket:
 
 
 @dataclass
-class UserState:
-    requests: TokenBucket | None
-    tokens: TokenBucket | None
-    streams: int = 0
-
-
-@dataclass
 class Ticket:
     """An admitted request; `finish` charges what it actually used, exactly once."""
 
@@ -66,6 +63,8 @@ class Ticket:
     priority: int
     gatekeeper: Gatekeeper
     seq: int = 0
+    lease: str | None = None  # the user's open-stream lease, released by `finish`
+    tokens: Spend | None = None  # what the tokens bucket was charged (None: no tpm)
     done: bool = False
     started: bool = False  # its first token has come: it is no longer waiting
     admitted_at: float = field(default_factory=time.monotonic)
@@ -108,36 +107,31 @@ class Gatekeeper:
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # counts each decision
     # Each settled request (canary verdicts compare the arms): ticket, usage, monotonic end.
     on_settle: Callable[[Ticket, Usage | None, float], None] | None = None
-    _users: dict[str, UserState] = field(default_factory=dict)
+    counters: Counters | None = None  # None: this process's, on `clock`
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _waiting: dict[str, list[Ticket]] = field(default_factory=dict)  # by model, no token yet
     _seq: int = 0
 
     # -- state --------------------------------------------------------------------------
 
-    def _state(self, user: User, tier: TierPolicy) -> UserState:
-        state = self._users.get(user.id)
-        now = self.clock()
-        if state is None or _limits(state) != (tier.rpm, tier.tpm):
+    def __post_init__(self) -> None:
+        if self.counters is None:
+            self.counters = MemoryCounters(self.clock)
 
-            def bucket(limit: int) -> TokenBucket | None:
-                return TokenBucket(limit, limit, now) if limit > 0 else None
-
-            streams = state.streams if state else 0
-            state = UserState(bucket(tier.rpm), bucket(tier.tpm), streams)
-            self._users[user.id] = state
-        for b in (state.requests, state.tokens):
-            if b is not None:
-                b.refill(now)
-        return state
+    @property
+    def _counters(self) -> Counters:
+        assert self.counters is not None
+        return self.counters
 
     def headers(self, user: User) -> dict[str, str]:
         """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for this user now."""
-        state = self._state(user, self.policy.tier(user.tier))
+        tier = self.policy.tier(user.tier)
         out: dict[str, str] = {}
-        for name, b in (("requests", state.requests), ("tokens", state.tokens)):
-            if b is None:
+        for name, limit in (("requests", tier.rpm), ("tokens", tier.tpm)):
+            if limit <= 0:
                 continue
+            level = self._counters.peek(_bucket_key(user, name, limit), limit)
+            b = TokenBucket(limit, level, 0.0)
             out[f"x-ratelimit-limit-{name}"] = str(int(b.capacity))
             out[f"x-ratelimit-remaining-{name}"] = str(max(0, math.floor(b.level)))
             out[f"x-ratelimit-reset-{name}"] = f"{math.ceil(b.reset_s())}s"
@@ -178,40 +172,50 @@ class Gatekeeper:
         tier = self.policy.tier(user.tier)
         route = self.router.route(user, requested, text)  # UnknownModel before any charge
         await self._check_budget(user, tier)
-        state = self._state(user, tier)
         estimate = max(1, len(text) // 4)
-        for kind, b, amount in (
-            ("requests", state.requests, 1.0),
-            ("tokens", state.tokens, float(estimate)),
-        ):
-            wait = b.wait_for(amount) if b is not None else 0.0
-            if wait > 0:
+        spends = {
+            kind: Spend(_bucket_key(user, kind, limit), limit, amount)
+            for kind, limit, amount in (
+                ("requests", tier.rpm, 1.0),
+                ("tokens", tier.tpm, float(estimate)),
+            )
+            if limit > 0
+        }
+        # Buckets and a stream slot are taken together, or none of them (every front's).
+        taken = await self._counters.take(list(spends.values()), (user.id, tier.max_streams))
+        for kind, spend in spends.items():
+            if taken.refused == spend.key:
+                level = taken.levels[spend.key]
+                wait = TokenBucket(spend.capacity, level, 0.0).wait_for(spend.amount)
                 raise RateLimited(
-                    f"rate limit reached: {tier.rpm if kind == 'requests' else tier.tpm} "
-                    f"{kind} per minute on the {tier.name} tier; retry in {math.ceil(wait)} s",
+                    f"rate limit reached: {int(spend.capacity)} {kind} per minute on the "
+                    f"{tier.name} tier; retry in {math.ceil(wait)} s",
                     math.ceil(wait),
                     self.headers(user),
                     kind,
                 )
-        if state.streams >= tier.max_streams:
+        if taken.refused == "streams":
             raise RateLimited(
-                f"{state.streams} answers are already being written for you (the {tier.name} "
+                f"{taken.streams} answers are already being written for you (the {tier.name} "
                 f"tier allows {tier.max_streams} at once); wait for one to finish",
                 2,
                 self.headers(user),
                 "streams",
             )
-        route = await self._overload(user, tier, route)
-        if state.requests is not None:
-            state.requests.level -= 1
-        if state.tokens is not None:
-            state.tokens.level -= estimate
+        try:
+            route = await self._overload(user, tier, route)
+        except BaseException:  # refused for load: nothing of the user's is spent
+            for spend in spends.values():
+                await self._counters.give(spend.key, spend.capacity, spend.amount)
+            if taken.lease is not None:
+                await self._counters.release(taken.lease)
+            raise
         # Tiers first (paid before free), then fair share: a user's extra streams queue
         # behind everyone else's first ones. Background work (>= 10) stays behind all.
-        priority = min(9, tier.priority + state.streams)
-        state.streams += 1
+        priority = min(9, tier.priority + taken.streams)
         self._seq += 1
-        ticket = Ticket(user, route, estimate, priority, self, self._seq)
+        ticket = Ticket(user, route, estimate, priority, self, self._seq, taken.lease)
+        ticket.tokens = spends.get("tokens")
         self._waiting.setdefault(route.model, []).append(ticket)
         return ticket
 
@@ -284,12 +288,12 @@ class Gatekeeper:
         return route
 
     async def settle(self, ticket: Ticket, usage: Usage | None) -> None:
-        state = self._users.get(ticket.user.id)
         used = usage.prompt_tokens + usage.completion_tokens if usage else 0
-        if state is not None:
-            state.streams = max(0, state.streams - 1)
-            if state.tokens is not None:
-                state.tokens.level += ticket.estimate - used  # charge what was really used
+        if ticket.lease is not None:
+            await self._counters.release(ticket.lease)
+        if ticket.tokens is not None:  # charge what was really used, not the estimate
+            spend = ticket.tokens
+            await self._counters.give(spend.key, spend.capacity, ticket.estimate - used)
         route = ticket.route
         await self.usage.record(
             ticket.user.id,
@@ -315,11 +319,9 @@ def load(stats: EngineStats) -> int:
     return stats.running + stats.queue_depth
 
 
-def _limits(state: UserState) -> tuple[int, int]:
-    return (
-        int(state.requests.capacity) if state.requests else 0,
-        int(state.tokens.capacity) if state.tokens else 0,
-    )
+def _bucket_key(user: User, kind: str, limit: int) -> str:
+    """A user's bucket of one limit; a tier change (another limit) starts a full one."""
+    return f"{user.id}:{kind}:{limit}"
 
 
 def _seconds_to_next(period: str, now: float) -> int:

@@ -20,6 +20,8 @@ from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
 from chatbox.chat.completions import complete
 from chatbox.chat.erasure import erase_conversations, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
+from chatbox.chat.fronts import Fronts
+from chatbox.chat.live_grading import GradedGeneration, Sampler, graded
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
@@ -59,9 +61,11 @@ class Conversations:
     gate: Gatekeeper  # quotas, routing, overload
     moderation: ModerationService | None = None  # input and output checks
     shadow: ShadowTraffic | None = None  # answers mirrored to a candidate model once done
+    canaries: Sampler | None = None  # grades sampled live answers of canary tiers
     _runs: dict[str, TurnRun] = field(default_factory=dict)  # answering now, by conversation
     _reserved: set[str] = field(default_factory=set)  # about to answer
     _finished: dict[str, TurnRun] = field(default_factory=dict)  # by turn id, kept briefly
+    fronts: Fronts | None = None  # other fronts on a shared database: their answers here
     summariser: Summariser = field(init=False)  # long conversations' oldest parts
     answers: AnswerCache = field(init=False)  # deterministic API answers (answer_cache.py)
     semantic: SemanticCache = field(init=False)  # first questions' answers (semantic_cache.py)
@@ -200,6 +204,7 @@ class Conversations:
             prompt=prompt,
         )
         plain = prompt is None and options.n <= 1 and not options.tools
+        generation = graded(generation, self.canaries, user, messages, plain, zero_retention)
         generation = mirrored(generation, self.shadow, user, model, messages, plain)
         return model, generation, tokens
 
@@ -260,6 +265,7 @@ class Conversations:
             ticket,
         )
         plain = options.n <= 1 and not options.tools
+        generation = graded(generation, self.canaries, user, messages, plain, False)
         generation = mirrored(generation, self.shadow, user, model, messages, plain)
         return Exact(model, ticket, generation, key)
 
@@ -269,7 +275,7 @@ class Conversations:
         if exact.key is None or exact.generation is None:
             return False
         generation = exact.generation
-        if isinstance(generation, MirroredGeneration):
+        while isinstance(generation, (MirroredGeneration, GradedGeneration)):
             generation = generation.inner
         if isinstance(generation, ModeratedGeneration):
             if not generation.clean():
@@ -332,6 +338,8 @@ class Conversations:
         # either still shown as running (its stream replays the end) or found among the
         # turns, never missing from both.
         running = self._runs.get(conv.id)
+        if running is None and self.fronts is not None:
+            running = await self.fronts.run_for(conv.id)
         path = await self.store.turns.path(conv.id, conv.active_leaf_id)
         if running is not None and any(t.id == running.turn_id for t in path):
             running = None  # written already: shown as a turn
@@ -340,6 +348,7 @@ class Conversations:
             show
             and all(t.id != show for t in path)
             and conv.id not in self._runs
+            and running is None
             and await self.store.turns.get(conv.id, show) is not None
         ):
             shown_leaf = await self.store.turns.deepest_leaf(conv.id, show)
@@ -410,3 +419,10 @@ class Conversations:
             return run
         done = self._finished.get(turn_id)
         return done if done is not None and done.conversation_id == conv_id else None
+
+    async def find_run(self, conv_id: str, turn_id: str | None = None) -> TurnRun | None:
+        """`run_for`, or the answer another front on the shared database writes here."""
+        run = self.run_for(conv_id, turn_id)
+        if run is None and self.fronts is not None:
+            run = await self.fronts.run_for(conv_id, turn_id)
+        return run

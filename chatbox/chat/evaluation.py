@@ -19,6 +19,7 @@ from chatbox.chat.evalsuite import (
     JUDGE_SYSTEM,
     Answer,
     Case,
+    Similarity,
     Suite,
     judge_prompt,
     read_grade,
@@ -107,9 +108,7 @@ class Evaluator:
             t0 = time.perf_counter()
             answer = await self._answer(actor, model, case)
             latency = time.perf_counter() - t0
-            got = await score(
-                case, answer, self._similarity if self.embed else None, self._judge(judge)
-            )
+            got = await score(case, answer, self.similarity, self._judge(judge))
             shown = answer.text if not answer.calls else json.dumps(list(answer.calls))
             result = EvalResult(
                 case.id,
@@ -205,10 +204,18 @@ class Evaluator:
 
         return grade
 
-    async def _similarity(self, a: str, b: str) -> float:
-        assert self.embed is not None
-        va, vb = await self.embed([a, b])
-        return float(sum(x * y for x, y in zip(va, vb, strict=True)))
+    @property
+    def similarity(self) -> Similarity | None:
+        """The cosine of two texts' embeddings; None without an embedding model."""
+        embed = self.embed
+        if embed is None:
+            return None
+
+        async def cosine(a: str, b: str) -> float:
+            va, vb = await embed([a, b])
+            return float(sum(x * y for x, y in zip(va, vb, strict=True)))
+
+        return cosine
 
     async def grade(
         self, judge: str, question: str, answer: str, reference: str = "", rubric: str = ""

@@ -47,6 +47,9 @@ class Canary:
     judge: str | None = None  # the model grading sampled live answers (eval score)
     eval_percent: float = 0.0  # share of the tier's answers graded (opt-in; 0: none)
     auto_rollback: bool = True  # a guard metric worse with confidence rolls it back
+    # An eval suite file: a sampled live answer to one of its prompts is scored by that case's
+    # check (its reference) rather than by the judge alone; relative to the policy file.
+    eval_suite: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class Policy:
         """Read the policy file (default: models/policy.toml); a missing file gives defaults."""
         path = path or default_policy_path()
         raw = tomllib.loads(path.read_text()) if path.exists() else {}
+        for c in raw.get("routing", {}).get("canary", []):
+            if isinstance(c, dict) and isinstance(c.get("eval_suite"), str):
+                c["eval_suite"] = str(path.parent / c["eval_suite"])  # an absolute one stays
         return cls.from_dict(raw)
 
     @classmethod
@@ -126,6 +132,7 @@ class Policy:
                 c.get("judge"),
                 float(c.get("eval_percent", 0)),
                 bool(c.get("auto_rollback", True)),
+                c.get("eval_suite"),
             )
             for c in routing.pop("canary", [])
         )

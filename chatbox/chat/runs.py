@@ -68,6 +68,26 @@ class TurnRun:
         finally:
             self._detach()
 
+    async def batches(self, after: int = 0) -> AsyncGenerator[list[RunEvent], None]:
+        """`follow`, but every event already waiting comes at once (a relay sends fewer,
+        larger messages)."""
+        self._attach()
+        try:
+            position = max(0, after)
+            while True:
+                if position < len(self.events):
+                    batch = self.events[position:]
+                    position = len(self.events)
+                    yield batch
+                    if batch[-1].terminal:
+                        return
+                    continue
+                if self.finished:
+                    return
+                await self._changed.wait()
+        finally:
+            self._detach()
+
     def _attach(self) -> None:
         self._followers += 1
         if self._abandon_timer is not None:

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
-from chatbox.chat.canary import CanaryService
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
+from chatbox.chat.fronts import Fronts
 from chatbox.chat.moderated import (
     moderation_event,
     note_input,
@@ -50,10 +50,12 @@ from chatbox.store import (
     Feedback,
     FeedbackTally,
     Routing,
+    Turn,
     TurnStatus,
     TurnUsage,
     User,
 )
+from chatbox.store.run_channel import RunChannel
 
 ACTIVE_BRANCH = "__active__"  # parent sentinel: continue the conversation's active branch
 _STATUS: dict[str, TurnStatus] = {
@@ -82,7 +84,6 @@ class ChatService(Conversations):
 
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
-    canaries: CanaryService | None = None  # grades sampled live answers of canary tiers
     toolboxes: Sequence[Toolbox] = ()  # the tools the assistant may call (services wires them)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
@@ -153,7 +154,7 @@ class ChatService(Conversations):
         conv = await self.conversation(user, conv_id, "continue")
         if await self.store.turns.get(conv.id, turn_id) is None:
             raise NotFound("turn not found")
-        if conv.id in self._runs or conv.id in self._reserved:
+        if conv.id in self._runs or conv.id in self._reserved or await self._elsewhere(conv.id):
             raise Busy("this conversation is still generating an answer")
         leaf = await self.store.turns.deepest_leaf(conv.id, turn_id)
         await self.store.turns.set_active_leaf(conv.id, leaf)
@@ -163,9 +164,25 @@ class ChatService(Conversations):
         conv = await self.conversation(user, conv_id, "continue")
         run = self._runs.get(conv.id)
         if run is None:
-            return False
+            return self.fronts is not None and await self.fronts.cancel(conv.id)
         run.on_abandon()
         return True
+
+    def join_fronts(self, channel: RunChannel) -> None:
+        """Relay and mirror running answers with the other fronts on the shared database."""
+        self.fronts = Fronts(
+            self.store,
+            channel,
+            self._runs,
+            self._finished,
+            self.settings.disconnect_grace_s,
+            FINISHED_RUN_TTL_S,
+        )
+        self.fronts.start()
+
+    async def _elsewhere(self, conv_id: str) -> bool:
+        """True while another front on the shared database writes this conversation's answer."""
+        return self.fronts is not None and await self.fronts.writing_elsewhere(conv_id)
 
     async def rate(
         self, user: User, conv_id: str, turn_id: str, rating: str, comment: str | None = None
@@ -206,6 +223,8 @@ class ChatService(Conversations):
             raise Busy("this conversation is still generating an answer; stop it or wait")
         self._reserved.add(conv.id)
         try:
+            if await self._elsewhere(conv.id):
+                raise Busy("this conversation is still generating an answer; stop it or wait")
             with self.telemetry.turn(**{"chatbox.regenerate": content is None}):
                 ticket = await self.gate.admit(user, options.model or conv.model, content or "")
                 self.telemetry.annotate(**{"chatbox.model": ticket.model})
@@ -492,9 +511,8 @@ class ChatService(Conversations):
         try:
             await ticket.finish(done.usage if done is not None else None)
             with self.telemetry.span("store.save_answer"):
-                turn = await self.store.turns.finish_draft(
-                    run.turn_id, status, content, usage, error
-                )
+                turn = await self._save_answer(run, status, content, usage, error)
+                status = turn.status
         finally:
             self._runs.pop(run.conversation_id, None)
             self._finished[run.turn_id] = run
@@ -545,6 +563,19 @@ class ChatService(Conversations):
         if finished and request is not None and self.shadow is not None:  # not a cached answer
             assert done is not None
             await self.shadow.offer(served(ticket.user, run, request, done, status))
+
+    async def _save_answer(
+        self, run: TurnRun, status: TurnStatus, content: str, usage: TurnUsage, error: str | None
+    ) -> Turn:
+        """The answer written once; where another front on the shared database took this
+        one for dead and stored it as interrupted already, that turn."""
+        try:
+            return await self.store.turns.finish_draft(run.turn_id, status, content, usage, error)
+        except KeyError:
+            stored = await self.store.turns.written(run.conversation_id, run.turn_id)
+            if stored is None or self.fronts is None:
+                raise
+            return stored
 
     async def _first_question(
         self,
@@ -656,6 +687,8 @@ class ChatService(Conversations):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.fronts is not None:
+            await self.fronts.stop()
 
 
 def served(

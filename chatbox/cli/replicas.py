@@ -72,7 +72,11 @@ def replica(
         )
 
     pool = EnginePool(resolve, replica_engine_settings(settings.engine))
-    app = ReplicaApp(pool, list(models), token)
+
+    def installed() -> list[str]:  # the models whose files are here (not manifest wishes)
+        return [e.name for e in registry.entries(max_age_s=5.0) if e.available]
+
+    app = ReplicaApp(pool, list(models), token, installed=installed)
     click.echo(f"chatbox replica: {', '.join(models)} on http://{host}:{port}")
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
 

@@ -46,6 +46,12 @@ from chatbox.settings import Settings, settings_from_env
     "CHATBOX_DATABASE_URL) instead of SQLite in the data directory.",
 )
 @click.option(
+    "--database-replica-url",
+    default=None,
+    help="A streaming replica of --database-url that serves conversation reads "
+    "(env: CHATBOX_DATABASE_REPLICA_URL); see docs/scaling.md.",
+)
+@click.option(
     "--admin-password",
     default=None,
     help="Seed the first admin's password on an empty database "
@@ -106,7 +112,10 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
 
     base = ctx.find_object(Settings) or settings_from_env()
     flags["replicas"] = flags["replicas"] or None  # none given: keep CHATBOX_REPLICAS
-    settings = base.with_overrides(**flags)
+    try:
+        settings = base.with_overrides(**flags)
+    except ValueError as exc:  # a setting that contradicts another: say which, no traceback
+        raise click.ClickException(str(exc)) from exc
     if settings.malloc_arenas > 0:  # before the engines', encoders' and server's threads
         limit_malloc_arenas(settings.malloc_arenas)
     settings.ensure_dirs()

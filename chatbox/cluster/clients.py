@@ -69,6 +69,7 @@ class Health:
     models: dict[str, int]  # model -> tokens one conversation may hold (0: unknown)
     slots: int
     stats: dict[str, EngineStats] = field(default_factory=dict)
+    installed: tuple[str, ...] = ()  # models it may be asked to load (chatbox replicas)
 
 
 StreamEvent = Started | TokenEvent | DoneEvent
@@ -138,7 +139,8 @@ class ChatboxClient:
             payload = resp.json()
             models = {str(k): int(v["n_ctx_per_seq"]) for k, v in payload["models"].items()}
             stats = {str(k): stats_from_json(v) for k, v in payload.get("stats", {}).items()}
-            return Health(models, self.spec.slots or int(payload["slots"]), stats)
+            installed = tuple(str(m) for m in payload.get("installed", ()))
+            return Health(models, self.spec.slots or int(payload["slots"]), stats, installed)
         except httpx.HTTPError as exc:
             raise _failure(exc, self.timeout_s) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -187,6 +189,24 @@ class ChatboxClient:
             raise _failure(exc, timeout_s) from exc
         if resp.status_code != 200:
             raise ReplicaFailed(f"forget: HTTP {resp.status_code}: {resp.text[:200]}")
+
+    async def load(self, model: str, timeout_s: float) -> None:
+        """Ask the replica to load a model of its catalogue; returns once it is loaded."""
+        await self._model_call("load", model, timeout_s)
+
+    async def unload(self, model: str, timeout_s: float) -> None:
+        """Ask the replica to unload an idle model."""
+        await self._model_call("unload", model, timeout_s)
+
+    async def _model_call(self, action: str, model: str, timeout_s: float) -> None:
+        try:
+            resp = await self.http.post(
+                f"{PREFIX}/{action}", json={"model": model}, timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise _failure(exc, timeout_s) from exc
+        if resp.status_code != 200:
+            raise ReplicaFailed(f"{action} {model}: HTTP {resp.status_code}: {resp.text[:200]}")
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -1,9 +1,10 @@
 """The replica server (`chatbox replica`): local engines over the replica protocol, as ASGI.
 
 No UI, store or accounts: only `/v1/replica/health`, `/stats`, `/generate` (NDJSON events,
-see `protocol`), `/tokenize` and `/forget` (erased conversations' KV), each behind the
-shared secret (a Bearer token compared in constant time). A replica without a token listens
-on loopback only (the CLI enforces it).
+see `protocol`), `/tokenize`, `/forget` (erased conversations' KV) and `/load`, `/unload` (a
+model of its catalogue, asked by the front's pre-warmer), each behind the shared secret (a
+Bearer token compared in constant time). A replica without a token listens on loopback only
+(the CLI enforces it) and refuses `/load` and `/unload`: they change what it holds in memory.
 """
 
 from __future__ import annotations
@@ -72,11 +73,18 @@ class ReplicaApp:
     """An ASGI app serving `models` from `pool`; `token` None means no auth (loopback only)."""
 
     def __init__(
-        self, pool: EnginePool, models: list[str], token: str | None, heartbeat_s: float = 1.0
+        self,
+        pool: EnginePool,
+        models: list[str],
+        token: str | None,
+        heartbeat_s: float = 1.0,
+        installed: Callable[[], list[str]] | None = None,
     ) -> None:
         self.pool = pool
         self.models = models
         self.token = token
+        # The models of this replica's catalogue it may be asked to load (default: `models`).
+        self.installed = installed or (lambda: list(models))
         self.heartbeat_s = heartbeat_s
         self.streams = 0  # answers being streamed to fronts now
 
@@ -100,6 +108,8 @@ class ReplicaApp:
             await self._tokenize(receive, send)
         elif route == ("POST", PREFIX + "/forget"):
             await self._forget(receive, send)
+        elif route in (("POST", PREFIX + "/load"), ("POST", PREFIX + "/unload")):
+            await self._load_or_unload(route[1].rsplit("/", 1)[1], receive, send)
         else:
             await _json(send, 404, {"error": "not found"})
 
@@ -139,6 +149,7 @@ class ReplicaApp:
             "models": models,
             "stats": {name: asdict(s) for name, s in stats.items()},
             "slots": self.pool.settings.n_parallel,
+            "installed": sorted(set(self.installed()) | set(models)),
         }
 
     def stats(self) -> dict[str, Any]:
@@ -272,6 +283,48 @@ class ReplicaApp:
                 for scope in scopes:
                     await forget_scope(scope)
         await _json(send, 200, {"models": names, "cache_keys": len(keys), "scopes": len(scopes)})
+
+    async def _load_or_unload(self, action: str, receive: Receive, send: Send) -> None:
+        """Load a model of this replica's catalogue (answered once it is loaded), or unload
+        an idle one (one with answers running or waiting is refused: 409)."""
+        if self.token is None:
+            await _json(
+                send, 403, {"error": f"a replica without a token cannot be asked to {action}"}
+            )
+            return
+        try:
+            body = await _body(receive)
+        except ValueError as exc:
+            await _json(send, 400, {"error": str(exc)})
+            return
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str) or not model:
+            await _json(send, 400, {"error": 'the body must be {"model": NAME}'})
+            return
+        if action == "load":
+            installed = self.installed()
+            if model not in installed:
+                names = ", ".join(installed) or "none"
+                await _json(send, 404, {"error": f"no model {model!r} here (installed: {names})"})
+                return
+            try:
+                await self.pool.get(model)
+            except Exception as exc:  # a file that will not load: the front is told why
+                log.warning("loading %s on request failed: %s", model, exc)
+                await _json(send, 409, {"error": f"{model!r} failed to load: {exc}"})
+                return
+            log.info("loaded %s on the front's request", model)
+        else:
+            if model not in self.pool.loaded():
+                await _json(send, 404, {"error": f"{model!r} is not loaded here"})
+                return
+            stats = self.pool.stats().get(model)
+            if stats is not None and stats.running + stats.queue_depth > 0:
+                await _json(send, 409, {"error": f"{model!r} is answering: not unloaded"})
+                return
+            await self.pool.unload(model)
+            log.info("unloaded %s on the front's request", model)
+        await _json(send, 200, {"model": model, "loaded": sorted(self.pool.loaded())})
 
 
 async def _body(receive: Receive) -> Any:

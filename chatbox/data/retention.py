@@ -15,8 +15,10 @@ from chatbox.accounts.audit import SYSTEM, Actor, AuditLog
 from chatbox.chat.policy import Policy
 from chatbox.store import User
 from chatbox.store.erasure import Erased, ErasureRepo, Idle
+from chatbox.store.jobs import JobRepo
 from chatbox.store.transfer import TransferRepo
 
+SWEEP_JOB = "retention-sweep"
 log = logging.getLogger("chatbox.data")
 DAY_S = 86_400.0
 IMPORT_LEASE_S = 3_600.0  # a hidden import this young is still being written, not a crash's
@@ -151,11 +153,13 @@ class Retention:
 
 
 class Sweeper:
-    """Runs retention every `every_s` seconds in the background (first run soon after start)."""
+    """Runs retention every `every_s` seconds in the background (first run soon after start);
+    of several fronts on one database, the one that claims a period's sweep runs it."""
 
-    def __init__(self, retention: Retention, every_s: float) -> None:
+    def __init__(self, retention: Retention, every_s: float, jobs: JobRepo | None = None) -> None:
         self.retention = retention
         self.every_s = every_s
+        self.jobs = jobs
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -168,7 +172,9 @@ class Sweeper:
             await asyncio.sleep(delay)
             delay = self.every_s
             try:
-                await self.retention.run()
+                # Held, not let go: the other fronts skip their sweeps until the next period.
+                if self.jobs is None or await self.jobs.claim(SWEEP_JOB, self.every_s * 0.9):
+                    await self.retention.run()
             except Exception:  # one failed sweep must not end the sweeping
                 log.exception("the retention sweep failed; it will run again")
 

@@ -150,7 +150,7 @@ class DataService:
         self.retention = Retention(
             ErasureRepo(store.db), self.policy, self._erase, AuditLog(store), clock
         )
-        self.sweeper = Sweeper(self.retention, settings.retention_sweep_s)
+        self.sweeper = Sweeper(self.retention, settings.retention_sweep_s, store.jobs)
 
     def start(self) -> None:
         self.sweeper.start()

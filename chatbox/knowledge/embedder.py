@@ -11,7 +11,10 @@ one does, but every answer would wait for the whole batch, so one at a time halv
 wait. Each encode uses one thread by default
 (`threads`): requests here are small, and more threads only fight the two lanes and the
 model's decode threads. While either lane encodes it holds a core (chatbox/cpu.py): an encode
-that shares a core with a spinning decode worker stalls every step it overlaps. On CPU the
+that shares a core with a spinning decode worker stalls every step it overlaps. The background
+lane also gives way to the urgent one: before each text (or slice of a bulk request) it waits
+while an urgent encode runs, so a search's query or a message never shares a core with an
+answer window being screened. On CPU the
 forward pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_encoder.py);
 vectors asked for `approximate` (moderation's, which are scored and dropped) then come from
 its int8 copy, about twice as fast, and answer windows (`embed_screened`) from that copy cut
@@ -26,8 +29,9 @@ import importlib.util
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,9 @@ MAX_BATCH = 64
 SMALL = 8  # requests this size are served ahead of bulk ones
 RECENT = 32  # single-text vectors remembered (embed_one)
 SCREEN_LAYERS = 3  # where answer windows' graph is cut (of MiniLM's six)
+# The longest the background lane waits for urgent encodes before each text, so a stream
+# of searches cannot starve answers' moderation.
+YIELD_MAX_S = 0.5
 log = logging.getLogger("chatbox.knowledge")
 
 
@@ -162,6 +169,31 @@ def _encoder_bytes(enc: Any) -> int:
 Keep = Callable[[np.ndarray], bool]  # given a text's vector at the cut: finish it?
 
 
+class _Priority:
+    """Urgent encodes under way, which the background lane waits out before each text."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = threading.Condition()
+
+    @contextmanager
+    def urgent(self) -> Iterator[None]:
+        with self._idle:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._running -= 1
+                if not self._running:
+                    self._idle.notify_all()
+
+    def give_way(self) -> None:
+        """Wait (at most YIELD_MAX_S) until no urgent encode runs."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._running, YIELD_MAX_S)
+
+
 @dataclass
 class _Pending:
     texts: list[str]
@@ -202,6 +234,7 @@ class Embedder:
         self.dim = DIM
         self._urgent = _Lane("urgent")  # a person is waiting: a message, a search, a fact
         self._background = _Lane("background")  # answer windows, uploads, the API
+        self._priority = _Priority()
         # The newest single texts' vectors: a message moderated before its turn is
         # embedded once, and memory and document retrieval reuse that vector.
         self._recent: dict[str, np.ndarray] = {}
@@ -278,27 +311,41 @@ class Embedder:
         self, lane: _Lane, texts: list[str], approximate: bool = False
     ) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync(lane, approximate)
+        if lane is self._urgent:
+            with self._priority.urgent():
+                vectors = self._run(model, lane, texts)
+        else:  # a slice at a time, giving way to urgent encodes before each
+            step = 1 if isinstance(model, OnnxEncoder) and model is not lane.model else SMALL
+            parts = []
+            for start in range(0, len(texts), step):
+                self._priority.give_way()
+                parts.append(self._run(model, lane, texts[start : start + step]))
+            vectors = np.vstack(parts)
+        limit = model.max_seq_length
+        ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
+        counts = [min(len(x), limit) for x in ids]
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
+
+    @staticmethod
+    def _run(model: Any, lane: _Lane, texts: list[str]) -> np.ndarray:
+        """One forward pass over texts (the int8 copy: one text at a time)."""
         # The engines leave this encode a core meanwhile: an encode that shares a core with
         # a spinning decode worker stalls every step it overlaps.
         with URGENT.hold():
             if isinstance(model, OnnxEncoder) and model is not lane.model:  # the int8 copy
                 # One text at a time: int8 activations are scaled over the whole batch, so a
                 # text's vector (and verdict) would depend on what it was batched with.
-                vectors = np.vstack([model.encode([t]) for t in texts])
-            elif isinstance(model, OnnxEncoder):
-                vectors = model.encode(texts)
-            else:
-                vectors = model.encode(
-                    texts,
-                    batch_size=MAX_BATCH,
-                    convert_to_numpy=True,
-                    normalize_embeddings=True,
-                    show_progress_bar=False,
-                )
-        limit = model.max_seq_length
-        ids = model.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
-        counts = [min(len(x), limit) for x in ids]
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), DIM), counts
+                return np.vstack([model.encode([t]) for t in texts])
+            if isinstance(model, OnnxEncoder):
+                return model.encode(texts)
+            vectors: np.ndarray = model.encode(
+                texts,
+                batch_size=MAX_BATCH,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+            return vectors
 
     def _screen_sync(
         self, lane: _Lane, texts: list[str], keep: Keep
@@ -309,13 +356,14 @@ class Embedder:
         if split is None:  # no cut: every text whole (its int8 or exact vector)
             return self._encode_sync(lane, texts, approximate=True)[0], [True] * len(texts)
         rows, whole = [], []
-        with URGENT.hold():  # as in _encode_sync
-            for text in texts:
+        for text in texts:
+            self._priority.give_way()
+            with URGENT.hold():  # as in _run
                 vector, partial = split.front(text)
                 finish = keep(vector)
                 rows.append(split.back(partial) if finish else vector)
-                whole.append(finish)
-                self.screened["finished" if finish else "stopped"] += 1
+            whole.append(finish)
+            self.screened["finished" if finish else "stopped"] += 1
         return np.vstack(rows).astype(np.float32), whole
 
     async def embed_screened(

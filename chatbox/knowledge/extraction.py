@@ -27,6 +27,7 @@ from chatbox.store import Store
 log = logging.getLogger("chatbox.knowledge")
 EXTRACTION_PRIORITY = 10  # below every live chat; never takes a conversation's cached prefix
 MAX_FACTS = 8
+EXTRACT_HOLD_S = 300.0  # a claim on a conversation's extraction, should its front die mid-way
 GROUNDED = 0.75  # share of a fact's content words the user must have written
 
 SYSTEM = (
@@ -175,6 +176,15 @@ class Extractor:
     async def _extract(self, user_id: str, conversation_id: str) -> list[str]:
         if not await self.memory.enabled(user_id):
             return []
+        job = f"extract:{conversation_id}"
+        if not await self.store.jobs.claim(job, EXTRACT_HOLD_S):
+            return []  # another front is reading this conversation now
+        try:
+            return await self._extract_claimed(user_id, conversation_id)
+        finally:
+            await self.store.jobs.done(job)
+
+    async def _extract_claimed(self, user_id: str, conversation_id: str) -> list[str]:
         conv = await self.store.conversations.get(user_id, conversation_id)
         if conv is None:
             return []

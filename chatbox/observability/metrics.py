@@ -107,6 +107,14 @@ class AppMetrics:
             buckets=_FAST_BUCKETS,
             **r,
         )
+        self.conversation_reads = Counter(
+            "chatbox_store_conversation_reads",
+            "Conversation reads (lists, turns, search) where a read replica is configured, by"
+            " the database that served them and why: replica; or primary for own_write (the"
+            " user's write is not on the replica yet), lagging, down, error, in_write",
+            labelnames=("served_by", "reason"),
+            **r,
+        )
         self.turns = Counter(
             "chatbox_turns",
             "Finished conversation turns by status (complete, stopped, failed, interrupted)",

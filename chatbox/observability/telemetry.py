@@ -209,6 +209,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.store_duration.labels(op).observe(seconds)
 
+    def conversation_read(self, served_by: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.conversation_reads.labels(served_by, reason).inc()
+
     def turn_finished(self, model: str, status: str) -> None:
         if self.metrics is not None:
             self.metrics.turns.labels(model, status).inc()

@@ -13,7 +13,9 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
+from chatbox.store.jobs import JobRepo
 from chatbox.store.keys import ApiKey, KeyRepo
+from chatbox.store.limits import Counters, MemoryCounters
 from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
@@ -37,6 +39,7 @@ __all__ = [
     "Chunk",
     "ChunkIn",
     "Conversation",
+    "Counters",
     "Database",
     "Document",
     "Feedback",
@@ -44,6 +47,7 @@ __all__ = [
     "McpServerRow",
     "Memory",
     "ModerationItem",
+    "ReadReplica",
     "ReplicaRow",
     "Routing",
     "Session",
@@ -59,12 +63,28 @@ __all__ = [
 ]
 
 
-async def open_database(target: Path | str) -> Database:
-    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL."""
+@dataclass(frozen=True)
+class ReadReplica:
+    """A PostgreSQL streaming replica of the store's database, for conversation reads."""
+
+    url: str
+    max_lag_s: float = 10.0  # further behind than this, it serves nothing
+
+
+async def open_database(target: Path | str, replica: ReadReplica | None = None) -> Database:
+    """The SQLite database at a path, or the PostgreSQL one at a `postgresql://` URL (with
+    its conversation reads on `replica`, where one is given)."""
     from chatbox.store.pg import PgDatabase, is_url  # asyncpg loads only when it is used
 
     if is_url(target):
-        return await PgDatabase.connect(str(target))
+        db = await PgDatabase.connect(str(target))
+        if replica is not None:
+            from chatbox.store.pg_replica import ReplicaReads
+
+            await ReplicaReads.attach(db, replica.url, replica.max_lag_s)
+        return db
+    if replica is not None:
+        raise ValueError("a read replica needs the store in PostgreSQL")
     return await Database.open(target)
 
 
@@ -94,11 +114,20 @@ class Store:
     evals: EvalRepo
     canaries: CanaryRepo
     tool_results: ToolResultRepo
+    jobs: JobRepo
+    counters: Counters  # limits' counters: this process's on SQLite, the database's on PostgreSQL
 
     @classmethod
-    async def open(cls, target: Path | str) -> Store:
-        """The store at a SQLite path or a `postgresql://` URL."""
-        db = await open_database(target)
+    async def open(cls, target: Path | str, replica: ReadReplica | None = None) -> Store:
+        """The store at a SQLite path or a `postgresql://` URL (and its read replica)."""
+        db = await open_database(target, replica)
+        counters: Counters = MemoryCounters()
+        if db.dialect == "postgresql":
+            from chatbox.store.limits import PgCounters
+            from chatbox.store.pg import PgDatabase
+
+            assert isinstance(db, PgDatabase)
+            counters = PgCounters(db)
         return cls(
             db,
             UserRepo(db),
@@ -122,7 +151,10 @@ class Store:
             EvalRepo(db),
             CanaryRepo(db),
             ToolResultRepo(db),
+            JobRepo(db),
+            counters,
         )
 
     async def close(self) -> None:
+        await self.counters.close()
         await self.db.close()

@@ -39,7 +39,7 @@ class ConversationRepo:
         """The conversation if it exists, is not deleted, and user_id may see it (their own,
         or in a workspace they belong to)."""
         visible, params = visible_to(user_id)
-        row = await self.db.fetchone(
+        row = await self.db.conversation_reads.fetchone(
             f"SELECT * FROM conversations WHERE id = ? AND {visible} AND deleted_at IS NULL",
             (conv_id, *params),
         )
@@ -47,7 +47,7 @@ class ConversationRepo:
 
     async def list(self, user_id: str, limit: int = 200) -> list[Conversation]:
         visible, params = visible_to(user_id)
-        rows = await self.db.fetchall(
+        rows = await self.db.conversation_reads.fetchall(
             f"SELECT * FROM conversations WHERE {visible} AND deleted_at IS NULL"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (*params, limit),
@@ -58,7 +58,7 @@ class ConversationRepo:
         """Every live conversation the user started and may still see, oldest first, with
         no page limit (an export: one left behind in a workspace they left is not theirs)."""
         visible, params = visible_to(user_id)
-        rows = await self.db.fetchall(
+        rows = await self.db.conversation_reads.fetchall(
             f"SELECT * FROM conversations WHERE user_id = ? AND {visible}"
             " AND deleted_at IS NULL ORDER BY created_at, id",
             (user_id, *params),

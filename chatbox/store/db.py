@@ -14,8 +14,9 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import aiosqlite
 import sqlean
@@ -24,9 +25,37 @@ import sqlite_vec
 from chatbox.store.migrations import apply_migrations
 from chatbox.store.vector_feed import VectorFeed
 
+if TYPE_CHECKING:
+    from chatbox.store.run_channel import RunChannel
+
 log = logging.getLogger("chatbox.store")
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 PRIVATE_FILE_MODE = 0o600  # the database and its -wal/-shm: this user's eyes only
+# The user a request (and every task it starts) acts for: their writes and reads are paired
+# so a read replica serves their reads only once it holds their writes (store/pg_replica.py).
+_ACTOR: ContextVar[str | None] = ContextVar("chatbox_store_actor", default=None)
+
+
+def act_for(user_id: str) -> None:
+    """Attribute this task's store work from here on (and its child tasks') to `user_id`."""
+    _ACTOR.set(user_id)
+
+
+def actor() -> str | None:
+    """The user this task's store work is attributed to, if any."""
+    return _ACTOR.get()
+
+
+# Inside a write transaction: the users it is attributed to besides the actor; else None.
+WRITE_ALSO: ContextVar[list[str] | None] = ContextVar("chatbox_store_write_also", default=None)
+
+
+def also_for(user_id: str) -> None:
+    """Attribute the write transaction in progress to `user_id` too: a change to what they
+    may see (their removal from a workspace) must reach their next read."""
+    users = WRITE_ALSO.get()
+    if users is not None:
+        users.append(user_id)
 
 
 def _make_private(path: Path) -> None:
@@ -89,8 +118,14 @@ class Database:
         self.snapshot: Reader = self
         self._write_lock = asyncio.Lock()
         self.vector_changes = VectorFeed()  # committed vector writes, for in-RAM indexes
+        self.runs: RunChannel | None = None  # the other fronts on this database (PostgreSQL)
         # Told (kind, seconds) of each read and each whole write transaction (metrics).
         self.on_op: Callable[[str, float], None] | None = None
+        # Conversation reads (lists, a conversation's turns, search): a read replica may serve
+        # them where one is configured (store/pg_replica.py); otherwise this database.
+        self.conversation_reads: Reader = self
+        # Told (served_by, reason) of each conversation read a replica could have served.
+        self.on_read_route: Callable[[str, str], None] | None = None
 
     def _timed(self, op: str, t0: float) -> None:
         if self.on_op is not None:
@@ -254,16 +289,14 @@ class Snapshot:
         self.conn = conn
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
-        t0 = time.perf_counter()
-        async with self.conn.execute(sql, tuple(params)) as cur:
-            row = await cur.fetchone()
-        self.db._timed("snapshot", t0)
-        return row
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         t0 = time.perf_counter()
-        async with self.conn.execute(sql, tuple(params)) as cur:
-            rows = list(await cur.fetchall())
+        # One trip to the connection's thread (not three: execute, fetch, close): under load
+        # each trip waits for a core and the GIL, up to tens of ms.
+        rows = list(await self.conn.execute_fetchall(sql, tuple(params)))
         self.db._timed("snapshot", t0)
         return rows
 

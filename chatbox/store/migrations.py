@@ -644,6 +644,42 @@ async def _tool_turns(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _draft_front(conn: aiosqlite.Connection) -> None:
+    # Which front writes each answer, so fronts sharing a database recover only dead ones'.
+    await conn.execute("ALTER TABLE drafts ADD COLUMN front TEXT")
+
+
+async def _shared_limits(conn: aiosqlite.Connection) -> None:
+    # Limits' counters and job claims; on SQLite (one front) they stay in the process and
+    # these tables stay empty, so both stores have the same tables.
+    await _script(
+        conn,
+        """
+        CREATE TABLE limit_buckets (
+            key TEXT PRIMARY KEY,
+            level REAL NOT NULL,
+            updated REAL NOT NULL
+        );
+        CREATE TABLE limit_leases (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            front TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE INDEX limit_leases_by_key ON limit_leases (key, expires_at);
+        CREATE INDEX limit_leases_by_front ON limit_leases (front);
+        CREATE TABLE limit_failures (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            counter TEXT NOT NULL,
+            key TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        CREATE INDEX limit_failures_by_key ON limit_failures (counter, key, at);
+        CREATE TABLE job_claims (name TEXT PRIMARY KEY, front TEXT NOT NULL, until REAL NOT NULL)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -662,6 +698,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0015_usage_by_hour", _usage_by_hour),
     ("0016_evals_and_canary_verdicts", _evals_and_canary_verdicts),
     ("0017_tool_turns", _tool_turns),
+    ("0018_draft_front", _draft_front),
+    ("0019_shared_limits", _shared_limits),
 ]
 
 

@@ -17,15 +17,16 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
 import asyncpg
 
-from chatbox.store.db import Database
+from chatbox.store.db import WRITE_ALSO, Database
 from chatbox.store.pg_migrations import apply_postgresql_migrations
+from chatbox.store.run_channel import RunChannel
 from chatbox.store.vector_feed import VectorChange, VectorFeed
 
 log = logging.getLogger("chatbox.store")
@@ -187,6 +188,9 @@ class PgDatabase(Database):
         self.vector_changes = _NotifyingFeed(self)
         self._listener: asyncpg.Connection | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Run on the write's connection after each commit (a read replica notes its LSN).
+        self.after_write: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     async def connect(cls, url: str) -> PgDatabase:
@@ -197,6 +201,7 @@ class PgDatabase(Database):
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATE_LOCK)
             await apply_postgresql_migrations(Tx(conn))
         await db._listen()
+        db.runs = await RunChannel(url).open()
         return db
 
     async def _listen(self) -> None:
@@ -220,6 +225,10 @@ class PgDatabase(Database):
         await self.pool.execute("SELECT pg_notify($1, $2)", VECTOR_CHANNEL, payload)
 
     async def close(self) -> None:
+        for close in self.closers:
+            await close()
+        if self.runs is not None:
+            await self.runs.close()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -233,9 +242,16 @@ class PgDatabase(Database):
     async def transaction(self) -> AsyncIterator[Tx]:
         """A transaction holding the one write lock (this front's, then every front's)."""
         t0 = time.perf_counter()
-        async with self._write_lock, self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK)
-            yield Tx(conn)
+        async with self._write_lock, self.pool.acquire() as conn:
+            inside = WRITE_ALSO.set([])  # and reads in here go to the primary
+            try:
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK)
+                    yield Tx(conn)
+                if self.after_write is not None:
+                    await self.after_write(conn)
+            finally:
+                WRITE_ALSO.reset(inside)
         self._timed("write", t0)
 
     @asynccontextmanager

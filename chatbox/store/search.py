@@ -2,7 +2,8 @@
 trigger) and turn vectors (`turn_vec`, filled by the knowledge indexer up to a per-user mark,
 in the partition of each conversation's starter). Every hit passes `visible_to`. Reads run
 on the database's read connection (`snapshot`): a search never queues behind the writes of
-answers streaming meanwhile."""
+answers streaming meanwhile; on PostgreSQL with a read replica, they run there
+(`conversation_reads`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chatbox.store.db import Database
+from chatbox.store.db import Database, Reader
 from chatbox.store.memories import vector_blob
 from chatbox.store.pg_text import tsquery
 from chatbox.store.vector_feed import VectorChange
@@ -57,11 +58,17 @@ class SearchRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    @property
+    def _reads(self) -> Reader:
+        """A read replica where one serves conversation reads, else the read connection."""
+        replica = self.db.conversation_reads
+        return self.db.snapshot if replica is self.db else replica
+
     async def keyword(self, user_id: str, match: str, limit: int) -> list[TurnHit]:
         """Turns of the live conversations the user may see matching an FTS5 query, best first."""
         seen, params = _seen(user_id)
         if self.db.dialect == "postgresql":
-            rows = await self.db.snapshot.fetchall(
+            rows = await self._reads.fetchall(
                 "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
                 " turns.role, turns.created_at, -ts_rank(turn_fts.content, q) AS score,"
                 " ts_headline('english', turns.content, q, 'StartSel="
@@ -76,7 +83,7 @@ class SearchRepo:
                 (tsquery(match), *params, limit),
             )
             return [TurnHit.from_row(r) for r in rows]
-        rows = await self.db.snapshot.fetchall(
+        rows = await self._reads.fetchall(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, turn_fts.rank AS score,"
             f" snippet(turn_fts, 0, '{HIT_START}', '{HIT_END}', '…', 24) AS snippet"
@@ -95,7 +102,7 @@ class SearchRepo:
             found = await VectorRepo(self.db).nearest("turn_vec", user_id, vector, limit * 2)
             hits = await self.turns_by_seq(user_id, [seq for seq, _ in found])
             return [replace(hits[s], score=d) for s, d in found if s in hits][:limit]
-        rows = await self.db.snapshot.fetchall(
+        rows = await self._reads.fetchall(
             "WITH knn AS (SELECT rowid, distance FROM turn_vec"
             " WHERE embedding MATCH ? AND k = ? AND user_id = ?)"
             " SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
@@ -111,15 +118,13 @@ class SearchRepo:
     async def unindexed(self, user_id: str, limit: int) -> list[tuple[int, str]]:
         """(seq, content) of turns not yet embedded in the user's partition (of the
         conversations they started: the indexer's write side; reads filter by visibility)."""
-        row = await self.db.snapshot.fetchone(
-            "SELECT last_seq FROM turn_vec_progress WHERE user_id = ?", (user_id,)
-        )
-        after = int(row["last_seq"]) if row else 0
         rows = await self.db.snapshot.fetchall(
             "SELECT turns.seq, turns.content FROM turns"
             " JOIN conversations ON conversations.id = turns.conversation_id"
-            " WHERE conversations.user_id = ? AND turns.seq > ? ORDER BY turns.seq LIMIT ?",
-            (user_id, after, limit),
+            " WHERE conversations.user_id = ? AND turns.seq > coalesce("
+            "(SELECT last_seq FROM turn_vec_progress WHERE user_id = ?), 0)"
+            " ORDER BY turns.seq LIMIT ?",
+            (user_id, user_id, limit),
         )
         return [(int(r["seq"]), r["content"]) for r in rows]
 
@@ -134,7 +139,19 @@ class SearchRepo:
             ) as cur:
                 row = await cur.fetchone()
             after = int(row["last_seq"]) if row else 0
-            added = [(seq, vector) for seq, vector in items if seq > after]
+            # Embedding takes a while: a conversation deleted meanwhile gets no vectors.
+            newer = [seq for seq, _ in items if seq > after]
+            live: set[int] = set()
+            if newer:
+                marks = ", ".join("?" for _ in newer)
+                async with tx.execute(
+                    "SELECT turns.seq FROM turns"
+                    " JOIN conversations ON conversations.id = turns.conversation_id"
+                    f" WHERE turns.seq IN ({marks}) AND conversations.deleted_at IS NULL",
+                    newer,
+                ) as cur:
+                    live = {int(r["seq"]) for r in await cur.fetchall()}
+            added = [(seq, vector) for seq, vector in items if seq in live]
             for seq, vector in added:
                 await tx.execute(
                     "INSERT INTO turn_vec (rowid, user_id, embedding) VALUES (?, ?, ?)",
@@ -160,7 +177,7 @@ class SearchRepo:
     async def turns_by_seq(self, user_id: str, seqs: Sequence[int]) -> dict[int, TurnHit]:
         """Turns with these seqs in live conversations the user may see; score is left 0."""
         seen, params = _seen(user_id)
-        rows = await self.db.snapshot.fetchall_in(
+        rows = await self._reads.fetchall_in(
             "SELECT turns.id, turns.seq, turns.conversation_id, conversations.title,"
             " turns.role, turns.created_at, 0.0 AS score,"
             " substr(turns.content, 1, 240) AS snippet"

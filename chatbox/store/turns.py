@@ -4,12 +4,27 @@ until it is written, exactly once, as a turn with its final status."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Literal
 
 from chatbox.store.db import Database
 from chatbox.store.records import Routing, Turn, TurnStatus, TurnUsage, new_id
 
 TITLE_CHARS = 60
+INTERRUPTED = "the server stopped while this answer was being written"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """An answer being written: where it hangs and which front writes it."""
+
+    id: str
+    conversation_id: str
+    parent_id: str
+    model: str | None
+    front: str | None
+    content: str
+
 
 _PATH_SQL = """
 WITH RECURSIVE path(id, parent_id, depth) AS (
@@ -31,6 +46,14 @@ class TurnRepo:
         self.db = db
 
     async def get(self, conv_id: str, turn_id: str) -> Turn | None:
+        row = await self.db.conversation_reads.fetchone(
+            "SELECT * FROM turns WHERE id = ? AND conversation_id = ?", (turn_id, conv_id)
+        )
+        return Turn.from_row(row) if row else None
+
+    async def written(self, conv_id: str, turn_id: str) -> Turn | None:
+        """`get` from the database itself, never a read replica: a turn another front has
+        just written, read back at once."""
         row = await self.db.fetchone(
             "SELECT * FROM turns WHERE id = ? AND conversation_id = ?", (turn_id, conv_id)
         )
@@ -40,11 +63,11 @@ class TurnRepo:
         """Turns from the root down to leaf_id (inclusive)."""
         if leaf_id is None:
             return []
-        rows = await self.db.fetchall(_PATH_SQL, (leaf_id, conv_id))
+        rows = await self.db.conversation_reads.fetchall(_PATH_SQL, (leaf_id, conv_id))
         return [Turn.from_row(r) for r in rows]
 
     async def children(self, conv_id: str, parent_id: str | None) -> list[Turn]:
-        rows = await self.db.fetchall(
+        rows = await self.db.conversation_reads.fetchall(
             "SELECT * FROM turns WHERE conversation_id = ? AND parent_id"
             + (" IS ?" if self.db.dialect == "sqlite" else " IS NOT DISTINCT FROM ?")
             + " ORDER BY seq",
@@ -65,7 +88,7 @@ class TurnRepo:
         """Follow the newest child down from turn_id: where a branch switch lands."""
         current = turn_id
         while True:
-            row = await self.db.fetchone(
+            row = await self.db.conversation_reads.fetchone(
                 "SELECT id FROM turns WHERE conversation_id = ? AND parent_id = ?"
                 " ORDER BY seq DESC LIMIT 1",
                 (conv_id, current),
@@ -134,7 +157,7 @@ class TurnRepo:
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at,"
-                " route, arm, degraded_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " route, arm, degraded_from, front) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     draft_id,
                     conv_id,
@@ -145,6 +168,7 @@ class TurnRepo:
                     route.route,
                     route.arm,
                     route.degraded_from,
+                    self.db.runs.front if self.db.runs is not None else None,
                 ),
             )
         return draft_id
@@ -242,8 +266,22 @@ class TurnRepo:
         )
         return (row["id"], row["parent_id"], row["content"]) if row else None
 
-    async def recover_drafts(self) -> int:
-        """After a crash: every unfinished answer becomes a turn marked interrupted."""
+    async def draft(self, draft_id: str) -> Draft | None:
+        """The answer being written with this id, if it is still being written."""
+        row = await self.db.fetchone(
+            "SELECT id, conversation_id, parent_id, model, front, content FROM drafts WHERE id = ?",
+            (draft_id,),
+        )
+        return Draft(**dict(row)) if row else None
+
+    async def draft_fronts(self) -> dict[str, str | None]:
+        """Every answer being written: its draft id and the front writing it."""
+        rows = await self.db.fetchall("SELECT id, front FROM drafts")
+        return {r["id"]: r["front"] for r in rows}
+
+    async def recover_drafts(self, alive: set[str] | None = None) -> int:
+        """After a crash: every unfinished answer becomes a turn marked interrupted; with
+        `alive`, only those of fronts not in it (fronts sharing a database)."""
         now = time.time()
         async with self.db.transaction() as tx:
             # A deleted conversation's draft is left to the erasure sweep, not turned into a turn.
@@ -252,6 +290,8 @@ class TurnRepo:
                 " (SELECT id FROM conversations WHERE deleted_at IS NOT NULL) ORDER BY started_at"
             ) as cur:
                 drafts = list(await cur.fetchall())
+            if alive is not None:
+                drafts = [d for d in drafts if d["front"] not in alive]
             for draft in drafts:
                 await self._insert_from_draft(
                     tx,
@@ -259,7 +299,7 @@ class TurnRepo:
                     "interrupted",
                     draft["content"],
                     TurnUsage(),
-                    "the server stopped while this answer was being written",
+                    INTERRUPTED,
                     now,
                 )
         return len(drafts)

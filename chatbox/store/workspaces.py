@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from chatbox.store.db import Database
+from chatbox.store.db import Database, also_for
 from chatbox.store.records import new_id
 
 WorkspaceRole = Literal["owner", "member"]
@@ -98,6 +98,7 @@ class WorkspaceRepo:
 
     async def remove_member(self, ws_id: str, user_id: str) -> bool:
         async with self.db.transaction() as tx:
+            also_for(user_id)  # a replica serves them only once it holds their removal
             cur = await tx.execute(
                 "DELETE FROM workspace_members WHERE workspace_id = ? AND user_id = ?",
                 (ws_id, user_id),

@@ -131,11 +131,11 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
         if user is None:
             address = client_address(request, settings)
             try:
-                throttle.check((throttle.addresses, address))
+                await throttle.check((throttle.addresses, address))
             except TooManyAttempts as exc:
                 request.state.auth_failure = "throttled"  # counted by the telemetry middleware
                 raise too_many(exc) from exc
-            throttle.addresses.fail(address)
+            await throttle.addresses.fail(address)
             request.state.auth_failure = "invalid_key"
             raise LoginRequired("invalid or revoked API key")
         request.state.auth_kind = "key"

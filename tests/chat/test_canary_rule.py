@@ -203,7 +203,9 @@ async def test_live_answers_are_graded_only_where_the_tier_opted_in_and_content_
     graded: list[str] = []
     zero: set[str] = {"zed"}
 
-    async def grade(judge: str, question: str, answer: str) -> float:
+    async def grade(
+        judge: str, question: str, answer: str, reference: str = "", rubric: str = ""
+    ) -> float:
         graded.append(question)
         return 0.5
 

@@ -41,3 +41,14 @@ def test_serve_help_lists_engine_flags() -> None:
         "--kv-type",
     ):
         assert flag in result.output
+
+
+def test_serve_refuses_a_read_replica_without_the_primary(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["--data-dir", str(tmp_path), "serve", "--database-replica-url", "postgresql://r/db"],
+        env={"CHATBOX_DATABASE_URL": None},
+    )
+    assert result.exit_code == 1, result.output
+    assert "database_replica_url needs database_url" in result.output
+    assert "Traceback" not in result.output

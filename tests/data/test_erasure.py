@@ -3,6 +3,8 @@ what was kept stays (and stays append-only), and a content-free tombstone is lef
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.data.conftest import App, holding
@@ -35,9 +37,13 @@ def _conversation_with_everything(app: App, secret: str) -> tuple[str, str]:
         )
 
     app.call(extracted)
-    # Searching indexes the turns' vectors (and loads the in-RAM index).
+    # Searching indexes the turns' vectors behind it (and loads the in-RAM index).
     hits = c.get("/v1/search", params={"q": secret}, headers=app.admin).json()["data"]
     assert {h["conversation_id"] for h in hits} == {conv_id}
+    deadline = time.monotonic() + 60
+    while app.call(services.store.search.unindexed, admin.id, 1):
+        assert time.monotonic() < deadline, "the turns were not indexed"
+        time.sleep(0.1)
     return conv_id, admin.id
 
 

@@ -4,6 +4,7 @@ documents with citations, bad files, search."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -288,9 +289,15 @@ def test_search_words_and_meaning(two) -> None:  # type: ignore[no-untyped-def]
     assert {h["conversation_id"] for h in words} == {conv["id"]}  # Bob's chat is not found
     assert "<mark>sourdough</mark>" in words[0]["highlighted"].lower()
     assert words[0]["url"].startswith(f"/c/{conv['id']}")
-    meaning = client.get(
-        "/v1/search", params={"q": "bread baking yeast", "mode": "meaning"}, headers=admin
-    ).json()["data"]
+    # The turns are embedded behind the first search by meaning: found by meaning once indexed.
+    deadline = time.monotonic() + 60
+    while True:
+        meaning = client.get(
+            "/v1/search", params={"q": "bread baking yeast", "mode": "meaning"}, headers=admin
+        ).json()["data"]
+        if meaning or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert meaning and meaning[0]["conversation_id"] == conv["id"]
     assert all(h["conversation_id"] != other["id"] for h in meaning)
     # A deleted conversation is no longer found.

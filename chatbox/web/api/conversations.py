@@ -227,7 +227,7 @@ class ConversationController(Controller):
             run = found if found is not None and found.turn_id == turn_id else None
         else:
             await chat.conversation(user, conv_id)
-            run = chat.run_for(conv_id, turn_id)
+            run = await chat.find_run(conv_id, turn_id)
         if run is None:
             raise NotFound("no running answer with that id; read the conversation instead")
         return _stream(chat, settings, user, run, last_event_id(last_id))

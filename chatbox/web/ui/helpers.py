@@ -408,7 +408,7 @@ async def ui_stream(
     """
     try:
         await chat.conversation(user, conv_id)  # scoped to the user
-        run = chat.run_for(conv_id, turn_id)
+        run = await chat.find_run(conv_id, turn_id)
     except NotFound:
         run = None
     if run is None:

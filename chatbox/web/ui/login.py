@@ -99,7 +99,7 @@ class LoginController(Controller):
         name = data.name.strip()
         pair = throttle.pair(name.lower(), address)
         try:  # refused: this address guessing this account, or spraying many
-            throttle.check((throttle.pairs, pair), (throttle.addresses, address))
+            await throttle.check((throttle.pairs, pair), (throttle.addresses, address))
         except TooManyAttempts as exc:
             request.state.auth_failure = "throttled"  # counted by the telemetry middleware
             return _login_page(
@@ -115,7 +115,7 @@ class LoginController(Controller):
         try:
             user = await accounts.check_password(name, data.password)
         except AccountDisabled:
-            throttle.pairs.clear(pair)  # the right password: no guess to count
+            await throttle.pairs.clear(pair)  # the right password: no guess to count
             request.state.auth_failure = "disabled"
             return _login_page(
                 request,
@@ -126,12 +126,12 @@ class LoginController(Controller):
                 data.next,
             )
         if user is None:
-            throttle.accounts.fail(name.lower())
-            throttle.pairs.fail(pair)
-            throttle.addresses.fail(address)
+            await throttle.accounts.fail(name.lower())
+            await throttle.pairs.fail(pair)
+            await throttle.addresses.fail(address)
             request.state.auth_failure = "bad_password"
             return _login_page(request, settings, 401, "Wrong name or password.", name, data.next)
-        throttle.pairs.clear(pair)
+        await throttle.pairs.clear(pair)
         token = await accounts.start_session(user)
         return Response(
             "",

@@ -1,0 +1,63 @@
+"""Fronts sharing one PostgreSQL database: each answer's draft names its front, and only the
+answers of fronts that are gone are stored as interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from chatbox.store import Store
+from chatbox.store.run_channel import FRONT_LOCK
+from tests.pg import PgServer
+
+
+async def test_only_a_gone_fronts_answers_are_recovered(postgres: PgServer) -> None:
+    url = postgres.fresh_database()
+    a = await Store.open(url)
+    user = await a.users.ensure_local_user()
+    conv = await a.conversations.create(user.id)
+    question = await a.turns.append_user(conv.id, None, "Tell me a story")
+    draft = await a.turns.start_draft(conv.id, question.id, "tiny")
+    await a.turns.update_draft(draft, "Once upon a")
+    assert a.db.runs is not None
+    b = await Store.open(url)  # a second front starts while the first writes its answer
+    try:
+        assert b.db.runs is not None
+        alive = await b.db.runs.live_fronts()
+        assert {a.db.runs.front, b.db.runs.front} <= alive
+        assert await b.turns.recover_drafts(alive) == 0
+        found = await b.turns.draft(draft)
+        assert found is not None and found.front == a.db.runs.front
+        assert found.content == "Once upon a"
+
+        await a.close()  # the first front is gone, and with it its lock
+        alive = await b.db.runs.live_fronts()
+        assert a.db.runs.front not in alive and b.db.runs.front in alive
+        assert await b.turns.recover_drafts(alive) == 1
+        turn = await b.turns.get(conv.id, draft)
+        assert turn is not None and (turn.status, turn.content) == ("interrupted", "Once upon a")
+        assert await b.turns.draft(draft) is None
+    finally:
+        await b.close()
+
+
+async def test_a_front_cut_off_comes_back_under_a_new_name(postgres: PgServer) -> None:
+    url = postgres.fresh_database()
+    a, b = await Store.open(url), await Store.open(url)
+    try:
+        assert a.db.runs is not None and b.db.runs is not None
+        old = a.db.runs.front
+        # The database drops the connection that holds the first front's lock.
+        await b.db.fetchone(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid = ? AND objid = ? AND objsubid = 2",
+            (FRONT_LOCK, int(old)),
+        )
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if a.db.runs.front != old and a.db.runs.front in await b.db.runs.live_fronts():
+                break
+        alive = await b.db.runs.live_fronts()
+        assert old not in alive and a.db.runs.front in alive
+    finally:
+        await a.close()
+        await b.close()
