@@ -80,11 +80,19 @@ def translate(sql: str) -> tuple[str, tuple[str, ...] | None]:
     return "".join(out), (tuple(names) if names else None)
 
 
+def _text(value: Any) -> Any:
+    """PostgreSQL's text cannot hold U+0000 (SQLite's can): it is stored as U+FFFD, the
+    character that already stands for what was not text."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
 def _args(names: tuple[str, ...] | None, params: Any) -> list[Any]:
     if names is None:
-        return list(params or ())
+        return [_text(v) for v in params or ()]
     assert isinstance(params, Mapping), "named placeholders need a mapping"
-    return [params[name] for name in names]
+    return [_text(params[name]) for name in names]
 
 
 class Cursor:

@@ -10,6 +10,8 @@ from tests.cli.test_accounts_cli import cli
 from tests.conftest import ADMIN_PASSWORD, seed_user, test_settings
 from tests.data.conftest import App, holding
 
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
+
 SECRET = "narwhalbanjo5518"
 
 

@@ -13,9 +13,7 @@ from chatbox.store import Store, content
 from chatbox.store.shares import SharedPassage, SharedTurn
 from tests.data.conftest import App, holding
 
-# SQLite only: an answer in an app on PostgreSQL can stall when it runs after one on SQLite
-# in one pytest run (cause not yet found); the store tests run on both.
-BOTH_STORES = False
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 SECRET = "zebrafjord9931"  # in every content column of the account's rows
 NUMERIC = ("INT", "REAL", "FLOA", "DOUB", "NUM")  # affinities that hold no text in our code

@@ -9,9 +9,7 @@ import pytest
 
 from tests.data.conftest import App, holding
 
-# SQLite only: an answer in an app on PostgreSQL can stall when it runs after one on SQLite
-# in one pytest run (cause not yet found); the store tests run on both.
-BOTH_STORES = False
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 SECRET = "quokkasaurus7731"  # a word no model or fixture would write by chance
 KEPT = "marmalade4412"

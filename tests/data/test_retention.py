@@ -19,9 +19,7 @@ from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.transfer import ConversationIn, TransferRepo, TurnIn
 from tests.data.conftest import App
 
-# SQLite only: an answer in an app on PostgreSQL can stall when it runs after one on SQLite
-# in one pytest run (cause not yet found); the store tests run on both.
-BOTH_STORES = False
+BOTH_STORES = True  # SQLite and PostgreSQL (tests/conftest.py)
 
 POLICY = Policy.from_dict(
     {"tiers": {"free": {"retention_days": 30}, "paid": {}, "team": {"retention_days": 90}}}

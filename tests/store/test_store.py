@@ -53,6 +53,22 @@ async def test_a_draft_becomes_one_turn(database: Path | str) -> None:
     await store.close()
 
 
+async def test_text_holding_a_nul_character_is_stored(database: Path | str) -> None:
+    """A model can write U+0000 (a byte-level vocabulary has a token for it): the answer is
+    stored and read back, on PostgreSQL (whose text refuses it) as U+FFFD."""
+    store = await Store.open(database)
+    user = await store.users.ensure_local_user()
+    conv = await store.conversations.create(user.id)
+    question = await store.turns.append_user(conv.id, None, "say \x00 back")
+    draft = await store.turns.start_draft(conv.id, question.id, "tiny")
+    await store.turns.update_draft(draft, "a\x00")
+    answer = await store.turns.finish_draft(draft, "complete", "a\x00b", TurnUsage(3, 2, 0))
+    stands_for = "\x00" if store.db.dialect == "sqlite" else "\ufffd"
+    path = await store.turns.path(conv.id, answer.id)
+    assert [t.content for t in path] == [f"say {stands_for} back", f"a{stands_for}b"]
+    await store.close()
+
+
 async def test_unfinished_drafts_recover_as_interrupted(database: Path | str) -> None:
     store = await Store.open(database)
     user = await store.users.ensure_local_user()
