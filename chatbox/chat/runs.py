@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+import logging
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,3 +108,25 @@ class TurnRun:
         self._abandon_timer = None
         if self._followers == 0 and not self.finished:
             self.on_abandon()
+
+
+def drive(run: TurnRun, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """Start the task that writes `run`'s answer; should it end without the run's terminal
+    event (storing the answer failed, the process is closing), the run ends with an error
+    event, so no reader waits on heartbeats for an answer that will never come."""
+    task = asyncio.create_task(work)
+
+    def ended(task: asyncio.Task[None]) -> None:
+        if run.finished:
+            return
+        if task.cancelled():
+            message = "the answer was stopped before it was stored"
+        else:
+            failure = task.exception()
+            log.error("answer %s failed: %r", run.turn_id, failure, exc_info=failure)
+            message = "the answer could not be stored"
+        data = {"turn_id": run.turn_id, "status": "failed", "finish_reason": "error"}
+        run.publish("error", {**data, "model": run.model, "message": message})
+
+    task.add_done_callback(ended)
+    return task

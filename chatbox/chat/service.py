@@ -16,6 +16,7 @@ from chatbox.chat.conversations import Conversations
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.fronts import Fronts
+from chatbox.chat.live_grading import SAMPLED_ROUTES
 from chatbox.chat.moderated import (
     moderation_event,
     note_input,
@@ -25,7 +26,7 @@ from chatbox.chat.moderated import (
 )
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.prompt import fit_history, turn_messages
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.runs import TurnRun, drive
 from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, partition_key
 from chatbox.chat.shadow import Served
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
@@ -365,8 +366,8 @@ class ChatService(Conversations):
             run.publish(
                 "moderation", {**moderation_event(screened, user_turn_id), "direction": "input"}
             )
-        task = asyncio.create_task(
-            self._drive(run, source or generation, ticket, request, content or "", rounds)
+        task = drive(
+            run, self._drive(run, source or generation, ticket, request, content or "", rounds)
         )
         task.add_done_callback(self.telemetry.hand_off_turn())  # the turn ends with its answer
         self._tasks.add(task)
@@ -480,7 +481,8 @@ class ChatService(Conversations):
                 content,
                 done.usage,
             )
-        if self.canaries is not None and status == "complete":
+        sampled = ticket.route.reason in SAMPLED_ROUTES  # a model the user picked is no arm
+        if self.canaries is not None and status == "complete" and sampled:
             self.canaries.sample_live(ticket.user, ticket.route.arm, asked, content)
         await self._after_turn(run, turn.id)
         self.summariser.after_turn(ticket.user.id, run.conversation_id, turn.id, run.model)

@@ -29,7 +29,7 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.runs import TurnRun, drive
 from chatbox.chat.views import ModerationMark, run_marks
 from chatbox.engine.types import ChatMessage, Generation, GenerationRequest
 from chatbox.moderation import ModerationService
@@ -210,7 +210,7 @@ class TemporaryChats:
         if screened is not None and screened.flagged:  # answered, and said so
             await note_unsaved(self.moderation, user, "input", screened)
             run.publish("moderation", {**moderation_event(screened), "direction": "input"})
-        task = asyncio.create_task(self._drive(run, generation, ticket, chat_id, content))
+        task = drive(run, self._drive(run, generation, ticket, chat_id, content))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run

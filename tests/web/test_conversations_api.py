@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from litestar.testing import TestClient
 
 from tests.sse import Event, parse_sse
@@ -207,3 +208,23 @@ def test_replaying_a_finished_answer_ends(client: TestClient) -> None:
         headers={"Last-Event-ID": events[-1].id or ""},
     )
     assert late.status_code == 200 and list(parse_sse(iter(late.text.split("\n")))) == []
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_that_cannot_be_stored_ends_its_stream_with_an_error(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storing the answer fails (a full disk, a lost database): the client is told so and
+    its stream ends, rather than waiting on heartbeats for an answer that never comes."""
+    turns_store = client.app.state.services.store.turns
+
+    async def disk_full(*_args: object, **_kwargs: object) -> None:
+        raise OSError("database or disk is full")
+
+    monkeypatch.setattr(turns_store, "finish_draft", disk_full)
+    conv_id = new_conversation(client)
+    events = send(client, conv_id, "hello")
+    assert events[-1].event == "error"
+    assert events[-1].json()["message"] == "the answer could not be stored"
+    monkeypatch.undo()
+    assert turns(client, conv_id)["turns"][0]["role"] == "user"  # the question kept
