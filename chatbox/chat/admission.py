@@ -85,12 +85,14 @@ class Ticket:
         """1-based place in the engine's queue; 0 once it runs (or when unknown)."""
         return 0 if self.started or self.done else self.gatekeeper.position(self)
 
-    async def finish(self, usage: Usage | None) -> None:
+    async def finish(self, usage: Usage | None, later: bool = False) -> None:
+        """Release what admission took and meter `usage`; `later`: the usage write is not
+        waited for (reads of usage still see it)."""
         if self.done:
             return
         self.done = True
         self.gatekeeper.unqueue(self)
-        await self.gatekeeper.settle(self, usage)
+        await self.gatekeeper.settle(self, usage, later)
 
 
 @dataclass
@@ -287,7 +289,7 @@ class Gatekeeper:
                 return route.degrade(fallback)
         return route
 
-    async def settle(self, ticket: Ticket, usage: Usage | None) -> None:
+    async def settle(self, ticket: Ticket, usage: Usage | None, later: bool = False) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage else 0
         if ticket.lease is not None:
             await self._counters.release(ticket.lease)
@@ -295,16 +297,18 @@ class Gatekeeper:
             spend = ticket.tokens
             await self._counters.give(spend.key, spend.capacity, ticket.estimate - used)
         route = ticket.route
-        await self.usage.record(
-            ticket.user.id,
-            route.model,
-            prompt=usage.prompt_tokens if usage else 0,
-            completion=usage.completion_tokens if usage else 0,
-            cached=usage.cached_tokens if usage else 0,
-            degraded=int(route.degraded_from is not None),
-            arm=route.arm,
-            ts=self.wall(),
-        )
+        counts: dict[str, Any] = {
+            "prompt": usage.prompt_tokens if usage else 0,
+            "completion": usage.completion_tokens if usage else 0,
+            "cached": usage.cached_tokens if usage else 0,
+            "degraded": int(route.degraded_from is not None),
+            "arm": route.arm,
+            "ts": self.wall(),
+        }
+        if later:
+            self.usage.record_soon(ticket.user.id, route.model, **counts)
+        else:
+            await self.usage.record(ticket.user.id, route.model, **counts)
         if self.on_settle is not None:
             self.on_settle(ticket, usage, time.monotonic())
 

@@ -251,7 +251,8 @@ class Conversations:
         if hit is not None:
             full = policy.charge == "full"
             charged = (hit.prompt_tokens, hit.completion_tokens) if full else (0, 0)
-            await ticket.finish(Usage(*charged, cached_tokens=hit.cached_tokens))
+            # The usage write is not waited for: a hit's reply needs nothing from it.
+            await ticket.finish(Usage(*charged, cached_tokens=hit.cached_tokens), later=True)
             return Exact(ticket.model, ticket, None, None, hit.body)
         model, generation, _ = await complete(
             self.models,

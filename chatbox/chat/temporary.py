@@ -68,10 +68,7 @@ async def keeps_nothing(store: Store, policy: Policy, user: User) -> bool:
     asked = _ASKED.get(_NOTHING_ASKED)
     if asked.keep_nothing or policy.tier(user.tier).zero_retention:
         return True
-    transfer = TransferRepo(store.db)
-    if await transfer.user_zero_retention(user.id):
-        return True
-    return asked.api_key is not None and await transfer.key_zero_retention(asked.api_key)
+    return await TransferRepo(store.db).zero_retention(user.id, asked.api_key)
 
 
 def refuse_storing() -> InvalidInput:

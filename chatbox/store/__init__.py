@@ -156,5 +156,6 @@ class Store:
         )
 
     async def close(self) -> None:
+        await self.usage.settled()
         await self.counters.close()
         await self.db.close()

@@ -82,8 +82,9 @@ class KeyRepo:
             return bool(cur.rowcount)
 
     async def authenticate(self, secret: str) -> User | None:
-        """The enabled user owning this unrevoked key, or None."""
-        row = await self.db.fetchone(
+        """The enabled user owning this unrevoked key, or None (read from the last commit:
+        a revocation is committed before it is reported)."""
+        row = await self.db.snapshot.fetchone(
             "SELECT u.* FROM api_keys k JOIN users u ON u.id = k.user_id"
             " WHERE k.key_hash = ? AND k.revoked_at IS NULL AND u.disabled = 0",
             (hash_token(secret),),

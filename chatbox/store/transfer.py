@@ -198,6 +198,15 @@ class TransferRepo:
         row = await self.db.fetchone("SELECT zero_retention FROM users WHERE id = ?", (user_id,))
         return bool(row and row[0])
 
+    async def zero_retention(self, user_id: str, secret: str | None) -> bool:
+        """The user's or the API key's switch is on: one read of the last commit."""
+        row = await self.db.snapshot.fetchone(
+            "SELECT (SELECT zero_retention FROM users WHERE id = ?),"
+            " (SELECT zero_retention FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL)",
+            (user_id, hash_token(secret) if secret is not None else ""),
+        )
+        return bool(row and (row[0] or row[1]))
+
     async def set_user_zero_retention(self, user_id: str, on: bool) -> None:
         async with self.db.transaction() as tx:
             await tx.execute("UPDATE users SET zero_retention = ? WHERE id = ?", (int(on), user_id))

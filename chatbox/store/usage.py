@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from chatbox.store.db import Database
+
+log = logging.getLogger("chatbox.store")
 
 
 def day_of(ts: float | None = None) -> str:
@@ -52,8 +56,27 @@ class UsageRow:
 
 
 class UsageRepo:
+    """Usage counts; a write `record_soon` started is seen by every read of this repo."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def record_soon(self, user_id: str, model: str, **counts: Any) -> None:
+        """`record`, without the caller waiting for the write (a cached answer's reply)."""
+        task = asyncio.get_running_loop().create_task(self.record(user_id, model, **counts))
+        self._pending.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a usage record was not written", exc_info=task.exception())
+
+    async def settled(self) -> None:
+        """Until every write `record_soon` started has ended."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def record(
         self,
@@ -104,6 +127,7 @@ class UsageRepo:
 
     async def hourly(self, since_hour: int) -> list[tuple[str, int, int, int]]:
         """(model, hour, requests, tokens) from `since_hour` (hours since 1970) on."""
+        await self.settled()
         rows = await self.db.fetchall(
             "SELECT model, hour, requests, tokens FROM usage_hours WHERE hour >= ?"
             " ORDER BY hour, model",
@@ -113,6 +137,7 @@ class UsageRepo:
 
     async def tokens_since(self, user_id: str, day: str) -> int:
         """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on."""
+        await self.settled()
         row = await self.db.fetchone(
             "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage"
             " WHERE user_id = ? AND day >= ?",
@@ -122,6 +147,7 @@ class UsageRepo:
 
     async def report(self, since: str | None = None, user_id: str | None = None) -> list[UsageRow]:
         """Usage rows (no content), newest day first."""
+        await self.settled()
         sql = "SELECT u.name, g.* FROM usage g JOIN users u ON u.id = g.user_id WHERE g.day >= ?"
         params: list[Any] = [since or "0000-00-00"]
         if user_id is not None:

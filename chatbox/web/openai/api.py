@@ -150,7 +150,10 @@ class OpenAIController(Controller):
         data_service: DataServiceDep,
     ) -> Response[Any] | Stream:
         messages = data.to_messages()
-        options, shape = await off_loop(lambda: data.options(settings.max_tokens))
+        if data.tools or data.response_format:
+            options, shape = await off_loop(lambda: data.options(settings.max_tokens))
+        else:  # no grammar to build: a thread hop would cost more than the parsing
+            options, shape = data.options(settings.max_tokens)
         if not data.stream:
             return await self._whole(chat, user, data, messages, options, shape)
         zdr = await data_service.stores_nothing(user)
