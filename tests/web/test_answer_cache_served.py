@@ -6,6 +6,7 @@ request moderation marked never are; an account's erasure drops what it wrote.""
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,23 @@ def test_a_hit_is_charged_what_the_first_answer_used(box: Served, keys: dict[str
     assert usage(box, "cy") == (before[0] + 1, before[1] + spent)
     assert ask(box, keys["cy"], "hotel").headers["x-chatbox-cache"] == "hit"
     assert usage(box, "cy") == (before[0] + 2, before[1] + 2 * spent)  # charge = "full"
+
+
+def test_a_hit_waits_for_no_database_write(box: Served, keys: dict[str, str]) -> None:
+    """Another process holding the database's write lock (a backup, the CLI) does not hold
+    up a hit, whose usage is counted once the lock is let go."""
+    first = ask(box, keys["cy"], "juliet")
+    before = usage(box, "cy")
+    db = sqlite3.connect(box.data_dir / "chatbox.db", isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")  # every write of the server now waits (5 s at most)
+        again = ask(box, keys["cy"], "juliet")
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    assert again.headers["x-chatbox-cache"] == "hit" and again.content == first.content
+    spent = first.json()["usage"]["total_tokens"]
+    assert usage(box, "cy") == (before[0] + 1, before[1] + spent)
 
 
 def test_a_fixed_seed_is_cached_and_sampling_without_one_is_not(
