@@ -4,10 +4,14 @@ n, logprobs, response_format, tools (streamed), penalties, logit_bias, and refus
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import openai
 import pytest
+from litestar.testing import TestClient
+
+from chatbox.chat import structured
 
 from tests.conftest import LiveServer, client_for
 
@@ -160,3 +164,23 @@ def test_unknown_parameters_are_ignored_and_known_defaults_accepted(live: LiveSe
         extra_body={"made_up_option": 1, "service_tier": "auto"},
     )
     assert reply.choices[0].finish_reason == "length"
+
+
+def test_a_request_without_a_grammar_is_not_queued_behind_grammar_builds(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While every grammar-building thread is busy, a request with nothing to build (no tools,
+    no response_format) is still answered; one with a schema waits and is refused (503)."""
+    monkeypatch.setattr(structured, "BUILD_TIMEOUT_S", 0.5)
+    release = threading.Event()
+    busy = [structured._BUILDERS.submit(release.wait) for _ in range(2)]
+    try:
+        plain = {"model": "tiny", "messages": USER, "max_tokens": 4, "temperature": 0}
+        assert client.post("/v1/chat/completions", json=plain).status_code == 200
+        schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+        shaped = client.post("/v1/chat/completions", json={**plain, "response_format": schema})
+        assert shaped.status_code == 503
+    finally:
+        release.set()
+        for job in busy:
+            job.result()
