@@ -12,7 +12,6 @@ import pytest
 from litestar.testing import TestClient
 
 from chatbox.chat import structured
-
 from tests.conftest import LiveServer, client_for
 
 USER = [{"role": "user", "content": "hello"}]
