@@ -116,11 +116,14 @@ class FakeModels:
 
 @dataclass
 class FakeUsage:
-    """What the Gatekeeper records, in memory (the UsageRepo's two methods it calls)."""
+    """What the Gatekeeper records, in memory (the UsageRepo's methods it calls)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
 
     async def record(self, user_id: str, model: str, **counts: Any) -> None:
+        self.records.append({"user_id": user_id, "model": model, **counts})
+
+    def record_soon(self, user_id: str, model: str, **counts: Any) -> None:
         self.records.append({"user_id": user_id, "model": model, **counts})
 
     async def tokens_since(self, user_id: str, day: str) -> int:
