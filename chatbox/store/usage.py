@@ -136,9 +136,10 @@ class UsageRepo:
         return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     async def tokens_since(self, user_id: str, day: str) -> int:
-        """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on."""
+        """Prompt plus completion tokens the user spent from `day` (YYYY-MM-DD) on (read
+        from the last commit: admission of every request with a budget asks this)."""
         await self.settled()
-        row = await self.db.fetchone(
+        row = await self.db.snapshot.fetchone(
             "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM usage"
             " WHERE user_id = ? AND day >= ?",
             (user_id, day),
