@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -311,9 +312,10 @@ def watch(box: Served, replay: Replay, stop: threading.Event, events: list[dict[
         for a in reversed(alerts.json()["recent"]):
             name = a["labels"].get("alertname", "?")
             key = f"alert {a['fingerprint']} {a['status']} {a['startsAt']}"
-            found.append(
-                (key, replay.now(), f"alert {name} {a['status']}: {a['annotations']['summary']}")
-            )
+            # The server stamps alerts on its replay's clock.
+            at = a["endsAt"] if a["status"] == "resolved" else a["startsAt"]
+            when = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            found.append((key, when, f"alert {name} {a['status']}: {a['annotations']['summary']}"))
         for c in canaries.json()["canaries"]:
             for e in reversed(c["events"]):
                 who = "automatic" if e["automatic"] else e["actor_name"]

@@ -304,7 +304,7 @@ class Services:
         chat.embed = knowledge.embedder.embed_one  # questions for the semantic cache
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
-        await telemetry.start()
+        await telemetry.start(gate.wall, settings.replay_speed)  # alerts on the replay's clock
         admin = ModelAdmin(registry, pool, policy, accounts.audit)
         data = DataService(
             store,

@@ -8,8 +8,10 @@ quiet samples only, and breaches above `mean + sigmas * std` (and above its abso
 `floor`); a fixed rule breaches at `fire_at`. Hysteresis: an alert fires after `for_n`
 breaching samples in a row and resolves after `resolve_n` samples in a row below the lower
 bound (half the margin of a baseline rule; `clear_at` for a fixed one); between the two
-bounds it holds its state. Each change is written to the log and posted to a webhook in
-Alertmanager's JSON shape; the console shows the firing alerts and the recent changes.
+bounds it holds its state. Samples, their windows and an alert's times follow the server's
+clock (a replay's, in accelerated time). Each change is written to the log and posted to a
+webhook in Alertmanager's JSON shape; the console shows the firing alerts and the recent
+changes.
 `docs/prometheus-rules.yml` gives the same rules to teams that run Prometheus.
 """
 

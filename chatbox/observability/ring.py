@@ -1,7 +1,8 @@
 """A small in-process history of the metrics the console plots (no Prometheus needed).
 
 Every `interval_s` the registry is read once; rates and percentiles are computed against
-the samples of the last `window_s` and appended as one row, kept for `history_s`.
+the samples of the last `window_s` (in the time the samples are stamped with, a replay's
+clock included) and appended as one row, kept for `history_s`.
 """
 
 from __future__ import annotations
@@ -92,9 +93,8 @@ class MetricRing:
         self.rows: deque[tuple[float, dict[str, float]]] = deque(
             maxlen=max(2, int(history_s / interval_s))
         )
-        self._snaps: deque[tuple[float, Snapshot]] = deque(
-            maxlen=max(2, int(window_s / interval_s) + 1)
-        )
+        self.window_s = window_s
+        self._snaps: deque[tuple[float, Snapshot]] = deque()  # the window's, by their time
 
     def sample(self, now: float | None = None) -> dict[str, float]:
         """Read the registry and append one row (also returned)."""
@@ -102,6 +102,10 @@ class MetricRing:
             return {}
         now = time.time() if now is None else now
         snap = snapshot(self.registry)
+        # The window is in the sampling clock's seconds: its oldest snapshot is the last one
+        # at or before `now - window_s` (the previous one when samples are further apart).
+        while len(self._snaps) > 1 and self._snaps[1][0] <= now - self.window_s:
+            self._snaps.popleft()
         prev = self._snaps[-1] if self._snaps else None
         oldest = self._snaps[0] if self._snaps else None
         self._snaps.append((now, snap))

@@ -24,6 +24,8 @@ from chatbox.observability.ring import MetricRing
 from chatbox.observability.tracing import TURN_SPAN, Tracing
 
 log = logging.getLogger("chatbox.observability")
+# A replay's fast clock samples at most this often in real seconds (the registry read costs).
+MIN_SAMPLE_S = 0.5
 _kept: ContextVar[list[bool] | None] = ContextVar("chatbox_turn_kept", default=None)
 
 
@@ -48,6 +50,8 @@ class Telemetry:
         self.ring = MetricRing(registry, sample_s, history_s)
         self.alerts = alerts if alerts is not None else Alerts()  # read each sample
         self._sampler: asyncio.Task[None] | None = None
+        self.clock: Callable[[], float] = time.time
+        self.speed = 1.0
 
     @classmethod
     def off(cls) -> Telemetry:
@@ -56,18 +60,22 @@ class Telemetry:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start filling the metric ring (every `sample_s`)."""
+    async def start(self, clock: Callable[[], float] = time.time, speed: float = 1.0) -> None:
+        """Start filling the metric ring every `sample_s` of `clock`, which runs `speed`
+        times as fast as the real time (a replay's): samples, windows and alerts follow it."""
+        self.clock, self.speed = clock, max(1.0, speed)
         if self.ring.registry is not None and self._sampler is None:
             self._sampler = asyncio.create_task(self._sample_forever())
 
     async def _sample_forever(self) -> None:
+        every = self.ring.interval_s
+        real_s = max(min(every, MIN_SAMPLE_S), every / self.speed)
         while True:
             try:
-                await self.sample_once(time.time())
+                await self.sample_once(self.clock())
             except Exception:  # a bad sample must not end the history
                 log.exception("metric sample failed")
-            await asyncio.sleep(self.ring.interval_s)
+            await asyncio.sleep(real_s)
 
     async def sample_once(self, at: float) -> list[Alert]:
         """One sample of the ring at `at`, the alert rules run on it, their changes sent."""

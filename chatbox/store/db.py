@@ -106,7 +106,27 @@ class Reader(Protocol):
     ) -> list[Any]: ...
 
 
-class Database:
+class BatchedReads:
+    """`fetchall_in` on top of a reader's own `fetchall`."""
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def fetchall_in(
+        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
+    ) -> list[Any]:
+        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
+        limit; `params` follow the keys in every batch."""
+        rows: list[Any] = []
+        rest = tuple(params)
+        for at in range(0, len(keys), IN_BATCH):
+            part = list(keys[at : at + IN_BATCH])
+            marks = ", ".join("?" for _ in part)
+            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
+        return rows
+
+
+class Database(BatchedReads):
     """An open database. Reads go straight through; writes go through `transaction()`, which
     yields a connection with aiosqlite's `execute` and `executemany` (on either dialect).
     `snapshot` takes reads that need no uncommitted write and should not wait for the writer."""
@@ -152,19 +172,6 @@ class Database:
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         raise NotImplementedError
-
-    async def fetchall_in(
-        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
-    ) -> list[Any]:
-        """Rows of `sql` whose `{marks}` takes the keys, in batches under SQLite's variable
-        limit; `params` follow the keys in every batch."""
-        rows: list[Any] = []
-        rest = tuple(params)
-        for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at : at + IN_BATCH])
-            marks = ", ".join("?" for _ in part)
-            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
-        return rows
 
     async def checkpoint(self) -> None:
         """Move erased bytes out of the database's log, where the dialect has one to move."""
@@ -280,7 +287,7 @@ class SqliteDatabase(Database):
         return out
 
 
-class Snapshot:
+class Snapshot(BatchedReads):
     """Reads on the SQLite database's second connection: each statement sees the last commit,
     and none waits for the writer's connection (for reads that need no uncommitted write)."""
 
@@ -298,16 +305,4 @@ class Snapshot:
         # each trip waits for a core and the GIL, up to tens of ms.
         rows = list(await self.conn.execute_fetchall(sql, tuple(params)))
         self.db._timed("snapshot", t0)
-        return rows
-
-    async def fetchall_in(
-        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
-    ) -> list[Any]:
-        """As `Database.fetchall_in`, on this connection."""
-        rows: list[Any] = []
-        rest = tuple(params)
-        for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at : at + IN_BATCH])
-            marks = ", ".join("?" for _ in part)
-            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
         return rows

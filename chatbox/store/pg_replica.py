@@ -18,12 +18,12 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
 
-from chatbox.store.db import IN_BATCH, WRITE_ALSO, actor
+from chatbox.store.db import WRITE_ALSO, BatchedReads, actor
 from chatbox.store.pg import PgDatabase, _args, translate
 
 log = logging.getLogger("chatbox.store")
@@ -52,7 +52,7 @@ def _who() -> str | None:
     return f"task:{id(task)}" if task is not None else None
 
 
-class ReplicaReads:
+class ReplicaReads(BatchedReads):
     """The `Reader` of conversation reads: the replica's pool or the primary's, per read."""
 
     def __init__(self, primary: PgDatabase, pool: asyncpg.Pool, max_lag_s: float) -> None:
@@ -200,15 +200,3 @@ class ReplicaReads:
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         return list(await self._read("fetch", sql, params))
-
-    async def fetchall_in(
-        self, sql: str, keys: Sequence[Any], params: Iterable[Any] = ()
-    ) -> list[Any]:
-        """As `Database.fetchall_in`, each batch routed as a read."""
-        rows: list[Any] = []
-        rest = tuple(params)
-        for at in range(0, len(keys), IN_BATCH):
-            part = list(keys[at : at + IN_BATCH])
-            marks = ", ".join("?" for _ in part)
-            rows.extend(await self.fetchall(sql.format(marks=marks), (*part, *rest)))
-        return rows

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
+from chatbox.chat.prewarm import replay_clock
 from chatbox.engine.metrics import EngineMetricFamilies
 from chatbox.observability import Telemetry
 from chatbox.observability.alerts import RULES, Alert, Alerts
@@ -47,14 +48,16 @@ class Box:
         self.telemetry = Telemetry(self.registry, sample_s=STEP_S, alerts=alerts)
         self.t = 1_800_000_000.0
 
-    def step(self, ok: int = 10, errors: int = 0, ttft_s: float = 0.2) -> list[Alert]:
-        """One sample's worth of finished answers, then the sample (and the rules) at t+5s."""
+    def step(
+        self, ok: int = 10, errors: int = 0, ttft_s: float = 0.2, dt: float = STEP_S
+    ) -> list[Alert]:
+        """One sample's worth of finished answers, then the sample (and the rules) at t+dt."""
         requests = self.engine.requests
         requests.labels(model="tiny", finish_reason="stop").inc(ok)
         requests.labels(model="tiny", finish_reason="error").inc(errors)
         for _ in range(ok + errors):
             self.engine.ttft.labels(model="tiny").observe(ttft_s)
-        self.t += STEP_S
+        self.t += dt
         return asyncio.run(self.telemetry.sample_once(self.t))
 
     def run(self, n: int, **kw: Any) -> list[Alert]:
@@ -114,6 +117,48 @@ def test_a_latency_spike_fires_and_resolves_on_the_learned_ttft() -> None:
     after = box.normal(20)
     assert ("ChatboxTTFTHigh", "resolved") in _names(after)
     assert box.telemetry.alerts.firing() == []
+
+
+def test_on_a_replays_clock_a_ttft_spike_resolves_within_replayed_minutes() -> None:
+    """At 900x a sample every half real second is 450 replayed seconds apart: the p99 window
+    (a minute of the same clock) must not stretch over the dozen samples before it."""
+    box = Box()
+    replayed = 450.0
+    assert [a for _ in range(20) for a in box.step(dt=replayed)] == []
+    spike = [a for _ in range(4) for a in box.step(ttft_s=8.0, dt=replayed)]
+    assert ("ChatboxTTFTHigh", "firing") in _names(spike)
+    spike_ends = box.t
+    after: list[Alert] = []
+    while box.t < spike_ends + 2 * 3600 and not after:
+        after = [a for a in box.step(dt=replayed) if a.rule.name == "ChatboxTTFTHigh"]
+    assert _names(after) == [("ChatboxTTFTHigh", "resolved")]
+    (resolved,) = after
+    assert resolved.ends_at is not None and resolved.ends_at - spike_ends <= 30 * 60
+
+
+def test_the_sampler_stamps_its_samples_with_the_servers_replay_clock() -> None:
+    registry = CollectorRegistry()
+    EngineMetricFamilies(registry).requests.labels(model="tiny", finish_reason="stop").inc()
+    telemetry = Telemetry(registry, sample_s=1.0)  # as the benchmark's replay asks
+    start = 1_000_000_000.0  # a replayed day long before the real one
+    clock = replay_clock(start, 900.0)
+
+    async def sample_a_while() -> list[float]:
+        await telemetry.start(clock, 900.0)
+        try:
+            for _ in range(300):  # up to a minute on a loaded machine
+                if len(telemetry.ring.rows) >= 3:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await telemetry.stop()
+        return [t for t, _ in telemetry.ring.rows]
+
+    stamps = asyncio.run(sample_a_while())
+    assert len(stamps) >= 3
+    assert all(start <= t < start + 86400 for t in stamps)  # the replay's time, not the wall's
+    # A second of that clock asked for: samples come replayed minutes apart, not hours.
+    assert stamps[2] - stamps[0] < 2 * 3600
 
 
 def test_a_replica_down_and_a_filling_disk_fire_on_fixed_bounds() -> None:
