@@ -145,6 +145,10 @@ class Moderator:
         self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None
         self.verdicts: VerdictCache[Verdict] = VerdictCache()  # in RAM, digests only
+        # Scoped checks under way, by verdict key: the same text sent again meanwhile (an
+        # answer that is checked for later while a client already sends it back) waits
+        # for that check instead of scoring it a second time.
+        self._running: dict[bytes, tuple[asyncio.Task[Verdict], bool]] = {}  # (check, urgent)
         self._policy_digest: tuple[ModerationPolicy, str] | None = None
 
     @property
@@ -304,10 +308,39 @@ class Moderator:
         overrides the direction's lane (a check nobody waits on yet goes in the background)."""
         if not self.policy.enabled or not text.strip():
             return ALLOW
-        if scope is not None:
-            remembered = self.cached(text, tier, direction, scope)
-            if remembered is not None:
-                return remembered
+        if scope is None or direction in SCREENED:
+            return await self._check(text, tier, direction, scope, urgent)
+        remembered = self.cached(text, tier, direction, scope)
+        if remembered is not None:
+            return remembered
+        key = verdict_key(scope, self.version, tier, direction, text)
+        lane = direction in URGENT if urgent is None else urgent
+        running = self._running.get(key)
+        if running is not None and lane and not running[1]:
+            # A person waits on this one: it is not queued behind a background check.
+            return await self._check(text, tier, direction, scope, urgent)
+        if running is None:
+            task = asyncio.create_task(self._check(text, tier, direction, scope, urgent))
+            running = self._running[key] = (task, lane)
+            task.add_done_callback(lambda t: self._checked(key, t))
+        # Shielded: a caller that gives up (a cancelled request) leaves the check to the
+        # others waiting on it, and its verdict to the cache.
+        return await asyncio.shield(running[0])
+
+    def _checked(self, key: bytes, task: asyncio.Task[Verdict]) -> None:
+        if self._running.get(key, (None, False))[0] is task:
+            del self._running[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: every caller may have given up waiting
+
+    def in_flight(self, text: str, tier: str, direction: str, scope: str) -> bool:
+        """Whether a check of text for `scope` is under way now."""
+        return verdict_key(scope, self.version, tier, direction, text) in self._running
+
+    async def _check(
+        self, text: str, tier: str, direction: str, scope: str | None, urgent: bool | None
+    ) -> Verdict:
+        """Score text and decide (no cache lookup); the verdict is remembered for scope."""
         started = time.perf_counter()
         screened = direction in SCREENED
         urgent = direction in URGENT if urgent is None else urgent

@@ -170,3 +170,49 @@ def test_the_cache_is_bounded_least_recently_used_first() -> None:
     assert cache.get(b"a") is not None  # "b" is now the least recently used
     cache.put(b"c", verdict)
     assert cache.get(b"b") is None and cache.get(b"a") is not None and len(cache) == 2
+
+
+def test_a_follow_up_sent_while_its_answer_is_checked_waits_for_nothing_and_scores_it_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script sends the follow-up the moment the answer ends, while the answer is still
+    being checked for later: the follow-up's first token does not wait on that check, and
+    the check beside its generation reuses it rather than scoring the answer again."""
+    services = client.app.state.services
+    answer = "Herons nest in tall trees near water, in colonies."
+    scored: list[str] = []
+    real = Moderator.scores
+
+    async def scores(self: Moderator, text: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        scored.append(text)
+        if text == answer:
+            await release.wait()  # the answer's check is under way until the test says so
+        return await real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Moderator, "scores", scores)
+
+    async def scenario() -> tuple[bool, bool, int]:
+        nonlocal release
+        release = asyncio.Event()
+        user = await services.store.users.create("heron", role="member", tier="free")
+        moderation = services.moderation
+        later = moderation.remember(user, answer)
+        while answer not in scored:
+            await asyncio.sleep(0)
+        screening = await moderation.screen_messages(
+            user, ["Where do herons nest?", answer, "And in winter?"]
+        )
+        waited = later.done()  # the follow-up could start: was the answer's check over?
+        assert screening.start_rest is not None and not screening.verdict.blocked
+        rest = screening.start_rest()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        release.set()
+        verdict = await rest
+        await later
+        return waited, verdict.blocked, scored.count(answer)
+
+    release: asyncio.Event
+    waited, blocked, answer_scores = client.blocking_portal.call(scenario)
+    assert not waited and not blocked
+    assert answer_scores == 1  # scored once, by the check that was already under way
