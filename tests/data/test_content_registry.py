@@ -4,6 +4,7 @@ erasing an account takes its rows from every table the registry says that erasur
 from __future__ import annotations
 
 import io
+import time
 import zipfile
 from fnmatch import fnmatch
 from pathlib import Path
@@ -160,6 +161,10 @@ def _fill(app: App) -> str:
     assert c.get("/v1/search", params={"q": SECRET}, headers=bob).status_code == 200
     store = app.services.store
     user = app.call(store.users.get_by_name, "bob")
+    deadline = time.monotonic() + 60  # a search indexes the turns' vectors behind it
+    while app.call(store.search.unindexed, user.id, 1):
+        assert time.monotonic() < deadline, "the turns were not indexed"
+        time.sleep(0.1)
 
     async def rest() -> None:
         turns = await store.db.fetchall(
