@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,8 +17,109 @@ from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
+from chatbox.store.db import SqliteDatabase
 from tests.pg import PgServer, binaries
 from tests.tinymodel import make_tiny_gguf
+
+STORES = ("sqlite", "postgresql")
+# The one switch: which store the whole suite runs on (`CHATBOX_TEST_STORE=postgresql pytest`).
+TEST_STORE = os.environ.get("CHATBOX_TEST_STORE", "sqlite")
+if TEST_STORE not in STORES:
+    raise pytest.UsageError(f"CHATBOX_TEST_STORE must be one of {', '.join(STORES)}")
+ON_POSTGRESQL = TEST_STORE == "postgresql"
+
+_SERVER: list[PgServer] = []
+_DATABASES: dict[Path, str] = {}
+
+
+def pg_server() -> PgServer:
+    """The session's PostgreSQL server, started on first use."""
+    if not _SERVER:
+        if binaries() is None:
+            pytest.skip(
+                "PostgreSQL's initdb and pg_ctl are not installed (apt-get install postgresql)"
+            )
+        _SERVER.append(PgServer().start())
+    return _SERVER[0]
+
+
+def store_for(data_dir: Path) -> Path | str:
+    """The database of a data directory on the suite's store: its SQLite file, or a fresh
+    PostgreSQL database of its own (the same one each time the directory is opened again)."""
+    if not ON_POSTGRESQL:
+        return data_dir / "chatbox.db"
+    key = data_dir.resolve()
+    if key not in _DATABASES:
+        _DATABASES[key] = pg_server().fresh_database()
+    return _DATABASES[key]
+
+
+def store_env(data_dir: Path) -> dict[str, str]:
+    """The environment a CLI or server process on `data_dir` needs to use the suite's store."""
+    url = store_for(data_dir)
+    return {"CHATBOX_DATABASE_URL": url} if isinstance(url, str) else {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only(reason): about SQLite itself (its file, sqlite-vec, moving out of it);"
+        " runs on SQLite in the PostgreSQL pass too",
+    )
+    if ON_POSTGRESQL:
+        if binaries() is None:
+            raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
+        _watch_sqlite_opens()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
+    about SQLite itself, and tests that ask for the PostgreSQL server by name."""
+    if not ON_POSTGRESQL:
+        return
+    about_sqlite = pytest.mark.skip(reason="about SQLite: the SQLite pass runs it")
+    on_postgres = pytest.mark.skip(reason="on PostgreSQL by name: the SQLite pass runs it")
+    for item in items:
+        if item.get_closest_marker("sqlite_only") is not None:
+            item.add_marker(about_sqlite)
+        elif "postgres" in getattr(item, "fixturenames", ()):
+            item.add_marker(on_postgres)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    while _SERVER:
+        _SERVER.pop().stop()
+
+
+_SQLITE_OPENED: list[Path] = []
+
+
+def _watch_sqlite_opens() -> None:
+    """On the PostgreSQL pass, note every SQLite store opened in this process: a test not
+    marked `sqlite_only` that opens one has its store outside the switch (and fails)."""
+    opened = SqliteDatabase.open_file.__func__  # type: ignore[attr-defined]
+
+    async def open_file(cls: type[SqliteDatabase], path: Path) -> SqliteDatabase:
+        _SQLITE_OPENED.append(path)
+        return await opened(cls, path)  # type: ignore[no-any-return]
+
+    SqliteDatabase.open_file = classmethod(open_file)  # type: ignore[assignment,method-assign]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    if not _SQLITE_OPENED:
+        return
+    opened, _SQLITE_OPENED[:] = list(_SQLITE_OPENED), []
+    report = outcome.get_result()
+    if item.get_closest_marker("sqlite_only") is None and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} opened a SQLite store ({opened[0]}) on the PostgreSQL pass: take the"
+            " `database` fixture, test_settings() or store_for(data_dir), or mark the test"
+            " `sqlite_only` with the reason"
+        )
 
 
 def default_model_path() -> Path:
@@ -58,6 +160,8 @@ def test_settings(
     engine = EngineSettings(
         n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2, stream_interval_s=0
     )
+    if ON_POSTGRESQL and "database_url" not in overrides:  # database_url=None: SQLite
+        overrides["database_url"] = store_for(data_dir)
     if not check_answers:
         given = overrides.get("policy_path")
         assert given is None or isinstance(given, Path)
@@ -156,34 +260,29 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[PgServer]:
-    """One PostgreSQL server for the session (skipped where its binaries are not installed)."""
-    if binaries() is None:
-        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (apt-get install postgresql)")
-    server = PgServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-STORES = ("sqlite", "postgresql")
+def postgres() -> PgServer:
+    """The session's PostgreSQL server (skipped where its binaries are not installed)."""
+    return pg_server()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A module that sets `BOTH_STORES = True` runs each test using `database` on both
-    stores; elsewhere `database` is SQLite (PostgreSQL variants cost CI time)."""
-    if "database" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_STORES", False):
+    """On the SQLite pass a module that sets `BOTH_STORES = True` runs each test using
+    `database` on both stores; the PostgreSQL pass runs every test on PostgreSQL."""
+    if (
+        not ON_POSTGRESQL
+        and "database" in metafunc.fixturenames
+        and getattr(metafunc.module, "BOTH_STORES", False)
+    ):
         metafunc.parametrize("database", STORES, indirect=True)
 
 
 @pytest.fixture
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """Where a test's store lives: a SQLite file, or a fresh PostgreSQL database."""
-    if getattr(request, "param", "sqlite") == "sqlite":
+    """Where a test's store lives: a SQLite file, or a fresh PostgreSQL database (the
+    suite's store, or the one a BOTH_STORES parameter names)."""
+    if getattr(request, "param", TEST_STORE) == "sqlite":
         return tmp_path / "chatbox.db"
-    server: PgServer = request.getfixturevalue("postgres")
-    return server.fresh_database()
+    return pg_server().fresh_database()
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ from types import TracebackType
 
 import httpx
 
+from tests.conftest import store_env
+
 ADMIN_PASSWORD = "served-admin-password"
 CHATBOX = str(Path(sys.executable).parent / "chatbox")  # the console script pip installed
 _CACHE: list[Path] = []
@@ -85,6 +87,7 @@ class Served:
             policy = self._policy_on_tiny(Path(policy) if policy else None)
         if policy is not None:
             self.env["CHATBOX_POLICY_PATH"] = str(policy)
+        self.env.update(store_env(self.data_dir))  # the suite's store; env may say otherwise
         self.env.update(env or {})
         if model is not None:
             self.cli("models", "add", str(model), "--name", "tiny", "--link", "--default")

@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from chatbox.store import ChunkIn, Store, TurnUsage
 from chatbox.store.migrate import copy_store
 from chatbox.store.records import Routing
 from tests.pg import PgServer
+
+pytestmark = pytest.mark.sqlite_only(reason="moves a box out of its SQLite file")
 
 
 def unit(seed: int) -> np.ndarray:

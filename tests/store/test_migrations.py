@@ -44,6 +44,7 @@ def test_the_list_keeps_every_recorded_name_in_its_place() -> None:
     assert len(set(names)) == len(names)
 
 
+@pytest.mark.sqlite_only(reason="SQLite's migrations, read from sqlite_master")
 async def test_a_database_migrated_to_the_end_is_recognised(tmp_path: Path) -> None:
     db = await Database.open(tmp_path / "db.sqlite")
     schema = await _schema(db)
@@ -54,6 +55,7 @@ async def test_a_database_migrated_to_the_end_is_recognised(tmp_path: Path) -> N
     await db.close()
 
 
+@pytest.mark.sqlite_only(reason="SQLite's migrations, read from sqlite_master")
 @pytest.mark.parametrize("steps", [4, 11])
 async def test_an_older_database_gets_exactly_the_steps_it_lacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int
