@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
-from collections.abc import Callable, Iterator
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import openai
 import pytest
 from litestar.testing import TestClient
@@ -60,30 +65,121 @@ def store_env(data_dir: Path) -> dict[str, str]:
     return {"CHATBOX_DATABASE_URL": url} if isinstance(url, str) else {}
 
 
+def run_sql(database: Path | str, sql: str, *rows: Sequence[object]) -> list[tuple[Any, ...]]:
+    """One statement (`?` placeholders) on a test's store, outside the app: a SELECT's rows,
+    or a write once per row of parameters (in one transaction)."""
+    reading = sql.lstrip().upper().startswith("SELECT")
+    if isinstance(database, Path):
+        with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
+            if reading:
+                return [tuple(r) for r in db.execute(sql, rows[0] if rows else ())]
+            with db:
+                db.execute("BEGIN")
+                db.executemany(sql, rows or [()])
+            return []
+
+    async def on_postgresql() -> list[tuple[Any, ...]]:
+        from chatbox.store.pg import translate
+
+        text, _ = translate(sql)
+        conn = await asyncpg.connect(database)
+        try:
+            if reading:
+                return [tuple(r) for r in await conn.fetch(text, *(rows[0] if rows else ()))]
+            async with conn.transaction():
+                for row in rows or [()]:
+                    await conn.execute(text, *row)
+            return []
+        finally:
+            await conn.close()
+
+    # In a thread of its own: the caller may be inside an event loop (an async test).
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, on_postgresql()).result()
+
+
+def rows_holding(database: Path | str, needle: str) -> list[str]:
+    """On PostgreSQL, the tables with a live row whose text (every column, tsvector lexemes
+    included) holds `needle` in any case; a SQLite store is its files (files_holding)."""
+    if isinstance(database, Path):
+        return []
+    tables = run_sql(
+        database,
+        "SELECT table_name FROM information_schema.tables"
+        " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+    )
+    return [
+        table
+        for (table,) in tables
+        if run_sql(
+            database, f"SELECT count(*) FROM {table} AS t WHERE t::text ILIKE ?", (f"%{needle}%",)
+        )[0][0]
+    ]
+
+
+def store_holding(client: TestClient, needle: str) -> list[str]:
+    """Where the app keeps `needle` (any case): files under its data directory (SQLite's
+    database, -wal and -shm among them) and rows_holding."""
+    settings = client.app.state.services.settings
+    found = [
+        path.name
+        for path in sorted(settings.data_dir.rglob("*"))
+        if path.is_file()
+        and path.suffix != ".gguf"
+        and needle.lower().encode() in path.read_bytes().lower()
+    ]
+    return found + rows_holding(settings.database, needle)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "sqlite_only(reason): about SQLite itself (its file, sqlite-vec, moving out of it);"
-        " runs on SQLite in the PostgreSQL pass too",
+        "sqlite_only(reason): about SQLite itself (its file, its locks, moving out of it);"
+        " the PostgreSQL pass skips it",
     )
-    if ON_POSTGRESQL:
-        if binaries() is None:
-            raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
-        _watch_sqlite_opens()
+    if ON_POSTGRESQL and binaries() is None:
+        raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
+    _watch_store_opens()
+
+
+# Fixtures that give a test a store or a place for one (a data directory).
+STORE_FIXTURES = frozenset(
+    {"tmp_path", "database", "postgres", "data_dir", "settings", "client", "live"}
+)
+
+
+def touches_no_store(item: pytest.Item) -> bool:
+    """True when nothing in the test's fixtures can hold a store: no fixture of
+    STORE_FIXTURES, and none narrower than the session asks for tmp_path_factory (the
+    session's own ask for it to write model files)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in info.names_closure:
+        if name in STORE_FIXTURES:
+            return False
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            if "tmp_path_factory" in fixturedef.argnames and fixturedef.scope != "session":
+                return False
+    return True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
-    about SQLite itself, and tests that ask for the PostgreSQL server by name."""
+    about SQLite itself, tests that ask for the PostgreSQL server by name, and tests that
+    touch no store."""
     if not ON_POSTGRESQL:
         return
     about_sqlite = pytest.mark.skip(reason="about SQLite: the SQLite pass runs it")
     on_postgres = pytest.mark.skip(reason="on PostgreSQL by name: the SQLite pass runs it")
+    no_store = pytest.mark.skip(reason="touches no store: the SQLite pass runs it")
     for item in items:
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(about_sqlite)
         elif "postgres" in getattr(item, "fixturenames", ()):
             item.add_marker(on_postgres)
+        elif touches_no_store(item):
+            item.add_marker(no_store)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -91,35 +187,55 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _SERVER.pop().stop()
 
 
-_SQLITE_OPENED: list[Path] = []
+_OPENED: list[Path | str] = []  # every store this process opened since the last report
 
 
-def _watch_sqlite_opens() -> None:
-    """On the PostgreSQL pass, note every SQLite store opened in this process: a test not
-    marked `sqlite_only` that opens one has its store outside the switch (and fails)."""
-    opened = SqliteDatabase.open_file.__func__  # type: ignore[attr-defined]
+def _watch_store_opens() -> None:
+    """Note every store opened in this process, for pytest_runtest_makereport's checks."""
+    from chatbox.store.pg import PgDatabase
 
-    async def open_file(cls: type[SqliteDatabase], path: Path) -> SqliteDatabase:
-        _SQLITE_OPENED.append(path)
-        return await opened(cls, path)  # type: ignore[no-any-return]
+    open_file = SqliteDatabase.open_file.__func__  # type: ignore[attr-defined]
+    connect = PgDatabase.connect.__func__  # type: ignore[attr-defined]
 
-    SqliteDatabase.open_file = classmethod(open_file)  # type: ignore[assignment,method-assign]
+    async def opening_file(cls: type[SqliteDatabase], path: Path) -> SqliteDatabase:
+        _OPENED.append(path)
+        return await open_file(cls, path)  # type: ignore[no-any-return]
+
+    async def connecting(cls: type[PgDatabase], url: str) -> PgDatabase:
+        _OPENED.append(url)
+        return await connect(cls, url)  # type: ignore[no-any-return]
+
+    SqliteDatabase.open_file = classmethod(opening_file)  # type: ignore[assignment,method-assign]
+    PgDatabase.connect = classmethod(connecting)  # type: ignore[assignment,method-assign]
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A test fails when it opens a store the PostgreSQL pass would not see: a SQLite one on
+    that pass (unless it is `sqlite_only`), or any store where touches_no_store says none."""
     outcome = yield
-    if not _SQLITE_OPENED:
+    if not _OPENED:
         return
-    opened, _SQLITE_OPENED[:] = list(_SQLITE_OPENED), []
+    opened, _OPENED[:] = list(_OPENED), []
     report = outcome.get_result()
-    if item.get_closest_marker("sqlite_only") is None and report.passed:
-        report.outcome = "failed"
-        report.longrepr = (
-            f"{item.nodeid} opened a SQLite store ({opened[0]}) on the PostgreSQL pass: take the"
-            " `database` fixture, test_settings() or store_for(data_dir), or mark the test"
-            " `sqlite_only` with the reason"
+    if not report.passed:
+        return
+    sqlite = [target for target in opened if isinstance(target, Path)]
+    if touches_no_store(item):
+        problem = (
+            f"opened a store ({opened[0]}) but asks for no fixture that places one"
+            f" ({', '.join(sorted(STORE_FIXTURES))}): the PostgreSQL pass would skip it"
         )
+    elif ON_POSTGRESQL and sqlite and item.get_closest_marker("sqlite_only") is None:
+        problem = (
+            f"opened a SQLite store ({sqlite[0]}) on the PostgreSQL pass: take the `database`"
+            " fixture, test_settings() or store_for(data_dir), or mark it `sqlite_only` with"
+            " the reason"
+        )
+    else:
+        return
+    report.outcome = "failed"
+    report.longrepr = f"{item.nodeid} {problem}"
 
 
 def default_model_path() -> Path:
@@ -280,7 +396,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     """Where a test's store lives: a SQLite file, or a fresh PostgreSQL database (the
     suite's store, or the one a BOTH_STORES parameter names)."""
-    if getattr(request, "param", TEST_STORE) == "sqlite":
+    store = getattr(request, "param", None)
+    if store is None and ON_POSTGRESQL:  # the one test_settings(data_dir) gets
+        return store_for(tmp_path / "data")
+    if (store or TEST_STORE) == "sqlite":
         return tmp_path / "chatbox.db"
     return pg_server().fresh_database()
 

@@ -108,6 +108,11 @@ class Served:
         path.write_text(text)
         return path
 
+    @property
+    def database(self) -> Path | str:
+        """The box's store: its SQLite file, or its PostgreSQL database's URL."""
+        return self.env.get("CHATBOX_DATABASE_URL") or self.data_dir / "chatbox.db"
+
     # -- the CLI, on the same data directory -------------------------------------------------
     def cli(self, *args: str, check: bool = True, input: str | None = None) -> str:
         """Run `chatbox --data-dir DIR ARGS…` and return its stdout."""

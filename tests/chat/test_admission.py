@@ -50,8 +50,8 @@ class Clock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> Any:
-    s = await Store.open(tmp_path / "db.sqlite")
+async def store(database: Path | str) -> Any:
+    s = await Store.open(database)
     for user in (FREE, PAID):
         created = await s.users.create(user.name, tier=user.tier)
         object.__setattr__(user, "id", created.id)

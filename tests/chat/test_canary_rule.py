@@ -126,8 +126,8 @@ def test_samples_before_the_window_do_not_count() -> None:
 # -- the service: decisions on a fake clock, stored, audited and obeyed by routing ----------
 
 
-async def _service(tmp_path: Path, clock: FakeClock) -> tuple[CanaryService, Store]:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def _service(database: Path | str, clock: FakeClock) -> tuple[CanaryService, Store]:
+    store = await Store.open(database)
     policy = Policy.from_dict(
         {
             "tiers": {"free": {"model": "base"}},
@@ -145,10 +145,10 @@ def _traffic(service: CanaryService, clock: FakeClock, rng: random.Random, slow:
 
 
 async def test_a_slow_canary_is_rolled_back_on_its_own_audited_and_routed_around(
-    tmp_path: Path,
+    database: Path | str,
 ) -> None:
     clock = FakeClock()
-    service, store = await _service(tmp_path, clock)
+    service, store = await _service(database, clock)
     try:
         service.started = clock()
         _traffic(service, clock, random.Random(6), slow=3.0)
@@ -172,9 +172,9 @@ async def test_a_slow_canary_is_rolled_back_on_its_own_audited_and_routed_around
         await store.close()
 
 
-async def test_an_admin_promotes_and_the_tier_routes_to_the_canary(tmp_path: Path) -> None:
+async def test_an_admin_promotes_and_the_tier_routes_to_the_canary(database: Path | str) -> None:
     clock = FakeClock()
-    service, store = await _service(tmp_path, clock)
+    service, store = await _service(database, clock)
     try:
         _traffic(service, clock, random.Random(7), slow=1.0)
         [v] = await service.tick()
@@ -195,11 +195,11 @@ async def test_an_admin_promotes_and_the_tier_routes_to_the_canary(tmp_path: Pat
 
 
 async def test_live_answers_are_graded_only_where_the_tier_opted_in_and_content_is_kept(
-    tmp_path: Path,
+    database: Path | str,
 ) -> None:
     import asyncio
 
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await Store.open(database)
     graded: list[str] = []
     zero: set[str] = {"zed"}
 
@@ -233,14 +233,14 @@ async def test_live_answers_are_graded_only_where_the_tier_opted_in_and_content_
 
 
 async def test_settled_requests_become_samples_of_their_arm_or_the_baseline(
-    tmp_path: Path,
+    database: Path | str,
 ) -> None:
     from chatbox.chat.admission import Ticket
     from chatbox.chat.routing import Route
     from chatbox.engine.types import Usage
 
     clock = FakeClock()
-    service, store = await _service(tmp_path, clock)
+    service, store = await _service(database, clock)
     ann = User("u1", "ann", "member", "free", False, 0.0)
     paid = User("u2", "pat", "member", "paid", False, 0.0)
 

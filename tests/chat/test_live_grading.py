@@ -47,8 +47,9 @@ def policy_with_suite(tmp_path: Path, **canary: object) -> Policy:
 
 async def test_a_canary_missing_the_references_its_baseline_meets_is_held_on_eval_score(
     tmp_path: Path,
+    database: Path | str,
 ) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await Store.open(database)
     try:
         service = CanaryService(store, policy_with_suite(tmp_path), AuditLog(store))
         service.check_suites()
@@ -71,8 +72,9 @@ async def test_a_canary_missing_the_references_its_baseline_meets_is_held_on_eva
 
 async def test_questions_outside_the_suite_go_to_the_judge_and_judge_cases_get_the_reference(
     tmp_path: Path,
+    database: Path | str,
 ) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await Store.open(database)
     asked: list[tuple[str, str, str]] = []
 
     async def grade(
@@ -96,8 +98,9 @@ async def test_questions_outside_the_suite_go_to_the_judge_and_judge_cases_get_t
 
 async def test_a_canary_suite_that_cannot_be_read_is_refused_naming_the_canary(
     tmp_path: Path,
+    database: Path | str,
 ) -> None:
-    store = await Store.open(tmp_path / "db.sqlite")
+    store = await Store.open(database)
     try:
         policy = policy_with_suite(tmp_path, eval_suite="missing.json")
         service = CanaryService(store, policy, AuditLog(store))

@@ -33,8 +33,8 @@ def ctx(seconds: float = 30.0, tier: str = "free", workspace: str | None = None)
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "db.sqlite")
+async def store(database: Path | str) -> AsyncIterator[Store]:
+    store = await Store.open(database)
     yield store
     await store.close()
 

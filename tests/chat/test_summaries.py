@@ -117,8 +117,8 @@ def test_the_summary_request_is_clipped_to_its_budget() -> None:
 
 
 @pytest.fixture
-async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = await Store.open(tmp_path / "s.db")
+async def store(database: Path | str):  # type: ignore[no-untyped-def]
+    s = await Store.open(database)
     yield s
     await s.close()
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 
 from chatbox.cli import main
 from chatbox.store import Store
+from tests.conftest import store_env, store_for
 
 
 @pytest.fixture
@@ -21,12 +22,13 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cli(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(main, ["--data-dir", str(data_dir), *args], env=env)
+    every = {**store_env(data_dir), **(env or {})}
+    return CliRunner().invoke(main, ["--data-dir", str(data_dir), *args], env=every)
 
 
 def check(data_dir: Path, coro_fn: object) -> object:
     async def run() -> object:
-        store = await Store.open(data_dir / "chatbox.db")
+        store = await Store.open(store_for(data_dir))
         try:
             return await coro_fn(store)  # type: ignore[operator]
         finally:

@@ -10,7 +10,6 @@ the replica has not installed."""
 from __future__ import annotations
 
 import calendar
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.prewarm import hour_of_week
 from tests.cluster.conftest import TOKEN, Replica, front
+from tests.conftest import run_sql
 from tests.tinymodel import make_tiny_gguf
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,7 +47,7 @@ def replica(two_model_dir: Path) -> Iterator[Replica]:
         one.stop()
 
 
-def seed_history(db: Path) -> None:
+def seed_history(db: Path | str) -> None:
     """Two weeks: `paid` 20 requests an hour 09-17 on weekdays; `tiny` 4 an hour at night."""
     rows = []
     for hour in range(MONDAY // H - 14 * 24, MONDAY // H):
@@ -56,8 +56,7 @@ def seed_history(db: Path) -> None:
             rows.append(("tiny", hour, 4, 400))
         if day < 5 and 9 <= clock < 17:
             rows.append(("paid", hour, 20, 2000))
-    with sqlite3.connect(db) as conn:
-        conn.executemany("INSERT INTO usage_hours VALUES (?, ?, ?, ?)", rows)
+    run_sql(db, "INSERT INTO usage_hours VALUES (?, ?, ?, ?)", *rows)
 
 
 def loaded(replica: Replica) -> set[str]:
@@ -77,7 +76,7 @@ def test_the_prewarmer_asks_a_replica_to_load_a_model_before_its_peak_and_to_unl
         prewarm=True,
         prewarm_idle_s=1800.0,
     )
-    seed_history(tmp_path / "front" / "chatbox.db")
+    seed_history(server.settings.database)
     seen: list[set[str]] = []
     answered = None
     with server:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ import pytest
 from litestar.routes import HTTPRoute
 
 from chatbox.app import create_app
-from tests.conftest import _answers_unchecked, test_settings
+from tests.conftest import _answers_unchecked, rows_holding, run_sql, test_settings
 from tests.data.test_kv_retention_served import Decoder
 from tests.served import Served, files_holding
 
@@ -439,9 +438,11 @@ def test_no_secret_survives_a_stop_or_a_crash(canary: Canary, tiny_gguf: Path) -
 
 
 def _anywhere(box: Served, word: str) -> list[str]:
-    """Files holding the word or a part of it (FTS keeps terms prefix-compressed)."""
+    """Files holding the word or a part of it (FTS keeps terms prefix-compressed), and on
+    PostgreSQL the tables with a live row holding it."""
     parts = (word, word[:9], word[-9:])
-    return sorted({f for part in parts for f in files_holding(box.data_dir, part)})
+    found = {f for part in parts for f in files_holding(box.data_dir, part)}
+    return sorted(found | {t for part in parts for t in rows_holding(box.database, part)})
 
 
 def test_erased_content_leaves_no_secret_after_a_crash(canary: Canary) -> None:
@@ -504,12 +505,11 @@ def test_a_retention_run_leaves_no_secret_after_a_crash(canary: Canary, tiny_ggu
     )
     assert said.status_code == 200, said.text
     box.stop()  # parks the conversation's KV; then it is made two days idle
-    with sqlite3.connect(box.data_dir / "chatbox.db") as db:
-        db.execute(
-            "UPDATE conversations SET updated_at = ? WHERE id = ?",
-            (time.time() - 2 * 86400, conv["id"]),
-        )
-    db.close()
+    run_sql(
+        box.database,
+        "UPDATE conversations SET updated_at = ? WHERE id = ?",
+        (time.time() - 2 * 86400, conv["id"]),
+    )
     assert _anywhere(box, word), "the test needs the word on disk first"
     box.start()
     run = httpx.post(box.url + "/v1/admin/retention/run", headers=box.admin, timeout=TIMEOUT)

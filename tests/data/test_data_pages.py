@@ -49,11 +49,13 @@ def test_a_temporary_chat_in_the_browser_stores_nothing(app: App) -> None:
     assert "hello, off the record" in page and "and again" in page
     assert c.get(url, headers=app.admin).status_code == 404  # bob's alone
     after = row_counts(app)
-    # Usage is counted. Output moderation may queue the tiny model's random answer for
-    # review: a temporary chat's item keeps scores, never text, and points at no chat.
+    # Usage is counted (and on PostgreSQL the rate limits' counters). Output moderation may
+    # queue the tiny model's random answer for review: a temporary chat's item keeps scores,
+    # never text, and points at no chat.
     assert {t for t in before if before[t] != after[t]} <= {
         "usage",
         "usage_hours",
+        "limit_buckets",
         "moderation_items",
     }
     new_items = after["moderation_items"] - before["moderation_items"]

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from chatbox.store import content
+from tests.conftest import rows_holding
 from tests.served import Served, files_holding
 
 DOCUMENT = "pangolinquartz4107"
@@ -27,10 +28,11 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
 
 
 def _anywhere(box: Served, secret: str) -> list[str]:
-    """Files holding the word or a part of it (FTS keeps terms prefix-compressed)."""
-    return sorted(
-        {f for part in (secret, secret[:9], secret[-9:]) for f in files_holding(box.data_dir, part)}
-    )
+    """Files holding the word or a part of it (FTS keeps terms prefix-compressed), and on
+    PostgreSQL the tables with a live row holding it."""
+    parts = (secret, secret[:9], secret[-9:])
+    found = {f for part in parts for f in files_holding(box.data_dir, part)}
+    return sorted(found | {t for part in parts for t in rows_holding(box.database, part)})
 
 
 def test_deleted_document_memory_and_share_leave_no_word_after_a_crash(box: Served) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlean  # type: ignore[import-untyped]
 
+from chatbox.store import open_database
+from tests.conftest import run_sql, store_env, store_for
 from tests.sse import parse_sse
 
 pytestmark = pytest.mark.model
@@ -33,6 +35,7 @@ def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
         "CHATBOX_N_PARALLEL": "2",
         "CHATBOX_N_CTX_PER_SEQ": "2048",
         "CHATBOX_ADMIN_PASSWORD": "crash-test-password",
+        **store_env(data_dir),
     }
     proc = subprocess.Popen(
         [
@@ -76,7 +79,7 @@ def api_key(data_dir: Path) -> dict[str, str]:
             "--user",
             "admin",
         ],
-        env={**os.environ, "CHATBOX_ADMIN_PASSWORD": "crash-test-password"},
+        env={**os.environ, "CHATBOX_ADMIN_PASSWORD": "crash-test-password", **store_env(data_dir)},
         check=True,
         capture_output=True,
         text=True,
@@ -124,7 +127,13 @@ def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
     assert partial["content"]
     assert partial["content"].startswith(seen[:20]) or seen.startswith(partial["content"])
 
-    conn = sqlean.connect(str(data_dir / "chatbox.db"))
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT count(*) FROM drafts").fetchone()[0] == 0
-    conn.close()
+    assert asyncio.run(_intact(store_for(data_dir)))
+    assert run_sql(store_for(data_dir), "SELECT count(*) FROM drafts") == [(0,)]
+
+
+async def _intact(database: Path | str) -> bool:
+    db = await open_database(database)
+    try:
+        return await db.integrity_ok()
+    finally:
+        await db.close()

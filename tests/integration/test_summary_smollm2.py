@@ -35,7 +35,7 @@ async def test_the_real_model_summary_names_the_conversation(tmp_path: Path) -> 
         tmp_path / "data", n_ctx_per_seq=320, n_ctx=640, max_tokens=64, summary_tokens=96
     )
     settings.ensure_dirs()
-    store = await Store.open(settings.db_path)
+    store = await Store.open(settings.database)
     engine = LlamaEngine(registry.model_path("smollm2"), "smollm2", settings.engine)
     await engine.start()
     try:

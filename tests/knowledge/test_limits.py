@@ -39,9 +39,9 @@ class _FakeEmbedder:
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_documents_and_bytes_per_user(tmp_path: Path) -> None:
+def test_documents_and_bytes_per_user(database: Path | str) -> None:
     async def run() -> None:
-        store = await Store.open(tmp_path / "chatbox.db")
+        store = await Store.open(database)
         try:
             alice = await store.users.create("alice", role="member", tier="free")
             bob = await store.users.create("bob", role="member", tier="free")

@@ -14,8 +14,8 @@ from chatbox.store import Store
 
 
 @pytest.fixture
-async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = await Store.open(tmp_path / "k.db")
+async def store(database: Path | str):  # type: ignore[no-untyped-def]
+    s = await Store.open(database)
     yield s
     await s.close()
 

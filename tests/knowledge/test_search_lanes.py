@@ -19,8 +19,8 @@ from chatbox.store import Store
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "s.db")
+async def store(database: Path | str) -> AsyncIterator[Store]:
+    s = await Store.open(database)
     yield s
     await s.close()
 

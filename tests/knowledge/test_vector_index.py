@@ -20,8 +20,8 @@ DIM = 384
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "v.db")
+async def store(database: Path | str) -> AsyncIterator[Store]:
+    s = await Store.open(database)
     yield s
     await s.close()
 

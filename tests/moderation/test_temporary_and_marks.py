@@ -91,13 +91,10 @@ def stream_of(client: TestClient, body: str, headers: dict[str, str]) -> list[Ev
 
 def row_counts(client: TestClient) -> dict[str, int]:
     db = client.app.state.services.store.db
-    names = client.blocking_portal.call(
-        db.fetchall, "SELECT name FROM sqlite_master WHERE type = 'table'"
-    )
+    names = client.blocking_portal.call(db.tables)
     return {
         name: client.blocking_portal.call(db.fetchone, f'SELECT count(*) FROM "{name}"')[0]
-        for (name,) in names
-        if not name.startswith("sqlite_")
+        for name in names
     }
 
 

@@ -220,7 +220,7 @@ def test_first_start_admin_notice_is_a_log_line_in_the_server(
 
     async def first_start() -> None:
         settings.ensure_dirs()
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         try:
             await ensure_admin(store, settings)
         finally:

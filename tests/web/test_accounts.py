@@ -334,7 +334,7 @@ def test_first_start_creates_an_admin_once(tmp_path: Path, tiny_gguf: Path) -> N
 
     async def go() -> list[str]:
         settings.ensure_dirs()
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         await ensure_admin(store, settings)
         await ensure_admin(store, settings)
         names = [u.name for u in await store.users.list()]

@@ -21,6 +21,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.sqlite_only(reason="the modes of the SQLite file and its WAL")
 def test_the_data_tree_and_database_are_private(client: TestClient, settings: Settings) -> None:
     assert client.get("/v1/conversations").status_code == 200  # started, and writing
     assert client.post("/v1/conversations", json={}).status_code == 201
@@ -33,6 +34,7 @@ def test_the_data_tree_and_database_are_private(client: TestClient, settings: Se
         assert mode(file) == 0o600, file
 
 
+@pytest.mark.sqlite_only(reason="the mode of an existing SQLite file")
 def test_an_existing_world_readable_tree_is_tightened(tmp_path: Path) -> None:
     settings = test_settings(tmp_path / "data")
     settings.files_dir.mkdir(parents=True, mode=0o755)
@@ -58,7 +60,7 @@ def _generating(tmp_path: Path) -> Settings:
 def _first_start(settings: Settings) -> None:
     async def go() -> None:
         settings.ensure_dirs()
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         try:
             await ensure_admin(store, settings)
         finally:
@@ -69,7 +71,7 @@ def _first_start(settings: Settings) -> None:
 
 def _logs_in(settings: Settings, password: str) -> bool:
     async def go() -> bool:
-        store = await Store.open(settings.db_path)
+        store = await Store.open(settings.database)
         try:
             return await store.users.check_password(settings.admin_name, password) is not None
         finally:

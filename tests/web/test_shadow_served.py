@@ -12,7 +12,6 @@ beside the requests actually counted, and the decision."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from chatbox.chat.prewarm import hour_of_week
+from tests.conftest import run_sql
 from tests.served import Served
 from tests.tinymodel import make_tiny_gguf
 
@@ -34,12 +34,12 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
     candidate = make_tiny_gguf(where / "candidate.gguf", seed=4321)
     served = Served(where, model=tiny_gguf)
     served.cli("models", "add", str(candidate), "--name", "cand", "--link")
-    seed_history(served.data_dir / "chatbox.db")
+    seed_history(served.database)
     with served:
         yield served
 
 
-def seed_history(db: Path) -> None:
+def seed_history(db: Path | str) -> None:
     """Two weeks of requests per hour: `tiny` a few every hour, `cand` many in the hour
     after the current one (in each of those weeks) and none otherwise."""
     now = int(time.time() // 3600)
@@ -49,10 +49,9 @@ def seed_history(db: Path) -> None:
         rows.append(("tiny", hour, 2, 200))
         if hour_of_week(hour) == busy:
             rows.append(("cand", hour, 30, 3000))
-    with sqlite3.connect(db) as conn:
-        conn.executemany(
-            "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)", rows
-        )
+    run_sql(
+        db, "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)", *rows
+    )
 
 
 def shadow_cli(box: Served, *args: str) -> str:

@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import Settings
-from tests.conftest import bearer, seed_user
+from tests.conftest import bearer, seed_user, store_holding
 from tests.security.conftest import send_turn
 
 pytestmark = pytest.mark.timeout(300)
@@ -52,8 +52,7 @@ def test_link_is_readable_anonymously_and_shows_only_the_shared_turns(app) -> No
     assert page.headers["x-robots-tag"].startswith("noindex")
     assert "default-src 'self'" in page.headers["content-security-policy"]
     # The token is not stored: the database holds only its hash.
-    db = client.app.state.services.settings.db_path.read_bytes()
-    assert link["token"].encode() not in db
+    assert store_holding(client, link["token"]) == []
     # A wrong token is a 404.
     assert anonymous(client, link["url"][:-2] + "xx").status_code == 404
 
@@ -222,6 +221,5 @@ def test_deleting_the_account_makes_its_links_404(app) -> None:  # type: ignore[
     assert anonymous(client, link["url"] + "/continue").status_code in (302, 303, 404)
     # Only that account's links: another user's stays readable.
     assert anonymous(client, other["url"]).status_code == 200
-    db = client.app.state.services.settings.db_path
     client.blocking_portal.call(client.app.state.services.store.db.checkpoint)
-    assert b"shared before the account went" not in db.read_bytes()
+    assert store_holding(client, "shared before the account went") == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from chatbox.chat.policy import default_policy_path
-from tests.conftest import _answers_unchecked
+from tests.conftest import _answers_unchecked, run_sql
 from tests.served import Served
 from tests.sse import Event, parse_sse
 
@@ -87,11 +86,7 @@ def _send(http: httpx.Client, conv: str, **body: Any) -> list[Event]:
 
 
 def _rows(box: Served, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    db = sqlite3.connect(f"file:{box.data_dir / 'chatbox.db'}?mode=ro", uri=True)
-    try:
-        return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
+    return run_sql(box.database, sql, params)
 
 
 @pytest.mark.timeout(600)  # three passes of the tiny model over ~3,000 byte tokens each
