@@ -28,7 +28,7 @@ from types import TracebackType
 
 import httpx
 
-from tests.conftest import store_env
+from tests.conftest import rows_holding, store_env
 
 ADMIN_PASSWORD = "served-admin-password"
 CHATBOX = str(Path(sys.executable).parent / "chatbox")  # the console script pip installed
@@ -202,6 +202,11 @@ class Served:
     def log(self) -> str:
         """Everything the process wrote so far (stdout and stderr, every start)."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def holding(self, secret: str) -> list[str]:
+        """Where the box keeps `secret`: files under its data directory, and on PostgreSQL
+        the tables with a live row holding it (any case)."""
+        return files_holding(self.data_dir, secret) + rows_holding(self.database, secret)
 
     def files(self) -> list[Path]:
         """Every file under the data directory."""

@@ -30,7 +30,7 @@ import pytest
 from litestar.routes import HTTPRoute
 
 from chatbox.app import create_app
-from tests.conftest import _answers_unchecked, rows_holding, run_sql, test_settings
+from tests.conftest import _answers_unchecked, run_sql, test_settings
 from tests.data.test_kv_retention_served import Decoder
 from tests.served import Served, files_holding
 
@@ -441,8 +441,7 @@ def _anywhere(box: Served, word: str) -> list[str]:
     """Files holding the word or a part of it (FTS keeps terms prefix-compressed), and on
     PostgreSQL the tables with a live row holding it."""
     parts = (word, word[:9], word[-9:])
-    found = {f for part in parts for f in files_holding(box.data_dir, part)}
-    return sorted(found | {t for part in parts for t in rows_holding(box.database, part)})
+    return sorted({f for part in parts for f in box.holding(part)})
 
 
 def test_erased_content_leaves_no_secret_after_a_crash(canary: Canary) -> None:

@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from chatbox.store import content
-from tests.conftest import rows_holding
-from tests.served import Served, files_holding
+from tests.served import Served
 
 DOCUMENT = "pangolinquartz4107"
 MEMORY = "tamarindvortex2286"
@@ -31,8 +30,7 @@ def _anywhere(box: Served, secret: str) -> list[str]:
     """Files holding the word or a part of it (FTS keeps terms prefix-compressed), and on
     PostgreSQL the tables with a live row holding it."""
     parts = (secret, secret[:9], secret[-9:])
-    found = {f for part in parts for f in files_holding(box.data_dir, part)}
-    return sorted(found | {t for part in parts for t in rows_holding(box.database, part)})
+    return sorted({f for part in parts for f in box.holding(part)})
 
 
 def test_deleted_document_memory_and_share_leave_no_word_after_a_crash(box: Served) -> None:

@@ -18,8 +18,7 @@ from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path
 from chatbox.moderation import Moderator, Verdict
 from chatbox.settings import Settings
-from tests.conftest import bearer, seed_user, test_settings
-from tests.data.conftest import files_holding
+from tests.conftest import bearer, seed_user, store_holding, test_settings
 from tests.sse import Event, parse_sse
 
 EXTRA = """
@@ -167,8 +166,7 @@ def test_a_flagged_message_in_a_temporary_chat_is_answered_and_marked(
     assert item["direction"] == "input" and item["action"] == "flag"
     assert item["source"] == "temporary chat (rule watchlist)" and not item["has_text"]
     client.blocking_portal.call(client.app.state.services.store.db.checkpoint)
-    data_dir = client.app.state.services.settings.data_dir
-    assert files_holding(data_dir, SECRET.encode()) == []
+    assert store_holding(client, SECRET) == []
 
 
 def test_a_temporary_answer_crossing_the_line_is_cut_and_nothing_of_it_kept(
@@ -208,8 +206,7 @@ def test_a_temporary_answer_crossing_the_line_is_cut_and_nothing_of_it_kept(
         "moderation_items",
     }
     client.blocking_portal.call(client.app.state.services.store.db.checkpoint)
-    data_dir = client.app.state.services.settings.data_dir
-    assert files_holding(data_dir, SECRET.encode()) == []
+    assert store_holding(client, SECRET) == []
 
 
 def test_the_temporary_streaming_bubble_shows_the_notice_in_place_of_the_answer(

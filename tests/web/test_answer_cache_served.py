@@ -115,6 +115,7 @@ def test_a_hit_is_charged_what_the_first_answer_used(box: Served, keys: dict[str
     assert usage(box, "cy") == (before[0] + 2, before[1] + 2 * spent)  # charge = "full"
 
 
+@pytest.mark.sqlite_only(reason="holds SQLite's one write lock from another process")
 def test_a_hit_waits_for_no_database_write(box: Served, keys: dict[str, str]) -> None:
     """Another process holding the database's write lock (a backup, the CLI) does not hold
     up a hit, whose usage is counted once the lock is let go."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.served import Served, files_holding
+from tests.served import Served
 
 TIMEOUT = 120.0
 
@@ -138,7 +138,7 @@ def test_zero_retention_refuses_feedback(box: Served, people: dict[str, httpx.Cl
     )
     assert r.status_code == 422 and "zero-data-retention" in r.text, r.text
     assert ann.get(f"/v1/conversations/{conv}/turns/{answer}/feedback").json()["rating"] is None
-    assert files_holding(box.data_dir, word) == []
+    assert box.holding(word) == []
 
 
 def test_erasing_the_conversation_or_the_raters_account_erases_the_comment(
@@ -148,9 +148,9 @@ def test_erasing_the_conversation_or_the_raters_account_erases_the_comment(
     gone, kept = "okapiverdant5520", "lemurcitadel7714"
     conv, _, answer = _answered(ann)
     assert _rate(ann, conv, answer, rating="down", comment=f"said {gone}").status_code == 201
-    assert files_holding(box.data_dir, gone), "the test needs the comment on disk first"
+    assert box.holding(gone), "the test needs the comment on disk first"
     assert ann.delete(f"/v1/conversations/{conv}").status_code == 204
-    assert files_holding(box.data_dir, gone) == []
+    assert box.holding(gone) == []
 
     # A member's comment on a workspace conversation that stays goes with her account.
     dee = httpx.Client(base_url=box.url, headers=box.auth(box.user("dee")), timeout=TIMEOUT)
@@ -161,8 +161,8 @@ def test_erasing_the_conversation_or_the_raters_account_erases_the_comment(
             assert admin.post(f"/v1/workspaces/{ws}/members", json={"name": name}).is_success
         assert ann.post(f"/v1/conversations/{conv}/workspace", json={"workspace_id": ws}).is_success
         assert _rate(dee, conv, answer, rating="up", comment=f"said {kept}").status_code == 201
-        assert files_holding(box.data_dir, kept)
+        assert box.holding(kept)
         assert admin.delete("/v1/admin/users/dee").status_code == 204
-    assert files_holding(box.data_dir, kept) == []
+    assert box.holding(kept) == []
     assert ann.get(f"/v1/conversations/{conv}").status_code == 200  # the conversation stays
     dee.close()
