@@ -133,8 +133,9 @@ class FeedbackRepo:
         answers outside any arm) rated since a time."""
         arm_rule = "coalesce(arm, '') = ?"
         rows = await self.db.fetchall(
-            "SELECT coalesce(sum(rating = 'up'), 0) AS up, coalesce(sum(rating = 'down'), 0)"
-            f" AS down FROM ({_LATEST}) WHERE tier = ? AND {arm_rule} AND created_at >= ?",
+            "SELECT coalesce(sum(CASE WHEN rating = 'up' THEN 1 ELSE 0 END), 0) AS up,"
+            " coalesce(sum(CASE WHEN rating = 'down' THEN 1 ELSE 0 END), 0) AS down"
+            f" FROM ({_LATEST}) AS latest WHERE tier = ? AND {arm_rule} AND created_at >= ?",
             (tier, arm or "", since),
         )
         return int(rows[0]["up"]), int(rows[0]["down"])
