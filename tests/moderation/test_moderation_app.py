@@ -22,7 +22,7 @@ from chatbox.chat.policy import default_policy_path
 from chatbox.cli import main
 from chatbox.moderation import Moderator, Verdict
 from chatbox.settings import Settings
-from tests.conftest import LiveServer, bearer, seed_user, test_settings
+from tests.conftest import LiveServer, bearer, seed_user, store_env, test_settings
 from tests.sse import Event, parse_sse
 
 EXTRA = """
@@ -200,6 +200,7 @@ def test_the_queue_is_admin_only_and_every_view_and_resolution_is_audited(
     env = {
         "CHATBOX_DATA_DIR": str(mod_settings.data_dir),
         "CHATBOX_POLICY_PATH": str(mod_settings.policy_path),
+        **store_env(mod_settings.data_dir),
     }
     runner = CliRunner()
     listed = runner.invoke(main, ["moderation", "list", "--status", "all"], env=env)
