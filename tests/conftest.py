@@ -65,6 +65,12 @@ def store_env(data_dir: Path) -> dict[str, str]:
     return {"CHATBOX_DATABASE_URL": url} if isinstance(url, str) else {}
 
 
+def as_stored(text: str) -> str:
+    """`text` as the suite's store keeps it: PostgreSQL's text holds no U+0000, which it
+    stores as U+FFFD (chatbox/store/pg.py); the tiny model's random bytes include it."""
+    return text.replace("\x00", "\ufffd") if ON_POSTGRESQL else text
+
+
 def run_sql(database: Path | str, sql: str, *rows: Sequence[object]) -> list[tuple[Any, ...]]:
     """One statement (`?` placeholders) on a test's store, outside the app: a SELECT's rows,
     or a write once per row of parameters (in one transaction)."""

@@ -9,6 +9,7 @@ from litestar.testing import TestClient
 
 from chatbox.cli import main
 from chatbox.settings import Settings
+from tests.conftest import store_env
 
 DOWN = "http://127.0.0.1:9"  # the discard port: nothing answers, so the replica stays down
 
@@ -27,6 +28,7 @@ def test_adding_draining_and_removing_a_replica_are_audited(
     env = {
         "CHATBOX_DATA_DIR": str(settings.data_dir),
         "CHATBOX_POLICY_PATH": str(settings.policy_path),
+        **store_env(settings.data_dir),
     }
     listed = CliRunner().invoke(main, ["audit", "list", "--json"], env=env)
     assert listed.exit_code == 0, listed.output
