@@ -57,7 +57,7 @@ def test_answers_stream_through_the_front(data_dir: Path, replicas: list[Replica
         assert out["kind"] == "done" and out["status"] == "complete"
         assert out["text"] and out["usage"]["completion_tokens"] == 12
         [turn] = stored_assistant_turns(server.url, server.headers, conv)
-        assert turn["content"] == out["text"]
+        assert turn["content"] == as_stored(out["text"])
         states = {r["state"] for r in fleet(server.url, server.headers).values()}
         assert states == {"healthy"}
 

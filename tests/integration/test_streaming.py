@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, as_stored
 from tests.sse import Event, parse_sse
 
 pytestmark = pytest.mark.model
@@ -63,7 +63,7 @@ def test_second_message_is_409_and_stop_keeps_partial_answer(real_server: LiveSe
         turns = read_turns(http, conv_id)
         assert [t["role"] for t in turns] == ["user", "assistant"]  # the 409 stored nothing
         streamed = "".join(tokens) + "".join(e.json()["text"] for e in rest if e.event == "token")
-        assert turns[1]["status"] == "stopped" and turns[1]["content"] == streamed != ""
+        assert turns[1]["status"] == "stopped" and turns[1]["content"] == as_stored(streamed) != ""
 
 
 def test_reconnect_with_last_event_id_gets_the_rest(real_server: LiveServer) -> None:
@@ -87,7 +87,7 @@ def test_reconnect_with_last_event_id_gets_the_rest(real_server: LiveServer) -> 
         assert ids == list(range(1, len(ids) + 1))  # no gap, no duplicate
         assert rest[-1].event == "done"
         text = "".join(e.json()["text"] for e in first + rest if e.event == "token")
-        assert wait_for_status(http, conv_id)["content"] == text
+        assert wait_for_status(http, conv_id)["content"] == as_stored(text)
 
 
 def test_client_disconnect_cancels_generation(real_server: LiveServer) -> None:
