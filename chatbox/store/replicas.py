@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatbox.store.db import Database
+
+if TYPE_CHECKING:
+    from chatbox.store.pg import PgDatabase
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 _ROWS = (
@@ -94,7 +97,7 @@ class ReplicaRepo:
                 await tx.execute("DELETE FROM replica_drains WHERE url = ?", (url,))
 
     # -- several fronts (PostgreSQL) ---------------------------------------------------------
-    def _pg(self) -> Any:
+    def _pg(self) -> PgDatabase | None:
         """The PostgreSQL database, or None on SQLite. These small idempotent writes skip
         the store's one write lock, as job claims do."""
         if self.db.dialect != "postgresql":

@@ -1,7 +1,7 @@
 """Two `chatbox serve` fronts on one PostgreSQL database share one fleet: each sees the load
-the other puts on a replica, a conversation placed off its hash order on one continues on
-the same replica from the other, a replica added, drained or removed on one is so on the
-other, and a conversation both summarise is summarised once."""
+the other puts on a replica (an OpenAI-kind one's too), a conversation placed off its hash
+order on one continues on the same replica from the other, a replica added, drained or
+removed on one is so on the other, and a conversation both summarise is summarised once."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ import pytest
 
 from chatbox.cluster.fleet import weight
 from tests.cluster.fake import FakeReplica
+from tests.cluster.fake_openai import FakeOpenAI
 from tests.pg import PgServer
 from tests.served import Served
 from tests.sse import parse_sse
 
 T = TypeVar("T")
+Replica = FakeReplica | FakeOpenAI
 PACE_S = 0.05  # one token every 50 ms at each replica
 WAIT_S = 20.0  # the most a change may take to reach the other front (it takes ~0.3 s)
 ABSENT_S = 5.0  # how long a request that should not come is waited for (it comes in ~0.1 s)
@@ -94,7 +96,7 @@ def _in_background(box: Served, key: str, conv: str, max_tokens: int) -> threadi
     return thread
 
 
-def _hashed_to(box: Served, key: str, replica: FakeReplica, among: list[FakeReplica]) -> str:
+def _hashed_to(box: Served, key: str, replica: Replica, among: list[Replica]) -> str:
     """A new conversation whose rendezvous hash order puts `replica` first."""
     for _ in range(64):
         conv = _conversation(box, key)
@@ -205,3 +207,31 @@ def test_a_replica_added_and_removed_on_one_front_is_so_on_the_other(
         )
         assert removed.status_code == 200, removed.text
         assert _until(lambda: r3.url in _replicas(b), lambda there: not there) is False
+
+
+def test_a_front_sees_the_load_another_front_puts_on_an_openai_kind_replica(
+    fleet: tuple[Served, Served, FakeReplica, FakeReplica, str],
+) -> None:
+    a, b, r1, r2, key = fleet
+    with FakeOpenAI("remote", pace_s=PACE_S) as server:
+        body = {"url": server.url, "kind": "openai", "slots": 2, "models": ["tiny=remote"]}
+        added = httpx.post(a.url + "/v1/admin/replicas/", headers=a.admin, json=body, timeout=30)
+        assert added.status_code == 201, added.text
+        assert added.json()["state"] == "healthy"
+        try:
+            state = _until(
+                lambda: _replicas(b).get(server.url, {}).get("state"), lambda s: s == "healthy"
+            )
+            assert state == "healthy"
+            conv = _hashed_to(a, key, server, [r1, r2, server])
+            stream = _in_background(a, key, conv, 60)  # three seconds there
+            try:
+                assert _until(lambda: len(server.bodies), bool)
+                # It reports no load; B learns A's count from the store.
+                there = _until(lambda: _replicas(b)[server.url]["running"], lambda n: n == 1)
+                assert there == 1
+            finally:
+                stream.join(timeout=60)
+            assert _until(lambda: _replicas(b)[server.url]["running"], lambda n: n == 0) == 0
+        finally:
+            httpx.delete(a.url + "/v1/admin/replicas/", headers=a.admin, params={"url": server.url})
