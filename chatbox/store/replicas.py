@@ -79,10 +79,14 @@ class ReplicaRepo:
         return ReplicaRow.from_row(row)
 
     async def remove(self, url: str) -> bool:
+        """Remove a table replica (and its drain: a command-line one's stays, as other
+        fronts still name it); False when the table does not hold it."""
         async with self.db.transaction() as tx:
-            await tx.execute("DELETE FROM replica_drains WHERE url = ?", (url,))
             cur = await tx.execute("DELETE FROM replicas WHERE url = ?", (url,))
-            return bool(cur.rowcount)
+            if not cur.rowcount:
+                return False
+            await tx.execute("DELETE FROM replica_drains WHERE url = ?", (url,))
+            return True
 
     async def set_draining(self, url: str, draining: bool) -> None:
         """Drain (or undrain) a replica by its URL, whether or not the table holds it."""
