@@ -129,6 +129,8 @@ def test_a_conversation_placed_off_its_hash_order_continues_there_on_the_other_f
     fleet: tuple[Served, Served, FakeReplica, FakeReplica, str],
 ) -> None:
     a, b, r1, r2, key = fleet
+    idle = _until(lambda: sum(r["running"] for r in _replicas(a).values()), lambda n: n == 0)
+    assert idle == 0  # A counts nothing left from earlier tests
     busy = _hashed_to(a, key, r1, [r1, r2])
     stream = _in_background(a, key, busy, 60)  # three seconds on r1, its hash order's first
     try:
@@ -200,8 +202,10 @@ def test_a_replica_added_and_removed_on_one_front_is_so_on_the_other(
             a.url + "/v1/admin/replicas/", headers=a.admin, json={"url": r3.url}, timeout=30
         )
         assert added.status_code == 201, added.text
-        seen = _until(lambda: _replicas(b).get(r3.url), lambda r: r is not None)
-        assert seen is not None and seen["source"] == "table" and seen["slots"] == 2
+        # B adds it, then checks it (its slots are what it reports).
+        seen = _until(lambda: _replicas(b).get(r3.url, {}), lambda r: r.get("state") == "healthy")
+        assert seen.get("state") == "healthy"
+        assert seen["source"] == "table" and seen["slots"] == 2
         removed = httpx.delete(
             a.url + "/v1/admin/replicas/", headers=a.admin, params={"url": r3.url}, timeout=30
         )
