@@ -28,6 +28,8 @@ from chatbox.store import Store, Summary, Turn
 
 log = logging.getLogger("chatbox.chat")
 SUMMARY_PRIORITY = 5  # after every live answer, before memory extraction (10)
+# How long a front's claim on summarising a conversation holds if it dies mid-way.
+SUMMARY_HOLD_S = 600.0
 SUMMARY_HEADING = "Summary of the earlier part of this conversation:"
 SYSTEM = (
     "Summarise the conversation. Keep names, places, numbers, facts, decisions and open "
@@ -195,6 +197,17 @@ class Summariser:
             return None
 
     async def _summarise(
+        self, user_id: str, conv_id: str, leaf_id: str, model: str
+    ) -> Summary | None:
+        job = f"summary:{conv_id}"
+        if not await self.store.jobs.claim(job, SUMMARY_HOLD_S):
+            return None  # another front is summarising this conversation now
+        try:
+            return await self._summarise_claimed(user_id, conv_id, leaf_id, model)
+        finally:
+            await self.store.jobs.done(job)
+
+    async def _summarise_claimed(
         self, user_id: str, conv_id: str, leaf_id: str, model: str
     ) -> Summary | None:
         try:

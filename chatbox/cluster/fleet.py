@@ -5,6 +5,11 @@ replicas of a model, so a conversation's turns land where its prefix cache is wa
 adding or removing a replica moves only that replica's share. A replica past its queue
 limit spills the request to the next in hash order. Health: an active check every few
 seconds, passive ejection on failures with exponential backoff, re-admission by a check.
+
+With several fronts on one database, a replica's load is this front's answers there plus the
+other fronts' (a chatbox replica's own running and queued counts, read with each health
+check; for an OpenAI-kind one, the counts the fronts publish in the store), and keys placed
+off their hash order are noted in the store, so another front sends them to the same replica.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -40,6 +45,14 @@ BALANCE = 0.0
 PLACED_MAX = 100_000  # routed keys remembered (the oldest are forgotten: ~10 MB)
 
 
+class Placements(Protocol):
+    """Where routed keys went off their hash order, shared by the fronts (the store)."""
+
+    async def placement(self, key: str) -> str | None: ...
+
+    async def place(self, key: str, url: str) -> None: ...
+
+
 def weight(key: str, url: str) -> int:
     digest = hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
@@ -59,6 +72,7 @@ class Member:
     ejected_until: float = 0.0
     last_error: str | None = None
     inflight: dict[str, int] = field(default_factory=dict)  # model -> answers running here
+    others: dict[str, int] = field(default_factory=dict)  # model -> other fronts' answers here
     served: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
@@ -81,8 +95,12 @@ class Member:
     def running(self) -> int:
         return sum(self.inflight.values())
 
+    def load(self, model: str) -> int:
+        """Answers running or queued here for the model, from every front."""
+        return self.inflight.get(model, 0) + self.others.get(model, 0)
+
     def view(self) -> dict[str, Any]:
-        running = self.running()
+        running = self.running() + sum(self.others.values())
         return {
             "url": self.url,
             "kind": self.spec.kind,
@@ -118,6 +136,8 @@ class Fleet:
         self.members: dict[str, Member] = {}
         # routed keys -> the replica their last answer went to (where their KV is)
         self._placed: OrderedDict[str, str] = OrderedDict()
+        self.placements: Placements | None = None  # shared with other fronts (PostgreSQL)
+        self._writes: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         registry = metrics if metrics is not None else CollectorRegistry()
         self.spills = Counter(
@@ -150,6 +170,7 @@ class Fleet:
         member = Member(spec, client_for(spec, self.timeout_s), source, draining)
         if old is not None:
             member.inflight = old.inflight  # running answers keep being counted
+            member.others = old.others
             asyncio.get_running_loop().create_task(old.client.close())
         self.members[spec.url] = member
         return member
@@ -190,41 +211,68 @@ class Fleet:
         slots' share of the model's running answers, so a burst of new conversations spreads
         over the fleet instead of piling onto whichever replica most of them hash to.
         """
-        order = [m for m in self.order(model, key) if m.url not in exclude]
+        ranked = self.order(model, key)
+        order = [m for m in ranked if m.url not in exclude]
         if not order:
             return None
         placed = self._placed.get(key) if key else None
         if placed is not None:
             order.sort(key=lambda m: m.url != placed)  # stable: the rest keep hash order
         else:
-            total = sum(m.inflight.get(model, 0) for m in order) + 1
+            total = sum(m.load(model) for m in order) + 1
             slots = sum(m.slots for m in order)
             for member in order:
                 share = math.ceil((1 + BALANCE) * total * member.slots / slots)
-                if self._room(member, model) and member.inflight.get(model, 0) < share:
-                    self._place(key, member, member is not order[0], model)
+                if self._room(member, model) and member.load(model) < share:
+                    self._place(key, member, member is not order[0], model, ranked[0])
                     return member
         # Its replica (or, for a new key, every one) is past its share: the first with room.
         for member in order:
             if self._room(member, model):
-                self._place(key, member, member is not order[0], model)
+                self._place(key, member, member is not order[0], model, ranked[0])
                 return member
         # All past their limit: the least queued (a replica's own full queue answers 429)
-        return min(order, key=lambda m: m.inflight.get(model, 0) - m.slots)
+        return min(order, key=lambda m: m.load(model) - m.slots)
 
     def _room(self, member: Member, model: str) -> bool:
-        return member.inflight.get(model, 0) < member.slots + self.queue_limit
+        return member.load(model) < member.slots + self.queue_limit
 
-    def _place(self, key: str, member: Member, spilled: bool, model: str) -> None:
-        """Remember where a key's answer went (the LRU of keys forgets the oldest)."""
+    def _place(self, key: str, member: Member, spilled: bool, model: str, first: Member) -> None:
+        """Remember where a key's answer went (the LRU of keys forgets the oldest); one
+        placed off its hash order (or moved back to it) is also noted for the other fronts."""
         if spilled:
             self.spills.labels(model).inc()
         if not key:
             return
+        before = self._placed.get(key)
         self._placed[key] = member.url
         self._placed.move_to_end(key)
         while len(self._placed) > PLACED_MAX:
             self._placed.popitem(last=False)
+        shared = member is not first or (before is not None and before != member.url)
+        if shared and self.placements is not None and member.source != LOCAL:
+            task = asyncio.get_running_loop().create_task(self._share(key, member.url))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+
+    async def _share(self, key: str, url: str) -> None:
+        try:
+            assert self.placements is not None
+            await self.placements.place(key, url)
+        except Exception as exc:  # routing goes on; other fronts use the hash order
+            log.warning("could not share where %s was placed: %s", key[:12], exc)
+
+    async def recall(self, key: str) -> None:
+        """A key this front has not routed: where another front placed it, if anywhere."""
+        if not key or key in self._placed or self.placements is None:
+            return
+        try:
+            url = await self.placements.placement(key)
+        except Exception as exc:  # the hash order is a fine fallback
+            log.warning("could not read where %s was placed: %s", key[:12], exc)
+            return
+        if url is not None and url in self.members and key not in self._placed:
+            self._placed[key] = url
 
     @contextmanager
     def lease(self, member: Member, model: str) -> Iterator[None]:
@@ -253,14 +301,14 @@ class Fleet:
     def stats(self, model: str) -> EngineStats | None:
         """The model's combined load and capacity over its available replicas (the local
         engine among them where this front keeps one), for admission: each replica's slots
-        (its engine's, per model) and the answers this front has running or queued there.
+        (its engine's, per model) and the answers every front has running or queued there.
         None while no replica can take the model."""
         members = [m for m in self.members.values() if m.available and m.serves(model)]
         if not members:
             return None
         running = queued = slots = 0
         for m in members:
-            here = m.inflight.get(model, 0)
+            here = m.load(model)
             running += min(here, m.slots)
             queued += max(0, here - m.slots)
             slots += m.slots
@@ -281,6 +329,7 @@ class Fleet:
         if member.source == LOCAL:  # no network between: healthy once its backoff is over
             member.health, member.state = await member.client.health(), "healthy"
             return
+        before = dict(member.inflight)
         try:
             member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)
         except (ReplicaFailed, TimeoutError) as exc:
@@ -292,6 +341,16 @@ class Fleet:
         if member.state != "healthy":
             log.info("replica %s is healthy (%s)", member.url, ", ".join(member.health.models))
         member.state = "healthy"
+        if member.health.stats:  # a chatbox replica counts every front's answers
+            member.others = {
+                model: max(
+                    0,
+                    s.running
+                    + s.queue_depth
+                    - max(before.get(model, 0), member.inflight.get(model, 0)),
+                )
+                for model, s in member.health.stats.items()
+            }
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(m) for m in list(self.members.values())))
@@ -313,5 +372,6 @@ class Fleet:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        await asyncio.gather(*self._writes, return_exceptions=True)
         for member in list(self.members.values()):
             await member.client.close()

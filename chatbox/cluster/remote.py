@@ -180,6 +180,7 @@ class RemoteGeneration:
         tried: set[str] = set()
         busy = False
         try:
+            await fleet.recall(key)  # placed off its hash order by another front?
             while True:
                 member = fleet.pick(model, key, tried)
                 if member is None:

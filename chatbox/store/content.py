@@ -477,6 +477,31 @@ TABLES: tuple[Table, ...] = (
         why="router mode's configuration",
     ),
     Table(
+        "replica_drains",
+        None,
+        plain={"url": "a replica's address"},
+        why="which replicas take no new work (router mode's configuration)",
+    ),
+    Table(
+        "replica_placements",
+        None,
+        plain={
+            "key": "a conversation's id, or a one-way hash of an API call's first messages",
+            "url": "a replica's address",
+        },
+        why="where routed keys' caches are, shared by the fronts; dropped after a week unused",
+    ),
+    Table(
+        "replica_loads",
+        None,
+        plain={
+            "front": "a running front's random id",
+            "url": "a replica's address",
+            "model": NAMES_MODEL,
+        },
+        why="how many answers each front has on each replica now, for admission",
+    ),
+    Table(
         "mcp_servers",
         None,
         plain={

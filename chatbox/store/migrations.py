@@ -680,6 +680,30 @@ async def _shared_limits(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _shared_fleet(conn: aiosqlite.Connection) -> None:
+    # Router mode over several fronts: a drain is kept per replica URL (flag replicas
+    # included), where each routed key went off its hash order, and the answers each front
+    # has on each OpenAI-kind replica (which reports no load of its own).
+    await _script(
+        conn,
+        """
+        CREATE TABLE replica_drains (url TEXT PRIMARY KEY, at REAL NOT NULL);
+        INSERT INTO replica_drains (url, at) SELECT url, added_at FROM replicas WHERE draining = 1;
+        ALTER TABLE replicas DROP COLUMN draining;
+        CREATE TABLE replica_placements (key TEXT PRIMARY KEY, url TEXT NOT NULL, at REAL NOT NULL);
+        CREATE INDEX replica_placements_by_age ON replica_placements (at);
+        CREATE TABLE replica_loads (
+            front TEXT NOT NULL,
+            url TEXT NOT NULL,
+            model TEXT NOT NULL,
+            answers INTEGER NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (front, url, model)
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -700,6 +724,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0017_tool_turns", _tool_turns),
     ("0018_draft_front", _draft_front),
     ("0019_shared_limits", _shared_limits),
+    ("0020_shared_fleet", _shared_fleet),
 ]
 
 

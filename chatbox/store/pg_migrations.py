@@ -530,6 +530,26 @@ POSTGRESQL: dict[str, list[str]] = {
             until DOUBLE PRECISION NOT NULL
         )""",
     ],
+    "0020_shared_fleet": [
+        "CREATE TABLE replica_drains (url TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL)",
+        "INSERT INTO replica_drains (url, at)"
+        " SELECT url, added_at FROM replicas WHERE draining = 1",
+        "ALTER TABLE replicas DROP COLUMN draining",
+        """CREATE TABLE replica_placements (
+            key TEXT PRIMARY KEY,
+            url TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX replica_placements_by_age ON replica_placements (at)",
+        """CREATE TABLE replica_loads (
+            front TEXT NOT NULL,
+            url TEXT NOT NULL,
+            model TEXT NOT NULL,
+            answers BIGINT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (front, url, model)
+        )""",
+    ],
 }
 
 

@@ -28,8 +28,10 @@ class FakeOpenAI:
         model: str = "remote",
         die_after: int | None = None,
         died: threading.Event | None = None,
+        pace_s: float = 0.002,
     ) -> None:
         self.model = model
+        self.pace_s = pace_s  # between tokens
         self.die_after = die_after
         self.died = died or threading.Event()
         self.bodies: list[dict[str, Any]] = []  # every completion request, in order
@@ -71,7 +73,7 @@ class FakeOpenAI:
                     if i == max_tokens - 1:
                         choice["finish_reason"] = "length"
                     self._event({"choices": [choice]})
-                    time.sleep(0.002)
+                    time.sleep(fake.pace_s)
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}
                 self._event({"choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")

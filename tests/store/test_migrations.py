@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from chatbox.store import Database, migrations, open_database, pg_migrations
+from chatbox.store.replicas import ReplicaRepo
 from tests.pg import PgServer
 
 # What databases in use have recorded in their `migrations` table, in the order applied.
@@ -102,3 +103,42 @@ async def test_an_older_postgresql_database_gets_exactly_the_steps_it_lacks(
     assert [r["name"] for r in recorded] == [n for n, _ in every]
     assert await db.tables() == want
     await db.close()
+
+
+async def _drained_before_the_drain_table(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica drained in the table's own column, then the upgrade: it is still drained."""
+    every = migrations.MIGRATIONS
+    steps = [name for name, _ in every].index("0020_shared_fleet")
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", every[:steps])
+        old = await open_database(target)
+        async with old.transaction() as tx:
+            for url, draining in (("http://a:9001", 1), ("http://b:9001", 0)):
+                await tx.execute(
+                    "INSERT INTO replicas (url, kind, draining, added_at) VALUES (?, ?, ?, ?)",
+                    (url, "chatbox", draining, 1.0),
+                )
+        await old.close()
+    db = await open_database(target)
+    repo = ReplicaRepo(db)
+    assert {r.url: r.draining for r in await repo.list()} == {
+        "http://a:9001": True,
+        "http://b:9001": False,
+    }
+    assert await repo.drains() == {"http://a:9001"}
+    await db.close()
+
+
+async def test_a_drained_replica_stays_drained_through_the_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _drained_before_the_drain_table(str(tmp_path / "old.sqlite"), monkeypatch)
+
+
+async def test_a_drained_replica_stays_drained_through_the_postgresql_upgrade(
+    postgres: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = await asyncpg.connect(postgres.url("postgres"))
+    await conn.execute("CREATE DATABASE old_drains")
+    await conn.close()
+    await _drained_before_the_drain_table(postgres.url("old_drains"), monkeypatch)
