@@ -129,6 +129,7 @@ async def _drained_before_the_drain_table(target: str, monkeypatch: pytest.Monke
     await db.close()
 
 
+@pytest.mark.sqlite_only(reason="an older SQLite file upgraded")
 async def test_a_drained_replica_stays_drained_through_the_upgrade(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

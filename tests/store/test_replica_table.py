@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from chatbox.store import Store
 from tests.pg import PgServer
 
@@ -55,6 +57,7 @@ async def test_fronts_share_placements_and_their_loads(postgres: PgServer) -> No
         await b.close()
 
 
+@pytest.mark.sqlite_only(reason="SQLite's one front keeps its placements to itself")
 async def test_one_front_on_sqlite_keeps_placements_and_loads_to_itself(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "chatbox.db")
     try:
