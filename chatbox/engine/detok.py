@@ -1,8 +1,7 @@
 """UTF-8-safe incremental detokenizing with stop-string holdback.
 
 Tokens arrive as byte pieces. Incomplete UTF-8 sequences are held until complete (invalid
-bytes become U+FFFD, as does U+0000, which no text format a client reads or a store keeps
-wants), and any text tail that could be the start of a stop string is held
+bytes become U+FFFD), and any text tail that could be the start of a stop string is held
 until it either completes the stop (generation ends, the stop is not emitted) or diverges.
 """
 
@@ -69,8 +68,6 @@ class StopTextStream:
         return 0
 
     def _emit(self, text: str) -> str:
-        if "\x00" in text:  # PostgreSQL's text cannot hold it: stream what is stored
-            text = text.replace("\x00", "\ufffd")
         if self._lstrip and not self._started:
             text = text.lstrip()
         self._started = self._started or bool(text)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from chatbox.store.run_channel import RunChannel
 
 log = logging.getLogger("chatbox.store")
+CHECKPOINT_TRIES = 5  # a checkpoint refused by a read on the same connection is retried
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 PRIVATE_FILE_MODE = 0o600  # the database and its -wal/-shm: this user's eyes only
 # The user a request (and every task it starts) acts for: their writes and reads are paired
@@ -268,10 +269,24 @@ class SqliteDatabase(Database):
 
     async def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it (erased pages leave the WAL too)."""
-        async with self._write_lock, self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
-            busy = await cur.fetchone()
-        if busy is not None and busy[0]:  # another process (the CLI) was reading
-            log.warning("the WAL checkpoint was blocked; erased pages leave the WAL at the next")
+        for attempt in range(CHECKPOINT_TRIES):
+            try:
+                async with (
+                    self._write_lock,
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur,
+                ):
+                    busy = await cur.fetchone()
+            except sqlean.OperationalError as exc:
+                # A read on this connection still had a statement open ("table is locked"):
+                # the erasure itself is committed, only the WAL's copy waits.
+                if "locked" not in str(exc):
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+                continue
+            if busy is not None and busy[0]:  # another process (the CLI) was reading
+                break
+            return
+        log.warning("the WAL checkpoint was blocked; erased pages leave the WAL at the next")
 
     async def integrity_ok(self) -> bool:
         row = await self.fetchone("PRAGMA integrity_check")

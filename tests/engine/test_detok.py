@@ -67,7 +67,3 @@ def test_transcript_answer_loses_its_leading_space_and_the_next_user_line() -> N
     inner = StopTextStream(lstrip=True)
     assert "".join(feed_all(inner, [b"a", b" b", b"  c"])) == "a b  c"  # only the start
 
-
-def test_a_nul_byte_is_streamed_as_the_replacement_character() -> None:
-    s = StopTextStream(stops=["</s>"])
-    assert s.feed(b"a\x00") + s.feed(b"b") + s.finish() == "a\ufffdb"

@@ -99,3 +99,20 @@ async def test_other_users_do_not_see_a_conversation(database: Path | str) -> No
     assert not await store.conversations.delete(bob.id, conv.id)
     assert (await store.conversations.get(alice.id, conv.id)).title == "secret"  # type: ignore[union-attr]
     await store.close()
+
+
+@pytest.mark.sqlite_only(reason="a WAL checkpoint refused by a read on the same SQLite connection")
+async def test_a_checkpoint_behind_an_open_read_waits_its_turn(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "chatbox.db")
+    try:
+        db = store.db
+        for i in range(3):
+            await db.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (f"k{i}", "v"))
+        await db.conn.commit()
+        cursor = await db.conn.execute("SELECT key FROM meta")
+        assert await cursor.fetchone() is not None  # a statement left open mid-read
+        await db.checkpoint()  # waits, then leaves the WAL for the next one: no error
+        await cursor.close()
+        await db.checkpoint()
+    finally:
+        await store.close()
