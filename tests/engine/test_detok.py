@@ -66,4 +66,3 @@ def test_transcript_answer_loses_its_leading_space_and_the_next_user_line() -> N
     assert out[0] == "The"  # nothing empty or blank streamed first
     inner = StopTextStream(lstrip=True)
     assert "".join(feed_all(inner, [b"a", b" b", b"  c"])) == "a b  c"  # only the start
-
