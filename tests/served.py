@@ -23,12 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
 from tests.conftest import rows_holding, store_env
+from tests.sse import Event, parse_sse
 
 ADMIN_PASSWORD = "served-admin-password"
 CHATBOX = str(Path(sys.executable).parent / "chatbox")  # the console script pip installed
@@ -207,6 +210,29 @@ class Served:
         """Where the box keeps `secret`: files under its data directory, and on PostgreSQL
         the tables with a live row holding it (any case)."""
         return files_holding(self.data_dir, secret) + rows_holding(self.database, secret)
+
+    def conversation(self, key: str) -> str:
+        """A new conversation of the key's user; its id."""
+        resp = httpx.post(
+            self.url + "/v1/conversations", headers=self.auth(key), json={}, timeout=30
+        )
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+    @contextmanager
+    def turn(
+        self, key: str, conv: str, text: str, max_tokens: int
+    ) -> Iterator[tuple[httpx.Response, Iterator[Event]]]:
+        """A turn's answer as it streams: the response (its headers) and its events."""
+        with httpx.stream(
+            "POST",
+            f"{self.url}/v1/conversations/{conv}/turns",
+            headers=self.auth(key),
+            json={"content": text, "max_tokens": max_tokens},
+            timeout=180,
+        ) as resp:
+            assert resp.status_code == 200, resp.read().decode()
+            yield resp, parse_sse(resp.iter_lines())
 
     def files(self) -> list[Path]:
         """Every file under the data directory."""

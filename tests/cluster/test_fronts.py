@@ -4,7 +4,6 @@ loses no stored turn (the answer is stored as interrupted, as a restart does on 
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -47,28 +46,6 @@ def fronts(
             a.kill()
 
 
-def _conversation(box: Served, key: str) -> str:
-    resp = httpx.post(box.url + "/v1/conversations", headers=box.auth(key), json={}, timeout=30)
-    assert resp.status_code == 201, resp.text
-    return str(resp.json()["id"])
-
-
-@contextlib.contextmanager
-def _ask(
-    box: Served, key: str, conv: str, text: str, max_tokens: int
-) -> Iterator[tuple[httpx.Response, Iterator[Event]]]:
-    """A turn's answer as it streams: the response (its headers) and its events."""
-    with httpx.stream(
-        "POST",
-        f"{box.url}/v1/conversations/{conv}/turns",
-        headers=box.auth(key),
-        json={"content": text, "max_tokens": max_tokens},
-        timeout=180,
-    ) as resp:
-        assert resp.status_code == 200, resp.read().decode()
-        yield resp, parse_sse(resp.iter_lines())
-
-
 def _tokens(events: list[Event]) -> str:
     return "".join(e.json()["text"] for e in events if e.event == "token")
 
@@ -83,8 +60,8 @@ def test_a_conversation_started_on_one_front_continues_on_the_other(
     fronts: tuple[Served, Served, str],
 ) -> None:
     a, b, key = fronts
-    conv = _conversation(a, key)
-    with _ask(a, key, conv, "first, on A", 40) as (_, events):
+    conv = a.conversation(key)
+    with a.turn(key, conv, "first, on A", 40) as (_, events):
         # While A writes the answer, B refuses a second one in the same conversation, as
         # one front does.
         busy = httpx.post(
@@ -96,7 +73,7 @@ def test_a_conversation_started_on_one_front_continues_on_the_other(
         assert busy.status_code == 409, busy.text
         seen = list(events)
     assert seen[-1].event == "done" and seen[-1].json()["status"] == "complete"
-    with _ask(b, key, conv, "second, on B", 5) as (_, events):
+    with b.turn(key, conv, "second, on B", 5) as (_, events):
         assert list(events)[-1].json()["status"] == "complete"
     turns = _turns(a, key, conv)
     assert [(t["role"], t["content"]) for t in turns][::2] == [
@@ -111,8 +88,8 @@ def test_an_answer_streaming_on_one_front_resumes_on_the_other(
     fronts: tuple[Served, Served, str],
 ) -> None:
     a, b, key = fronts
-    conv = _conversation(a, key)
-    with _ask(a, key, conv, "a long one, please", 100) as (resp, events):
+    conv = a.conversation(key)
+    with a.turn(key, conv, "a long one, please", 100) as (resp, events):
         turn = resp.headers["x-turn-id"]
         first: list[Event] = []
         for event in events:
@@ -147,13 +124,13 @@ def test_a_front_killed_mid_answer_loses_no_stored_turn(
     fronts: tuple[Served, Served, str],
 ) -> None:
     a, b, key = fronts
-    conv = _conversation(a, key)
-    with _ask(a, key, conv, "a short one", 3) as (_, events):
+    conv = a.conversation(key)
+    with a.turn(key, conv, "a short one", 3) as (_, events):
         assert list(events)[-1].json()["status"] == "complete"
     before = _turns(b, key, conv)
     seen: list[Event] = []
     on_b: list[Event] = []
-    with _ask(a, key, conv, "a very long one", 400) as (resp, events):
+    with a.turn(key, conv, "a very long one", 400) as (resp, events):
         turn = resp.headers["x-turn-id"]
         started = time.monotonic()
         for event in events:  # past a draft save (every 0.5 s), so text is stored
@@ -178,7 +155,7 @@ def test_a_front_killed_mid_answer_loses_no_stored_turn(
     shown = _tokens(seen) + _tokens(on_b)
     assert answer["content"] and shown.startswith(answer["content"])
     # The conversation goes on, on B.
-    with _ask(b, key, conv, "and now?", 3) as (_, events):
+    with b.turn(key, conv, "and now?", 3) as (_, events):
         assert list(events)[-1].json()["status"] == "complete"
 
 

@@ -19,7 +19,6 @@ from tests.cluster.fake import FakeReplica
 from tests.cluster.fake_openai import FakeOpenAI
 from tests.pg import PgServer
 from tests.served import Served
-from tests.sse import parse_sse
 
 T = TypeVar("T")
 Replica = FakeReplica | FakeOpenAI
@@ -49,7 +48,7 @@ def fleet(
         with a, b:
             key = a.user("ann", tier="paid")
             for box in (a, b):  # each front's first answer loads what answers need
-                assert _ask(box, key, _conversation(box, key), "hi", 1) == "complete"
+                assert _ask(box, key, box.conversation(key), "hi", 1) == "complete"
             yield a, b, r1, r2, key
 
 
@@ -69,23 +68,10 @@ def _replicas(box: Served) -> dict[str, dict[str, Any]]:
     return {r["url"]: r for r in resp.json()["replicas"]}
 
 
-def _conversation(box: Served, key: str) -> str:
-    resp = httpx.post(box.url + "/v1/conversations", headers=box.auth(key), json={}, timeout=30)
-    assert resp.status_code == 201, resp.text
-    return str(resp.json()["id"])
-
-
 def _ask(box: Served, key: str, conv: str, text: str, max_tokens: int) -> str:
     """A turn, read to its end; the answer's status."""
-    with httpx.stream(
-        "POST",
-        f"{box.url}/v1/conversations/{conv}/turns",
-        headers=box.auth(key),
-        json={"content": text, "max_tokens": max_tokens},
-        timeout=180,
-    ) as resp:
-        assert resp.status_code == 200, resp.read().decode()
-        events = list(parse_sse(resp.iter_lines()))
+    with box.turn(key, conv, text, max_tokens) as (_, stream):
+        events = list(stream)
     assert events[-1].event == "done", events[-3:]
     return str(events[-1].json()["status"])
 
@@ -99,7 +85,7 @@ def _in_background(box: Served, key: str, conv: str, max_tokens: int) -> threadi
 def _hashed_to(box: Served, key: str, replica: Replica, among: list[Replica]) -> str:
     """A new conversation whose rendezvous hash order puts `replica` first."""
     for _ in range(64):
-        conv = _conversation(box, key)
+        conv = box.conversation(key)
         if max(among, key=lambda r: weight(conv, r.url)) is replica:
             return conv
     raise AssertionError("no conversation hashed to the replica")
@@ -109,7 +95,7 @@ def test_a_front_sees_the_load_another_front_puts_on_the_replicas(
     fleet: tuple[Served, Served, FakeReplica, FakeReplica, str],
 ) -> None:
     a, b, r1, r2, key = fleet
-    streams = [_in_background(a, key, _conversation(a, key), 80) for _ in range(2)]
+    streams = [_in_background(a, key, a.conversation(key), 80) for _ in range(2)]
     try:
         assert _until(lambda: r1.running + r2.running, lambda n: n == 2) == 2
         # A has two answers running; B has none of its own, and its view counts A's.
@@ -150,7 +136,7 @@ def test_two_fronts_summarising_one_conversation_ask_the_model_once(
     fleet: tuple[Served, Served, FakeReplica, FakeReplica, str],
 ) -> None:
     a, b, r1, r2, key = fleet
-    conv = _conversation(a, key)
+    conv = a.conversation(key)
     r1.summaries_go.clear()
     r2.summaries_go.clear()
     try:
