@@ -131,7 +131,8 @@ class LlamaEngine:
         per_seq = self.info.n_ctx_per_seq
         if self._timed:
             self._timed, ubatches = False, (s.n_ubatch, self._flash.n_ubatch)
-            timing = partial(choose_apart, self.model, threads, *ubatches, s.kernel_cache)
+            kv_type = self.model.fitting_kv_type(s.kv_type)
+            timing = partial(choose_apart, self.model, threads, *ubatches, s.kernel_cache, kv_type)
             if await asyncio.to_thread(timing):
                 self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id

@@ -5,16 +5,17 @@ On CPU with a stream per slot llama.cpp can attend either way, and which one win
 the processor: on one 2-core machine plain attention cost half as much deep in a
 conversation, on another flash attention was the faster for new conversations and about even
 deeper in. So where the settings and the hardware leave the choice open
-(`tuning.attention`), the engine times both kernels on a small context: one and 8 streams
-decoding shallow and deep, and a follow-up turn's prompt, and keeps the one with the lower
-geometric mean of those times. The verdict is kept in a file
+(`tuning.attention`), the engine times both kernels, with the KV cache type it serves: one
+and 8 streams decoding shallow and deep, and a follow-up turn's prompt in a conversation of
+DEEP and of DEEPER tokens, and keeps plain attention unless flash attention's geometric mean
+of those times is lower by FLASH_MARGIN. The verdict is kept in a file
 (`EngineSettings.kernel_cache`), so only a model's first start on a machine pays (a few
 seconds on 2 cores).
 
-What the shapes leave out: ggml's CPU flash kernel tiles only prompts of 64 tokens or more
-and takes shorter ones a query row at a time over every cell, so deeper than DEEP a short
-follow-up costs up to twice plain attention's time (`benchmarks/followup.py`). The shapes
-weigh the decode steps, most of a turn's time, at the depths of a chat load.
+ggml's CPU flash kernel tiles only prompts of 64 tokens or more and takes shorter ones a
+query row at a time over every cell, so deep in a conversation a short follow-up costs it up
+to twice plain attention's time (`benchmarks/followup.py`): the deeper follow-up is timed
+for that, and a near tie, which on a shared machine is noise, keeps plain attention.
 """
 
 from __future__ import annotations
@@ -35,13 +36,23 @@ log = logging.getLogger("chatbox.engine")
 
 SEQS = 8  # streams decoding together in the batched shapes
 SHALLOW, DEEP, FOLLOW = 64, 512, 16  # depths of a new and of a long conversation; a prompt
-CELLS = 1024  # per stream: DEEP, a follow-up and the steps timed after it fit
+DEEPER = 1536  # a long conversation's follow-up (stream 0 only)
+CELLS = 2048  # per stream: DEEPER and a follow-up fit
 REPS, WARM = 6, 2  # timed steps per shape (the median is kept), after untimed ones
-SHAPES = ("1 stream shallow", "8 streams shallow", "1 stream deep", "8 streams deep", "follow-up")
+SHAPES = (
+    "1 stream shallow",
+    "8 streams shallow",
+    "1 stream deep",
+    "8 streams deep",
+    "follow-up",
+    "follow-up deeper",
+)
+FLASH_MARGIN = 0.9  # flash attention's time ratio to plain must be under this to be kept
 
 
-def machine_key(model_path: Path, threads: int) -> str:
-    """What the verdict depends on: the model file, the processor, the build, the threads."""
+def machine_key(model_path: Path, threads: int, kv_type: str = "f16") -> str:
+    """What the verdict depends on: the model file, the processor, the build, the threads,
+    the KV cache type and the shapes timed."""
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -51,7 +62,7 @@ def machine_key(model_path: Path, threads: int) -> str:
         pass
     st = model_path.stat()
     raw = f"{model_path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{cpu}:{threads}"
-    raw += f":{getattr(llama_cpp, '__version__', '')}"
+    raw += f":{getattr(llama_cpp, '__version__', '')}:{kv_type}:{','.join(SHAPES)}"
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
@@ -96,7 +107,9 @@ def _copy_to_all(ctx: Context) -> None:
         ctx.seq_cp(0, seq, -1, -1)
 
 
-def time_kernel(model: Model, threads: int, flash: bool, ubatch: int) -> list[float]:
+def time_kernel(
+    model: Model, threads: int, flash: bool, ubatch: int, kv_type: str = "f16"
+) -> list[float]:
     """Seconds per step of each of SHAPES with one kernel."""
     params = ContextParams(
         n_ctx=SEQS * CELLS,
@@ -107,6 +120,7 @@ def time_kernel(model: Model, threads: int, flash: bool, ubatch: int) -> list[fl
         n_ubatch=ubatch,
         flash_attn=flash,
         kv_unified=False,
+        kv_type=kv_type,
     )
     ctx = Context(model, params)
     batch = Batch(512)
@@ -118,23 +132,31 @@ def time_kernel(model: Model, threads: int, flash: bool, ubatch: int) -> list[fl
         _fill(ctx, batch, 0, SHALLOW, DEEP)
         _copy_to_all(ctx)
         out += [_steps(ctx, batch, 1, DEEP, 1), _steps(ctx, batch, SEQS, DEEP, 1)]
-        return [*out, _steps(ctx, batch, 1, DEEP, FOLLOW)]
+        out.append(_steps(ctx, batch, 1, DEEP, FOLLOW))
+        _fill(ctx, batch, 0, DEEP, DEEPER)
+        return [*out, _steps(ctx, batch, 1, DEEPER, FOLLOW)]
     finally:
         batch.free()
         ctx.close()
 
 
 def faster_is_flash(plain: list[float], flash: list[float]) -> tuple[bool, float]:
-    """Whether flash attention wins, and its geometric-mean time ratio to plain attention."""
+    """Whether flash attention wins (by FLASH_MARGIN), and its geometric-mean time ratio to
+    plain attention."""
     ratio = statistics.geometric_mean([f / p for f, p in zip(flash, plain, strict=True)])
-    return ratio < 1.0, ratio
+    return ratio < FLASH_MARGIN, ratio
 
 
 def choose(
-    model: Model, threads: int, plain_ubatch: int, flash_ubatch: int, cache: Path | None
+    model: Model,
+    threads: int,
+    plain_ubatch: int,
+    flash_ubatch: int,
+    cache: Path | None,
+    kv_type: str = "f16",
 ) -> bool:
     """True: flash attention is the faster kernel here (timed now or remembered)."""
-    key = machine_key(Path(model.path), threads)
+    key = machine_key(Path(model.path), threads, kv_type)
     known: dict[str, dict[str, object]] = {}
     if cache is not None and cache.is_file():
         try:
@@ -144,8 +166,8 @@ def choose(
     entry = known.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("flash"), bool):
         return bool(entry["flash"])
-    plain = time_kernel(model, threads, False, plain_ubatch)
-    flash = time_kernel(model, threads, True, flash_ubatch)
+    plain = time_kernel(model, threads, False, plain_ubatch, kv_type)
+    flash = time_kernel(model, threads, True, flash_ubatch, kv_type)
     use_flash, ratio = faster_is_flash(plain, flash)
     rows = zip(SHAPES, plain, flash, strict=True)
     table = ", ".join(f"{name} {p * 1e3:.1f}/{f * 1e3:.1f} ms" for name, p, f in rows)
@@ -175,7 +197,12 @@ def choose(
 
 
 def choose_apart(
-    model: Model, threads: int, plain_ubatch: int, flash_ubatch: int, cache: Path | None
+    model: Model,
+    threads: int,
+    plain_ubatch: int,
+    flash_ubatch: int,
+    cache: Path | None,
+    kv_type: str = "f16",
 ) -> bool:
     """choose() on a thread of its own that ends with it (False where timing fails).
 
@@ -187,7 +214,7 @@ def choose_apart(
 
     def run() -> None:
         try:
-            out.append(choose(model, threads, plain_ubatch, flash_ubatch, cache))
+            out.append(choose(model, threads, plain_ubatch, flash_ubatch, cache, kv_type))
         except Exception as exc:  # a failed timing must not keep the model from serving
             log.warning("timing the attention kernels failed (plain attention): %s", exc)
 
