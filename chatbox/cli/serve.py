@@ -31,7 +31,7 @@ from chatbox.settings import Settings, settings_from_env
     "--kv-type",
     type=click.Choice(["f16", "q8_0", "q4_0", "q8_0/f16", "q4_0/f16"]),
     default=None,
-    help="KV cache element type, or keys/values apart (default q8_0/f16).",
+    help="KV cache element type, or keys/values apart (default q8_0).",
 )
 @click.option(
     "--cpu-requant/--no-cpu-requant",
