@@ -13,7 +13,9 @@ category classifier's precision/recall on the held-out set.
    (target: TTFT unchanged within noise, throughput >= 95%);
 4. the TTFT input moderation adds (on minus off, interleaved pairs) p50/p99 for (a) an
    OpenAI follow-up: a ~1,800-token history sent again with one new message, (b) a new
-   ~2,000-token message (target: p99 < 50 ms whatever the history's length).
+   ~2,000-token message, new to the moderator each time though its prompt is cached in KV
+   (its prefill's seconds would bury the difference in noise) (target: p99 < 50 ms whatever
+   the history's length).
    `--ttft-only` runs just this part.
 The app runs in-process (Services), answering through the OpenAI-API path (`chat.complete`).
 """
@@ -41,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 from chatbox.chat import ChatMessage, TokenEvent, TurnOptions  # noqa: E402
 from chatbox.chat.policy import default_policy_path  # noqa: E402
+from chatbox.moderation.checker import Moderator  # noqa: E402
 from chatbox.moderation.classifier import HELDOUT, read_labelled  # noqa: E402
 from chatbox.moderation.evaluate import evaluate  # noqa: E402
 from chatbox.services import Services  # noqa: E402
@@ -186,6 +189,17 @@ async def first_token(services: Services, user: User, messages: tuple[ChatMessag
     return ttft
 
 
+NEW_MESSAGE = "a new ~2,000-token message"
+
+
+def forget(moderator: Moderator) -> None:
+    """The moderator as if it had never seen a text: no remembered verdict, no remembered
+    message vector."""
+    moderator.verdicts.clear()
+    if moderator.embedder is not None:
+        moderator.embedder.forget()
+
+
 async def added_ttft(services: Services, user: User, samples: int) -> dict[str, Any]:
     """Input moderation's added TTFT: on minus off in interleaved pairs, each pair with a
     new message of its own (so it is really new to the verdict cache)."""
@@ -203,8 +217,12 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
             *history,
             ChatMessage("user", f"({i}) And what did you see after the mill?"),
         ),
-        "a new ~2,000-token message": lambda i: (ChatMessage("user", words(2000, f"({i})")),),
+        # The same long message each time (its prompt cached in KV, so the prefill's seconds
+        # and their noise stay out of the difference), ending in its own number (no cached
+        # answer), checked as new: the moderator forgets it before each call.
+        NEW_MESSAGE: lambda i: (ChatMessage("user", words(2000, "(new)") + f" ({i})"),),
     }
+    moderator = moderation.moderator
     out: dict[str, Any] = {}
     for name, build in cases.items():
         on: list[float] = []
@@ -213,6 +231,8 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
         for i in range(samples):
             for enabled in (True, False) if i % 2 == 0 else (False, True):
                 moderation.policy = dataclasses.replace(policy, enabled=enabled)
+                if name == NEW_MESSAGE:
+                    forget(moderator)
                 ttft = await first_token(services, user, build(i * 2 + int(enabled)))
                 (on if enabled else off).append(ttft * 1000)
                 await moderation.settled()  # the answer's check for later: not in the next
@@ -224,6 +244,7 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
             "added_p50": pct(added, 50),
             "added_p99": pct(added, 99),
             "n": len(added),
+            "added_ms": sorted(round(a, 1) for a in added),
         }
     return out
 

@@ -402,6 +402,10 @@ class Embedder:
                 del self._recent[next(iter(self._recent))]  # the oldest
         return vector
 
+    def forget(self) -> None:
+        """Drop the remembered message vectors (a benchmark measuring a first check)."""
+        self._recent.clear()
+
     async def embed_with_usage(
         self, texts: Sequence[str], urgent: bool = False, approximate: bool = False
     ) -> tuple[np.ndarray, int]:
