@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from chatbox.engine.chat_template import TRANSCRIPT, TRANSCRIPT_STOPS, ChatTemplate
 from chatbox.engine.generation import EngineGeneration
 from chatbox.engine.job import Job
-from chatbox.engine.kernels import choose_apart
+from chatbox.engine.kernels import choose, choose_apart
 from chatbox.engine.kv.disk import forget_everywhere, forget_scope_everywhere, open_store
 from chatbox.engine.kv.prefixes import common_prefix
 from chatbox.engine.llama import Context, ContextParams, Model
@@ -132,8 +132,8 @@ class LlamaEngine:
         if self._timed:
             self._timed, ubatches = False, (s.n_ubatch, self._flash.n_ubatch)
             kv_type = self.model.fitting_kv_type(s.kv_type)
-            timing = partial(choose_apart, self.model, threads, *ubatches, s.kernel_cache, kv_type)
-            if await asyncio.to_thread(timing):
+            timing = partial(choose, self.model, threads, *ubatches, s.kernel_cache, kv_type)
+            if await asyncio.to_thread(choose_apart, timing):
                 self.settings = s = self._flash
         # a unified pool of n_ctx cells, or a stream of per_seq cells for every sequence id
         n_ctx = self._cells

@@ -26,6 +26,7 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -196,15 +197,9 @@ def choose(
     return use_flash
 
 
-def choose_apart(
-    model: Model,
-    threads: int,
-    plain_ubatch: int,
-    flash_ubatch: int,
-    cache: Path | None,
-    kv_type: str = "f16",
-) -> bool:
-    """choose() on a thread of its own that ends with it (False where timing fails).
+def choose_apart(timing: Callable[[], bool]) -> bool:
+    """`timing` (a bound choose()) on a thread of its own that ends with it (False where
+    timing fails).
 
     libgomp gives every thread that starts a parallel region its own team of workers, kept
     until that thread exits: timed on a pool thread that lives on, the team would outlast
@@ -214,7 +209,7 @@ def choose_apart(
 
     def run() -> None:
         try:
-            out.append(choose(model, threads, plain_ubatch, flash_ubatch, cache, kv_type))
+            out.append(timing())
         except Exception as exc:  # a failed timing must not keep the model from serving
             log.warning("timing the attention kernels failed (plain attention): %s", exc)
 
