@@ -94,6 +94,7 @@ def test_the_prewarmer_asks_a_replica_to_load_a_model_before_its_peak_and_to_unl
                     headers=server.headers,
                     timeout=30,
                 )
+                continue  # `now` was read before the load finished: look again
             if answered is not None and "paid" not in now:
                 break
             time.sleep(0.1)
@@ -108,6 +109,7 @@ def test_the_prewarmer_asks_a_replica_to_load_a_model_before_its_peak_and_to_unl
     assert time.gmtime(first["at"]).tm_hour in (7, 8), first  # ahead of the 09:00 peak
     assert answered is not None and answered.status_code == 200, answered.text
     assert answered.json()["model"] == "paid"
+    assert any("paid" in s for s in seen), seen  # loaded on the replica in between
     assert seen[-1] == {"tiny"}, seen[-5:]
     assert all("tiny" in s for s in seen)  # started with it: the front never unloads it
 
