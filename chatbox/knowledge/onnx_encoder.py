@@ -307,6 +307,37 @@ def quantized_encoder(exact: OnnxEncoder, threads: int) -> OnnxEncoder | None:
     return encoder
 
 
+def _cut_graph(path: Path, parts: list[Path], layers: int) -> str | None:
+    """Write path's graph as two parts cut after `layers` transformer layers; the name of
+    the tensor at the cut (None: no cut there). Needs the onnx package, which a start that
+    finds both parts cached never imports (~12 MB of a process)."""
+    import onnx
+    import onnx.utils
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    # The exporter names nodes by module path: layer i's last LayerNorm ends it.
+    ends = f"layer.{layers - 1}/output/LayerNorm"
+    cut: str | None = next(
+        (
+            str(n.output[0])
+            for n in graph.node
+            if n.op_type == "LayerNormalization" and ends in n.name
+        ),
+        None,
+    )
+    if cut is None:
+        return None
+    inputs = [i.name for i in graph.input]
+    outputs = [o.name for o in graph.output]
+    for part, ins, outs in ((parts[0], inputs, [cut]), (parts[1], [cut, *inputs], outputs)):
+        if not part.exists():
+            tmp = part.with_suffix(f".{os.getpid()}.tmp")
+            with _removed_on_error(tmp):
+                onnx.utils.extract_model(str(path), str(tmp), ins, outs)
+            tmp.replace(part)
+    return cut
+
+
 def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder | None:
     """`whole`'s graph cut after its first `layers` transformer layers (the two parts cached
     beside it), or None where it cannot be cut there or the parts do not add up to it."""
@@ -315,35 +346,20 @@ def split_encoder(whole: OnnxEncoder, layers: int, threads: int) -> SplitEncoder
     path = whole.path
     parts = [path.with_name(f"{path.stem}-{part}{layers}.onnx") for part in ("front", "back")]
     try:
-        import onnx
-        import onnx.utils
-
-        graph = onnx.load(str(path), load_external_data=False).graph
-        # The exporter names nodes by module path: layer i's last LayerNorm ends it.
-        ends = f"layer.{layers - 1}/output/LayerNorm"
-        cut = next(
-            (
-                n.output[0]
-                for n in graph.node
-                if n.op_type == "LayerNormalization" and ends in n.name
-            ),
-            None,
-        )
-        if cut is None:
-            log.info("answer windows are embedded whole: no cut after layer %d", layers)
-            return None
-        inputs = [i.name for i in graph.input]
-        outputs = [o.name for o in graph.output]
-        for part, ins, outs in ((parts[0], inputs, [cut]), (parts[1], [cut, *inputs], outputs)):
-            if not part.exists():
-                tmp = part.with_suffix(f".{os.getpid()}.tmp")
-                with _removed_on_error(tmp):
-                    onnx.utils.extract_model(str(path), str(tmp), ins, outs)
-                tmp.replace(part)
+        if all(part.exists() for part in parts):
+            sessions = _session(parts[0], threads), _session(parts[1], threads)
+            front_inputs = {i.name for i in sessions[0].get_inputs()}
+            cut = next(str(i.name) for i in sessions[1].get_inputs() if i.name not in front_inputs)
+        else:
+            made = _cut_graph(path, parts, layers)
+            if made is None:
+                log.info("answer windows are embedded whole: no cut after layer %d", layers)
+                return None
+            cut = made
+            sessions = _session(parts[0], threads), _session(parts[1], threads)
         import onnxruntime
 
         key = f"{parts[0].name} onnxruntime {onnxruntime.__version__}"
-        sessions = _session(parts[0], threads), _session(parts[1], threads)
         split = SplitEncoder(*sessions, cut, whole, key)
         for text in PROBES:
             _, partial = split.front(text)

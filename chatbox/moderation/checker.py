@@ -24,7 +24,6 @@ from chatbox.moderation.classifier import (
     SCREEN_THRESHOLD,
     TRAIN,
     CategoryModel,
-    Profanity,
     model_file,
     read_labelled,
     segments,
@@ -36,6 +35,7 @@ from chatbox.moderation.policy import (
     ModerationPolicy,
     severity,
 )
+from chatbox.moderation.profanity import Profanity
 from chatbox.moderation.verdicts import VerdictCache, verdict_key
 
 log = logging.getLogger("chatbox.moderation")
@@ -140,7 +140,7 @@ class Moderator:
         self.embedder = embedder
         self.cache_dir = cache_dir
         self.metrics = metrics
-        self.profanity = Profanity()
+        self.profanity = Profanity(cache_dir)
         self.categories: CategoryModel | None = None
         self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None

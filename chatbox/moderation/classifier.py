@@ -1,15 +1,16 @@
-"""The layers that score text: profanity (a scikit-learn model shipped in the
-alt-profanity-check wheel) and the seven categories (logistic regression on MiniLM
-embeddings, trained at first start on the labelled set in data/train.tsv and cached)."""
+"""The category layer: logistic regression over MiniLM embeddings for the seven categories,
+trained at first start on the labelled set in data/train.tsv (in a child process: the
+server never imports scikit-learn) and cached as plain weights; and the labelled sets."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import threading
+import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ MAX_SEGMENTS = 64
 # category is stopped at the cut.
 SCREEN_THRESHOLD = 0.15
 SCREEN_FLOOR = 0.5  # a policy with a category threshold below this is not screened
+FIT_TIMEOUT_S = 600
 log = logging.getLogger("chatbox.moderation")
 
 
@@ -54,80 +56,6 @@ def segments(text: str) -> list[str]:
     return [text[s : s + SEGMENT_CHARS] for s in starts]
 
 
-class Profanity:
-    """P(profane) per text; None when alt-profanity-check is not installed.
-
-    The package's model is a TF-IDF vectoriser and a calibrated linear SVM (five folds, each
-    a LinearSVC and a sigmoid). scikit-learn's predict_proba spends milliseconds per message
-    on validation around five tiny products, so the folds are read once into arrays and scored
-    here with the same arithmetic (checked against the package at load; otherwise its own
-    predict_prob is used)."""
-
-    def __init__(self) -> None:
-        self._model: Any = None
-        self._folds: _SigmoidFolds | None = None
-        self._lock = threading.Lock()
-        self.available = True
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None and self.available:
-                try:
-                    import profanity_check  # a 1 MB scikit-learn model, loaded once
-
-                    self._folds = _SigmoidFolds.read(profanity_check)
-                    self._model = profanity_check
-                except ImportError:
-                    log.warning("alt-profanity-check is not installed: no profanity scores")
-                    self.available = False
-            return self._model
-
-    def scores(self, texts: Sequence[str]) -> list[float] | None:
-        model = self._load()
-        if model is None or not texts:
-            return None
-        if self._folds is not None:
-            return self._folds.scores(list(texts))
-        return [float(p) for p in model.predict_prob(list(texts))]
-
-
-class _SigmoidFolds:
-    """alt-profanity-check's calibrated SVM as arrays: P = mean over folds of
-    expit(-(a * (x . w + c) + b)), which is what CalibratedClassifierCV computes."""
-
-    def __init__(self, vectorizer: Any, weights: Any, bias: Any, a: Any, b: Any) -> None:
-        self.vectorizer = vectorizer
-        self.weights = weights  # (features, folds)
-        self.bias, self.a, self.b = bias, a, b  # (folds,) each
-
-    @classmethod
-    def read(cls, package: Any) -> _SigmoidFolds | None:
-        """The folds of the package's model, or None if it is not that shape."""
-        try:
-            inner = package.profanity_check
-            folds = inner.model.calibrated_classifiers_
-            if any(f.method != "sigmoid" or len(f.calibrators) != 1 for f in folds):
-                return None
-            weights = np.stack([np.ravel(f.estimator.coef_) for f in folds], axis=1)
-            bias = np.array([float(np.ravel(f.estimator.intercept_)[0]) for f in folds])
-            a = np.array([float(f.calibrators[0].a_) for f in folds])
-            b = np.array([float(f.calibrators[0].b_) for f in folds])
-            fast = cls(inner.vectorizer, weights, bias, a, b)
-            probe = ["you are a lovely person", "what the hell is this crap", "hello"]
-            expected = np.asarray(package.predict_prob(probe), dtype=np.float64)
-            if np.allclose(fast.scores(probe), expected, atol=1e-9):
-                return fast
-        except (AttributeError, IndexError, TypeError, ValueError):
-            pass
-        log.info("alt-profanity-check's model has another shape: scored by the package")
-        return None
-
-    def scores(self, texts: list[str]) -> list[float]:
-        decision = self.vectorizer.transform(texts) @ self.weights + self.bias
-        proba = 1.0 / (1.0 + np.exp(self.a * decision + self.b))
-        return [float(p) for p in np.asarray(proba).mean(axis=1)]
-
-
 class CategoryModel:
     """Multinomial logistic regression over LABELS, as plain weights (scored with numpy)."""
 
@@ -153,12 +81,17 @@ class CategoryModel:
 
     @classmethod
     def train(cls, vectors: np.ndarray, labels: Sequence[str]) -> CategoryModel:
-        from sklearn.linear_model import LogisticRegression
-
+        """Fit on the labelled vectors in a child process (`fit`), which alone imports
+        scikit-learn (~70 MB a process keeps once it has)."""
         y = np.array([LABELS.index(label) for label in labels])
-        model = LogisticRegression(C=32.0, max_iter=3000, class_weight="balanced")
-        model.fit(vectors, y)
-        return cls(np.asarray(model.coef_), np.asarray(model.intercept_))
+        with tempfile.TemporaryDirectory(prefix="chatbox-fit-") as tmp:
+            given, fitted = Path(tmp) / "given.npz", Path(tmp) / "fitted.npz"
+            np.savez(given, vectors=vectors, y=y)
+            cmd = [sys.executable, "-m", "chatbox.moderation.classifier", str(given), str(fitted)]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=FIT_TIMEOUT_S)
+            if done.returncode != 0:
+                raise RuntimeError(f"training the moderation classifier failed: {done.stderr}")
+            return cls.load(fitted)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,3 +115,18 @@ def model_file(
         key += f"|{vectors}".encode()
     digest = hashlib.sha256(key).hexdigest()
     return cache_dir / "moderation" / f"{kind}-{digest[:16]}.npz"
+
+
+def fit(given: Path, fitted: Path) -> None:
+    """The child's work: logistic regression on the vectors and labels in `given`."""
+    from sklearn.linear_model import LogisticRegression
+
+    with np.load(given) as data:
+        vectors, y = data["vectors"], data["y"]
+    model = LogisticRegression(C=32.0, max_iter=3000, class_weight="balanced")
+    model.fit(vectors, y)
+    CategoryModel(np.asarray(model.coef_), np.asarray(model.intercept_)).save(fitted)
+
+
+if __name__ == "__main__":
+    fit(Path(sys.argv[1]), Path(sys.argv[2]))

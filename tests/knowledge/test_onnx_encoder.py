@@ -154,7 +154,8 @@ def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
     parts = sorted(quick.path.parent.glob(f"{quick.path.stem}-*3.onnx"))
     assert [p.name.rsplit("-", 1)[1] for p in parts] == ["back3.onnx", "front3.onnx"]
     stamps = [p.stat().st_mtime_ns for p in parts]
-    assert split_encoder(quick, 3, threads=1) is not None
+    reused = split_encoder(quick, 3, threads=1)
+    assert reused is not None and reused.cut == split.cut  # read from the cached parts
     assert [p.stat().st_mtime_ns for p in parts] == stamps  # reused
 
     assert split_encoder(quick, 7, threads=1) is None  # MiniLM has six layers: no such cut

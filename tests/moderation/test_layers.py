@@ -10,7 +10,8 @@ import pytest
 
 from chatbox.knowledge.embedder import Embedder
 from chatbox.moderation import SUPPORT, ModerationPolicy, Moderator, OutputWatch, Verdict
-from chatbox.moderation.classifier import HELDOUT, TRAIN, Profanity, read_labelled, segments
+from chatbox.moderation.classifier import HELDOUT, TRAIN, read_labelled, segments
+from chatbox.moderation.profanity import Profanity
 
 HELD = read_labelled(HELDOUT)
 POLICY = {
@@ -79,14 +80,26 @@ def test_profanity_layer_scores_swearing_high_and_plain_text_low() -> None:
     assert scores[0] > 0.9 > 0.3 > scores[1]
 
 
-def test_profanity_fast_path_gives_the_packages_own_probabilities() -> None:
+def test_profanity_arrays_give_the_packages_own_probabilities(tmp_path: Path) -> None:
+    layer = Profanity(tmp_path)
+    texts = [t for _, t in read_labelled(HELDOUT)] + ["damn it", "", "!!!", "ok " * 300]
+    texts += ["Ünïcödé WORDS, shit-faced __under_scores__ 42 x y", "FUCK\tyou\nidiot"]
+    ours = layer.scores(texts)
+    assert layer.arrays  # read into arrays by a child process, cached for the next start
+    assert list((tmp_path / "moderation").glob("profanity-*.npz"))
     import profanity_check
 
-    layer = Profanity()
-    texts = [t for _, t in read_labelled(HELDOUT)] + ["damn it", "", "!!!", "ok " * 300]
-    ours = layer.scores(texts)
-    assert layer._folds is not None  # the package's model had the expected shape
     assert ours == pytest.approx(list(profanity_check.predict_prob(texts)), abs=1e-9)
+    again = Profanity(tmp_path)
+    assert again.scores(texts) == ours and again.arrays
+
+
+def test_the_package_scores_where_no_arrays_can_be_made(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # the cache's folder cannot be made under a file
+    layer = Profanity(blocked)
+    scores = layer.scores(["you are a fucking idiot", "what a lovely garden"])
+    assert not layer.arrays and scores is not None and scores[0] > 0.9 > 0.3 > scores[1]
 
 
 def test_long_text_is_scored_in_pieces() -> None:

@@ -61,7 +61,7 @@ def test_memory_is_for_admins_only(box: Served) -> None:
     assert done.returncode != 0 and "403" in done.stderr and not done.stdout
 
 
-def test_a_restarted_server_moderates_with_its_encoders_and_no_torch(box: Served) -> None:
+def test_a_restarted_server_moderates_with_its_encoders_and_no_torch_or_sklearn(box: Served) -> None:
     # the first start exported the embedding graph and checked it against torch; a start
     # after that (every later one) needs neither torch nor sentence-transformers
     box.stop()
@@ -76,6 +76,10 @@ def test_a_restarted_server_moderates_with_its_encoders_and_no_torch(box: Served
     assert box.proc is not None
     maps = Path(f"/proc/{box.proc.pid}/maps").read_text()
     assert "libtorch" not in maps
+    # profanity is scored from arrays and the classifier was fitted by a child process:
+    # no scikit-learn (and SciPy) here; the cut graph's parts came from the cache: no onnx
+    assert "/sklearn/" not in maps and "/scipy/" not in maps
+    assert "onnx_cpp2py_export" not in maps
     report = httpx.get(box.url + "/v1/admin/memory", headers=box.admin, timeout=60).json()
     rows = {r["what"]: r["bytes"] for r in report["rows"]}
     assert rows.get("embeddings: urgent lane", 0) > 0
