@@ -61,7 +61,9 @@ def test_memory_is_for_admins_only(box: Served) -> None:
     assert done.returncode != 0 and "403" in done.stderr and not done.stdout
 
 
-def test_a_restarted_server_moderates_with_its_encoders_and_no_torch_or_sklearn(box: Served) -> None:
+def test_a_restarted_server_moderates_with_its_encoders_and_no_torch_or_sklearn(
+    box: Served,
+) -> None:
     # the first start exported the embedding graph and checked it against torch; a start
     # after that (every later one) needs neither torch nor sentence-transformers
     box.stop()
