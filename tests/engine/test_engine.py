@@ -110,6 +110,25 @@ async def test_shared_system_prompt_is_reused_across_conversations(
         await engine.stop()
 
 
+async def test_prefix_copies_between_streams_reuse_state_memory_without_ram_parking(
+    tiny_gguf: Path,
+) -> None:
+    """With no RAM for parked KV (a disk tier's default), the state a prefix is copied
+    through is still kept for the next copy: fresh memory would be faulted in on the decode
+    thread, a stall of up to 170 ms for a 22 MB state on a virtual machine."""
+    engine = await started(tiny_gguf, kv_unified=False, park_bytes=0)
+    try:
+        system = "You are a helpful assistant. " * 20
+        for i in range(3):
+            r = await generate(engine, chat(f"user {i}", system=system), cache_key=f"c{i}")
+            assert i == 0 or r.done.usage.cached_tokens > 100  # copied from the first stream
+        states = await engine.debug_call(lambda s: s.ctx.states)
+        assert states.keep_bytes > 0 and states.reused >= 1
+        assert (await engine.debug_call(lambda s: s.slots.parked.size)) == 0  # none in RAM
+    finally:
+        await engine.stop()
+
+
 async def test_answers_moved_between_kv_streams_keep_their_kv(tiny_engine: LlamaEngine) -> None:
     """With a stream per slot, short answers that end first leave holes among the busy
     sequence ids; the engine moves running answers to close them. A moved conversation's
