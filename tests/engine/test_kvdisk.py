@@ -22,6 +22,7 @@ from chatbox.engine.kv.disk import (
     forget_everywhere,
     key_name,
 )
+from chatbox.engine.kv.state import StatePool
 from chatbox.engine.types import ChatMessage, GenerationRequest
 from tests.engine.conftest import TINY_SETTINGS
 from tests.engine.helpers import GREEDY, Result, collect
@@ -284,3 +285,32 @@ async def test_forget_scope_drops_an_accounts_kv_live_in_ram_and_on_disk(
     await a.forget_scope("alice")
     await stopped(a)
     assert [p.name for p in files(kv)] == [key_name("conv-2")]
+
+
+def test_a_written_state_lets_its_memory_go_before_the_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = StatePool(keep_bytes=64 * 1024 * 1024)
+    store = DiskStore(tmp_path, cap_bytes=64 * 1024 * 1024, states=pool)
+    syncing, synced = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:  # a disk that takes its time
+        syncing.set()
+        synced.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(kvdisk.os, "fsync", slow_fsync)
+    state = pool.take(3 * 1024 * 1024)
+    state[:4] = b"kv!!"
+    assert store.save("k0", DiskEntry([1, 2], "alice", 0), state)
+    del state
+    assert syncing.wait(10)  # its bytes are in the file, the disk still syncing
+    again = pool.take(3 * 1024 * 1024)
+    assert pool.reused == 1  # the next save already reuses its memory
+    synced.set()
+    store.forget("nothing").wait(10)
+    got = store.load("k0")
+    assert got is not None and bytes(got[1][:4]) == b"kv!!"
+    del again
+    store.close()

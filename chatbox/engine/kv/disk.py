@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -291,19 +292,23 @@ class DiskStore:
             return False
         if self.erased.holds(key_name(cache_key), entry.scope):
             return False
+        size = len(data)
         with self._lock:
-            if self.pending + len(data) > self.pending_cap:
+            if self.pending + size > self.pending_cap:
                 self.skipped += 1
                 log.debug("parked KV writes are behind: not writing %s", key_name(cache_key))
                 return False
-            self.pending += len(data)
+            self.pending += size
+        # The write takes the state out of this list, and lets go of it once its bytes are
+        # in the file (before the fsync): the next save can reuse its memory.
+        held = [data]
 
         def write() -> None:
             try:
-                self._write(key_name(cache_key), entry, data)
+                self._write(key_name(cache_key), entry, held)
             finally:
                 with self._lock:
-                    self.pending -= len(data)
+                    self.pending -= size
 
         self._queue.put(write)
         return True
@@ -365,11 +370,12 @@ class DiskStore:
             except Exception:  # a full disk must not stop later deletes
                 log.exception("parked KV disk operation failed")
 
-    def _write(self, name: str, entry: DiskEntry, data: State) -> None:
+    def _write(self, name: str, entry: DiskEntry, held: list[State]) -> None:
         final = self.root / name
         tmp = self.root / (name + ".tmp")
         meta = json.dumps({"scope": entry.scope, "public": entry.public}).encode()
         toks = array("i", entry.tokens).tobytes()
+        size = len(held[0])
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -377,14 +383,9 @@ class DiskStore:
                 f.write(meta)
                 f.write(toks)
                 crc = zlib.crc32(toks, zlib.crc32(meta))
-                view = memoryview(data)
-                for at in range(0, len(data), CHUNK):
-                    self._quiet.wait(TRICKLE_S)
-                    piece = view[at : at + CHUNK]
-                    crc = zlib.crc32(piece, crc)
-                    f.write(piece)
+                crc = self._write_state(f, held.pop(), crc)
                 f.seek(0)
-                f.write(_HEAD.pack(MAGIC, len(meta), len(entry.tokens), len(data), crc))
+                f.write(_HEAD.pack(MAGIC, len(meta), len(entry.tokens), size, crc))
                 f.flush()
                 self._quiet.wait(TRICKLE_S)
                 os.fsync(f.fileno())
@@ -396,11 +397,22 @@ class DiskStore:
             tmp.unlink(missing_ok=True)
             raise
         with self._lock:
-            self._sizes[name] = _HEAD.size + len(meta) + len(toks) + len(data)
+            self._sizes[name] = _HEAD.size + len(meta) + len(toks) + size
         if self.erased.holds(name, entry.scope):  # erased between the check and the rename
             self._drop(name)
             return
         self._evict(keep=name)
+
+    def _write_state(self, f: io.BufferedWriter, data: State, crc: int) -> int:
+        """Write the state in CHUNK pieces (trickling while the engine decodes); the CRC so
+        far carried on. Every reference to the state ends with this call."""
+        view = memoryview(data)
+        for at in range(0, len(view), CHUNK):
+            self._quiet.wait(TRICKLE_S)
+            piece = view[at : at + CHUNK]
+            crc = zlib.crc32(piece, crc)
+            f.write(piece)
+        return crc
 
     def _was_erased(self, name: str) -> bool:
         if self.erased.holds(name, None):
