@@ -248,8 +248,10 @@ class StreamKv:
         return True
 
 
-def stream_run(t: SlotTable, kv: StreamKv, prompt: list[int], key: str, **kw: object) -> int:
-    adm = t.acquire(prompt, key, "u", **kw)  # type: ignore[arg-type]
+def stream_run(
+    t: SlotTable, kv: StreamKv, prompt: list[int], key: str, scope: str = "u", **kw: object
+) -> int:
+    adm = t.acquire(prompt, key, scope, **kw)  # type: ignore[arg-type]
     assert adm is not None
     new = [*prompt[adm.reused :], 7]
     kv.put(adm.slot.seq, new)
@@ -465,3 +467,23 @@ def test_kv_erased_by_another_process_leaves_the_cache_and_ram(tmp_path: Path) -
     assert [s.cache_key for s in t.slots if s.tokens] == ["b"] and list(t.parked) == []
     assert t.drop_erased() == 0  # looked at once per erasure
     t.disk.close()  # type: ignore[union-attr]
+
+
+def test_a_conversation_another_live_slot_holds_nearly_whole_is_not_parked() -> None:
+    kv = StreamKv()
+    t = SlotTable(kv, 2, park_bytes=1 << 20, shared=False)
+    doc = list(range(100, 400))  # a long message each call sends, then a question of its own
+    stream_run(t, kv, [*doc, 1], "a")
+    stream_run(t, kv, [*doc, 2], "b")  # copies a's prefix into the other slot
+    saves = kv.saves
+    assert stream_run(t, kv, [*doc, 3], "c") == len(doc)  # takes a's slot, cut to doc
+    assert "a" not in t.parked  # b holds all of a but its last few tokens: nothing saved
+    assert kv.saves == saves
+    assert stream_run(t, kv, [*doc, 1, 9000, 9001, 9002, 5], "a") == len(doc)  # from b or c
+    # a slot of another user does not count: what it holds is no copy this user may use
+    kv2 = StreamKv()
+    t2 = SlotTable(kv2, 2, park_bytes=1 << 20, shared=False)
+    stream_run(t2, kv2, [*doc, 1], "a")
+    stream_run(t2, kv2, [*doc, 2], "b", scope="v")
+    stream_run(t2, kv2, [*doc, 3], "c", scope="w")  # takes a's slot, the least recently used
+    assert "a" in t2.parked

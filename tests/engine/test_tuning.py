@@ -321,9 +321,13 @@ async def test_a_loaded_engine_holds_the_kv_cache_its_settings_ask_and_reports_i
         assert engine._scheduler is not None
         park = engine._scheduler.slots.park_bytes
         assert 0 < park <= memory["kv_bytes"] // 8
-        # free state memory kept for reuse is bounded by what parking may hold
-        assert engine._ctx is not None and engine._ctx.states.keep_bytes <= park
-        assert memory["state_free_bytes"] <= park
+        # free state memory kept for reuse: what parking may hold, or two whole streams'
+        # states where that is more (a park being written and a prefix copy)
+        stream = engine.model.kv_bytes(512, settings.kv_type)
+        assert engine._ctx is not None
+        keep = engine._ctx.states.keep_bytes
+        assert keep >= max(park, 2 * stream) and keep <= max(park, 2 * stream) * 1.02 + (2 << 20)
+        assert memory["state_free_bytes"] <= keep
     finally:
         await engine.stop()
         engine.close()
@@ -341,7 +345,9 @@ async def test_with_a_disk_tier_an_engine_parks_no_kv_in_ram(
         assert engine._scheduler is not None and engine._ctx is not None
         assert engine._scheduler.slots.disk is not None
         assert engine._scheduler.slots.park_bytes == 0
-        assert engine._ctx.states.keep_bytes == 0
+        # only the state memory of two saves under way is kept (512 cells a stream)
+        keep = engine._ctx.states.keep_bytes
+        assert keep < 2 * engine.model.kv_bytes(512, settings.kv_type) * 1.02 + (2 << 20)
     finally:
         await engine.stop()
         engine.close()

@@ -22,6 +22,7 @@ from chatbox.engine.kv.prefixes import common_prefix, reusable
 from chatbox.engine.kv.state import State
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
+COVERED_TOKENS = 32  # a conversation a live slot holds all but this many tokens of: not parked
 # When an idle conversation is trimmed out of the KV cache, its head stays live (its public
 # prefix, or this many tokens): the template and system prompt that the next conversation
 # copies with seq_cp. The whole conversation is parked; its next turn restores that.
@@ -157,7 +158,7 @@ class SlotTable:
             cheaper = best is not target and best is not None and len(s.tokens) < len(best.tokens)
             if n > best_n or (n == best_n and n > 0 and (s is target or cheaper)):
                 best, best_n = s, n
-        if target.tokens and target is not own:
+        if target.tokens and target is not own and not self._covered(target):
             # another conversation's idle slot: keep its KV in RAM (and on disk), also when
             # only its public prefix is reused here (the rest of it is about to be cut)
             self._park(target)
@@ -320,6 +321,18 @@ class SlotTable:
             return True
         self._clear(victim)
         return True
+
+    def _covered(self, slot: Slot) -> bool:
+        """Whether another live slot of the same scope holds all but COVERED_TOKENS of the
+        slot's conversation: its next turn copies that prefix and prefills the rest, so a
+        park of the whole (a 1,700-token state is 22 MB to save and write) buys little."""
+        least = len(slot.tokens) - COVERED_TOKENS
+        return any(
+            s is not slot
+            and s.scope == slot.scope
+            and common_prefix(s.tokens, slot.tokens) >= least
+            for s in self.slots
+        )
 
     def _park(self, slot: Slot) -> None:
         if not slot.persist or (self.park_bytes <= 0 and self.disk is None):
