@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,7 @@ class CategoryModel:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # servers starting together
         np.savez(tmp, coef=self.coef, intercept=self.intercept)
         tmp.replace(path)
 

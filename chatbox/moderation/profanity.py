@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
+import os
 import re
 import subprocess
 import sys
 import threading
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,7 +76,7 @@ class TfidfFolds:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # servers starting together
         np.savez(
             tmp,
             words=np.array(self.words, dtype=str),
@@ -165,8 +167,12 @@ class Profanity:
                 if path is not None and not path.exists():
                     self._export(path)
                 if path is not None and path.exists():
-                    self._folds = TfidfFolds.load(path)
-                else:
+                    try:
+                        self._folds = TfidfFolds.load(path)
+                    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                        log.warning("profanity arrays unreadable (%s): the package scores", exc)
+                        path.unlink(missing_ok=True)
+                if self._folds is None:
                     self._package = self._import()
             return self._folds or self._package
 

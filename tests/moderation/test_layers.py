@@ -284,3 +284,13 @@ def test_a_calm_answer_to_an_insult_is_neither_harassment_nor_self_harm(
     for text, scores in zip(replies, asyncio.run(score()), strict=True):
         over = {c: s for c, s in scores.items() if s >= thresholds.get(c, 1.0)}
         assert not over, (text, over)
+
+
+def test_damaged_profanity_arrays_fall_back_to_the_package(tmp_path: Path) -> None:
+    Profanity(tmp_path).scores(["hello"])  # made and cached
+    (cached,) = (tmp_path / "moderation").glob("profanity-*.npz")
+    cached.write_bytes(cached.read_bytes()[:1000])  # what a disk could leave
+    layer = Profanity(tmp_path)
+    scores = layer.scores(["you are a fucking idiot", "what a lovely garden"])
+    assert not layer.arrays and scores is not None and scores[0] > 0.9 > 0.3 > scores[1]
+    assert not cached.exists()  # the next start makes it again
