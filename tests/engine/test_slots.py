@@ -472,7 +472,7 @@ def test_kv_erased_by_another_process_leaves_the_cache_and_ram(tmp_path: Path) -
 def test_a_conversation_another_live_slot_holds_nearly_whole_is_not_parked() -> None:
     kv = StreamKv()
     t = SlotTable(kv, 2, park_bytes=1 << 20, shared=False)
-    doc = list(range(100, 400))  # a long message each call sends, then a question of its own
+    doc = list(range(100, 1200))  # a long message each call sends, then a question of its own
     stream_run(t, kv, [*doc, 1], "a")
     stream_run(t, kv, [*doc, 2], "b")  # copies a's prefix into the other slot
     saves = kv.saves

@@ -36,7 +36,7 @@ def test_every_streamed_chunk_carries_the_system_fingerprint(client: TestClient)
             "stream_options": {"include_usage": True}}  # fmt: skip
     whole = client.post("/v1/chat/completions", json=body).json()["system_fingerprint"]
     chunks = _chunks(client, body)
-    assert len(chunks) >= 6  # role, 4 tokens, finish (and usage)
+    assert len(chunks) >= 3  # role, a token or more (the tiny model may stop), finish
     assert {c.get("system_fingerprint") for c in chunks} == {whole}
 
 

@@ -23,6 +23,7 @@ from chatbox.engine.kv.state import State
 
 MIN_PARK_TOKENS = 32  # shorter prefixes are cheaper to recompute than to park
 COVERED_TOKENS = 32  # a conversation a live slot holds all but this many tokens of: not parked
+COVERED_MIN_TOKENS = 1024  # ...and only one this long (a 13 MB state or more)
 # When an idle conversation is trimmed out of the KV cache, its head stays live (its public
 # prefix, or this many tokens): the template and system prompt that the next conversation
 # copies with seq_cp. The whole conversation is parked; its next turn restores that.
@@ -326,6 +327,8 @@ class SlotTable:
         """Whether another live slot of the same scope holds all but COVERED_TOKENS of the
         slot's conversation: its next turn copies that prefix and prefills the rest, so a
         park of the whole (a 1,700-token state is 22 MB to save and write) buys little."""
+        if len(slot.tokens) < COVERED_MIN_TOKENS:  # a short one is cheap to park, and whole
+            return False
         least = len(slot.tokens) - COVERED_TOKENS
         return any(
             s is not slot
