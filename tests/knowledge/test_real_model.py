@@ -40,14 +40,19 @@ def _turn(client: TestClient, headers: dict[str, str], conv_id: str, text: str) 
     return list(parse_sse(iter(r.text.split("\n"))))
 
 
-def _wait_for_facts(client: TestClient, headers: dict[str, str]) -> list[dict[str, Any]]:
+def _wait_for_facts(
+    client: TestClient, headers: dict[str, str], *words: str
+) -> list[dict[str, Any]]:
+    """The user's facts once all the words appear (facts are stored one by one)."""
     deadline = time.monotonic() + 240
+    facts: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         facts = client.get("/v1/users/me/memory", headers=headers).json()["data"]
-        if facts:
+        texts = " | ".join(f["text"].lower() for f in facts)
+        if facts and all(w in texts for w in words):
             return list(facts)
         time.sleep(0.5)
-    raise AssertionError("no facts were extracted")
+    raise AssertionError(f"facts with {words} were not extracted: {facts}")
 
 
 def test_extraction_after_idle_then_retrieval(real) -> None:  # type: ignore[no-untyped-def]
@@ -76,9 +81,7 @@ def test_extraction_after_idle_then_retrieval(real) -> None:  # type: ignore[no-
         conv["id"],
         "I prefer metric units. I work on the billing service. Suggest a name for a cat.",
     )
-    facts = _wait_for_facts(client, admin)
-    texts = " | ".join(f["text"].lower() for f in facts)
-    assert "metric" in texts and "billing" in texts, texts
+    facts = _wait_for_facts(client, admin, "metric", "billing")
     assert all(f["source"] == "extracted" for f in facts)
     # The model was asked, at background priority, without touching any cached prefix.
     assert seen and all(r.priority == EXTRACTION_PRIORITY > 0 and r.cache_key is None for r in seen)
