@@ -48,7 +48,7 @@ from chatbox.chat.policy import default_policy_path  # noqa: E402
 from chatbox.moderation.checker import Moderator  # noqa: E402
 from chatbox.moderation.classifier import HELDOUT, read_labelled  # noqa: E402
 from chatbox.moderation.evaluate import evaluate  # noqa: E402
-from chatbox.services import Services  # noqa: E402
+from chatbox.services.server import Services  # noqa: E402
 from chatbox.settings import EngineSettings, Settings  # noqa: E402
 from chatbox.store import User  # noqa: E402
 

@@ -31,7 +31,7 @@ from chatbox.knowledge import Knowledge
 from chatbox.observability import Telemetry
 from chatbox.observability.alerts import Alerts, disk_fraction
 from chatbox.observability.http import telemetry_middleware
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.settings import Settings
 from chatbox.web.auth import (
     LoginRequired,

@@ -14,7 +14,7 @@ from chatbox.settings import Settings, settings_from_env
 
 if TYPE_CHECKING:
     from chatbox.accounts import User, UserAdmin
-    from chatbox.services import OperatorServices
+    from chatbox.services.commandline import OperatorServices
 
 T = TypeVar("T")
 # chatbox.store.users.ROLES, spelled out so that `chatbox --help` need not load the store
@@ -31,7 +31,7 @@ def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable
     created on an empty one), then closed."""
     import asyncio
 
-    from chatbox.services import operator_services
+    from chatbox.services.commandline import operator_services
 
     settings = _settings(ctx)
 

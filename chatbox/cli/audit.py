@@ -11,7 +11,7 @@ import click
 from chatbox.cli.accounts import _table, with_services
 
 if TYPE_CHECKING:
-    from chatbox.services import OperatorServices
+    from chatbox.services.commandline import OperatorServices
 
 
 @click.group()

@@ -20,7 +20,7 @@ from chatbox.cli.accounts import (
 )
 
 if TYPE_CHECKING:
-    from chatbox.services import OperatorServices
+    from chatbox.services.commandline import OperatorServices
 
 RETENTION_CHOICES = click.Choice(["none", "default"])
 
@@ -31,7 +31,7 @@ def _kv_dir(ctx: click.Context) -> Path:
 
 
 def _kv_forget(ctx: click.Context) -> Any:
-    from chatbox.services import kv_files_forget
+    from chatbox.services.server import kv_files_forget
 
     return kv_files_forget(_kv_dir(ctx))
 
@@ -78,7 +78,7 @@ def users_delete(ctx: click.Context, name: str, yes: bool) -> None:
     if not yes and not click.confirm(f"Erase {name!r} and all of its data for good?"):
         raise click.ClickException("nothing was deleted")
     from chatbox.accounts import cli_actor
-    from chatbox.services import kv_scope_forget
+    from chatbox.services.server import kv_scope_forget
 
     forget, forget_scope = _kv_forget(ctx), kv_scope_forget(_kv_dir(ctx))
 

@@ -14,7 +14,7 @@ from chatbox.cli.accounts import _settings, _table, with_services
 
 if TYPE_CHECKING:
     from chatbox.chat.evaluation import CaseOutcome, EvalResult, EvalRun
-    from chatbox.services import OperatorServices
+    from chatbox.services.commandline import OperatorServices
 
 
 @click.group("eval")
@@ -48,7 +48,7 @@ def run_cmd(
 
     from chatbox.chat.evalsuite import SuiteError, default_suite_path, load_suite
     from chatbox.chat.evaluation import EvalError
-    from chatbox.services import evaluation_services
+    from chatbox.services.commandline import evaluation_services
 
     try:
         suite = load_suite(suite_path or default_suite_path())

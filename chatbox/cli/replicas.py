@@ -43,7 +43,7 @@ def replica(
     from chatbox.cluster.replica import ReplicaApp, is_loopback, replica_engine_settings
     from chatbox.engine.pool import EnginePool
     from chatbox.observability.memory import limit_malloc_arenas
-    from chatbox.services import model_registry
+    from chatbox.services.server import model_registry
 
     settings = _settings(ctx).with_overrides(**engine)
     if settings.malloc_arenas > 0:  # before the engines' threads

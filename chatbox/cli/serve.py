@@ -108,7 +108,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     from chatbox.catalog.registry import RegistryError
     from chatbox.observability.logs import configure_logging
     from chatbox.observability.memory import limit_malloc_arenas
-    from chatbox.services import model_registry, no_model_message
+    from chatbox.services.server import model_registry, no_model_message
 
     base = ctx.find_object(Settings) or settings_from_env()
     flags["replicas"] = flags["replicas"] or None  # none given: keep CHATBOX_REPLICAS

@@ -21,7 +21,7 @@ def migrate_store(ctx: click.Context, url: str) -> None:
     CHATBOX_DATABASE_URL (or --database-url) set to the same URL."""
     import asyncio
 
-    from chatbox.services import migrate_store as run
+    from chatbox.services.commandline import migrate_store as run
 
     settings = ctx.find_object(Settings) or settings_from_env()
     if not url.startswith(("postgresql://", "postgres://")):

@@ -16,7 +16,7 @@ from chatbox.cli.accounts import _table, with_services
 if TYPE_CHECKING:
     from chatbox.accounts.audit import Actor
     from chatbox.chat.workspaces import Workspace
-    from chatbox.services import OperatorServices
+    from chatbox.services.commandline import OperatorServices
 
 
 async def _workspace(services: OperatorServices, ref: str) -> Workspace:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CountText = Callable[[str], int]  # tokens a piece of prompt text takes
-# Moderation's screen (wired by chatbox.services): (user id, texts, "document" | "memory",
+# Moderation's screen (wired by chatbox.services.server): (user id, texts, "document" | "memory",
 # a name for the message) -> why they are refused, or None to go on.
 Screen = Callable[[str, Sequence[str], str, str], Awaitable[str | None]]
 KeepsNothing = Callable[[str], Awaitable[bool]]  # zero-data-retention for this user id

@@ -1,5 +1,5 @@
 """Moderation for the rest of the appliance: check text, watch a stream, screen documents and
-facts, keep the review queue. Built once per app (chatbox.services)."""
+facts, keep the review queue. Built once per app (chatbox.services.server)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from chatbox.accounts import AccountsService, User
 from chatbox.chat import ChatService
 from chatbox.data import DataService
 from chatbox.knowledge import Knowledge
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.settings import Settings
 
 UserDep: TypeAlias = NamedDependency[User]

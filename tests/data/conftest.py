@@ -13,7 +13,7 @@ from litestar.testing import TestClient
 from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.knowledge.embedder import Embedder
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.settings import Settings
 from tests.conftest import bearer, seed_user
 from tests.sse import parse_sse

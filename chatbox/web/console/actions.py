@@ -13,7 +13,7 @@ from chatbox.accounts import User
 from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import People, PeopleError
 from chatbox.chat.model_admin import ModelAdmin, ModelAdminError
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, UserDep
 from chatbox.web.ui.helpers import FORM, UI_EXCEPTION_HANDLERS, html

@@ -14,7 +14,7 @@ from litestar.exceptions import NotFoundException
 
 from chatbox.accounts import User
 from chatbox.chat.tools.mcp import McpServers
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin
 from chatbox.web.deps import ServicesDep, UserDep

@@ -12,7 +12,7 @@ from msgspec import Struct, convert
 from chatbox.accounts import User
 from chatbox.chat.prewarm import PreWarmer
 from chatbox.chat.shadow import ShadowTraffic
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin
 from chatbox.web.deps import ServicesDep, UserDep

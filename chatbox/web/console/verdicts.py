@@ -12,7 +12,7 @@ from litestar.exceptions import ClientException, NotFoundException
 
 from chatbox.chat.canary import CanaryService
 from chatbox.chat.evaluation import Evaluator
-from chatbox.services import Services
+from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin
 from chatbox.web.deps import ServicesDep, UserDep

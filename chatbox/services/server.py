@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from chatbox.accounts import AccountsService
-from chatbox.accounts.audit import Actor
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.canary import CHECK_EVERY_S, CanaryService, canary_status
+from chatbox.chat.canary import CHECK_EVERY_S, CanaryService
 from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
@@ -40,22 +38,16 @@ from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.cluster.warming import ReplicaWarming
 from chatbox.data import DataService
-from chatbox.data.retention import Retention, RetentionReport
-from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
-from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
+from chatbox.moderation import ModerationPolicy, ModerationService
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.settings import Settings
-from chatbox.store import ReadReplica, Store, User, open_database
-from chatbox.store.erasure import Erased, ErasureRepo
-from chatbox.store.evals import EvalResult, EvalRun
+from chatbox.store import ReadReplica, Store, User
 from chatbox.store.limits import PgCounters
-from chatbox.store.migrate import TableCopy, copy_store
-from chatbox.store.transfer import TransferRepo
 
 log = logging.getLogger("chatbox")
 TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
@@ -317,7 +309,7 @@ class Services:
         data.start()  # the retention sweeper
         # Documents and facts to remember are refused under the user's zero-data-retention.
         knowledge.documents.keeps_nothing = knowledge.memory.keeps_nothing = data.keeps_nothing
-        evals = Evaluator(store, models, gate, moderation, accounts.audit, _embed(knowledge))
+        evals = Evaluator(store, models, gate, moderation, accounts.audit, embed_lists(knowledge))
         canaries = CanaryService(
             store,
             policy,
@@ -524,7 +516,7 @@ def _prewarmer(
     )
 
 
-def _embed(knowledge: Knowledge) -> Callable[[list[str]], Any]:
+def embed_lists(knowledge: Knowledge) -> Callable[[list[str]], Any]:
     """Unit vectors as lists (eval similarity checks use the MiniLM encoder)."""
 
     async def embed(texts: list[str]) -> list[list[float]]:
@@ -557,203 +549,3 @@ def _observe(
     chat.answers.on_size = telemetry.answer_cache_size
     chat.semantic.on_lookup = telemetry.semantic_cache
     chat.semantic.on_size = telemetry.semantic_cache_size
-
-
-@dataclass
-class OperatorServices:
-    """The services the command line uses on the database: no engines, no server."""
-
-    settings: Settings
-    accounts: AccountsService
-    _store: Store
-
-    def workspaces(self, forget: Callable[[str], object] | None = None) -> Workspaces:
-        """Team workspaces; `forget` drops an erased conversation's parked KV files."""
-        store = self._store
-
-        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
-            done = await ErasureRepo(store.db).conversations(user_id, ids)
-            if forget is not None:
-                for conv_id in ids:
-                    forget(conv_id)  # parked KV files of the erased conversations
-            return done
-
-        return Workspaces(store, erase)
-
-    async def run_retention(
-        self, actor: Actor, dry_run: bool, forget: Callable[[str], object] | None
-    ) -> RetentionReport:
-        """Erase (or list) conversations past their tier's retention; audited."""
-        erasure = ErasureRepo(self._store.db)
-
-        async def erase(user_id: str, ids: Sequence[str]) -> Erased:
-            done = await erasure.conversations(user_id, ids)
-            if forget is not None:
-                for conv_id in ids:
-                    forget(conv_id)  # parked KV files of the erased conversations
-            return done
-
-        policy = Policy.load(self.settings.policy_path)
-        return await Retention(erasure, policy, erase, self.accounts.audit).run(dry_run, actor)
-
-    async def erase_account(
-        self,
-        actor: Actor,
-        user: User,
-        forget: Callable[[str], object] | None,
-        forget_scope: Callable[[str], object] | None,
-    ) -> Erased:
-        """Erase an account and everything it owns; audited."""
-        return await erase_account(self._store, actor, user, forget, kv_forget_scope=forget_scope)
-
-    async def export_account(self, actor: Actor, user: User) -> bytes:
-        """An account's export as zip bytes, recorded in the audit log."""
-        await self.accounts.record(actor, "user.export", user)
-        return await export_zip(self._store, user)
-
-    async def set_retention(self, actor: Actor, user: User, mode: str) -> None:
-        """`none`: the account stores no content; `default`: its tier's. Audited."""
-        await TransferRepo(self._store.db).set_user_zero_retention(user.id, mode == "none")
-        await self.accounts.record(actor, "user.set_retention", user, retention=mode)
-
-    async def set_key_retention(self, actor: Actor, key_ref: str, mode: str) -> bool:
-        """As set_retention for one active API key (by id or prefix); False if there is none."""
-        keys = await self._store.keys.list()
-        key = next((k for k in keys if key_ref in (k.id, k.prefix)), None)
-        if key is None or key.revoked_at is not None:
-            return False
-        await TransferRepo(self._store.db).set_key_zero_retention(key.id, mode == "none")
-        owner = await self._store.users.get(key.user_id)
-        await self.accounts.record(actor, "key.set_retention", owner, key_id=key.id, retention=mode)
-        return True
-
-    def mcp_servers(self) -> McpServers:
-        """The MCP servers' configuration (`chatbox tools`), checked against the policy's tiers."""
-        return McpServers(
-            self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
-        )
-
-    def canaries(self) -> CanaryService:
-        """Canary decisions on the database: a running server applies them at its next
-        check (within CHECK_EVERY_S); verdicts are the server's newest stored ones."""
-        return CanaryService(
-            self._store, Policy.load(self.settings.policy_path), self.accounts.audit
-        )
-
-    async def canary_status(self) -> list[dict[str, Any]]:
-        return await canary_status(self._store, Policy.load(self.settings.policy_path))
-
-    async def eval_runs(self, model: str | None, limit: int) -> list[EvalRun]:
-        return await self._store.evals.runs(model, limit)
-
-    async def eval_run(self, run_id: str) -> tuple[EvalRun, list[EvalResult]] | None:
-        run = await self._store.evals.run(run_id)
-        return None if run is None else (run, await self._store.evals.results(run_id))
-
-    def review_queue(self) -> ReviewQueue:
-        """The moderation review queue under the configured (or shipped) policy."""
-        path = self.settings.policy_path or default_policy_path()
-        return ReviewQueue(self._store, ModerationPolicy.load(path))
-
-
-@asynccontextmanager
-async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
-    """Open the database (creating the first admin on an empty one) for the command line."""
-    settings.ensure_dirs()
-    store = await Store.open(settings.database)
-    try:
-        accounts = AccountsService(store, settings)
-        await accounts.ensure_admin()
-        yield OperatorServices(settings, accounts, store)
-    finally:
-        await store.close()
-
-
-async def migrate_store(settings: Settings, url: str) -> list[TableCopy]:
-    """Copy this box's SQLite store into the empty PostgreSQL database at `url` (migrated
-    first); each table's counts and checksums on both sides."""
-    source = await open_database(settings.db_path)
-    try:
-        target = await open_database(url)
-        try:
-            return await copy_store(source, target)
-        finally:
-            await target.close()
-    finally:
-        await source.close()
-
-
-@dataclass
-class EvalServices:
-    """What `chatbox eval run` needs: the local engines, admission and moderation as the
-    server has them, the embedding model, and the store (no server, no background work)."""
-
-    evals: Evaluator
-    accounts: AccountsService
-    store: Store
-    models: LocalModels
-
-    async def admin(self, name: str | None) -> User:
-        """The account evals run as: `name`, else the first admin."""
-        if name:
-            user = await self.store.users.get_by_name(name)
-            if user is None:
-                raise LookupError(f"no user named {name!r}")
-            return user
-        admins = [u for u in await self.store.users.list() if u.role == "admin"]
-        if not admins:
-            raise LookupError("no admin account to run evals as (name one with --as)")
-        return admins[0]
-
-
-@asynccontextmanager
-async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]:
-    """Engines, admission and moderation over the database, for the command line's evals."""
-    settings.ensure_dirs()
-    registry = model_registry(settings)
-    store = await Store.open(settings.database)
-    metrics = CollectorRegistry()
-    pool = None
-    knowledge = None
-    try:
-        accounts = AccountsService(store, settings)
-        await accounts.ensure_admin()
-
-        def resolve(name: str) -> Path:
-            from chatbox.catalog.requant import serving_path
-
-            return serving_path(
-                registry.model_path(name),
-                settings.cache_dir / "models",
-                enabled=settings.engine.cpu_requant,
-                n_gpu_layers=settings.engine.n_gpu_layers,
-            )
-
-        # No KV is parked: eval answers are no one's conversation.
-        pool = EnginePool(resolve, replace(settings.engine, kv_dir=None), metrics)
-        local = LocalModels(registry, pool, settings)
-        policy = Policy.load(settings.policy_path)
-        gate = Gatekeeper(
-            policy,
-            store.usage,
-            Router(policy, local.names, local.default),
-            local.stats,
-            settings.high_water,
-        )
-        knowledge = Knowledge(store, settings, lambda: local.engine(local.default()))
-        moderation = ModerationService(
-            store,
-            ModerationPolicy.load(settings.policy_path or default_policy_path()),
-            knowledge.embedder,
-            settings.cache_dir,
-            metrics,
-        )
-        moderation.start()
-        evals = Evaluator(store, local, gate, moderation, accounts.audit, _embed(knowledge))
-        yield EvalServices(evals, accounts, store, local)
-    finally:
-        if pool is not None:
-            await pool.stop_all()
-        if knowledge is not None:
-            await knowledge.shutdown()
-        await store.close()
