@@ -43,7 +43,7 @@ def replica(
     from chatbox.cluster.replica import ReplicaApp, is_loopback, replica_engine_settings
     from chatbox.engine.pool import EnginePool
     from chatbox.observability.memory import limit_malloc_arenas
-    from chatbox.services.server import model_registry
+    from chatbox.services.server import model_registry, serving_files
 
     settings = _settings(ctx).with_overrides(**engine)
     if settings.malloc_arenas > 0:  # before the engines' threads
@@ -61,17 +61,7 @@ def replica(
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
 
-    def resolve(name: str) -> Any:
-        from chatbox.catalog.requant import serving_path
-
-        return serving_path(
-            registry.model_path(name),
-            settings.cache_dir / "models",
-            enabled=settings.engine.cpu_requant,
-            n_gpu_layers=settings.engine.n_gpu_layers,
-        )
-
-    pool = EnginePool(resolve, replica_engine_settings(settings.engine))
+    pool = EnginePool(serving_files(settings, registry), replica_engine_settings(settings.engine))
 
     def installed() -> list[str]:  # the models whose files are here (not manifest wishes)
         return [e.name for e in registry.entries(max_age_s=5.0) if e.available]

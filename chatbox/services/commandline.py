@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,7 +25,7 @@ from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
-from chatbox.services.server import LocalModels, embed_lists, model_registry
+from chatbox.services.server import LocalModels, embed_lists, model_registry, serving_files
 from chatbox.settings import Settings
 from chatbox.store import Store, User, open_database
 from chatbox.store.erasure import Erased, ErasureRepo
@@ -195,18 +194,10 @@ async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
 
-        def resolve(name: str) -> Path:
-            from chatbox.catalog.requant import serving_path
-
-            return serving_path(
-                registry.model_path(name),
-                settings.cache_dir / "models",
-                enabled=settings.engine.cpu_requant,
-                n_gpu_layers=settings.engine.n_gpu_layers,
-            )
-
         # No KV is parked: eval answers are no one's conversation.
-        pool = EnginePool(resolve, replace(settings.engine, kv_dir=None), metrics)
+        pool = EnginePool(
+            serving_files(settings, registry), replace(settings.engine, kv_dir=None), metrics
+        )
         local = LocalModels(registry, pool, settings)
         policy = Policy.load(settings.policy_path)
         gate = Gatekeeper(

@@ -69,6 +69,22 @@ def model_registry(settings: Settings) -> ModelRegistry:
     return ModelRegistry(settings.models_path, settings.manifest_path)
 
 
+def serving_files(settings: Settings, registry: ModelRegistry) -> Callable[[str], Path]:
+    """A model's name -> the file its engine loads (the CPU serving copy where one is made)."""
+
+    def resolve(name: str) -> Path:
+        from chatbox.catalog.requant import serving_path  # loads llama.cpp: only when used
+
+        return serving_path(
+            registry.model_path(name),
+            settings.cache_dir / "models",
+            enabled=settings.engine.cpu_requant,
+            n_gpu_layers=settings.engine.n_gpu_layers,
+        )
+
+    return resolve
+
+
 class LocalModels:
     """The models this process serves: names from the registry, engines from the pool."""
 
@@ -224,16 +240,7 @@ class Services:
         if recovered:
             log.warning("recovered %d interrupted answer(s) after an unclean stop", recovered)
 
-        def resolve(name: str) -> Path:
-            from chatbox.catalog.requant import serving_path  # loads llama.cpp: only when used
-
-            return serving_path(
-                registry.model_path(name),
-                settings.cache_dir / "models",
-                enabled=settings.engine.cpu_requant,
-                n_gpu_layers=settings.engine.n_gpu_layers,
-            )
-
+        resolve = serving_files(settings, registry)
         engine = settings.engine
         if engine.kv_dir is None:  # idle conversations' KV, parked under the data directory
             engine = replace(engine, kv_dir=settings.data_dir / "kv")
