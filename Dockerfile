@@ -15,8 +15,8 @@
 #                    with no index at all: podman build -v /opt/wheels:/wheels/torch:ro
 #                    --build-arg TORCH_FIND_LINKS=/wheels/torch
 #   LLAMA_WHEEL_DIR  a directory laid out like scripts/setup.sh's wheel cache
-#                    (<dir>/<flavour>/llama_cpp_python-<version>-*.whl, flavour = the first 10 hex
-#                    digits of sha1(CMAKE_ARGS)); a matching prebuilt wheel is used instead of
+#                    (<dir>/<flavour>/llama_cpp_python-*.whl, flavour as printed by
+#                    scripts/llama-wheel.sh flavour); a matching prebuilt wheel is used instead of
 #                    compiling: podman build -v ~/.cache/chatbox/wheels:/wheels/llama:ro
 #                    --build-arg LLAMA_WHEEL_DIR=/wheels/llama
 #   PIP_CERT, NODE_EXTRA_CA_CERTS
@@ -57,27 +57,30 @@ ENV VIRTUAL_ENV=/opt/venv \
 ARG PIP_CERT
 RUN python3 -m venv /opt/venv && pip install -q --upgrade pip
 
-# A native build (-march=native) segfaults in llama_decode on some machines and would not run on
-# older CPUs than the build host's; the portable AVX2 build runs everywhere we deploy.
-ARG LLAMA_VERSION=0.3.36
+# llama-cpp-python as scripts/setup.sh builds it (scripts/llama-wheel.sh: the pinned source with
+# our patches to its llama.cpp). A native build (-march=native) segfaults in llama_decode on
+# some machines and would not run on older CPUs than the build host's; the portable AVX2 build
+# runs everywhere we deploy.
 ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 ARG LLAMA_WHEEL_DIR=
+COPY scripts/llama-wheel.sh /tmp/llama-build/
+COPY scripts/patches /tmp/llama-build/patches
 RUN set -eu; \
-    flavour=$(printf '%s' "$CMAKE_ARGS" | sha1sum | cut -c1-10); \
+    export CMAKE_ARGS; \
+    flavour=$(bash /tmp/llama-build/llama-wheel.sh flavour); \
     wheel=; \
     if [ -n "$LLAMA_WHEEL_DIR" ]; then \
-        wheel=$(ls "$LLAMA_WHEEL_DIR/$flavour"/llama_cpp_python-"$LLAMA_VERSION"-*.whl \
-                2>/dev/null | head -n 1 || true); \
+        wheel=$(ls "$LLAMA_WHEEL_DIR/$flavour"/llama_cpp_python-*.whl 2>/dev/null | head -n 1 || true); \
     fi; \
     if [ -n "$wheel" ]; then \
         echo "llama-cpp-python: prebuilt $wheel"; \
     else \
         echo "llama-cpp-python: compiling with CMAKE_ARGS=$CMAKE_ARGS"; \
-        CMAKE_ARGS="$CMAKE_ARGS" pip wheel -q --no-deps "llama-cpp-python==$LLAMA_VERSION" -w /tmp/llama; \
+        PYTHON=python bash /tmp/llama-build/llama-wheel.sh build /tmp/llama; \
         wheel=$(ls /tmp/llama/llama_cpp_python-*.whl); \
     fi; \
     pip install -q --no-deps "$wheel"; \
-    rm -rf /tmp/llama
+    rm -rf /tmp/llama /tmp/llama-build
 
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu

@@ -1,6 +1,7 @@
-"""What a follow-up turn's prefill costs deep in a conversation, in-process, by kernel.
+"""What a follow-up turn's prefill costs deep in a conversation, in-process, by KV layout.
 
     python benchmarks/followup.py [--depth 1890] [--reps 8] [--threads 2] [--model PATH]
+                                  [--layouts q8_0:flash,f16:flash,f16:plain]
 
 Loads chatbox's serving copy of the default model (the Q8_0 file `chatbox serve` loads on
 CPU) into a context laid out as the server's (8 sequences, a KV stream each, n_ubatch 512),
@@ -9,10 +10,11 @@ new tokens there (19: the size of a ChatML follow-up, "<|im_end|>\\n<|im_start|>
 a short message + the generation prompt; a decode's cost does not depend on which tokens),
 and the same 19 in two passes of 5 (the template's part,
 what `engine/turns.py` decodes while the person reads) then 14. Each timed decode is rolled
-back before the next. Medians over --reps after two untimed rounds, per kernel (flash
-attention, plain; the two contexts take turns round by round), in milliseconds. The
-question it answers: does decoding the template's part early save a follow-up that comes
-at once (a script) any time?
+back before the next. Medians over --reps after two untimed rounds, per layout (a KV cache
+type and an attention kernel: flash or plain; the contexts take turns round by round), in
+milliseconds, and the prefill of the --depth tokens (512 a pass). The questions it answers:
+what does each cache cost a follow-up deep in a conversation, and does decoding the
+template's part early save a follow-up that comes at once (a script) any time?
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ TEXT = "The quick brown fox jumps over the lazy dog, and the dog does not mind a
 
 
 class Deep:
-    """One kernel's context with sequence 0 prefilled to `depth` tokens."""
+    """One layout's context with sequence 0 prefilled to `depth` tokens."""
 
-    def __init__(self, model: Model, flash: bool, depth: int, threads: int) -> None:
+    def __init__(self, model: Model, kv_type: str, flash: bool, depth: int, threads: int) -> None:
         self.ctx = Context(
             model,
             ContextParams(
@@ -49,17 +51,25 @@ class Deep:
                 n_ubatch=512,
                 n_threads=threads,
                 flash_attn=flash,
+                kv_type=kv_type,
                 kv_unified=False,
             ),
         )
         self.batch = Batch(2048)
         self.depth = depth
         self.tokens = model.tokenize(TEXT * (depth // 10 + 1))[:depth]
-        for start in range(0, depth, 512):
+        self.prefills = [self.prefill() for _ in range(2)]
+
+    def prefill(self) -> float:
+        """Seconds to prefill sequence 0 with `depth` tokens, 512 a pass, from empty."""
+        self.ctx.seq_rm(0, -1, -1)
+        t0 = time.perf_counter()
+        for start in range(0, self.depth, 512):
             self.batch.clear()
             for k, tok in enumerate(self.tokens[start : start + 512]):
                 self.batch.add(tok, start + k, 0, False)
             self.ctx.decode(self.batch)
+        return time.perf_counter() - t0
 
     def decode(self, n: int, at: int) -> float:
         """Seconds for one decode of `n` new tokens at position `at`."""
@@ -91,31 +101,42 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=1890, help="tokens already in the sequence")
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--layouts",
+        default="q8_0:flash,f16:flash,f16:plain",
+        help="KV type:kernel, comma-separated (a quantized V cache needs flash)",
+    )
     args = ap.parse_args()
+    layouts = [tuple(x.split(":")) for x in args.layouts.split(",")]
     shipped = Path(args.model) if args.model else default_model()
     path = serving_path(shipped, settings_from_env().cache_dir / "models", enabled=True)
     model = Model(path, n_gpu_layers=0)
-    deeps = {flash: Deep(model, flash, args.depth, args.threads) for flash in (True, False)}
-    times: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+    deeps = {
+        f"{kv}, {kernel}": Deep(model, kv, kernel == "flash", args.depth, args.threads)
+        for kv, kernel in layouts
+    }
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in deeps}
     try:
-        # the kernels take turns round by round: this box's speed drifts over minutes
+        # the layouts take turns round by round: this box's speed drifts over minutes
         for rep in range(args.reps + 2):
-            for flash, deep in deeps.items():
+            for name, deep in deeps.items():
                 for key, dt in deep.round().items():
                     if rep >= 2:
-                        times[flash].setdefault(key, []).append(dt)
+                        times[name].setdefault(key, []).append(dt)
+                if rep % 4 == 3:
+                    deep.prefills.append(deep.prefill())
     finally:
         for deep in deeps.values():
             deep.close()
         model.close()
-    rows = {f: {k: statistics.median(v) * 1000 for k, v in t.items()} for f, t in times.items()}
+    rows = {n: {k: statistics.median(v) * 1000 for k, v in t.items()} for n, t in times.items()}
     keys = [*map(str, SIZES), "5 + 14"]
     print(f"\nms per decode at depth {args.depth} ({path.name}, {args.threads} threads)\n")
-    print("| kernel | " + " | ".join(f"{k} tokens" for k in keys) + " |")
-    print("|---|" + "---|" * len(keys))
-    for flash, row in rows.items():
-        name = "flash" if flash else "plain"
-        print(f"| {name} | " + " | ".join(f"{row[k]:.2f}" for k in keys) + " |")
+    print("| KV, kernel | prefill | " + " | ".join(f"{k} tokens" for k in keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for name, row in rows.items():
+        prefill = statistics.median(deeps[name].prefills)
+        print(f"| {name} | {prefill:.2f} s | " + " | ".join(f"{row[k]:.1f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

@@ -52,9 +52,8 @@ class EngineSettings:
     flash_attn: bool | None = None
     kernel_cache: Path | None = None
     # f16, q8_0, q4_0, or keys and values apart ("q8_0/f16"). q8_0 holds about half of f16's
-    # bytes, which a small box needs, but a quantized V cache is read by flash attention,
-    # which on CPU prefills a long prompt about twice as slowly as q8_0/f16 with plain
-    # attention (benchmarks/kvtype.py; q8_0/f16 costs SmolLM2 85 MB more)
+    # bytes, which a small box needs; a quantized V cache is read by flash attention, which
+    # our llama.cpp build tiles over it (scripts/patches/; benchmarks/followup.py)
     kv_type: str = "q8_0"
     # host RAM for parked prefixes; -1: an eighth of the model's KV cache, at most a sixteenth
     # of the memory available at load (the disk tier, kv_dir, keeps what does not fit)

@@ -31,10 +31,7 @@ fi
 IMAGE="${CHATBOX_IMAGE:-localhost/chatbox:test}"
 BUILD_LOG="${IMAGE_TEST_BUILD_LOG:-/tmp/chatbox-image-build.log}"
 BASE=localhost/debian:bookworm-slim
-LLAMA_VERSION=0.3.36
 TORCH_VERSION=2.13.0
-# Must equal the Dockerfile's default CMAKE_ARGS (and scripts/setup.sh's) to find the cached wheel.
-CMAKE_ARGS_DEFAULT="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 T0=$(date +%s)
 
 say() { printf '\033[1m== %s\033[0m  (+%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
@@ -171,12 +168,13 @@ if [ -n "$torch_dir" ]; then
   echo "torch $TORCH_VERSION (CPU) from $torch_dir"
 fi
 wheel_cache="${CHATBOX_WHEEL_CACHE:-$HOME/.cache/chatbox/wheels}"
-flavour=$(printf '%s' "$CMAKE_ARGS_DEFAULT" | sha1sum | cut -c1-10)
-if compgen -G "$wheel_cache/$flavour/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+# the Dockerfile's default CMAKE_ARGS are scripts/llama-wheel.sh's
+flavour=$(CMAKE_ARGS= bash "$(dirname "$0")/llama-wheel.sh" flavour)
+if compgen -G "$wheel_cache/$flavour/llama_cpp_python-*.whl" >/dev/null; then
   BUILD+=(-v "$(realpath "$wheel_cache"):/wheels/llama:ro" --build-arg LLAMA_WHEEL_DIR=/wheels/llama)
-  echo "llama-cpp-python $LLAMA_VERSION prebuilt from $wheel_cache/$flavour"
+  echo "llama-cpp-python prebuilt from $wheel_cache/$flavour"
 else
-  echo "llama-cpp-python $LLAMA_VERSION: no cached wheel in $wheel_cache/$flavour; the build compiles it"
+  echo "llama-cpp-python: no cached wheel in $wheel_cache/$flavour; the build compiles it"
 fi
 # This machine's CA bundle for pip and npm in the build (it may sit behind a TLS-intercepting
 # proxy whose CA the base image's bundle lacks); the build stages only, not the final image.

@@ -14,8 +14,8 @@
 #
 # Every file pip may download is pinned by its sha256 (pip install --require-hashes). Two
 # packages are not in the locks: chatbox itself (pip install --no-deps -e .) and
-# llama-cpp-python, which scripts/setup.sh and the Dockerfile compile from source with the
-# machine's CMAKE_ARGS (pinned there as LLAMA_VERSION): a locally built wheel has a hash of its
+# llama-cpp-python, which scripts/llama-wheel.sh compiles from its pinned, patched source with
+# the machine's CMAKE_ARGS (for scripts/setup.sh and the Dockerfile): a locally built wheel has a hash of its
 # own. Its dependencies are locked. pip-compile resolves with this machine's pip configuration,
 # where the CPU build of torch (2.13.0+cpu) is found.
 set -euo pipefail
@@ -43,8 +43,8 @@ import sys
 path = sys.argv[1]
 text = open(path).read()
 note = (
-    "# llama-cpp-python is not locked: scripts/setup.sh and the Dockerfile build it from\n"
-    "# source (LLAMA_VERSION) with the machine's CMAKE_ARGS.\n"
+    "# llama-cpp-python is not locked: scripts/llama-wheel.sh builds it from its pinned,\n"
+    "# patched source with the machine's CMAKE_ARGS.\n"
 )
 text = re.sub(r"\n# WARNING: The following packages were not pinned.*\Z", "\n" + note, text,
               flags=re.S)

@@ -12,10 +12,11 @@ of those times is lower by FLASH_MARGIN. The verdict is kept in a file
 (`EngineSettings.kernel_cache`), so only a model's first start on a machine pays (a few
 seconds on 2 cores).
 
-ggml's CPU flash kernel tiles only prompts of 64 tokens or more and takes shorter ones a
-query row at a time over every cell, so deep in a conversation a short follow-up costs it up
-to twice plain attention's time (`benchmarks/followup.py`): the deeper follow-up is timed
-for that, and a near tie, which on a shared machine is noise, keeps plain attention.
+Over an f16 cache ggml's CPU flash kernel tiles only prompts of 64 tokens or more and takes
+shorter ones a query row at a time over every cell, so deep in a conversation a short
+follow-up costs it up to twice plain attention's time (`benchmarks/followup.py`): the
+deeper follow-up is timed for that, and a near tie, which on a shared machine is noise,
+keeps plain attention.
 """
 
 from __future__ import annotations
