@@ -209,10 +209,7 @@ def test_the_readme_maps_every_page_of_docs() -> None:
 
 def test_the_readme_shows_the_test_command_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    command = (
-        "bash scripts/setup.sh --test && .venv/bin/python -m pytest -q"
-        " && CHATBOX_TEST_STORE=postgresql .venv/bin/python -m pytest -q"
-    )
+    command = "bash scripts/setup.sh --test && bash scripts/test.sh"
     assert f"{command} || exit 1" in ci.splitlines()  # any failing pass fails CI
     blocks = re.findall(r"^```[^\n]*\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
     assert any(command in block.splitlines() for block in blocks)
