@@ -136,7 +136,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(keys))
     for name, row in rows.items():
         prefill = statistics.median(deeps[name].prefills)
-        print(f"| {name} | {prefill:.2f} s | " + " | ".join(f"{row[k]:.1f}" for k in keys) + " |")
+        print(f"| {name} | {prefill:.3f} s | " + " | ".join(f"{row[k]:.1f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def test_benchmark_quick_smoke(tmp_path: Path) -> None:
     assert data["long_prompt_stall"]["tpot_without"] > 0
 
 
-def test_followup_benchmark_times_both_kernels(tmp_path: Path) -> None:
+def test_followup_benchmark_times_every_layout(tmp_path: Path) -> None:
     from tests.tinymodel import make_tiny_gguf
 
     model = make_tiny_gguf(tmp_path / "tiny.gguf")
@@ -40,9 +40,13 @@ def test_followup_benchmark_times_both_kernels(tmp_path: Path) -> None:
         "followup.py", "--model", str(model), "--depth", "100", "--reps", "1", timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| flash") or
-            line.startswith("| plain")]  # fmt: skip
-    assert len(rows) == 2
-    for row in rows:  # a time for each size and for the split, all positive
-        cells = [float(c) for c in row.strip("|").split("|")[1:]]
-        assert len(cells) == 5 and all(c > 0 for c in cells)
+    rows = {
+        line.split("|")[1].strip(): line.strip("|").split("|")[1:]
+        for line in proc.stdout.splitlines()
+        if line.startswith(("| q8_0", "| f16"))
+    }
+    assert set(rows) == {"q8_0, flash", "f16, flash", "f16, plain"}
+    for cells in rows.values():  # the prefill, then a time for each size and for the split
+        assert cells[0].strip().endswith(" s") and float(cells[0].strip()[:-2]) > 0
+        times = [float(c) for c in cells[1:]]
+        assert len(times) == 5 and all(t > 0 for t in times)

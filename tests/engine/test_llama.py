@@ -26,8 +26,8 @@ def _decode(
 def test_a_batched_prompt_reads_the_cache_as_a_token_at_a_time_does(
     tiny_gguf: Path, kv_type: str
 ) -> None:
-    # Batches of 4 or more query rows take ggml's tiled flash kernel (for a q8_0 cache only in
-    # our patched build, scripts/patches/), single tokens the untiled one: same answers.
+    # ggml's tiled flash kernel takes 64 query rows or more over f16, 10 or more over q8_0 (our
+    # patched build, scripts/patches/); single tokens take the untiled one: same answers.
     model = Model(tiny_gguf, n_gpu_layers=0)
     params = ContextParams(
         n_ctx=2 * 1024,
