@@ -16,7 +16,7 @@ from chatbox.engine.scheduler import Scheduler
 from chatbox.engine.turns import GRACE_S
 from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
-from tests.engine.helpers import assert_kv_consistent, chat, generate, wait_idle
+from tests.engine.helpers import assert_kv_consistent, chat, generate, softmax, wait_idle
 
 CHATML_SEPARATOR = "<|im_end|>\n<|im_start|>user\n"
 PAUSE = GRACE_S + 0.4  # a person reading the answer
@@ -89,8 +89,11 @@ async def test_a_follow_up_after_a_pause_prefills_only_what_was_typed(
     marker = len(tokens(smol, CHATML_SEPARATOR)) + (max_tokens == 12)
     prefilled, plain = await follow_up(0.0)
     assert prefilled == len(owed) + marker
-    # the marker decoded ahead holds what prefilling it with the follow-up computes (both
-    # differ from a cold prefill of the whole prompt by the same ~1.0, the answer's KV
-    # having been written token by token)
+    # the marker decoded ahead holds what prefilling it with the follow-up computes, up to
+    # rounding: its few rows take the untiled attention kernel, a follow-up's 10 or more the
+    # tiled one (scripts/patches/), which differ by up to ~1.0 in SmolLM2's logits as a
+    # batched and a token-by-token prefill do; the same first token, the same distribution
     assert int(np.argmax(warmed)) == int(np.argmax(plain))
-    assert np.max(np.abs(warmed - plain)) < 0.25
+    assert np.max(np.abs(warmed - plain)) < 0.1 * float(np.ptp(plain))
+    pw, pp = softmax(warmed), softmax(plain)
+    assert float(np.sum(pp * (np.log(pp + 1e-12) - np.log(pw + 1e-12)))) < 0.02

@@ -240,6 +240,7 @@ def test_a_stated_fact_says_memory_was_updated(box: Served, session: Any) -> Non
     pg.press("#composer-input", "Enter")
     pg.wait_for_selector(DONE, timeout=120_000)
     note = pg.locator(f"{DONE} [data-testid=memory-note]")
+    note.wait_for(timeout=120_000)  # the extraction finishes after the answer, later under load
     assert "favourite colour is teal" in note.inner_text()
     assert note.locator("a[href='/memory']").count() == 1
     facts = api(box, "bo", "GET", "/v1/users/me/memory")
