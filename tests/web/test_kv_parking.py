@@ -39,6 +39,7 @@ def test_openai_follow_up_restores_the_parked_prefix(
         first = [{"role": "user", "content": DOC}]
         r1 = complete(client, key, first)
         answer = r1["choices"][0]["message"]["content"]
+        wait_for(lambda: parked_files(settings))  # the answer's KV has left for the disk tier
         follow = [
             *first,
             {"role": "assistant", "content": answer},
