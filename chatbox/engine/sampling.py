@@ -85,6 +85,7 @@ class Sampler:
             add(self.ptr, llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(bias), arr))
         self._grammar: object = None  # checks the chain's pick (sample)
         self._candidates: np.ndarray | None = None  # llama_token_data per token, reused
+        self._ids: np.ndarray = np.zeros(0, dtype=np.int32)
         if p.grammar:
             self._grammar = _grammar_sampler(vocab, p.grammar, p.grammar_triggers)
         if p.repeat_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0:
@@ -140,7 +141,9 @@ class Sampler:
         cands = self._candidates
         if cands is None or len(cands) != len(logits):
             cands = self._candidates = np.zeros(len(logits), dtype=_TOKEN_DATA)
-            cands["id"] = np.arange(len(logits), dtype=np.int32)
+            self._ids = np.arange(len(logits), dtype=np.int32)
+        # top-k and top-p sort the array in place: each pick starts from the ids in order again
+        cands["id"] = self._ids
         cands["logit"] = logits
         cands["p"] = 0.0
         data = cands.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data))

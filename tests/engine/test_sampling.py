@@ -91,3 +91,31 @@ def test_a_grammar_checks_the_pick_and_filters_the_vocabulary_only_when_it_refus
     finally:
         sampler.free()
         model.close()
+
+
+def test_a_grammar_at_temperature_draws_from_the_models_distribution(tiny_gguf: Path) -> None:
+    """Sampling under a grammar with top-k, top-p and a temperature picks what the model
+    favours among the tokens the grammar allows, pick after pick: top-k sorts the candidate
+    array in place, and a pick that reused the sorted ids paired logits with the wrong
+    tokens (answers read as random tokens at any temperature above 0)."""
+    model = Model(tiny_gguf)
+    digits = [model.tokenize(d, add_special=False, parse_special=False)[0] for d in "0123456789"]
+    letter = model.tokenize("x", add_special=False, parse_special=False)[0]
+    sampler = Sampler(
+        SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=3, grammar="root ::= [0-9]+"),
+        model.n_vocab,
+        model.vocab,
+    )
+    try:
+        rng = np.random.default_rng(0)
+        picks = []
+        for _ in range(40):
+            logits = rng.normal(0.0, 1.0, model.n_vocab).astype(np.float32)
+            logits[digits[3]] = 14.0  # the model's clear favourite among the digits
+            logits[letter] = 16.0 if len(picks) % 2 else 0.0  # a likelier token, refused
+            picks.append(sampler.sample(_Row(logits), 0))  # type: ignore[arg-type]
+        assert all(p in digits for p in picks)
+        assert picks.count(digits[3]) >= 36, picks
+    finally:
+        sampler.free()
+        model.close()
