@@ -10,6 +10,7 @@ create namespaces (no unprivileged user namespaces)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import socket
@@ -230,3 +231,37 @@ print("listed", os.listdir("/"))
 def test_an_oversized_snippet_is_refused() -> None:
     with pytest.raises(ValueError, match="bytes"):
         run(Sandbox(FAST, bwrap=None), "#" * (65 * 1024))
+
+
+def test_a_snippet_runs_on_the_servers_event_loop(sandbox: Sandbox) -> None:
+    """`chatbox serve` runs on uvloop, whose subprocesses take no user or group: the sandbox
+    runs there as on asyncio's own loop, as nobody when the caller is root."""
+    uvloop = pytest.importorskip("uvloop")
+    code = "import os\nprint(os.getuid(), os.getgid(), os.getgroups())"
+    result = uvloop.run(sandbox.run(code))
+    assert result.ok, result
+    uid, gid, groups = result.stdout.split(" ", 2)
+    if os.geteuid() == 0:
+        # inside bubblewrap's user namespace nobody's ids map to the overflow id, 65534 too
+        assert (int(uid), int(gid), groups.strip()) == (65534, 65534, "[]")
+    else:
+        assert int(uid) == os.getuid()
+
+
+def test_dev_cannot_be_filled(isolated: Sandbox) -> None:
+    """/dev holds the device nodes and nothing writable: a snippet cannot write a file there
+    past the scratch directory's cap (it is not a second tmpfs)."""
+    code = """
+import os
+for path in ("/dev/big", "/dev/shm/big", "/dev/null"):
+    try:
+        with open(path, "wb") as f:
+            f.write(b"x" * 4096)
+        print("wrote", path)
+    except OSError as exc:
+        print("refused", path, type(exc).__name__)
+"""
+    result = run(isolated, code)
+    assert result.ok, result
+    assert "refused /dev/big" in result.stdout and "refused /dev/shm/big" in result.stdout
+    assert "wrote /dev/null" in result.stdout  # the device nodes themselves still work

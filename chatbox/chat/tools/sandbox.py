@@ -12,7 +12,9 @@ Either way the snippet's own process sets, before any of its code runs, hard res
 it cannot raise again: CPU seconds (RLIMIT_CPU), address space (RLIMIT_AS), processes
 (RLIMIT_NPROC), file size (RLIMIT_FSIZE), open files and no core dumps; the caller bounds the
 wall time and the output it reads, and kills the whole sandbox past either. When the caller
-runs as root the sandbox runs as `nobody` (the kernel never applies RLIMIT_NPROC to root)."""
+runs as root the sandbox runs as `nobody` (the kernel never applies RLIMIT_NPROC to root): a
+small interpreter prefix drops to it and execs the sandbox, so the same argv runs on any event
+loop (uvloop, which `chatbox serve` runs on, takes no `user`/`group` for a subprocess)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,12 @@ from typing import Any
 NOBODY = 65534
 MAX_CODE_BYTES = 64 * 1024  # the snippet travels as one argument (the kernel allows 128 KiB)
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+# Runs first when the caller is root: no groups, then nobody's gid and uid, then the sandbox.
+_DROP = (
+    "import os, sys; os.setgroups([]); os.setgid({uid}); os.setuid({uid}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 # Runs first in the sandboxed interpreter: the limits, then the snippet (argv[1]) as __main__.
 _BOOT = """\
@@ -98,10 +106,11 @@ class Sandbox:
             cpu=lim.cpu_s, mem=lim.memory_bytes, nproc=lim.processes, fsize=lim.file_bytes
         )
 
-    def _argv(self, code: str) -> list[str]:
+    def _argv(self, code: str, as_root: bool = False) -> list[str]:
+        drop = [self.python, "-I", "-S", "-B", "-c", _DROP.format(uid=NOBODY)] if as_root else []
         run = [self.python, "-I", "-S", "-B", "-c", self._boot(), code]
         if not self.bwrap:
-            return run
+            return [*drop, *run]
         base = [self.bwrap, "--ro-bind", "/usr", "/usr"]
         for name in ("bin", "lib", "lib64", "sbin"):
             where = Path("/") / name
@@ -110,10 +119,13 @@ class Sandbox:
             elif where.is_dir():
                 base += ["--ro-bind", str(where), str(where)]
         return [
+            *drop,
             *base,
             "--proc",
             "/proc",
             "--dev",
+            "/dev",
+            "--remount-ro",  # device nodes stay usable; no writable tmpfs beside the scratch
             "/dev",
             "--size",
             str(self.limits.scratch_bytes),
@@ -166,7 +178,7 @@ class Sandbox:
         if as_root:
             os.chown(scratch, NOBODY, NOBODY)
         proc = await asyncio.create_subprocess_exec(
-            *self._argv(code),
+            *self._argv(code, as_root),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -174,9 +186,6 @@ class Sandbox:
             cwd=scratch,
             start_new_session=True,  # one group to kill, apart from the caller's
             close_fds=True,
-            user=NOBODY if as_root else None,
-            group=NOBODY if as_root else None,
-            extra_groups=[] if as_root else None,
         )
         assert proc.stdout is not None and proc.stderr is not None
         out, err, over = bytearray(), bytearray(), asyncio.Event()
