@@ -145,12 +145,29 @@ class Gatekeeper:
 
     # -- admission ----------------------------------------------------------------------
 
-    async def admit(self, user: User, requested: str | None, text: str) -> Ticket:
-        """Admit or refuse a request; raises RateLimited (429) or Overloaded (503)."""
+    def check_streams(self, user: User, answers: int, asked: str) -> None:
+        """RateLimited (429) where one request asks for more answers at once than the
+        user's tier may have generating (`max_streams`): `asked` says how ("n=8")."""
+        tier = self.policy.tier(user.tier)
+        if answers <= tier.max_streams:
+            return
+        self.telemetry.admission(tier.name, "rate_limited", "streams")
+        raise RateLimited(
+            f"this request asks for {answers} answers at once ({asked}); the {tier.name} "
+            f"tier's max_streams is {tier.max_streams}: ask for fewer",
+            1,
+            self.headers(user),
+            "streams",
+        )
+
+    async def admit(self, user: User, requested: str | None, text: str, streams: int = 1) -> Ticket:
+        """Admit or refuse a request of `streams` answers generated at once (n); raises
+        RateLimited (429) or Overloaded (503)."""
+        self.check_streams(user, streams, f"n={streams}")
         tier = self.policy.tier(user.tier).name  # a policy's tier: a small, fixed set
         with self.telemetry.span("admission", **{"chatbox.tier": tier}) as span:
             try:
-                ticket = await self._admit(user, requested, text)
+                ticket = await self._admit(user, requested, text, streams)
             except RateLimited as exc:
                 self.telemetry.admission(tier, "rate_limited", exc.kind)
                 span.set_attribute("chatbox.decision", "rate_limited")
@@ -170,7 +187,7 @@ class Gatekeeper:
             span.set_attributes({"chatbox.decision": decision, "chatbox.model": ticket.model})
             return ticket
 
-    async def _admit(self, user: User, requested: str | None, text: str) -> Ticket:
+    async def _admit(self, user: User, requested: str | None, text: str, streams: int) -> Ticket:
         tier = self.policy.tier(user.tier)
         route = self.router.route(user, requested, text)  # UnknownModel before any charge
         await self._check_budget(user, tier)
@@ -183,8 +200,10 @@ class Gatekeeper:
             )
             if limit > 0
         }
-        # Buckets and a stream slot are taken together, or none of them (every front's).
-        taken = await self._counters.take(list(spends.values()), (user.id, tier.max_streams))
+        # Buckets and the stream slots are taken together, or none of them (every front's).
+        taken = await self._counters.take(
+            list(spends.values()), (user.id, tier.max_streams), streams
+        )
         for kind, spend in spends.items():
             if taken.refused == spend.key:
                 level = taken.levels[spend.key]
@@ -197,9 +216,11 @@ class Gatekeeper:
                     kind,
                 )
         if taken.refused == "streams":
+            more = "" if streams == 1 else f" and this request asks for {streams} more"
             raise RateLimited(
-                f"{taken.streams} answers are already being written for you (the {tier.name} "
-                f"tier allows {tier.max_streams} at once); wait for one to finish",
+                f"{taken.streams} answers are already being written for you{more} (the "
+                f"{tier.name} tier's max_streams allows {tier.max_streams} at once); wait for "
+                "one to finish",
                 2,
                 self.headers(user),
                 "streams",

@@ -103,7 +103,7 @@ async def complete(
         model = ticket.model
     elif user is not None:
         text = "\n".join(m.content for m in messages)
-        ticket = await gate.admit(user, options.model, text)
+        ticket = await gate.admit(user, options.model, text, options.n)
         model = ticket.model
     else:
         model = resolve_model(models, options.model)

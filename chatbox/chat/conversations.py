@@ -187,11 +187,16 @@ class Conversations:
         user: User | None = None,
         zero_retention: bool = False,
         prompt: str | None = None,
+        prompts: int = 1,
     ) -> tuple[str, Generation, int]:
         """A stateless completion (the OpenAI-compatible API): model, stream, prompt size.
         `zero_retention`: its KV is never kept or parked, its review items keep no text.
-        `prompt`: a raw prompt instead of `messages`, without the chat template."""
+        `prompt`: a raw prompt instead of `messages`, without the chat template; `prompts`:
+        how many the request sends, whose n answers each count toward `max_streams`."""
         self.check_options(options)
+        if user is not None and prompts > 1:
+            asked = f"{prompts} prompts × n={options.n}"
+            self.gate.check_streams(user, prompts * options.n, asked)
         model, generation, tokens = await complete(
             self.models,
             self.gate,
@@ -229,7 +234,7 @@ class Conversations:
             model, generation, _ = await self.complete(messages, options, user, zero_retention)
             return Exact(model, None, generation, None)
         text = "\n".join(m.content for m in messages)
-        ticket = await self.gate.admit(user, options.model, text)
+        ticket = await self.gate.admit(user, options.model, text, options.n)
         try:
             engine = await self.models.engine(ticket.model)
             identity = await self.answers.identities.of(engine.info)

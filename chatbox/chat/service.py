@@ -231,7 +231,9 @@ class ChatService(Conversations):
             if await self._elsewhere(conv.id):
                 raise Busy("this conversation is still generating an answer; stop it or wait")
             with self.telemetry.turn(**{"chatbox.regenerate": content is None}):
-                ticket = await self.gate.admit(user, options.model or conv.model, content or "")
+                ticket = await self.gate.admit(
+                    user, options.model or conv.model, content or "", options.n
+                )
                 self.telemetry.annotate(**{"chatbox.model": ticket.model})
                 try:
                     if content:  # a message too long is refused before it costs moderation

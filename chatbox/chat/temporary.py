@@ -172,7 +172,7 @@ class TemporaryChats:
             raise InvalidInput("the message is empty")
         if len(content) > self.settings.max_message_chars:
             raise TooLong.characters(len(content), self.settings.max_message_chars)
-        ticket = await self.gate.admit(user, options.model, content)
+        ticket = await self.gate.admit(user, options.model, content, options.n)
         try:
             # After the rate limits, before any model work, as in a stored chat: a refused
             # message raises here (its queue item keeps category and scores only).

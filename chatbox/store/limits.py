@@ -46,7 +46,7 @@ class Taken:
     refused: str | None
     levels: dict[str, float]
     streams: int  # streams open before this one
-    lease: str | None = None  # the new stream's lease (to `release`)
+    lease: str | None = None  # the new streams' lease (to `release`)
 
 
 def refilled(level: float, capacity: float, elapsed_s: float) -> float:
@@ -57,8 +57,11 @@ def refilled(level: float, capacity: float, elapsed_s: float) -> float:
 class Counters(Protocol):
     """Limits' counters, shared by every front that uses the same store."""
 
-    async def take(self, spends: Sequence[Spend], streams: tuple[str, int] | None) -> Taken:
-        """All the spends and one stream of `streams` (key, most open at once), or none."""
+    async def take(
+        self, spends: Sequence[Spend], streams: tuple[str, int] | None, count: int = 1
+    ) -> Taken:
+        """All the spends and `count` streams of `streams` (key, most open at once) under one
+        lease, or none."""
         ...
 
     async def give(self, key: str, capacity: float, amount: float) -> None:
@@ -100,7 +103,7 @@ class MemoryCounters:
 
     clock: Callable[[], float] = time.monotonic
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
-    _streams: dict[str, set[str]] = field(default_factory=dict)
+    _streams: dict[str, dict[str, int]] = field(default_factory=dict)  # key: lease: count
     _leases: dict[str, str] = field(default_factory=dict)  # lease: its streams key
     _fails: dict[str, deque[float]] = field(default_factory=dict)
 
@@ -113,21 +116,23 @@ class MemoryCounters:
         b.updated = now
         return b
 
-    async def take(self, spends: Sequence[Spend], streams: tuple[str, int] | None) -> Taken:
+    async def take(
+        self, spends: Sequence[Spend], streams: tuple[str, int] | None, count: int = 1
+    ) -> Taken:
         buckets = {s.key: self._bucket(s.key, s.capacity) for s in spends}
         levels = {k: b.level for k, b in buckets.items()}
-        open_now = len(self._streams.get(streams[0], ())) if streams else 0
+        open_now = sum(self._streams.get(streams[0], {}).values()) if streams else 0
         for s in spends:
             if buckets[s.key].level < min(s.amount, s.capacity):
                 return Taken(s.key, levels, open_now)
-        if streams is not None and open_now >= streams[1]:
+        if streams is not None and open_now + count > streams[1]:
             return Taken("streams", levels, open_now)
         for s in spends:
             buckets[s.key].level -= s.amount
         lease = None
         if streams is not None:
             lease = secrets.token_hex(8)
-            self._streams.setdefault(streams[0], set()).add(lease)
+            self._streams.setdefault(streams[0], {})[lease] = count
             self._leases[lease] = streams[0]
         return Taken(None, {k: b.level for k, b in buckets.items()}, open_now, lease)
 
@@ -138,7 +143,7 @@ class MemoryCounters:
         key = self._leases.pop(lease, None)
         held = self._streams.get(key or "")
         if held is not None:
-            held.discard(lease)
+            held.pop(lease, None)
             if not held:
                 del self._streams[key or ""]
 
@@ -195,7 +200,9 @@ class PgCounters:
         for key, level in levels.items():
             self._seen[key] = (level, now)
 
-    async def take(self, spends: Sequence[Spend], streams: tuple[str, int] | None) -> Taken:
+    async def take(
+        self, spends: Sequence[Spend], streams: tuple[str, int] | None, count: int = 1
+    ) -> Taken:
         async with self.db.pool.acquire() as conn, conn.transaction():
             levels: dict[str, float] = {}
             for s in sorted(spends, key=lambda s: s.key):  # one lock order: no deadlock
@@ -217,7 +224,7 @@ class PgCounters:
             refused = next(
                 (s.key for s in spends if levels[s.key] < min(s.amount, s.capacity)), None
             )
-            if refused is None and streams is not None and open_now >= streams[1]:
+            if refused is None and streams is not None and open_now + count > streams[1]:
                 refused = "streams"
             if refused is not None:
                 self._saw(levels)
@@ -234,13 +241,16 @@ class PgCounters:
                 await conn.execute(
                     f"DELETE FROM limit_leases WHERE key = $1 AND expires_at <= {_NOW}", streams[0]
                 )
+                # One row per stream: `lease`, then `lease/1`, `lease/2`... (released together).
                 await conn.execute(
                     "INSERT INTO limit_leases (id, key, front, expires_at)"
-                    f" VALUES ($1, $2, $3, {_NOW} + $4)",
+                    f" SELECT CASE WHEN i = 0 THEN $1 ELSE $1 || '/' || i END, $2, $3, {_NOW} + $4"
+                    " FROM generate_series(0, $5 - 1) AS i",
                     lease,
                     streams[0],
                     self.db.front,
                     float(self.lease_s),
+                    count,
                 )
         self._saw(levels)
         if lease is not None:
@@ -259,7 +269,9 @@ class PgCounters:
 
     async def release(self, lease: str) -> None:
         self._mine.discard(lease)
-        await self.db.pool.execute("DELETE FROM limit_leases WHERE id = $1", lease)
+        await self.db.pool.execute(
+            "DELETE FROM limit_leases WHERE id = $1 OR id LIKE $1 || '/%'", lease
+        )
 
     def peek(self, key: str, capacity: float) -> float:
         seen = self._seen.get(key)
@@ -333,6 +345,7 @@ class PgCounters:
         if self._mine:
             with contextlib.suppress(Exception):
                 await self.db.pool.execute(
-                    "DELETE FROM limit_leases WHERE id = ANY($1::text[])", list(self._mine)
+                    "DELETE FROM limit_leases WHERE split_part(id, '/', 1) = ANY($1::text[])",
+                    list(self._mine),
                 )
             self._mine.clear()

@@ -103,6 +103,25 @@ async def test_priorities_put_paid_first_and_extra_streams_behind(store: Store) 
     assert (paid1.priority, paid2.priority, free1.priority, free2.priority) == (0, 1, 2, 3)
 
 
+async def test_n_answers_count_as_n_streams(store: Store) -> None:
+    """A request's n answers each take one of the tier's max_streams, released together."""
+    g = gate(store, {}, Clock())
+    with pytest.raises(RateLimited) as exc:
+        await g.admit(PAID, None, "a", streams=6)  # more than the tier ever allows
+    assert exc.value.kind == "streams" and "max_streams is 5" in str(exc.value)
+    three = await g.admit(PAID, None, "a", streams=3)
+    with pytest.raises(RateLimited) as exc:
+        await g.admit(PAID, None, "b", streams=3)  # 3 + 3 > 5
+    assert exc.value.kind == "streams" and "max_streams" in str(exc.value)
+    two = await g.admit(PAID, None, "b", streams=2)  # 3 + 2 = 5
+    with pytest.raises(RateLimited):
+        await g.admit(PAID, None, "c")
+    await three.finish(None)
+    again = await g.admit(PAID, None, "c", streams=3)  # all three given back at once
+    for ticket in (two, again):
+        await ticket.finish(None)
+
+
 async def test_overload_order_counts_running_and_waiting(store: Store) -> None:
     stats = {
         "small": EngineStats(running=3, queue_depth=0, slots_total=8),

@@ -56,6 +56,19 @@ async def test_streams_count_across_fronts_and_a_dead_fronts_lapse(
     assert second.refused is None and second.streams == 0
 
 
+async def test_a_request_of_several_answers_holds_as_many_streams(
+    fronts: tuple[Store, Store],
+) -> None:
+    a, b = fronts
+    three = await a.counters.take([], ("u1", 4), 3)
+    assert three.refused is None and three.lease is not None
+    assert (await b.counters.take([], ("u1", 4), 2)).refused == "streams"
+    one = await b.counters.take([], ("u1", 4))
+    assert one.refused is None and one.streams == 3
+    await a.counters.release(three.lease)  # its three streams end together
+    assert (await b.counters.take([], ("u1", 4), 3)).streams == 1
+
+
 async def test_failed_attempts_count_across_fronts(fronts: tuple[Store, Store]) -> None:
     a, b = fronts
     for _ in range(3):
@@ -109,3 +122,8 @@ async def test_in_process_counters_keep_the_same_rules() -> None:
     assert held.lease is not None
     await c.release(held.lease)
     assert (await c.take([], ("u2", 1))).refused is None
+    two = await c.take([], ("u3", 3), 2)
+    assert (await c.take([], ("u3", 3), 2)).refused == "streams"
+    assert two.lease is not None
+    await c.release(two.lease)
+    assert (await c.take([], ("u3", 3), 3)).refused is None

@@ -196,7 +196,7 @@ class OpenAIController(Controller):
         try:
             for prompt in prompts:
                 model, generation, _ = await chat.complete(
-                    (), options, user, zero_retention=zdr, prompt=prompt
+                    (), options, user, zero_retention=zdr, prompt=prompt, prompts=len(prompts)
                 )
                 generations.append(generation)
         except BaseException:
