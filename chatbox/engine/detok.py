@@ -1,8 +1,9 @@
 """UTF-8-safe incremental detokenizing with stop-string holdback.
 
 Tokens arrive as byte pieces. Incomplete UTF-8 sequences are held until complete (invalid
-bytes become U+FFFD), and any text tail that could be the start of a stop string is held
-until it either completes the stop (generation ends, the stop is not emitted) or diverges.
+bytes become U+FFFD; the start of a character an answer ends inside of, cut by max_tokens, is
+dropped), and any text tail that could be the start of a stop string is held until it either
+completes the stop (generation ends, the stop is not emitted) or diverges.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class StopTextStream:
         return self._release(final=False)
 
     def finish(self) -> str:
-        """End of generation: flush what is held (incomplete UTF-8 becomes U+FFFD)."""
+        """End of generation: flush what is held. The bytes of a character the answer ended
+        inside of (a max_tokens cut) are dropped: they are half a character, not an error."""
         if self.stopped:
             return ""
-        self._pending += self._decoder.decode(b"", final=True)
+        self._decoder.reset()
         return self._release(final=True)
 
     def _release(self, final: bool) -> str:

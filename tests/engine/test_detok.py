@@ -20,8 +20,18 @@ def test_emoji_split_across_pieces_arrives_whole() -> None:
 
 
 def test_invalid_bytes_become_replacement_not_stall() -> None:
-    out = feed_all(StopTextStream(), [b"a", b"\xff", b"b", b"\xe6\x97"])
-    assert "".join(out) == "a\ufffdb\ufffd"
+    out = feed_all(StopTextStream(), [b"a", b"\xff", b"b"])
+    assert "".join(out) == "a\ufffdb"
+
+
+def test_an_answer_cut_inside_a_character_ends_before_it() -> None:
+    """max_tokens can end an answer with the first bytes of a character: they are dropped,
+    not sent as U+FFFD."""
+    data = "ok 日本".encode()
+    out = feed_all(StopTextStream(), [data[:4], data[4:7], data[7:8]])
+    assert "".join(out) == "ok 日"
+    s = StopTextStream(stops=("END",))
+    assert "".join(feed_all(s, [b"xE", "😀".encode()[:3]])) == "xE"
 
 
 def test_stop_string_spanning_pieces_is_cut_and_not_emitted() -> None:
