@@ -128,6 +128,28 @@ class Settings:
     # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
     trusted_proxies: tuple[str, ...] = ()
     metrics_token: str | None = field(default=None, repr=False)  # Bearer for GET /metrics
+    # -- signing in through the team's identity provider or auth proxy (docs/admin.md) ----------
+    # OpenID Connect: the issuer's URL (discovery at <issuer>/.well-known/openid-configuration)
+    # and this app's client there; the redirect URI to register is <public_url>/auth/callback.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = field(default=None, repr=False)
+    oidc_provider_name: str | None = None  # "Sign in with <this>"; default: the issuer's host
+    oidc_scopes: tuple[str, ...] = ("openid", "email", "profile")
+    oidc_groups_claim: str = "groups"  # the ID token claim the policy's [sign_in] rules read
+    oidc_clock_skew_s: float = 60.0  # tolerated difference from the provider's clock
+    oidc_timeout_s: float = 10.0  # each request to the provider
+    # The URL people reach chatbox at ("https://chat.example.com"); redirect URIs are built
+    # from it. None: from each request's own base URL (right without a rewriting proxy).
+    public_url: str | None = None
+    # False: only the break-glass admin (admin_name) logs in with a password; everyone else
+    # signs in through the provider or the proxy.
+    password_login: bool = True
+    # An auth proxy in front (oauth2-proxy, Authelia, Cloudflare Access): the headers naming
+    # the person, their groups (comma-separated) and email, believed only from trusted_proxies.
+    trusted_header_user: str | None = None
+    trusted_header_groups: str | None = None
+    trusted_header_email: str | None = None
     # -- router mode: remote engine replicas (chatbox/cluster) -------------------------------
     # "[openai+]http://host:port[#slots=N&models=a,b]", comma-separated in CHATBOX_REPLICAS
     replicas: tuple[str, ...] = ()
@@ -202,11 +224,26 @@ class Settings:
             raise ValueError("database_replica_url must be a postgresql:// URL")
         for cidr in self.trusted_proxies:  # fail at start, not on the first request
             ipaddress.ip_network(cidr, strict=False)
+        # scopes are space-separated in OAuth: "openid email" and "openid,email" both work
+        object.__setattr__(
+            self, "oidc_scopes", tuple(w for s in self.oidc_scopes for w in s.split())
+        )
+        _check_sign_in(self)
         if self.embedding_runtime not in EMBEDDING_RUNTIMES:
             raise ValueError(
                 f"embedding_runtime must be one of {', '.join(EMBEDDING_RUNTIMES)}, "
                 f"not {self.embedding_runtime!r}"
             )
+
+    @property
+    def oidc_display_name(self) -> str | None:
+        """The name on "Sign in with ...": the configured one, or the issuer's host; None: no
+        provider is configured."""
+        if not self.oidc_issuer:
+            return None
+        from urllib.parse import urlsplit
+
+        return self.oidc_provider_name or urlsplit(self.oidc_issuer).hostname or self.oidc_issuer
 
     @property
     def db_path(self) -> Path:
@@ -257,12 +294,39 @@ class Settings:
         for key in ("models_dir", "policy_path", "manifest_path", "cache_dir"):
             if key in top:
                 top[key] = Path(top[key]).expanduser()
-        for key in ("trusted_proxies", "replicas"):
+        for key in ("trusted_proxies", "replicas", "oidc_scopes"):
             if isinstance(top.get(key), str):
                 top[key] = _coerce(top[key], "tuple")
             elif key in top:
                 top[key] = tuple(top[key])
         return replace(self, engine=replace(self.engine, **eng), **top)
+
+
+def _check_sign_in(s: Settings) -> None:
+    """Sign-in settings that cannot work together fail at start, saying which."""
+    if s.oidc_issuer:
+        if not s.oidc_client_id:
+            raise ValueError("oidc_issuer needs oidc_client_id (the client registered there)")
+        if not _https_or_loopback(s.oidc_issuer):
+            raise ValueError("oidc_issuer must be an https:// URL (http only on a loopback host)")
+        if "openid" not in s.oidc_scopes:
+            raise ValueError("oidc_scopes must include openid")
+    if s.public_url and not s.public_url.startswith(("https://", "http://")):
+        raise ValueError("public_url must be an http(s):// URL")
+    if s.trusted_header_user and not s.trusted_proxies:
+        raise ValueError(
+            "trusted_header_user needs trusted_proxies: the proxy addresses its header is"
+            " believed from"
+        )
+
+
+def _https_or_loopback(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return bool(parts.hostname)
+    return parts.scheme == "http" and parts.hostname in ("localhost", "127.0.0.1", "::1")
 
 
 def _coerce(raw: str, kind: Any) -> Any:

@@ -13,6 +13,7 @@ from chatbox.store.db import Database
 from chatbox.store.documents import Chunk, ChunkIn, Document, DocumentRepo
 from chatbox.store.evals import EvalRepo
 from chatbox.store.feedback import Feedback, FeedbackRepo, FeedbackTally
+from chatbox.store.identities import Identity, IdentityRepo, SignInStart
 from chatbox.store.jobs import JobRepo
 from chatbox.store.keys import ApiKey, KeyRepo
 from chatbox.store.limits import Counters, MemoryCounters
@@ -44,6 +45,7 @@ __all__ = [
     "Document",
     "Feedback",
     "FeedbackTally",
+    "Identity",
     "McpServerRow",
     "Memory",
     "ModerationItem",
@@ -51,6 +53,7 @@ __all__ = [
     "ReplicaRow",
     "Routing",
     "Session",
+    "SignInStart",
     "Store",
     "Summary",
     "Turn",
@@ -115,6 +118,7 @@ class Store:
     canaries: CanaryRepo
     tool_results: ToolResultRepo
     jobs: JobRepo
+    identities: IdentityRepo
     counters: Counters  # limits' counters: this process's on SQLite, the database's on PostgreSQL
 
     @classmethod
@@ -152,6 +156,7 @@ class Store:
             CanaryRepo(db),
             ToolResultRepo(db),
             JobRepo(db),
+            IdentityRepo(db),
             counters,
         )
 

@@ -704,6 +704,40 @@ async def _shared_fleet(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _identities(conn: aiosqlite.Connection) -> None:
+    # Accounts made by signing in through an identity provider or an auth proxy: the
+    # provider's (issuer, subject) names one account for good; and the sign-ins sent to the
+    # provider, each taken once by its callback (by its state's hash) or expired.
+    await _script(
+        conn,
+        """
+        CREATE TABLE identities (
+            issuer TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            email TEXT,
+            full_name TEXT,
+            group_names TEXT NOT NULL DEFAULT '[]',
+            csrf_token TEXT NOT NULL,
+            provider_disabled INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            last_sign_in_at REAL NOT NULL,
+            PRIMARY KEY (issuer, subject)
+        );
+        CREATE INDEX identities_by_user ON identities (user_id);
+        CREATE TABLE sign_in_starts (
+            state_hash TEXT PRIMARY KEY,
+            browser_hash TEXT NOT NULL,
+            nonce TEXT NOT NULL,
+            code_verifier TEXT NOT NULL,
+            redirect_uri TEXT NOT NULL,
+            next TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -725,6 +759,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0018_draft_front", _draft_front),
     ("0019_shared_limits", _shared_limits),
     ("0020_shared_fleet", _shared_fleet),
+    ("0023_identities", _identities),
 ]
 
 

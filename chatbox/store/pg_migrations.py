@@ -550,6 +550,31 @@ POSTGRESQL: dict[str, list[str]] = {
             PRIMARY KEY (front, url, model)
         )""",
     ],
+    "0023_identities": [
+        """CREATE TABLE identities (
+            issuer TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            user_id TEXT NOT NULL REFERENCES users(id),
+            email TEXT,
+            full_name TEXT,
+            group_names TEXT NOT NULL DEFAULT '[]',
+            csrf_token TEXT NOT NULL,
+            provider_disabled BIGINT NOT NULL DEFAULT 0,
+            created_at DOUBLE PRECISION NOT NULL,
+            last_sign_in_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (issuer, subject)
+        )""",
+        "CREATE INDEX identities_by_user ON identities (user_id)",
+        """CREATE TABLE sign_in_starts (
+            state_hash TEXT PRIMARY KEY,
+            browser_hash TEXT NOT NULL,
+            nonce TEXT NOT NULL,
+            code_verifier TEXT NOT NULL,
+            redirect_uri TEXT NOT NULL,
+            next TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL
+        )""",
+    ],
 }
 
 

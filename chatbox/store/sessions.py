@@ -48,3 +48,8 @@ class SessionRepo:
     async def delete(self, token: str) -> None:
         async with self.db.transaction() as tx:
             await tx.execute("DELETE FROM sessions WHERE token_hash = ?", (hash_token(token),))
+
+    async def end_all(self, user_id: str) -> None:
+        """End every browser session of `user_id`."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM sessions WHERE user_id = ?", (user_id,))

@@ -202,6 +202,16 @@ def _fill(app: App) -> str:
         )
         await store.memories.mark_extracted(conv, turns[-1]["seq"])
         await store.sessions.create(user.id, 3600)
+        await store.identities.save(
+            "https://id.example.com",
+            "sub-bob",
+            user.id,
+            email=f"{SECRET}@example.com",
+            full_name=SECRET,
+            groups=("staff",),
+            csrf_token="csrf",
+            provider_disabled=False,
+        )
         await store.shares.create(
             user.id,
             conv,
