@@ -26,8 +26,14 @@ from chatbox.moderation import ModerationService
 from chatbox.store import User
 
 
-def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Generation:
-    """engine.submit, with the engine's refusals as the chat layer's errors."""
+def submit(
+    engine: Engine,
+    request: GenerationRequest,
+    retry_after_s: int,
+    grammar_param: str = "response_format",
+) -> Generation:
+    """engine.submit, with the engine's refusals as the chat layer's errors; a grammar
+    refused is blamed on `grammar_param`, the request parameter it was built from."""
     try:
         return engine.submit(request)
     except ContextOverflowError as exc:
@@ -36,7 +42,7 @@ def submit(engine: Engine, request: GenerationRequest, retry_after_s: int) -> Ge
     except EngineBusyError as exc:
         raise Overloaded(str(exc), retry_after_s) from exc
     except GrammarError as exc:
-        raise InvalidInput(str(exc), "response_format") from exc
+        raise InvalidInput(f"{grammar_param}: {exc}", grammar_param) from exc
 
 
 def opening_key(scope: str, messages: tuple[ChatMessage, ...]) -> str:
@@ -135,6 +141,7 @@ async def complete(
                 prompt=prompt,
             ),
             gate.policy.overload.retry_after_s,
+            options.grammar_param,
         )
     except BaseException as exc:
         if ticket:  # nothing ran: give the admission back

@@ -24,6 +24,7 @@ class TurnOptions:
     logprobs: int = -1  # -1 none; k: each token's logprob and its top k alternatives
     grammar: str | None = None  # GBNF the answer must match (tools, response_format)
     grammar_triggers: tuple[str, ...] = ()  # lazy grammar: applies from a match on
+    grammar_param: str = "response_format"  # the request parameter the grammar comes from
     tools: tuple[ToolSpec, ...] = ()
     n: int = 1
     fresh: bool = False  # never answer from the semantic cache (chatbox/chat/semantic_cache.py)

@@ -7,7 +7,10 @@ compile time and memory, and each decode step's cost grow with a schema's number
 its size in bytes. `bound_schema` walks a schema first, refuses one whose numbers exceed
 what an answer of `max_tokens` could hold or what a grammar may cost (`SchemaTooLarge`,
 naming the keyword and its path), and drops upper bounds too large to spell out: the token
-budget bounds the answer anyway.
+budget bounds the answer anyway. The shortest answer is counted through `$ref`s (a reference
+chain costs what its target does), `allOf` (every part must hold) and `pattern` (its
+shortest match); a reference that comes back to itself before the answer writes a character
+is refused (the grammar would be left-recursive).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Protocol
 
 # An upper bound on the characters one token writes, for "could max_tokens ever hold it":
 # vocabularies hold runs of spaces or '=' this long, rarely longer.
@@ -45,6 +50,18 @@ _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_ONES = ("items", "additionalProperties")
+
+
+class Refs(Protocol):
+    """What counting a schema needs of its references."""
+
+    def shortest(self, ref: str) -> float:
+        """The shortest answer the reference's target accepts."""
+        ...
+
+    def target(self, ref: str) -> Any:
+        """The schema the reference points at (None: nothing)."""
+        ...
 
 
 class SchemaTooLarge(ValueError):
@@ -88,6 +105,7 @@ class _Walker:
         self.root = root
         self.budget = budget
         self.refs_seen: set[str] = set()
+        self.ref_chars: dict[str, float] = {}  # each reference's shortest answer, once known
 
     # -- spending -------------------------------------------------------------------------
     def spend(self, what: str, n: int, keyword: str, path: str) -> None:
@@ -180,8 +198,71 @@ class _Walker:
         if isinstance(pattern, str):
             self._pattern(pattern, path)
         self._repetitions(schema, out, counts, path)
-        self.fits(min_chars(out), _blame(out), path)
+        try:
+            shortest = min_chars(out, self)
+        except RecursionError:  # a reference's target not walked yet nests past any limit
+            raise SchemaTooLarge(
+                "$ref", path, f"schemas nest more than {MAX_DEPTH} levels deep"
+            ) from None
+        self.fits(shortest, _blame(out), path)
         return out
+
+    # -- references -----------------------------------------------------------------------
+    def target(self, ref: str) -> Any:
+        return resolve_ref(self.root, ref)
+
+    def shortest(self, ref: str) -> float:
+        """The shortest answer a reference's target accepts (infinite where every answer
+        would go through the reference again: no finite JSON matches it)."""
+        if ref not in self.ref_chars:
+            self._solve_refs(ref)
+        return self.ref_chars.get(ref, 0.0)
+
+    def _solve_refs(self, start: str) -> None:
+        """Shortest answers of `start` and every reference it reaches, together: from
+        "infinite", each round recounts them all until none changes (one more of them is
+        final each round, so a round per reference suffices)."""
+        targets: dict[str, Any] = {}
+        todo = [start]
+        while todo:
+            ref = todo.pop()
+            if ref in targets or ref in self.ref_chars:
+                continue
+            target = resolve_ref(self.root, ref)
+            targets[ref] = target
+            todo.extend(_refs_in(target))
+        if not targets:
+            return
+        table = _Table(self, dict.fromkeys(targets, math.inf))
+        for _ in range(len(targets) + 1):
+            changed = False
+            for ref, target in targets.items():
+                chars = min_chars(target, table) if target is not None else 0.0
+                if chars < table.chars[ref]:
+                    table.chars[ref], changed = chars, True
+            if not changed:
+                break
+        self.ref_chars.update(table.chars)
+
+    def _left_recursion(self, ref: str, path: str) -> None:
+        """SchemaTooLarge where `ref` leads back to itself through references and
+        alternatives only, before any character is written: such a grammar never ends."""
+        seen: set[str] = set()
+        todo = [ref]
+        while todo:
+            at = todo.pop()
+            if at in seen:
+                continue
+            seen.add(at)
+            for head in _head_refs(resolve_ref(self.root, at)):
+                if head == ref:
+                    raise SchemaTooLarge(
+                        "$ref",
+                        path,
+                        f"{ref} refers back to itself before the answer writes a character"
+                        " (left recursion); put the recursion inside an object or array",
+                    )
+                todo.append(head)
 
     def _properties(self, schema: dict[str, Any], props: dict[str, Any], path: str) -> None:
         self.spend("properties", len(props), "properties", path)
@@ -203,33 +284,11 @@ class _Walker:
         if not isinstance(ref, str) or ref in self.refs_seen:
             return
         self.refs_seen.add(ref)
-        if not ref.startswith("#/") and ref != "#":
-            raise SchemaTooLarge("$ref", path, "only local references (#/...) are supported")
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/") if p]
-        target: Any = self.root
-        i = 0
-        while i < len(parts):
-            key = parts[i]
-            if not isinstance(target, dict) or key not in target:
-                raise SchemaTooLarge("$ref", path, f"{ref} points at nothing")
-            if key in _SCHEMA_ONES and isinstance(target[key], dict):
-                target, i = target[key], i + 1
-                continue
-            if i + 1 >= len(parts) or key not in (*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_ONES):
-                raise SchemaTooLarge(
-                    "$ref",
-                    path,
-                    f"{ref} must point at a schema under $defs, definitions,"
-                    " properties, items or a list of schemas",
-                )
-            sub, name = target[key], parts[i + 1]
-            if isinstance(sub, list) and name.isdigit() and int(name) < len(sub):
-                target = sub[int(name)]
-            elif isinstance(sub, dict) and name in sub:
-                target = sub[name]
-            else:
-                raise SchemaTooLarge("$ref", path, f"{ref} points at nothing")
-            i += 2
+        try:
+            _follow(self.root, ref)
+        except _BadRef as exc:
+            raise SchemaTooLarge("$ref", path, str(exc)) from None
+        self._left_recursion(ref, path)
 
     def _pattern(self, pattern: str, path: str) -> None:
         if len(pattern) > MAX_PATTERN_CHARS:
@@ -244,8 +303,15 @@ class _Walker:
                     raise SchemaTooLarge(
                         "pattern", path, f"repeats {m.group(0)}; at most {MAX_REPEAT:,} times"
                     )
-            # a literal repeated is spelled out: its length times the count, at most
-            self.spend("expansion", max(lo, hi) * max(1, len(pattern) // 8), "pattern", path)
+        span = pattern_span(pattern)
+        if span.longest > MAX_EXPANSION:  # repeats inside repeats multiply
+            raise SchemaTooLarge(
+                "pattern",
+                path,
+                f"its repeats multiply to {_figure(span.longest)} characters; at most"
+                f" {MAX_EXPANSION:,} (write a shorter repeat, or * or + for no bound)",
+            )
+        self.spend("expansion", int(span.longest), "pattern", path)
 
     def _repetitions(
         self, schema: dict[str, Any], out: dict[str, Any], counts: dict[str, int], path: str
@@ -275,35 +341,65 @@ class _Walker:
             )
 
 
-def min_chars(schema: Any) -> float:
-    """A lower bound on the characters of any JSON value the converted grammar accepts;
-    references count as nothing (their targets are checked where they are)."""
-    if not isinstance(schema, dict) or "$ref" in schema:
+@dataclass
+class _Table:
+    """References' shortest answers while they are being counted (`chars`), over the ones
+    already known."""
+
+    walker: _Walker
+    chars: dict[str, float]
+
+    def shortest(self, ref: str) -> float:
+        if ref in self.walker.ref_chars:
+            return self.walker.ref_chars[ref]
+        return self.chars.get(ref, 0.0)
+
+    def target(self, ref: str) -> Any:
+        return self.walker.target(ref)
+
+
+def min_chars(schema: Any, refs: Refs | None = None) -> float:
+    """A lower bound on the characters of any JSON value the converted grammar accepts,
+    read the way the converter reads the schema; `refs` counts references (without it
+    they count as nothing)."""
+
+    def of(sub: Any) -> float:
+        return min_chars(sub, refs)
+
+    if not isinstance(schema, dict):
         return 0
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        return refs.shortest(ref) if refs is not None and isinstance(ref, str) else 0
     if "anyOf" in schema or "oneOf" in schema:
         alts = schema.get("oneOf") or schema.get("anyOf") or []
-        return min((min_chars(a) for a in alts if isinstance(a, dict)), default=0)
+        if not isinstance(alts, list):
+            return 0
+        return min((of(a) for a in alts if isinstance(a, dict)), default=0)
     if "const" in schema:
         return _literal_chars(schema["const"])
     if "enum" in schema and isinstance(schema["enum"], list):
         return min((_literal_chars(v) for v in schema["enum"]), default=0)
     kind = schema.get("type")
+    if isinstance(kind, list):
+        return 1
     if kind in (None, "object") and isinstance(schema.get("properties"), dict):
-        props: dict[str, Any] = schema["properties"]
         required: list[Any] = schema.get("required") or []
         if not isinstance(required, list):
             required = []
-        total = 2.0
-        for name in {r for r in required if isinstance(r, str) and r in props}:
-            total += len(json.dumps(name)) + 2 + min_chars(props[name])
+        total = _required_chars(schema["properties"], required, of)
         n = _safe_count(schema.get("minProperties"))
         return max(total, 2 + 6 * n)
+    if kind in (None, "object") and isinstance(schema.get("allOf"), list):
+        return _all_of_chars(schema["allOf"], refs)
     if kind in (None, "array") and isinstance(schema.get("items"), dict):
         n = _safe_count(schema.get("minItems"))
-        return 2 + n * (min_chars(schema["items"]) + 1)
+        return 2 + n * (of(schema["items"]) + 1) if n else 2  # no item: whatever they need
     items = schema.get("items") or schema.get("prefixItems")
     if kind in (None, "array") and isinstance(items, list):
-        return 2 + sum(min_chars(i) + 1 for i in items)
+        return 2 + sum(of(i) + 1 for i in items)
+    if kind in (None, "string") and isinstance(schema.get("pattern"), str):
+        return 2 + pattern_span(schema["pattern"]).shortest  # the converter's minLength too
     if kind == "string":
         return 2 + _safe_count(schema.get("minLength"))
     if kind == "object":
@@ -311,12 +407,42 @@ def min_chars(schema: Any) -> float:
     return 1
 
 
+def _required_chars(props: Any, required: Any, of: Callable[[Any], float]) -> float:
+    """An object holding its required properties, at the least."""
+    if not isinstance(props, dict):
+        return 2.0
+    names = {r for r in required if isinstance(r, str) and r in props}
+    return 2.0 + sum(len(json.dumps(name)) + 2 + of(props[name]) for name in names)
+
+
+def _all_of_chars(parts: list[Any], refs: Refs | None) -> float:
+    """The converter merges allOf's parts (one reference deep) into one object: the
+    properties of every part, required unless the part is an anyOf."""
+    props: dict[str, Any] = {}
+    required: set[str] = set()
+    for part in parts:
+        options = part.get("anyOf") if isinstance(part, dict) else None
+        for comp in options if isinstance(options, list) else [part]:
+            if not isinstance(comp, dict):
+                continue
+            if isinstance(comp.get("$ref"), str):
+                comp = refs.target(comp["$ref"]) if refs is not None else None
+            sub = comp.get("properties") if isinstance(comp, dict) else None
+            if isinstance(sub, dict):
+                props.update(sub)
+                if options is None:
+                    required.update(name for name in sub if isinstance(name, str))
+    return _required_chars(props, list(required), lambda s: min_chars(s, refs))
+
+
 def _blame(schema: dict[str, Any]) -> str:
     """The keyword to name when this node alone is too long for the budget."""
-    for key in ("minItems", "minLength", "minProperties", "required", "prefixItems"):
+    if "$ref" in schema:
+        return "$ref"  # the converter reads nothing else beside it
+    for key in ("minItems", "minLength", "minProperties", "required", "prefixItems", "pattern"):
         if key in schema:
             return key
-    return "type"
+    return "allOf" if "allOf" in schema else "type"
 
 
 def _count(value: Any, keyword: str, path: str) -> int:
@@ -346,3 +472,165 @@ def _figure(chars: float) -> str:
 
 def _join(path: str, *parts: str) -> str:
     return ".".join(p for p in (path, *parts) if p)
+
+
+class _BadRef(ValueError):
+    """A reference that does not point at a schema this walk bounds."""
+
+
+def _follow(root: Any, ref: str) -> Any:
+    """The schema `ref` points at, or _BadRef saying why not."""
+    if not ref.startswith("#/") and ref != "#":
+        raise _BadRef("only local references (#/...) are supported")
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/") if p]
+    target: Any = root
+    i = 0
+    while i < len(parts):
+        key = parts[i]
+        if not isinstance(target, dict) or key not in target:
+            raise _BadRef(f"{ref} points at nothing")
+        if key in _SCHEMA_ONES and isinstance(target[key], dict):
+            target, i = target[key], i + 1
+            continue
+        if i + 1 >= len(parts) or key not in (*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_ONES):
+            raise _BadRef(
+                f"{ref} must point at a schema under $defs, definitions,"
+                " properties, items or a list of schemas"
+            )
+        sub, name = target[key], parts[i + 1]
+        if isinstance(sub, list) and name.isdigit() and int(name) < len(sub):
+            target = sub[int(name)]
+        elif isinstance(sub, dict) and name in sub:
+            target = sub[name]
+        else:
+            raise _BadRef(f"{ref} points at nothing")
+        i += 2
+    return target
+
+
+def resolve_ref(root: Any, ref: str) -> Any:
+    """The schema `ref` points at; None where it points at nothing usable."""
+    try:
+        return _follow(root, ref)
+    except _BadRef:
+        return None
+
+
+def _refs_in(schema: Any) -> list[str]:
+    """Every reference inside `schema` (walked without recursion: any depth)."""
+    out: list[str] = []
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                out.append(node["$ref"])
+            for key in (*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_ONES):
+                sub = node.get(key)
+                if isinstance(sub, dict) and key in _SCHEMA_MAPS:
+                    todo.extend(sub.values())
+                elif isinstance(sub, (dict, list)):
+                    todo.append(sub)
+        elif isinstance(node, list):
+            todo.extend(node)
+    return out
+
+
+def _head_refs(schema: Any) -> list[str]:
+    """The references the converted rule starts with: the schema's own, or its
+    alternatives' (anyOf, oneOf, nested), before any character of their own."""
+    out: list[str] = []
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("$ref"), str):
+            out.append(node["$ref"])
+        elif "oneOf" in node or "anyOf" in node:
+            alts = node.get("oneOf") or node.get("anyOf")
+            if isinstance(alts, list):
+                todo.extend(alts)
+    return out
+
+
+@dataclass(frozen=True)
+class Span:
+    """A pattern's match lengths: the shortest, and a conservative longest that counts
+    each unbounded repeat (*, +, {m,}) as its minimum and one more."""
+
+    shortest: float
+    longest: float
+
+
+@lru_cache(maxsize=256)
+def pattern_span(pattern: str) -> Span:
+    """A conservative reading of a pattern's match lengths, in the converter's syntax
+    (one character for a class, a dot or an escape); a pattern it cannot read spans
+    nothing (the converter refuses it later)."""
+    body = pattern[1:] if pattern.startswith("^") else pattern
+    body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body
+    try:
+        span, end = _alternatives(body, 0)
+    except (IndexError, ValueError):
+        return Span(0, 0)
+    return span if end >= len(body) else Span(0, 0)
+
+
+def _alternatives(text: str, i: int) -> tuple[Span, int]:
+    """Branches separated by | up to a closing parenthesis (or the end)."""
+    branches: list[Span] = []
+    while True:
+        span, i = _sequence(text, i)
+        branches.append(span)
+        if i < len(text) and text[i] == "|":
+            i += 1
+            continue
+        break
+    return Span(min(b.shortest for b in branches), max(b.longest for b in branches)), i
+
+
+def _sequence(text: str, i: int) -> tuple[Span, int]:
+    shortest = longest = 0.0
+    while i < len(text) and text[i] not in "|)":
+        atom, i = _atom(text, i)
+        atom, i = _quantified(text, i, atom)
+        shortest += atom.shortest
+        longest += atom.longest
+    return Span(shortest, longest), i
+
+
+def _atom(text: str, i: int) -> tuple[Span, int]:
+    c = text[i]
+    if c == "(":
+        inner, i = _alternatives(text, i + 1)
+        if i >= len(text) or text[i] != ")":
+            raise ValueError("unbalanced parentheses")
+        return inner, i + 1
+    if c == "[":
+        i += 1
+        while text[i] != "]":
+            i += 2 if text[i] == "\\" else 1
+        return Span(1, 1), i + 1
+    if c == "\\":
+        return Span(1, 1), i + 2
+    if c in "*+?{":
+        raise ValueError("a repeat of nothing")
+    return Span(1, 1), i + 1
+
+
+def _quantified(text: str, i: int, atom: Span) -> tuple[Span, int]:
+    """The atom under the repeats that follow it (each applies to what is before it)."""
+    while i < len(text) and text[i] in "*+?{":
+        c = text[i]
+        if c == "{":
+            end = text.index("}", i)
+            nums = [n.strip() for n in text[i + 1 : end].split(",")]
+            lo = int(nums[0]) if nums[0] else 0
+            hi: float = lo if len(nums) == 1 else (int(nums[1]) if nums[1] else math.inf)
+            i = end + 1
+        else:
+            lo, hi = {"*": (0, math.inf), "+": (1, math.inf), "?": (0, 1)}[c]
+            i += 1
+        atom = Span(atom.shortest * lo, atom.longest * (lo + 1 if math.isinf(hi) else hi))
+    return atom, i

@@ -166,6 +166,61 @@ def test_schemas_past_the_grammar_limits_are_refused(schema: dict[str, object], 
     assert refused(schema, 100_000).param == f"response_format.json_schema.schema.{where}"
 
 
+def test_a_pattern_counts_its_shortest_match_and_its_nested_repeats() -> None:
+    nested = prop({"type": "string", "pattern": "^(a{1000}){1000}$"})
+    for max_tokens in (512, 100_000):  # a million characters, and a million spelled out
+        assert refused(nested, max_tokens).param == (
+            "response_format.json_schema.schema.properties.a.pattern"
+        )
+    # each repeat alone is small, but an answer of 512 tokens cannot hold their product
+    long = prop({"type": "string", "pattern": "^(ab{150}){120}$"})
+    assert "max_tokens" in str(refused(long))
+    for fine in ("^[a-z]{1,64}(\\.[a-z]{1,64}){0,10}$", "^.*$", "^(a|b)+c?$"):
+        assert response_constraint(schema_format(prop({"type": "string", "pattern": fine})))
+
+
+def test_references_and_all_of_count_what_their_targets_need() -> None:
+    big = {"type": "string", "minLength": 1000}
+    names = [f"p{i}" for i in range(20)]
+    chain: dict[str, object] = {  # 20 required properties through a chain of two references
+        "$defs": {"big": big, "alias": {"$ref": "#/$defs/big"}},
+        "type": "object",
+        "properties": {name: {"$ref": "#/$defs/alias"} for name in names},
+        "required": names,
+    }
+    assert refused(chain).param == "response_format.json_schema.schema.required"
+    assert response_constraint(schema_format(chain), 4096).grammar
+    both = {
+        "allOf": [
+            {"type": "object", "properties": {"a": big}, "required": ["a"]},
+            {"type": "object", "properties": {"b": big}, "required": ["b"]},
+        ]
+    }
+    assert refused(both, 40).param == "response_format.json_schema.schema.allOf"
+    # a recursion every answer must go through never ends; an optional one is a tree
+    endless = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    assert refused(endless).param == "response_format.json_schema.schema.properties.next.$ref"
+    kids = {"type": "array", "items": {"$ref": "#/$defs/node"}}
+    node = {"type": "object", "properties": {"kids": kids}, "required": ["kids"]}
+    tree = {"$defs": {"node": node}, **prop({"$ref": "#/$defs/node"})}
+    assert response_constraint(schema_format(tree)).grammar
+
+
+def test_a_left_recursive_reference_is_refused_naming_its_parameter() -> None:
+    left = {
+        "$defs": {"e": {"anyOf": [{"$ref": "#/$defs/e"}, {"type": "string"}]}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/e"}},
+        "required": ["a"],
+    }
+    with pytest.raises(InvalidInput) as e:
+        tools_in([{"type": "function", "function": {"name": "f", "parameters": left}}])
+    assert (e.value.param or "").startswith("tools[0].function.parameters.")
+    assert "left recursion" in str(e.value)
+    param = refused(left).param or ""
+    assert param.startswith("response_format.json_schema.schema.") and param.endswith("$ref")
+
+
 def test_nesting_past_the_limit_is_refused_at_its_depth() -> None:
     schema: dict[str, object] = {"type": "string"}
     for _ in range(30):

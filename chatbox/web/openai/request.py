@@ -202,6 +202,7 @@ def extend_options(
         logprobs=(top or 0) if logprobs else -1,
         grammar=chosen.grammar,
         grammar_triggers=chosen.triggers,
+        grammar_param="response_format" if fmt.grammar else "tools",
         tools=tools if mode != "none" else (),
         n=n,
     )
