@@ -240,7 +240,11 @@ TABLES: tuple[Table, ...] = (
             "tool": "a tool's name (the catalogue of tools, not a person's words)",
         },
         {
-            "conversation": Delete("conversation_id = :conv"),
+            # A pure tool's result too (each result names the conversation whose call made
+            # it); one cached before they did goes with any of its user's conversations.
+            "conversation": Delete(
+                "conversation_id = :conv OR (conversation_id IS NULL AND user_id = :user)"
+            ),
             "account": Delete("user_id = :user"),
         },
         export="a cache of tool results; each result is exported as its turn",

@@ -1,8 +1,9 @@
 """Cached tool results: one row per (scope, tool, version, arguments), keyed by their hash.
 
-A result is content (declared in `chatbox.store.content`): erased with its conversation, or
-with its user for a pure tool's (cached per user, no conversation). Nothing is written under
-zero-data-retention: the chat layer asks before `put`.
+A result is content (declared in `chatbox.store.content`): erased with the conversation
+whose call made it (a pure tool's too, though the user's other conversations find it by its
+key), by retention and with its user. Nothing is written under zero-data-retention: the chat
+layer asks before `put`.
 """
 
 from __future__ import annotations
@@ -24,17 +25,16 @@ class ToolResultRepo:
         return str(row["result"]) if row else None
 
     async def put(
-        self, key: str, user_id: str, conversation_id: str | None, tool: str, result: str
+        self, key: str, user_id: str, conversation_id: str, tool: str, result: str
     ) -> None:
         async with self.db.transaction() as tx:
             # A conversation erased meanwhile caches nothing more.
-            if conversation_id is not None:
-                async with tx.execute(
-                    "SELECT 1 FROM conversations WHERE id = ? AND deleted_at IS NULL",
-                    (conversation_id,),
-                ) as cur:
-                    if await cur.fetchone() is None:
-                        return
+            async with tx.execute(
+                "SELECT 1 FROM conversations WHERE id = ? AND deleted_at IS NULL",
+                (conversation_id,),
+            ) as cur:
+                if await cur.fetchone() is None:
+                    return
             await tx.execute(
                 "INSERT INTO tool_results (key, user_id, conversation_id, tool, result,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"

@@ -48,14 +48,14 @@ def test_the_calculator_refuses_what_is_not_bounded_arithmetic(expression: str) 
 
 class Cache:
     def __init__(self) -> None:
-        self.rows: dict[str, tuple[str, str | None, str]] = {}
+        self.rows: dict[str, tuple[str, str, str]] = {}
 
     async def get(self, key: str, user_id: str) -> str | None:
         row = self.rows.get(key)
         return row[2] if row and row[0] == user_id else None
 
     async def put(
-        self, key: str, user_id: str, conversation_id: str | None, tool: str, result: str
+        self, key: str, user_id: str, conversation_id: str, tool: str, result: str
     ) -> None:
         self.rows[key] = (user_id, conversation_id, result)
 
@@ -77,9 +77,9 @@ def test_a_pure_tool_is_cached_per_user_and_an_unpure_one_not_at_all() -> None:
         first = await _session(cache).call("a", "calculator", '{"expression": "6*7"}')
         assert first.result.text == "42" and not first.cached
         [(user, conv, _)] = cache.rows.values()
-        assert user == "u_1" and conv is None  # pure: the user's, in every conversation
+        assert (user, conv) == ("u_1", "c_1")  # the conversation's, erased with it
         again = await _session(cache, conv="c_2").call("b", "calculator", '{"expression":"6*7"}')
-        assert again.cached and again.result.text == "42"
+        assert again.cached and again.result.text == "42"  # found from the user's others
         other = await _session(cache, user="u_2").call("c", "calculator", '{"expression":"6*7"}')
         assert not other.cached  # another user's cache is not this one's
         await _session(cache).call("d", "current_time", "{}")

@@ -178,7 +178,7 @@ def _fill(app: App) -> str:
         await store.turns.append_tool(draft, "tool_call", f'{{"query": "{SECRET}"}}')
         await store.turns.append_tool(draft, "tool_result", f"found {SECRET}")
         await store.tool_results.put("k1", user.id, conv, "search_library", f"found {SECRET}")
-        await store.tool_results.put("k2", user.id, None, "calculator", f"pure {SECRET}")
+        await store.tool_results.put("k2", user.id, conv, "calculator", f"pure {SECRET}")
         await store.moderation.add(
             user_id=user.id,
             tier="free",

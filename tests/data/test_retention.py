@@ -13,6 +13,9 @@ import pytest
 
 from chatbox.accounts import AuditLog
 from chatbox.chat.policy import Policy, default_policy_path
+from chatbox.chat.tools.base import ToolContext
+from chatbox.chat.tools.builtin import Calculator
+from chatbox.chat.tools.loop import Budget, ToolSession
 from chatbox.data.retention import DAY_S, Retention, keeps
 from chatbox.store import Store
 from chatbox.store.erasure import Erased, ErasureRepo
@@ -187,3 +190,33 @@ async def test_an_import_counts_from_its_import_time(store: Store) -> None:
     now[0] = T0 + 31 * DAY_S
     assert (await retention.run()).erased.conversations == 1
     assert await live_titles(store, fay.id) == set()
+
+
+async def test_a_pure_tools_cached_result_goes_with_its_conversation(store: Store) -> None:
+    """The calculator's result is found from the user's other conversations, yet it is
+    erased with the conversation whose call made it: by retention, and by a deletion."""
+    fay = await store.users.create("fay", tier="free")
+    transfer = TransferRepo(store.db)
+    await transfer.import_conversations(fay.id, [conv("old", 31), conv("new", 1)])
+    ids = {c.title: c.id for c in await transfer.conversations(fay.id)}
+
+    async def calculate(conv_id: str) -> bool:
+        context = ToolContext(fay.id, conv_id, None, time.monotonic() + 30, "free")
+        session = ToolSession([Calculator()], context, Budget(4, 30.0), store.tool_results)
+        step = await session.call("c1", "calculator", '{"expression": "6*7"}')
+        assert step.result.text == "42"
+        return step.cached
+
+    async def cached() -> int:
+        row = await store.db.fetchone("SELECT count(*) AS n FROM tool_results")
+        return int(row["n"]) if row else 0
+
+    assert not await calculate(ids["old"])
+    assert await calculate(ids["new"])  # the user's other conversation finds it
+    erasure = ErasureRepo(store.db)
+    retention = Retention(erasure, POLICY, erasure.conversations, AuditLog(store), lambda: T0)
+    assert (await retention.run()).erased.conversations == 1  # "old", 31 days idle
+    assert await cached() == 0
+    assert not await calculate(ids["new"])  # made again, now in "new"
+    await erasure.conversations(fay.id, [ids["new"]])
+    assert await cached() == 0

@@ -19,7 +19,7 @@ async def test_a_tool_result_is_replaced_and_never_cached_for_an_erased_chat(
         conv = await store.conversations.create(user.id)
         await store.tool_results.put("k1", user.id, conv.id, "calc", '{"v": 1}')
         await store.tool_results.put("k1", user.id, conv.id, "calc", '{"v": 2}')
-        await store.tool_results.put("k2", user.id, None, "time", '{"v": 3}')
+        await store.tool_results.put("k2", user.id, conv.id, "time", '{"v": 3}')
         assert await store.tool_results.get("k1", user.id) == '{"v": 2}'
         assert await store.tool_results.get("k2", user.id) == '{"v": 3}'
         assert await store.conversations.delete(user.id, conv.id)

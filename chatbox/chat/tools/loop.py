@@ -2,7 +2,10 @@
 of calls and seconds, and results cached per conversation (per user for a pure tool).
 
 The cache key is a hash of the scope, the tool's source, name and version, and its
-canonical arguments. An error is never cached, nor a tool marked `cacheable = False` (one
+canonical arguments. Every cached result belongs to the conversation whose call made it,
+a pure tool's too (its result is then found from the user's other conversations as well),
+so it is erased with that conversation, by retention and with the account; a call outside
+any conversation is not cached. An error is never cached, nor a tool marked `cacheable = False` (one
 with side effects, or whose answer changes by itself: the time). The caller says whether
 anything may be kept (`keep`: False under zero-data-retention), and then nothing is read
 from or written to the cache.
@@ -29,7 +32,7 @@ class ToolCache(Protocol):
     async def get(self, key: str, user_id: str) -> str | None: ...
 
     async def put(
-        self, key: str, user_id: str, conversation_id: str | None, tool: str, result: str
+        self, key: str, user_id: str, conversation_id: str, tool: str, result: str
     ) -> None: ...
 
 
@@ -196,8 +199,8 @@ class ToolSession:
         except Exception as exc:  # a tool's bug fails its call, never the turn
             log.exception("tool %s failed", spec.name)
             result = ToolResult(f"{spec.name} failed: {exc}", is_error=True)
-        if key is not None and self.cache is not None and not result.is_error:
-            conv = None if spec.pure else self.context.conversation_id
+        conv = self.context.conversation_id
+        if key is not None and self.cache is not None and conv and not result.is_error:
             body = json.dumps(result_dict(result), ensure_ascii=False)
             await self.cache.put(key, self.context.user_id, conv, spec.name, body)
         return Step(call_id, spec.name, arguments, result, False, time.monotonic() - started)
@@ -207,12 +210,12 @@ class ToolSession:
         spec = tool.spec
         if not self.keep or not getattr(tool, "cacheable", True):
             return None
+        if not self.context.conversation_id:
+            return None  # nothing to erase it with but the account: not kept
         if spec.pure:
             scope = f"user:{self.context.user_id}"
-        elif self.context.conversation_id:
-            scope = f"conversation:{self.context.conversation_id}"
         else:
-            return None
+            scope = f"conversation:{self.context.conversation_id}"
         args = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         raw = json.dumps([scope, spec.source, spec.name, spec.version, args])
         return hashlib.sha256(raw.encode()).hexdigest()
