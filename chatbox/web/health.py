@@ -11,6 +11,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from chatbox.web.auth import AnyRequest, LoginRequired, provide_user, tokens_match
 from chatbox.web.deps import AccountsDep, MetricsDep, ServicesDep, SettingsDep
 
+# Litestar appends the charset to a text/ media type itself; a second one makes Prometheus 3's
+# strict parser refuse the scrape.
+METRICS_MEDIA_TYPE = "; ".join(
+    part for part in CONTENT_TYPE_LATEST.split("; ") if not part.startswith("charset=")
+)
+
 
 def _refused(status: int, message: str) -> Response[Any]:
     body = {
@@ -34,9 +40,10 @@ class HealthController(Controller):
     @get("/readyz")
     async def readyz(self, services: ServicesDep) -> Response[Any]:
         """Every default model (the default and each tier's) is loaded and the database
-        takes writes; `models` gives each default model's state."""
+        takes writes (`database_error` says why it does not); `models` gives each default
+        model's state."""
         checks = await services.health()
-        ready = all(checks.values())
+        ready = checks["model_loaded"] is True and checks["database_writable"] is True
         return Response(
             {
                 "status": "ready" if ready else "not ready",
@@ -46,7 +53,7 @@ class HealthController(Controller):
             status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE,
         )
 
-    @get("/metrics", media_type=CONTENT_TYPE_LATEST)
+    @get("/metrics", media_type=METRICS_MEDIA_TYPE)
     async def metrics(
         self, request: AnyRequest, metrics: MetricsDep, accounts: AccountsDep, settings: SettingsDep
     ) -> Response[Any]:
@@ -64,4 +71,4 @@ class HealthController(Controller):
                 return _refused(401, "send the metrics token or an admin's API key as Bearer")
             if user.role != "admin":
                 return _refused(403, "only admins can read the metrics")
-        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(metrics), media_type=METRICS_MEDIA_TYPE)
