@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -109,50 +110,121 @@ class Policy:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Policy:
-        """Read the policy file (default: models/policy.toml); a missing file gives defaults."""
+        """Read the policy file (default: models/policy.toml); a missing file gives defaults.
+        A bad file is a PolicyError naming the file, the entry and the problem."""
         path = path or default_policy_path()
-        raw = tomllib.loads(path.read_text()) if path.exists() else {}
-        for c in raw.get("routing", {}).get("canary", []):
+        try:
+            raw = tomllib.loads(path.read_text()) if path.exists() else {}
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"policy file {path}: not TOML: {exc}") from exc
+        routing = raw.get("routing")
+        entries = routing.get("canary") if isinstance(routing, dict) else None
+        for c in entries if isinstance(entries, list) else []:
             if isinstance(c, dict) and isinstance(c.get("eval_suite"), str):
                 c["eval_suite"] = str(path.parent / c["eval_suite"])  # an absolute one stays
-        return cls.from_dict(raw)
+        try:
+            return cls.from_dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise PolicyError(f"policy file {path}: {exc}") from exc
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Policy:
-        tiers = {name: _tier(name, body) for name, body in raw.get("tiers", {}).items()}
+        _known_keys("the policy file", raw, TABLES)
+        tiers = {name: _tier(name, body) for name, body in _table(raw, "tiers").items()}
         if not tiers:
             tiers = {"free": TierPolicy("free", overload="shed"), "paid": TierPolicy("paid")}
-        routing = dict(raw.get("routing", {}))
-        canaries = tuple(
-            Canary(
-                c["tier"],
-                c["model"],
-                float(c.get("percent", 0)),
-                c.get("arm", f"canary-{c['model']}"),
-                c.get("judge"),
-                float(c.get("eval_percent", 0)),
-                bool(c.get("auto_rollback", True)),
-                c.get("eval_suite"),
-            )
-            for c in routing.pop("canary", [])
-        )
-        pins = {str(k): str(v) for k, v in routing.pop("pins", {}).items()}
-        known = {f.name for f in fields(RoutingPolicy)}
+        routing = dict(_table(raw, "routing"))
+        entries = routing.pop("canary", [])
+        if not isinstance(entries, list):
+            raise PolicyError("[[routing.canary]]: each canary is a [[routing.canary]] table")
+        canaries = tuple(_canary(i, c, tiers) for i, c in enumerate(entries, 1))
+        arms = [c.arm for c in canaries]
+        if len(set(arms)) < len(arms):
+            again = sorted({a for a in arms if arms.count(a) > 1})
+            raise PolicyError(f"[[routing.canary]]: arm names must differ; repeated: {again}")
+        pins = {str(k): str(v) for k, v in _table(routing, "pins", "routing.").items()}
+        routing.pop("pins", None)
+        known = {f.name for f in fields(RoutingPolicy)} - {"pins", "canaries"}
+        _known_keys("[routing]", routing, known | {"pins", "canary"})
         extra: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v for k, v in routing.items() if k in known
         }
-        overload = {
-            k: v
-            for k, v in raw.get("overload", {}).items()
-            if k in {f.name for f in fields(OverloadPolicy)}
-        }
+        overload = _table(raw, "overload")
+        _known_keys("[overload]", overload, {f.name for f in fields(OverloadPolicy)})
         return cls(
             tiers,
             RoutingPolicy(pins=pins, canaries=canaries, **extra),
             OverloadPolicy(**overload),
-            _answer_cache(raw.get("answer_cache", {})),
-            _semantic_cache(raw.get("semantic_cache", {})),
+            _answer_cache(_table(raw, "answer_cache")),
+            _semantic_cache(_table(raw, "semantic_cache")),
         )
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be served as written; the message says what and where."""
+
+
+# The policy file's top-level tables; [moderation] and [sign_in] are read and checked by
+# chatbox/moderation/policy.py and chatbox/accounts/sign_in_rules.py.
+TABLES = (
+    "tiers",
+    "routing",
+    "overload",
+    "answer_cache",
+    "semantic_cache",
+    "moderation",
+    "sign_in",
+)
+
+
+def _table(raw: dict[str, Any], name: str, prefix: str = "") -> dict[str, Any]:
+    body = raw.get(name, {})
+    if not isinstance(body, dict):
+        raise PolicyError(f"[{prefix}{name}] must be a table, not {body!r}")
+    return body
+
+
+def _known_keys(where: str, body: dict[str, Any], known: Iterable[str]) -> None:
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise PolicyError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
+
+
+def _canary(number: int, body: Any, tiers: dict[str, TierPolicy]) -> Canary:
+    """One [[routing.canary]] entry, checked: its tier exists, its shares are percentages."""
+    where = f"[[routing.canary]] number {number}"
+    if not isinstance(body, dict):
+        raise PolicyError(f"{where}: must be a table")
+    if isinstance(body.get("arm"), str):
+        where += f" (arm {body['arm']!r})"
+    _known_keys(where, body, {f.name for f in fields(Canary)})
+    for key in ("tier", "model"):
+        if not isinstance(body.get(key), str) or not body[key]:
+            raise PolicyError(f"{where}: {key} must be given, as a name")
+    if body["tier"] not in tiers:
+        raise PolicyError(
+            f"{where}: tier {body['tier']!r} is not a tier of this policy "
+            f"(tiers: {', '.join(sorted(tiers))})"
+        )
+    for key in ("percent", "eval_percent"):
+        value = body.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 100:
+            raise PolicyError(f"{where}: {key} must be a number from 0 to 100, not {value!r}")
+    for key in ("arm", "judge", "eval_suite"):
+        if key in body and (not isinstance(body[key], str) or not body[key]):
+            raise PolicyError(f"{where}: {key} must be a name, not {body[key]!r}")
+    if not isinstance(body.get("auto_rollback", True), bool):
+        raise PolicyError(f"{where}: auto_rollback must be true or false")
+    return Canary(
+        body["tier"],
+        body["model"],
+        float(body.get("percent", 0)),
+        body.get("arm", f"canary-{body['model']}"),
+        body.get("judge"),
+        float(body.get("eval_percent", 0)),
+        body.get("auto_rollback", True),
+        body.get("eval_suite"),
+    )
 
 
 def _answer_cache(body: dict[str, Any]) -> AnswerCachePolicy:

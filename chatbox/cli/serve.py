@@ -127,6 +127,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
             raise click.ClickException(no_model_message())
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
+    _check_policy(settings)
     configure_logging(log_level, log_format)  # every line carries its request's trace id
     logging.getLogger("chatbox.serve").info(
         "serving on http://%s:%d (data in %s)", settings.host, settings.port, settings.data_dir
@@ -142,3 +143,19 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
         # from whatever uvicorn trusts by default.
         proxy_headers=False,
     )
+
+
+def _check_policy(settings: Settings) -> None:
+    """Refuse to start on a policy file with a mistake in it (an unknown key, tier or value),
+    naming the file, the entry and the problem, rather than serving something else."""
+    from chatbox.chat.policy import Policy, PolicyError, default_policy_path
+    from chatbox.moderation.policy import ModerationPolicy
+
+    path = settings.policy_path or default_policy_path()
+    try:
+        Policy.load(path)
+        ModerationPolicy.load(path)
+    except PolicyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except (TypeError, ValueError) as exc:
+        raise click.ClickException(f"policy file {path}: {exc}") from exc

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chatbox.chat.policy import Canary, Policy, TierPolicy
+from chatbox.chat.policy import Canary, Policy, PolicyError, TierPolicy
 
 POLICY_TOML = """
 [tiers.free]
@@ -29,7 +29,6 @@ overload = "degrade"
 high_water = 6
 degrade_factor = 1.5
 retry_after_s = 9
-unknown_knob = 1
 
 [routing]
 small = "small"
@@ -123,3 +122,67 @@ def test_an_unknown_overload_mode_is_an_error(tmp_path: Path) -> None:
 def test_a_file_that_is_not_toml_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError):  # tomllib.TOMLDecodeError is a ValueError
         Policy.load(write(tmp_path, "[tiers.free\nrpm = 5\n"))
+
+
+CANARY = '[tiers.free]\n\n[[routing.canary]]\ntier = "free"\nmodel = "next"\npercent = 10\n'
+
+
+@pytest.mark.parametrize(
+    ("mistake", "named"),
+    [
+        ('tier = "fre"', r"number 1.*tier 'fre' is not a tier of this policy \(tiers: free\)"),
+        ("percent = 150", r"number 1.*percent must be a number from 0 to 100, not 150"),
+        ("percent = -1", r"percent must be a number from 0 to 100"),
+        ('percent = "10"', r"percent must be a number"),
+        ("eval_percent = 101", r"eval_percent must be a number from 0 to 100"),
+        ("precent = 10", r"number 1.*unknown keys \['precent'\]"),
+        (
+            'arm = "x"\nauto_rollbak = false',
+            r"number 1 \(arm 'x'\).*unknown keys \['auto_rollbak'\]",
+        ),
+        ('auto_rollback = "no"', r"auto_rollback must be true or false"),
+    ],
+)
+def test_a_bad_canary_entry_is_an_error_naming_the_file_the_entry_and_the_problem(
+    tmp_path: Path, mistake: str, named: str
+) -> None:
+    entry = {"tier": '"free"', "model": '"next"', "percent": "10"}
+    entry.update(line.split(" = ") for line in mistake.splitlines())
+    body = "".join(f"{k} = {v}\n" for k, v in entry.items())
+    path = write(tmp_path, "[tiers.free]\n\n[[routing.canary]]\n" + body)
+    with pytest.raises(PolicyError, match=named) as caught:
+        Policy.load(path)
+    assert str(caught.value).startswith(f"policy file {path}: [[routing.canary]]")
+
+
+def test_a_canary_needs_a_tier_and_a_model_and_arms_must_differ(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="model must be given"):
+        Policy.load(write(tmp_path, '[[routing.canary]]\ntier = "free"\npercent = 5\n'))
+    two = CANARY + 'arm = "a"\n' + CANARY.split("\n\n", 1)[1] + 'arm = "a"\n'
+    with pytest.raises(PolicyError, match=r"arm names must differ; repeated: \['a'\]"):
+        Policy.load(write(tmp_path, two))
+
+
+def test_a_good_canary_entry_is_read(tmp_path: Path) -> None:
+    text = CANARY + 'judge = "big"\neval_percent = 5\nauto_rollback = false\n'
+    (canary,) = Policy.load(write(tmp_path, text)).routing.canaries
+    assert canary == Canary("free", "next", 10.0, "canary-next", "big", 5.0, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[overload]\nhigh_watermark = 3\n", r"\[overload\]: unknown keys \['high_watermark'\]"),
+        ("[routing]\nsmal = 'x'\n", r"\[routing\]: unknown keys \['smal'\]"),
+        ("[tier.free]\nrpm = 5\n", r"the policy file: unknown keys \['tier'\]"),
+        ("[answer_cache]\nsize = 1\n", r"answer_cache: unknown keys \['size'\]"),
+        ("routing = 5\n", r"\[routing\] must be a table"),
+    ],
+)
+def test_unknown_keys_in_any_table_are_an_error(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(PolicyError, match=named):
+        Policy.load(write(tmp_path, text))
+
+
+def test_the_shipped_policy_is_valid() -> None:
+    assert Policy.load().tiers
