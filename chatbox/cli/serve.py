@@ -7,6 +7,18 @@ import click
 from chatbox.cli.options import kv_options
 from chatbox.settings import Settings, settings_from_env
 
+GRACEFUL_S = 10
+
+
+def _check_sign_in_rules(settings: Settings) -> None:
+    """Refuse to start on a policy file whose [sign_in] rules have a mistake in them."""
+    from chatbox.accounts.sign_in_rules import SignInRules, SignInRulesError
+
+    try:
+        SignInRules.load(settings.policy_path)
+    except SignInRulesError as exc:
+        raise click.ClickException(str(exc)) from exc
+
 
 @click.command()
 @click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
@@ -142,6 +154,9 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
         # Forwarded headers count only from CHATBOX_TRUSTED_PROXIES (chatbox.web.auth), not
         # from whatever uvicorn trusts by default.
         proxy_headers=False,
+        # A SIGTERM waits this long for running answers, then cancels them (stored as
+        # interrupted), so a stop never waits on a stream that would run for minutes.
+        timeout_graceful_shutdown=GRACEFUL_S,
     )
 
 
