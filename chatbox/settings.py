@@ -250,6 +250,11 @@ class Settings:
         return self.data_dir / "chatbox.db"
 
     @property
+    def store_marker_path(self) -> Path:
+        """Where `serve` notes that this data directory's store is in PostgreSQL."""
+        return self.data_dir / "store-in-postgresql.txt"
+
+    @property
     def database(self) -> Path | str:
         """Where the store lives: the PostgreSQL URL when one is set, else the SQLite file."""
         return self.database_url or self.db_path

@@ -82,6 +82,12 @@ class PgServer:
             self.initdb, "-D", str(self.data), "-U", SUPERUSER, "-A", "trust",
             "-E", "UTF8", "--no-sync", "--locale=C.UTF-8",
         )  # fmt: skip
+        self.resume()
+        asyncio.run(self._make_template())
+        return self
+
+    def resume(self) -> None:
+        """Start the server on its data directory (after `halt`, or the first time)."""
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -91,8 +97,11 @@ class PgServer:
             self.pg_ctl, "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
             "-w", "start",
         )  # fmt: skip
-        asyncio.run(self._make_template())
-        return self
+
+    def halt(self) -> None:
+        """Stop the server as an outage does, keeping its data (`resume` starts it again):
+        `fast` ends every session, so clients see their connections terminated."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     async def _make_template(self) -> None:
         conn = await asyncpg.connect(self.url("postgres"))

@@ -18,11 +18,32 @@ from chatbox.settings import Settings, settings_from_env
     default=None,
     help="Data directory (database, models, files). Env: CHATBOX_DATA_DIR.",
 )
+@click.option(
+    "--database-url",
+    default=None,
+    help="The store in PostgreSQL (postgresql://user:pass@host/db), as `serve` uses it. "
+    "Env: CHATBOX_DATABASE_URL. Default: SQLite in the data directory.",
+)
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The policy file (tiers, limits, routing), as `serve` uses it. "
+    "Env: CHATBOX_POLICY_PATH. Default: models/policy.toml.",
+)
 @click.pass_context
-def main(ctx: click.Context, data_dir: Path | None) -> None:
+def main(
+    ctx: click.Context, data_dir: Path | None, database_url: str | None, policy_path: str | None
+) -> None:
     """chatbox: a self-hosted chat appliance."""
     base = ctx.obj if isinstance(ctx.obj, Settings) else settings_from_env()
-    ctx.obj = base.with_overrides(data_dir=data_dir)
+    try:
+        ctx.obj = base.with_overrides(
+            data_dir=data_dir, database_url=database_url, policy_path=policy_path
+        )
+    except ValueError as exc:  # a URL that is not PostgreSQL's: say so, no traceback
+        raise click.ClickException(str(exc)) from exc
 
 
 # -- subcommands -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable
     created on an empty one), then closed."""
     import asyncio
 
+    from chatbox.services import StoreElsewhere
     from chatbox.services.commandline import operator_services
 
     settings = _settings(ctx)
@@ -39,7 +40,10 @@ def with_services(ctx: click.Context, fn: Callable[[OperatorServices], Awaitable
         async with operator_services(settings) as services:
             return await fn(services)
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except StoreElsewhere as exc:  # before anything was opened or created
+        raise click.ClickException(str(exc)) from exc
 
 
 def _admin(services: OperatorServices) -> UserAdmin:

@@ -48,6 +48,7 @@ def run_cmd(
 
     from chatbox.chat.evalsuite import SuiteError, default_suite_path, load_suite
     from chatbox.chat.evaluation import EvalError
+    from chatbox.services import StoreElsewhere
     from chatbox.services.commandline import evaluation_services
 
     try:
@@ -70,7 +71,7 @@ def run_cmd(
 
     try:
         run, results = asyncio.run(go())
-    except (EvalError, LookupError) as exc:
+    except (EvalError, LookupError, StoreElsewhere) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(_out(run, results), indent=2))

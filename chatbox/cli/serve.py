@@ -120,6 +120,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     from chatbox.catalog.registry import RegistryError
     from chatbox.observability.logs import configure_logging
     from chatbox.observability.memory import limit_malloc_arenas
+    from chatbox.services import StoreElsewhere, check_store_of
     from chatbox.services.server import model_registry, no_model_message
 
     base = ctx.find_object(Settings) or settings_from_env()
@@ -131,6 +132,10 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     if settings.malloc_arenas > 0:  # before the engines', encoders' and server's threads
         limit_malloc_arenas(settings.malloc_arenas)
     settings.ensure_dirs()
+    try:
+        check_store_of(settings)
+    except StoreElsewhere as exc:  # say so before anything starts (a new SQLite store)
+        raise click.ClickException(str(exc)) from exc
     registry = model_registry(settings)
     try:
         if settings.model:

@@ -25,6 +25,7 @@ from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService, ReviewQueue
+from chatbox.services import check_store_of
 from chatbox.services.server import LocalModels, embed_lists, model_registry, serving_files
 from chatbox.settings import Settings
 from chatbox.store import Store, User, open_database
@@ -135,6 +136,7 @@ class OperatorServices:
 async def operator_services(settings: Settings) -> AsyncIterator[OperatorServices]:
     """Open the database (creating the first admin on an empty one) for the command line."""
     settings.ensure_dirs()
+    check_store_of(settings)
     store = await Store.open(settings.database)
     try:
         accounts = AccountsService(store, settings)
@@ -186,6 +188,7 @@ async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]
     """Engines, admission and moderation over the database, for the command line's evals."""
     settings.ensure_dirs()
     registry = model_registry(settings)
+    check_store_of(settings)
     store = await Store.open(settings.database)
     metrics = CollectorRegistry()
     pool = None

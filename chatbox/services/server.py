@@ -45,9 +45,11 @@ from chatbox.moderation import ModerationPolicy, ModerationService
 from chatbox.observability import Telemetry
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
+from chatbox.services import check_store_of
 from chatbox.settings import Settings
 from chatbox.store import ReadReplica, Store, User
 from chatbox.store.limits import PgCounters
+from chatbox.store.marker import note_postgresql
 
 log = logging.getLogger("chatbox")
 TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
@@ -226,10 +228,13 @@ class Services:
         registry = registry or model_registry(settings)
         metrics = metrics if metrics is not None else CollectorRegistry()
         replica = settings.database_replica_url
+        check_store_of(settings)
         store = await Store.open(
             settings.database,
             ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,
         )
+        if isinstance(settings.database, str):  # so the CLI on this directory finds it
+            note_postgresql(settings.store_marker_path, settings.database)
         if isinstance(store.counters, PgCounters):
             store.counters.lease_s = settings.stream_lease_s
         accounts = AccountsService(store, settings)
@@ -447,13 +452,18 @@ class Services:
         await self.store.close()
         await self.telemetry.stop()
 
-    async def health(self) -> dict[str, bool]:
-        """Readiness checks: every default model is loaded and the database takes writes."""
+    async def health(self) -> dict[str, bool | str]:
+        """Readiness checks: every default model is loaded and the database takes writes
+        (`database_error` says why not, when it does not)."""
         states = self.model_states()
-        return {
+        problem = await self.store.db.unwritable()
+        checks: dict[str, bool | str] = {
             "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
-            "database_writable": await self.store.db.writable(),
+            "database_writable": problem is None,
         }
+        if problem is not None:
+            checks["database_error"] = problem
+        return checks
 
 
 def _blocked(moderation: ModerationService) -> Callable[[User, str], Awaitable[bool]]:

@@ -684,6 +684,13 @@ ARTIFACTS: tuple[Artifact, ...] = (
         " and a WAL checkpoint before it answers",
     ),
     Artifact(
+        "store-in-postgresql.txt",
+        None,
+        "where the store is when it is in PostgreSQL: the database's URL without its"
+        " password; no person's data",
+        "never: deleted by an admin who moves the store back to SQLite",
+    ),
+    Artifact(
         "kv/*",
         "conversation",
         "parked KV cache: a conversation's token ids (its text) and attention state",

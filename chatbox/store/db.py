@@ -23,6 +23,7 @@ import sqlean
 import sqlite_vec
 
 from chatbox.store.migrations import apply_migrations
+from chatbox.store.outage import unreachable
 from chatbox.store.vector_feed import VectorFeed
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chatbox.store")
 CHECKPOINT_TRIES = 5  # a checkpoint refused by a read on the same connection is retried
+WRITE_CHECK_S = 5.0  # a readiness write slower than this counts as failed
 IN_BATCH = 500  # keys per `IN (...)`, well under SQLITE_MAX_VARIABLE_NUMBER
 PRIVATE_FILE_MODE = 0o600  # the database and its -wal/-shm: this user's eyes only
 # The user a request (and every task it starts) acts for: their writes and reads are paired
@@ -187,12 +189,19 @@ class Database(BatchedReads):
 
     async def writable(self) -> bool:
         """True when a write transaction can be taken and committed."""
+        return await self.unwritable() is None
+
+    async def unwritable(self) -> str | None:
+        """Why a write transaction cannot be taken and committed now; None when it can."""
         try:
-            async with self.transaction() as tx:
-                await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
-        except Exception:
-            return False
-        return True
+            async with asyncio.timeout(WRITE_CHECK_S):
+                async with self.transaction() as tx:
+                    await tx.execute("UPDATE meta SET value = value WHERE key = 'schema'")
+        except TimeoutError:
+            return f"a write did not finish in {WRITE_CHECK_S:g} s"
+        except Exception as exc:
+            return unreachable(exc) or f"{type(exc).__name__}: {exc}"
+        return None
 
 
 class SqliteDatabase(Database):

@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from chatbox.store.db import WRITE_ALSO, Database
+from chatbox.store.outage import quiet_outages
 from chatbox.store.pg_migrations import apply_postgresql_migrations
 from chatbox.store.run_channel import RunChannel
 from chatbox.store.vector_feed import VectorChange, VectorFeed
@@ -194,6 +195,7 @@ class PgDatabase(Database):
 
     @classmethod
     async def connect(cls, url: str) -> PgDatabase:
+        quiet_outages(logging.getLogger("asyncpg.pool"))
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=60)
         assert pool is not None
         db = cls(pool, url)

@@ -4,8 +4,10 @@ Every API error is `{"error": {"message", "type", ...}}` (OpenAI's shape, so its
 raises the matching error class). The conversation API answers invalid input with 422; the
 OpenAI-compatible endpoints answer as OpenAI's API does (`as_openai`): all four of
 `message`, `type`, `param` and `code`, invalid input as 400 `invalid_request_error` naming
-the parameter. A failure on the server's side is a 5xx on both. The HTML UI takes its
-statuses from `classify` too, and only words the message for a person (`chatbox.web.ui.helpers`).
+the parameter. A failure on the server's side is a 5xx on both; a database that cannot be
+reached is a 503 with `Retry-After` (logged in one line, not as a traceback). The HTML UI
+takes its statuses from `classify` too, and only words the message for a person
+(`chatbox.web.ui.helpers`).
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from chatbox.knowledge import (
     RejectedFile,
     UnsupportedFile,
 )
+from chatbox.services import STORE_RETRY_AFTER_S, store_unreachable
 
 log = logging.getLogger("chatbox.web")
+STORE_UNAVAILABLE = "store_unavailable"  # the error type of a request the database's outage failed
 AnyRequest = Request[Any, Any, Any]
 
 # (error class, status, type) — the first match wins, so subclasses come first.
@@ -101,6 +105,13 @@ def classify(exc: Exception) -> Problem:
         if isinstance(exc, InvalidBody) and exc.param:
             problem.extra["param"] = exc.param
         return problem
+    if (reason := store_unreachable(exc)) is not None:
+        return Problem(
+            503,
+            STORE_UNAVAILABLE,
+            f"The database cannot be reached ({reason}); try again shortly.",
+            headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+        )
     if not isinstance(exc, ChatError | KnowledgeError | EmbeddingUnavailable):
         return Problem(500, "server_error", "internal server error")
     status, kind = next(
@@ -151,7 +162,7 @@ ERROR_RESPONSES = {
         (404, "Not found, or not yours"),
         (429, "Rate limited (Retry-After)"),
         (500, "Server error"),
-        (503, "Overloaded (Retry-After)"),
+        (503, "Overloaded, or the database cannot be reached (Retry-After)"),
     )
 }
 MORE_RESPONSES = {
@@ -179,7 +190,9 @@ def _respond(problem: Problem) -> Response[Any]:
 
 
 def _logged(request: AnyRequest, exc: Exception, problem: Problem) -> Problem:
-    if problem.status >= 500 and not isinstance(exc, HTTPException | ChatError):
+    if problem.kind == STORE_UNAVAILABLE:  # an outage, not a bug: one line, no traceback
+        log.warning("%s %s: 503, %s", request.method, request.url.path, problem.message)
+    elif problem.status >= 500 and not isinstance(exc, HTTPException | ChatError):
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return problem
 

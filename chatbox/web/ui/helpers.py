@@ -41,7 +41,7 @@ from chatbox.knowledge import (
     NotFoundError,
     RejectedFile,
 )
-from chatbox.web.errors import classify
+from chatbox.web.errors import STORE_UNAVAILABLE, classify
 from chatbox.web.sse import SSE_HEADERS, frame, with_heartbeats
 from chatbox.web.ui.render import render_markdown
 from chatbox.web.ui.tool_steps import steps_from_data, steps_html, tools_before
@@ -231,6 +231,8 @@ def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached")
     """htmx requests get an inline alert (swapped into #alerts); pages get an error page."""
     problem = classify(exc)
     status, message, headers = problem.status, friendly_message(exc, refused), problem.headers
+    if problem.kind == STORE_UNAVAILABLE:
+        message = problem.message
     if request.headers.get("HX-Request") == "true" and is_support(exc):
         # A person who may be at risk gets support, not an error (no red alert, no 4xx).
         headers = {"HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
