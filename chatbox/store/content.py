@@ -772,6 +772,11 @@ def holding_content() -> tuple[Table, ...]:
     return tuple(t for t in TABLES if t.content)
 
 
+def content_columns() -> tuple[tuple[str, str], ...]:
+    """Every (table, column) that holds content."""
+    return tuple((t.name, column) for t in TABLES for column in t.content)
+
+
 def shadow_of(name: str) -> Table | None:
     """The declared virtual table whose storage `name` is (FTS5 and vec0 shadow tables)."""
     for t in TABLES:

@@ -24,6 +24,7 @@ from typing import Any
 
 import asyncpg
 
+from chatbox.store.content import content_columns
 from chatbox.store.db import WRITE_ALSO, Database
 from chatbox.store.outage import quiet_outages
 from chatbox.store.pg_migrations import apply_postgresql_migrations
@@ -94,6 +95,32 @@ def _args(names: tuple[str, ...] | None, params: Any) -> list[Any]:
         return [_text(v) for v in params or ()]
     assert isinstance(params, Mapping), "named placeholders need a mapping"
     return [_text(params[name]) for name in names]
+
+
+async def keep_content_out_of_statistics(conn: asyncpg.Connection) -> None:
+    """ANALYZE (autovacuum's too) samples no content column: its sampled values would sit in
+    `pg_statistic` after their rows are erased and vacuumed away. Every column the content
+    registry declares is set to `STATISTICS 0`; samples an earlier ANALYZE took of one are
+    dropped by setting its type again (to the same type: no rewrite)."""
+    rows = await conn.fetch(
+        "SELECT c.relname, a.attname, a.attstattarget,"
+        " format_type(a.atttypid, a.atttypmod) AS type,"
+        " EXISTS (SELECT 1 FROM pg_statistic s WHERE s.starelid = c.oid"
+        " AND s.staattnum = a.attnum) AS sampled"
+        " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
+        " AND a.attnum > 0 AND NOT a.attisdropped"
+    )
+    content = set(content_columns())
+    for row in rows:
+        if (row["relname"], row["attname"]) not in content:
+            continue
+        column = f'"{row["relname"]}" ALTER COLUMN "{row["attname"]}"'
+        if row["attstattarget"] != 0:
+            await conn.execute(f"ALTER TABLE {column} SET STATISTICS 0")
+        if row["sampled"]:
+            await conn.execute(f"ALTER TABLE {column} TYPE {row['type']}")
 
 
 class Cursor:
@@ -202,6 +229,7 @@ class PgDatabase(Database):
         async with pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATE_LOCK)
             await apply_postgresql_migrations(Tx(conn))
+            await keep_content_out_of_statistics(conn)
         await db._listen()
         db.runs = await RunChannel(url).open()
         return db
