@@ -314,3 +314,50 @@ def test_a_written_state_lets_its_memory_go_before_the_fsync(
     assert got is not None and bytes(got[1][:4]) == b"kv!!"
     del again
     store.close()
+
+
+def test_a_park_still_on_its_way_to_the_disk_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follow-up that comes while its prefix is being parked reuses it: from memory while
+    the write waits, from the written file while the disk syncs, from the file after; never
+    another scope's, and never once it is forgotten."""
+    store = DiskStore(tmp_path, cap_bytes=64 * 1024 * 1024)
+    entry = DiskEntry(list(range(40)), "alice", 0)
+    prompt = [*range(40), 99, 100]
+    gate = threading.Event()
+    store._queue.put(gate.wait)  # the writer is busy with an earlier park
+    assert store.save("conv", entry, b"s" * 4096)
+    queued = store.better("conv", "alice", prompt, 0)
+    assert queued is not None and queued.tokens == entry.tokens
+    assert bytes(queued.data) == b"s" * 4096
+    assert store.better("conv", "bob", prompt, 0) is None  # another scope's: never
+    assert store.better("conv", "alice", prompt, 40) is None  # no more than what is cached
+
+    syncing, synced = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        syncing.set()
+        synced.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(kvdisk.os, "fsync", slow_fsync)
+    gate.set()
+    assert syncing.wait(10)  # written, not yet renamed: read from the temporary file
+    written = store.better("conv", "alice", prompt, 0)
+    assert written is not None and bytes(written.data) == b"s" * 4096
+    synced.set()
+    store.forget("nothing").wait(10)
+    assert "conv" in store
+    assert store.better("conv", "alice", prompt, 0) is not None
+
+    again = threading.Event()
+    store._queue.put(again.wait)
+    assert store.save("gone", entry, b"g" * 4096)
+    store.forget("gone")  # erased while queued: not found, not written
+    assert store.better("gone", "alice", prompt, 0) is None
+    again.set()
+    store.forget("nothing").wait(10)
+    assert "gone" not in store
+    store.close()

@@ -190,6 +190,14 @@ def _read(path: Path, want_data: bool, states: StatePool) -> tuple[DiskEntry, St
         return None
 
 
+@dataclass
+class _Writing:
+    """A park on its way to the disk: its entry, and its state until the file holds it."""
+
+    entry: DiskEntry
+    data: State | None
+
+
 class DiskStore:
     """Parked KV files of one model in one directory, size-capped, written in the background."""
 
@@ -211,7 +219,10 @@ class DiskStore:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.erased = Erasures(root.parent)
         self._sizes: dict[str, int] = {}
-        self._lock = threading.Lock()  # _sizes: the writer thread and the decode thread
+        # Writes queued or under way, by file name: a follow-up that comes while its prefix
+        # is being parked reads the state still in memory (or the written temporary file).
+        self._writing: dict[str, _Writing] = {}
+        self._lock = threading.Lock()  # _sizes, _writing: the writer and the decode thread
         for p in root.iterdir():
             if p.name.endswith(".tmp"):  # a write that a crash interrupted
                 p.unlink(missing_ok=True)
@@ -262,7 +273,12 @@ class DiskStore:
         self, key: str, scope: str | None, prompt: Sequence[int], best_n: int
     ) -> Parked | None:
         """The prefix parked under key (another scope's never), read only if more of the
-        prompt than best_n tokens is in it."""
+        prompt than best_n tokens is in it; a park still being written is read as well."""
+        name = key_name(key)
+        with self._lock:
+            writing = self._writing.get(name)
+        if writing is not None:
+            return self._unwritten(key, name, writing, scope, prompt, best_n)
         if key not in self:
             return None
         head = self.peek(key)
@@ -274,6 +290,32 @@ class DiskStore:
         if got is None or got[0].scope != scope:
             return None
         entry, data = got
+        return Parked(key, entry.tokens, data, entry.scope, entry.public)
+
+    def _unwritten(
+        self,
+        key: str,
+        name: str,
+        writing: _Writing,
+        scope: str | None,
+        prompt: Sequence[int],
+        best_n: int,
+    ) -> Parked | None:
+        """A park queued or being written: its state from memory, else from the complete
+        temporary file (its bytes are written, the rename is still to come)."""
+        entry = writing.entry
+        if entry.scope != scope or self.erased.holds(name, entry.scope):
+            return None
+        if min(common_prefix(entry.tokens, prompt), len(prompt) - 1) <= best_n:
+            return None
+        data = writing.data
+        if data is None:
+            got = _read(self.root / (name + ".tmp"), True, self.states)
+            if got is None:  # renamed meanwhile: the file itself
+                got = self.load(key) if key in self else None
+            if got is None or got[0].scope != scope:
+                return None
+            entry, data = got
         return Parked(key, entry.tokens, data, entry.scope, entry.public)
 
     def decoding(self, busy: bool) -> None:
@@ -302,13 +344,19 @@ class DiskStore:
         # The write takes the state out of this list, and lets go of it once its bytes are
         # in the file (before the fsync): the next save can reuse its memory.
         held = [data]
+        name = key_name(cache_key)
+        writing = _Writing(entry, data)
+        with self._lock:
+            self._writing[name] = writing
 
         def write() -> None:
             try:
-                self._write(key_name(cache_key), entry, held)
+                self._write(name, entry, held, writing)
             finally:
                 with self._lock:
                     self.pending -= size
+                    if self._writing.get(name) is writing:
+                        del self._writing[name]
 
         self._queue.put(write)
         return True
@@ -316,6 +364,8 @@ class DiskStore:
     def forget(self, cache_key: str) -> threading.Event:
         """Queue the deletion of a key's file, after any write already queued; set when done."""
         done = threading.Event()
+        with self._lock:
+            self._writing.pop(key_name(cache_key), None)
 
         def drop() -> None:
             self._drop(key_name(cache_key))
@@ -327,6 +377,9 @@ class DiskStore:
     def forget_scope(self, scope: str) -> threading.Event:
         """Queue the deletion of every file of this scope (after queued writes); set when done."""
         done = threading.Event()
+        with self._lock:
+            for name in [n for n, w in self._writing.items() if w.entry.scope == scope]:
+                del self._writing[name]
 
         def drop() -> None:
             with self._lock:
@@ -342,6 +395,8 @@ class DiskStore:
     def clear(self) -> threading.Event:
         """Queue the deletion of every file of this model; set when done."""
         done = threading.Event()
+        with self._lock:
+            self._writing.clear()
 
         def drop_all() -> None:
             with self._lock:
@@ -370,7 +425,7 @@ class DiskStore:
             except Exception:  # a full disk must not stop later deletes
                 log.exception("parked KV disk operation failed")
 
-    def _write(self, name: str, entry: DiskEntry, held: list[State]) -> None:
+    def _write(self, name: str, entry: DiskEntry, held: list[State], writing: _Writing) -> None:
         final = self.root / name
         tmp = self.root / (name + ".tmp")
         meta = json.dumps({"scope": entry.scope, "public": entry.public}).encode()
@@ -387,6 +442,7 @@ class DiskStore:
                 f.seek(0)
                 f.write(_HEAD.pack(MAGIC, len(meta), len(entry.tokens), size, crc))
                 f.flush()
+                writing.data = None  # the file holds it now: its memory may be reused
                 self._quiet.wait(TRICKLE_S)
                 os.fsync(f.fileno())
             if self.erased.holds(name, entry.scope):  # erased while it was queued
