@@ -133,8 +133,14 @@ class UserAdmin:
     async def reset_password(
         self, user: User, password: str, generated: bool = False
     ) -> User | None:
+        """Set `user`'s password: their sessions end, and unless they set it themself they
+        are told at their next login."""
         changed = await self.store.users.set_password(user.id, password)
-        await self.audit.record(self.actor, "user.reset_password", user, generated=generated)
+        entry = await self.audit.record(
+            self.actor, "user.reset_password", user, generated=generated, sessions_ended=True
+        )
+        if self.actor.id != user.id:
+            await self.store.users.mark_password_reset(user.id, entry.at)
         return changed
 
     async def create_key(self, user: User, label: str | None = None) -> tuple[ApiKey, str]:

@@ -22,6 +22,10 @@ class PeopleError(ValueError):
     """An admin's change that cannot be made (a clear 4xx, nothing changed)."""
 
 
+class NotForAdmins(PeopleError):
+    """A change the admin role does not allow (403): it would open another person's content."""
+
+
 @dataclass(frozen=True)
 class Person:
     user: User
@@ -106,7 +110,14 @@ class People:
         return user, password
 
     async def create_key(self, user_id: str, label: str | None) -> tuple[ApiKey, str]:
+        """A key for the admin themself: a key acts as its owner, so one made for another
+        person would read their conversations (admins are not trusted with content)."""
         user = await self.get(user_id)
+        if user.id != self.actor.id:
+            raise NotForAdmins(
+                f"an admin cannot create an API key for {user.name}: a key acts as its owner"
+                " and would open their conversations"
+            )
         return await self.admin.create_key(user, (label or "").strip()[:100] or None)
 
     async def revoke_key(self, user_id: str, key_id: str) -> ApiKey:

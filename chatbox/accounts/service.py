@@ -86,6 +86,10 @@ class AccountsService:
         token, _ = await self.store.sessions.create(user.id, self.settings.session_ttl_s)
         return token
 
+    async def take_password_reset(self, user: User) -> float | None:
+        """When an admin last set `user`'s password, the first time they are told of it."""
+        return await self.store.users.take_password_reset(user.id)
+
     async def end_session(self, token: str) -> None:
         await self.store.sessions.delete(token)
 

@@ -218,7 +218,10 @@ def keys() -> None:
 @click.option("--name", "label", default=None, help="A label, e.g. the script using it.")
 @click.pass_context
 def keys_create(ctx: click.Context, name: str, label: str | None) -> None:
-    """Print a new key on stdout (it is shown only this once)."""
+    """Print a new key on stdout (it is shown only this once).
+
+    The key acts as the user and reads their conversations: this is the operator's power
+    (admins in the console make keys only for themselves), recorded in the audit log."""
 
     async def run(services: OperatorServices) -> str:
         user = await _person(services, name)

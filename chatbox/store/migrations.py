@@ -738,6 +738,11 @@ async def _identities(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _password_reset_notice(conn: aiosqlite.Connection) -> None:
+    # When an admin last set a person's password, until the person is told at their next login.
+    await conn.execute("ALTER TABLE users ADD COLUMN password_reset_at REAL")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -759,6 +764,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0018_draft_front", _draft_front),
     ("0019_shared_limits", _shared_limits),
     ("0020_shared_fleet", _shared_fleet),
+    ("0021_password_reset_notice", _password_reset_notice),
     ("0023_identities", _identities),
 ]
 

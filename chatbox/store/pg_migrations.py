@@ -550,6 +550,9 @@ POSTGRESQL: dict[str, list[str]] = {
             PRIMARY KEY (front, url, model)
         )""",
     ],
+    "0021_password_reset_notice": [
+        "ALTER TABLE users ADD COLUMN password_reset_at DOUBLE PRECISION"
+    ],
     "0023_identities": [
         """CREATE TABLE identities (
             issuer TEXT NOT NULL,

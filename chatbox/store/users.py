@@ -108,6 +108,20 @@ class UserRepo:
             await tx.execute("DELETE FROM sessions WHERE user_id = ?", (user_id,))
         return user
 
+    async def mark_password_reset(self, user_id: str, at: float) -> None:
+        """Remember that someone else set this password, to tell its owner at their next login."""
+        async with self.db.transaction() as tx:
+            await tx.execute("UPDATE users SET password_reset_at = ? WHERE id = ?", (at, user_id))
+
+    async def take_password_reset(self, user_id: str) -> float | None:
+        """When someone else last set the password, if its owner has not been told; told now."""
+        row = await self.db.fetchone("SELECT password_reset_at FROM users WHERE id = ?", (user_id,))
+        if row is None or row["password_reset_at"] is None:
+            return None
+        async with self.db.transaction() as tx:
+            await tx.execute("UPDATE users SET password_reset_at = NULL WHERE id = ?", (user_id,))
+        return float(row["password_reset_at"])
+
     async def check_password(self, name: str, password: str) -> User | None:
         """The user when the name and password match and the account is enabled."""
         user = await self.verify_password(name, password)

@@ -6,6 +6,7 @@ import asyncio
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,17 +177,20 @@ def test_people_actions_take_effect_and_are_audited(box: Box) -> None:
     page = box.client.get(f"/console/people/{dave}").text
     assert "admin · paid tier · active" in page
 
-    # a key is shown once, works, and stops working when revoked
-    r = post(box, f"/console/people/{dave}/keys", csrf, value="script")
+    # an admin's own key is shown once, works, and stops working when revoked
+    me = _uid(box, "admin")
+    r = post(box, f"/console/people/{me}/keys", csrf, value="script")
     secret = re.search(r'data-testid="secret">([^<]+)<', r.text)  # type: ignore[attr-defined]
     assert secret
     key = secret.group(1)
     headers = {"Authorization": f"Bearer {key}"}
     assert box.client.get("/v1/conversations", headers=headers).status_code == 200
-    assert key not in box.client.get(f"/console/people/{dave}").text
-    key_id = re.search(rf'/console/people/{dave}/revoke-key/([^/"]+)"', r.text)  # type: ignore[attr-defined]
+    assert key not in box.client.get(f"/console/people/{me}").text
+    row = re.search(r"<tr><td><code>[^<]*</code></td><td>script</td>.*?</tr>", r.text, re.S)  # type: ignore[attr-defined]
+    assert row
+    key_id = re.search(rf'/console/people/{me}/revoke-key/([^/"]+)"', row.group(0))
     assert key_id
-    r = post(box, f"/console/people/{dave}/revoke-key/{key_id.group(1)}", csrf)
+    r = post(box, f"/console/people/{me}/revoke-key/{key_id.group(1)}", csrf)
     assert r.status_code == 200  # type: ignore[attr-defined]
     assert box.client.get("/v1/conversations", headers=headers).status_code == 401
 
@@ -201,7 +205,6 @@ def test_people_actions_take_effect_and_are_audited(box: Box) -> None:
     assert post(box, f"/console/people/{ann}/disable", csrf).status_code == 200  # type: ignore[attr-defined]
     assert box.client.get("/v1/conversations", headers=box.h("ann")).status_code == 401
     # an admin cannot lock themself out
-    me = _uid(box, "admin")
     r = post(box, f"/console/people/{me}/disable", csrf)
     assert r.status_code == 400  # type: ignore[attr-defined]
 
@@ -218,8 +221,80 @@ def test_people_actions_take_effect_and_are_audited(box: Box) -> None:
         assert action in actions, (action, actions)
     audit = box.client.get("/console/audit").text
     assert key not in audit and box.passwords["dave"] not in audit  # no secrets in the log
-    box.login("dave")  # the generated password works (and dave is an admin now)
+    box.client.cookies.clear()
+    r = login_form(box, "dave")  # the generated password works (and dave is an admin now)
+    assert r.status_code == 200 and "An admin reset your password on" in r.text
     assert box.client.get("/console/live").status_code == 200
+
+
+def login_form(box: Box, name: str) -> Any:
+    """Post the login form as a browser does, without following where it leads."""
+    token = re.search(r'name="csrf_token" value="([^"]+)"', box.client.get("/login").text)
+    assert token
+    form = {"name": name, "password": box.passwords[name], "csrf_token": token.group(1)}
+    return box.client.post("/login", data={**form, "next": "/"}, follow_redirects=False)
+
+
+def test_an_admin_cannot_create_a_key_for_someone_else_but_can_revoke_theirs(box: Box) -> None:
+    csrf = box.login("admin")
+    ann = _uid(box, "ann")
+    page = box.client.get(f"/console/people/{ann}").text
+    assert "Create key" not in page and "chatbox keys create --user ann" in page
+    r = post(box, f"/console/people/{ann}/keys", csrf, value="read her chats")
+    assert r.status_code == 403  # type: ignore[attr-defined]
+    assert "cannot create an API key for ann" in r.text  # type: ignore[attr-defined]
+    assert 'data-testid="secret"' not in r.text  # type: ignore[attr-defined]
+    # nor with the admin's key instead of the console's session
+    box.client.cookies.clear()
+    r = box.client.post(f"/console/people/{ann}/keys", data={"value": "x"}, headers=box.h("admin"))
+    assert r.status_code == 403 and "cbx-" not in r.text
+    csrf = box.login("admin")
+    assert "key.create" not in audit_actions(box)
+    page = box.client.get(f"/console/people/{ann}").text
+    key_id = re.findall(rf'/console/people/{ann}/revoke-key/([^/"]+)"', page)
+    assert len(key_id) == 1  # only the key ann already had
+
+    # revoking is still an admin's: it takes nothing from ann but access
+    assert box.client.get("/v1/conversations", headers=box.h("ann")).status_code == 200
+    r = post(box, f"/console/people/{ann}/revoke-key/{key_id[0]}", csrf)
+    assert r.status_code == 200  # type: ignore[attr-defined]
+    assert box.client.get("/v1/conversations", headers=box.h("ann")).status_code == 401
+    assert "key.revoke" in audit_actions(box)
+
+
+def test_a_password_reset_ends_the_persons_sessions_and_is_told_at_their_next_login(
+    box: Box,
+) -> None:
+    box.login("ann")
+    ann_cookies = dict(box.client.cookies)
+    assert box.client.get("/", follow_redirects=False).status_code == 200
+    box.client.cookies.clear()
+    csrf = box.login("admin")
+    ann = _uid(box, "ann")
+    r = post(box, f"/console/people/{ann}/password", csrf, value="ann-new-password")
+    assert r.status_code == 200  # type: ignore[attr-defined]
+    audit = box.client.get("/console/audit?action=user.reset_password").text
+    row = re.search(r"<tr><td>.*?</tr>", audit, re.S)
+    assert row and "admin" in row.group(0) and "ann" in row.group(0), audit
+    assert "sessions_ended=True" in row.group(0)
+
+    # ann's browser is signed out
+    box.client.cookies.clear()
+    box.client.cookies.update(ann_cookies)
+    r = box.client.get("/", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+
+    # her next login tells her, once, before she goes on
+    box.client.cookies.clear()
+    box.passwords["ann"] = "ann-new-password"
+    r = login_form(box, "ann")
+    assert r.status_code == 200
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    assert re.search(rf"An admin reset your password on <time[^>]*>{day} ", r.text), r.text
+    assert 'href="/"' in r.text and box.client.get("/").status_code == 200  # signed in
+    box.client.cookies.clear()
+    r = login_form(box, "ann")
+    assert r.status_code == 303 and "reset your password" not in r.text
 
 
 def test_usage_per_user_by_day(box: Box) -> None:

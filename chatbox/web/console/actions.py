@@ -11,7 +11,7 @@ from litestar.exceptions import ClientException, NotFoundException, PermissionDe
 
 from chatbox.accounts import User
 from chatbox.accounts.audit import entry_out
-from chatbox.accounts.people import People, PeopleError
+from chatbox.accounts.people import NotForAdmins, People, PeopleError
 from chatbox.chat.model_admin import ModelAdmin, ModelAdminError
 from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
@@ -41,9 +41,12 @@ class NewModelForm:
 
 
 def refused(exc: Exception) -> Exception:
-    """A change that cannot be made: 404 for a missing thing, else 400 saying why."""
+    """A change that cannot be made: 404 for a missing thing, 403 for one admins may not
+    make, else 400 saying why."""
     if isinstance(exc, LookupError):
         return NotFoundException(str(exc).strip("'\""))
+    if isinstance(exc, NotForAdmins):
+        return PermissionDeniedException(str(exc))
     return ClientException(str(exc))
 
 

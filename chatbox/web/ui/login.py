@@ -133,11 +133,16 @@ class LoginController(Controller):
             return _login_page(request, settings, 401, "Wrong name or password.", name, data.next)
         await throttle.pairs.clear(pair)
         token = await accounts.start_session(user)
+        cookie = session_cookie(request, settings, token, int(settings.session_ttl_s))
+        reset_at = await accounts.take_password_reset(user)
+        if reset_at is not None:
+            # Told once, before anything else: someone else chose the password just used.
+            next_path = safe_next(data.next)
+            told = html(request, "password_reset.html", reset_at=reset_at, next=next_path)
+            told.set_cookie(cookie)
+            return told
         return Response(
-            "",
-            status_code=303,
-            headers={"Location": safe_next(data.next)},
-            cookies=[session_cookie(request, settings, token, int(settings.session_ttl_s))],
+            "", status_code=303, headers={"Location": safe_next(data.next)}, cookies=[cookie]
         )
 
     @post("/logout", status_code=303, name="logout")
