@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from chatbox.accounts.audit import SYSTEM, Actor, AuditLog, UserAdmin
+from chatbox.accounts.sign_in import SignIns
 from chatbox.accounts.throttle import Attempts, LoginThrottle
 from chatbox.accounts.usage import usage_report
 from chatbox.observability.logs import notice
@@ -41,6 +42,7 @@ class AccountsService:
             Attempts(settings.login_max_failures, window, "pairs", counters),
             settings.login_slowdown_s,
         )
+        self.sign_ins = SignIns(store, settings, self.audit)  # a provider's or a proxy's
 
     async def user(self, user_id: str) -> User | None:
         return await self.store.users.get(user_id)

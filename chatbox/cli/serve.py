@@ -20,6 +20,16 @@ def _check_sign_in_rules(settings: Settings) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+def _check_sign_in_rules(settings: Settings) -> None:
+    """Refuse to start on a policy file whose [sign_in] rules have a mistake in them."""
+    from chatbox.accounts.sign_in_rules import SignInRules, SignInRulesError
+
+    try:
+        SignInRules.load(settings.policy_path)
+    except SignInRulesError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @click.command()
 @click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
@@ -96,6 +106,34 @@ def _check_sign_in_rules(settings: Settings) -> None:
     help="Also run models in this process (default on); --no-local: replicas only.",
 )
 @click.option(
+    "--oidc-issuer",
+    default=None,
+    help="Sign in through this OpenID Connect provider (env: CHATBOX_OIDC_ISSUER); see "
+    "docs/admin.md. The client secret is read from CHATBOX_OIDC_CLIENT_SECRET only.",
+)
+@click.option("--oidc-client-id", default=None, help="This app's client id at the provider.")
+@click.option(
+    "--oidc-provider-name", default=None, help='Shown as "Sign in with NAME" on the login page.'
+)
+@click.option(
+    "--public-url",
+    default=None,
+    help="The URL people reach chatbox at (https://chat.example.com): the provider's "
+    "redirect URI is PUBLIC_URL/auth/callback.",
+)
+@click.option(
+    "--password-login/--no-password-login",
+    default=None,
+    help="Local password login for everyone (default), or only for the break-glass admin.",
+)
+@click.option(
+    "--trusted-header-user",
+    default=None,
+    help="An auth proxy's header naming the person (X-Forwarded-User), believed only from "
+    "CHATBOX_TRUSTED_PROXIES; with --trusted-header-groups for their groups.",
+)
+@click.option("--trusted-header-groups", default=None, help="The proxy's groups header.")
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"], case_sensitive=False),
     default="info",
@@ -132,6 +170,7 @@ def serve(ctx: click.Context, /, log_level: str, log_format: str, **flags: objec
     if settings.malloc_arenas > 0:  # before the engines', encoders' and server's threads
         limit_malloc_arenas(settings.malloc_arenas)
     settings.ensure_dirs()
+    _check_sign_in_rules(settings)
     try:
         check_store_of(settings)
     except StoreElsewhere as exc:  # say so before anything starts (a new SQLite store)

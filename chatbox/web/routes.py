@@ -32,6 +32,7 @@ from chatbox.web.ui.knowledge import KnowledgePagesController
 from chatbox.web.ui.library import LibraryController
 from chatbox.web.ui.login import LoginController
 from chatbox.web.ui.pages import PagesController
+from chatbox.web.ui.sign_in import SignInController
 from chatbox.web.ui.workspaces import WorkspacePagesController
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
@@ -46,6 +47,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AttachmentsController,
     PagesController,
     LoginController,
+    SignInController,
     AdminApiController,
     AdminPagesController,
     ConsoleController,

@@ -39,7 +39,7 @@ class LogoutForm:
     csrf_token: str = ""
 
 
-def _login_page(
+def login_page(
     request: AnyRequest,
     settings: Settings,
     status: int = 200,
@@ -59,6 +59,8 @@ def _login_page(
         next=safe_next(next_path),
         csrf_token=token,
         csrf_field=CSRF_FIELD,
+        provider=settings.oidc_display_name,
+        password_login=settings.password_login,
     )
     response.set_cookie(
         LOGIN_CSRF_COOKIE,
@@ -79,7 +81,7 @@ class LoginController(Controller):
     async def login_page(
         self, request: AnyRequest, settings: SettingsDep, next: str = "/"
     ) -> Response[str]:
-        return _login_page(request, settings, next_path=next)
+        return login_page(request, settings, next_path=next)
 
     @post("/login", status_code=303)
     async def login(
@@ -91,18 +93,30 @@ class LoginController(Controller):
     ) -> Response[Any]:
         """Check the password; on success set the session cookie and go to `next`."""
         if not tokens_match(data.csrf_token, request.cookies.get(LOGIN_CSRF_COOKIE, "")):
-            return _login_page(
+            return login_page(
                 request, settings, 403, "The form expired; please try again.", data.name, data.next
             )
         throttle = accounts.throttle
         address = client_address(request, settings)
         name = data.name.strip()
+        if not accounts.sign_ins.password_allowed(name):
+            request.state.auth_failure = "password_login_off"
+            return login_page(
+                request,
+                settings,
+                403,
+                f"Password login is off: please sign in with {settings.oidc_display_name}."
+                if settings.oidc_display_name
+                else "Password login is off: sign in through your organisation's sign-in page.",
+                name,
+                data.next,
+            )
         pair = throttle.pair(name.lower(), address)
         try:  # refused: this address guessing this account, or spraying many
             await throttle.check((throttle.pairs, pair), (throttle.addresses, address))
         except TooManyAttempts as exc:
             request.state.auth_failure = "throttled"  # counted by the telemetry middleware
-            return _login_page(
+            return login_page(
                 request,
                 settings,
                 429,
@@ -117,7 +131,7 @@ class LoginController(Controller):
         except AccountDisabled:
             await throttle.pairs.clear(pair)  # the right password: no guess to count
             request.state.auth_failure = "disabled"
-            return _login_page(
+            return login_page(
                 request,
                 settings,
                 403,
@@ -130,7 +144,7 @@ class LoginController(Controller):
             await throttle.pairs.fail(pair)
             await throttle.addresses.fail(address)
             request.state.auth_failure = "bad_password"
-            return _login_page(request, settings, 401, "Wrong name or password.", name, data.next)
+            return login_page(request, settings, 401, "Wrong name or password.", name, data.next)
         await throttle.pairs.clear(pair)
         token = await accounts.start_session(user)
         cookie = session_cookie(request, settings, token, int(settings.session_ttl_s))
