@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Callable
 from functools import lru_cache
 from ipaddress import IPv4Network, IPv6Network
@@ -25,6 +26,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
 from chatbox.accounts import AccountsService, TooManyAttempts, User
+from chatbox.accounts.sign_in import DisabledByAdmin, NotAllowed
 from chatbox.data import RETENTION_HEADER, ask_retention
 from chatbox.settings import Settings
 from chatbox.web.errors import error_body
@@ -38,6 +40,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 IPNetwork = IPv4Network | IPv6Network
 ADMIN_API = "/v1/admin/"
 _AUTHENTICATED = "authenticated_user"  # request.state key: the user the guard found
+log = logging.getLogger("chatbox.auth")
 
 
 class LoginRequired(NotAuthorizedException):
@@ -143,6 +146,8 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
         request.state.user = user
         request.state[_AUTHENTICATED] = user
         return user
+    if settings.trusted_header_user and request.headers.get(settings.trusted_header_user):
+        return await _proxy_user(request, accounts, settings)
     cookie = request.cookies.get(SESSION_COOKIE)
     session = await accounts.session(cookie) if cookie else None
     if session is None:
@@ -160,6 +165,60 @@ async def provide_user(request: AnyRequest, accounts: AccountsService, settings:
     request.state.user = session.user
     request.state[_AUTHENTICATED] = session.user
     return session.user
+
+
+async def _proxy_user(request: AnyRequest, accounts: AccountsService, settings: Settings) -> User:
+    """The person an auth proxy's headers name: believed only from a configured proxy
+    address (the direct peer, never a forwarded one); anyone else sending them is refused."""
+    assert settings.trusted_header_user
+    peer = _peer(request)
+    if not _trusted(peer, settings):
+        log.warning(
+            "refused a %s header from %s: not one of the trusted proxies",
+            settings.trusted_header_user,
+            peer,
+        )
+        request.state.auth_failure = "untrusted_proxy"
+        raise PermissionDeniedException("sign-in headers are accepted only from the auth proxy")
+    subject = request.headers.get(settings.trusted_header_user, "").strip()
+    raw = (
+        request.headers.get(settings.trusted_header_groups, "")
+        if settings.trusted_header_groups
+        else ""
+    )
+    groups = tuple(g.strip() for g in raw.split(",") if g.strip())
+    email = (
+        request.headers.get(settings.trusted_header_email, "").strip() or None
+        if settings.trusted_header_email
+        else None
+    )
+    try:
+        identity = await accounts.sign_ins.proxy_user(subject, groups, email)
+    except NotAllowed as exc:
+        request.state.auth_failure = "not_allowed"
+        raise PermissionDeniedException(
+            f"Your account is not allowed to use chatbox: {exc}. Ask your administrator."
+        ) from exc
+    except DisabledByAdmin as exc:
+        request.state.auth_failure = "disabled"
+        raise PermissionDeniedException(
+            "This account is disabled. Ask your administrator to enable it again."
+        ) from exc
+    # The proxy's own cookie rides along on any cross-site request: unsafe ones need the
+    # page's CSRF token, as a session's do.
+    if request.method not in SAFE_METHODS and not tokens_match(
+        request.headers.get(CSRF_HEADER), identity.csrf_token
+    ):
+        request.state.auth_failure = "csrf"
+        raise CsrfRefused("missing or invalid CSRF token; reload the page")
+    user = identity.user
+    request.state.auth_kind = "proxy"
+    request.state.csrf_token = identity.csrf_token
+    request.state.user_name = user.name
+    request.state.user_role = user.role
+    request.state.user = user
+    request.state[_AUTHENTICATED] = user
+    return user
 
 
 def bearer_key(request: AnyRequest) -> str | None:

@@ -133,6 +133,8 @@ class ConsoleController(ConsoleActions):
             users=users,
             totals=totals,
             tiers=tiers(services),
+            methods=await services.accounts.sign_ins.methods(),
+            provider=services.settings.oidc_display_name,
         )
 
     @get("/people/{user_id:str}", name="console_person")
