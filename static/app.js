@@ -198,7 +198,8 @@
     return a;
   }
   async function explainWait(form, note) {
-    if (!pending || !note.isConnected) return;
+    if (!pending || !note.isConnected || !form.dataset.loadingUrl) return;
+    const asked = pending;
     try {
       const r = await fetch(form.dataset.loadingUrl, { headers: { accept: "application/json" } });
       const loading = r.ok ? (await r.json()).loading : {};
@@ -209,7 +210,7 @@
           (waiting > 1 ? waiting + " messages are waiting for it." : "Your message will be answered once it is ready.");
       }
     } catch (err) { /* the note keeps saying it is sending */ }
-    pending.timer = setTimeout(() => explainWait(form, note), 1000);
+    if (pending === asked) pending.timer = setTimeout(() => explainWait(form, note), 1000);
   }
   document.addEventListener("htmx:beforeRequest", (e) => {
     const form = e.detail.elt;
@@ -240,7 +241,11 @@
     pending.nodes.forEach((n) => n.remove());
     pending = null;
   }
-  document.addEventListener("htmx:beforeSwap", (e) => { if (e.detail.elt?.id === "composer") clearPending(); });
+  // Swaps name their target; the form that asked may be swapped out (a temporary chat's
+  // first send replaces its composer) before its afterRequest could reach the document.
+  document.addEventListener("htmx:beforeSwap", (e) => {
+    if ((e.detail.requestConfig?.elt || e.detail.elt)?.id === "composer") clearPending();
+  });
 
   // The message box empties once a send is accepted; an error keeps the text.
   document.addEventListener("htmx:afterRequest", (e) => {

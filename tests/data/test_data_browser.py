@@ -64,6 +64,30 @@ def test_a_temporary_chat_streams_and_is_listed_nowhere(page: Any) -> None:
     assert page.locator(".conv-item").count() == 0
 
 
+def test_the_first_temporary_message_shows_once_and_stops_asking(
+    server: LiveServer, page: Any
+) -> None:
+    """The first send swaps in the composer that sends to the new chat: the bubble shown
+    while it was sent goes, and nothing is asked of the server after the answer."""
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.goto(server.url + "/temporary")
+    page.fill("#composer-input", "hello once")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".turn.assistant[data-status=complete]", timeout=90_000)
+    page.wait_for_timeout(2500)  # long enough for a stray poll (every second) to show
+    assert page.locator(".turn.user").count() == 1
+    assert page.locator(".turn.pending").count() == 0
+    assert "Sending…" not in page.inner_text("#turns")
+    assert not [u for u in asked if "/temporary/undefined" in u], asked
+    assert not problems, problems
+    # the answer can be copied, as in a stored chat
+    assert page.locator(".turn.assistant [data-action=copy]").count() == 1
+    assert page.locator(".turn.assistant .feedback").count() == 0  # no rating: see docs/ui.md
+
+
 def test_the_data_page_says_what_is_kept(page: Any) -> None:
     page.click("text=Your data")
     page.wait_for_selector("#tier-keeps")
