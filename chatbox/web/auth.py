@@ -17,16 +17,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 from litestar import MediaType, Request, Response
 from litestar.connection import ASGIConnection
-from litestar.exceptions import (
-    NotAuthorizedException,
-    PermissionDeniedException,
-    TooManyRequestsException,
-)
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Guard
 
 from chatbox.accounts import AccountsService, TooManyAttempts, User
 from chatbox.accounts.sign_in import DisabledByAdmin, NotAllowed
+from chatbox.chat import RateLimited
 from chatbox.data import RETENTION_HEADER, ask_retention
 from chatbox.settings import Settings
 from chatbox.web.errors import error_body
@@ -111,9 +108,10 @@ def tokens_match(given: str | None, expected: str) -> bool:
     )
 
 
-def too_many(exc: TooManyAttempts) -> TooManyRequestsException:
-    """A throttled attempt as 429 with Retry-After."""
-    return TooManyRequestsException(str(exc), headers={"Retry-After": str(exc.retry_after)})
+def too_many(exc: TooManyAttempts) -> RateLimited:
+    """A throttled attempt as 429 with Retry-After, in the same body as every other rate
+    limit (`limit`/`code` "attempts")."""
+    return RateLimited(str(exc), exc.retry_after, kind="attempts")
 
 
 async def provide_user(request: AnyRequest, accounts: AccountsService, settings: Settings) -> User:

@@ -15,25 +15,26 @@ from msgspec import Struct
 
 from chatbox.accounts import User
 from chatbox.chat import InvalidInput, UnknownModel
-from chatbox.knowledge import Chunk, Document, Knowledge, NotFoundError
+from chatbox.knowledge import Chunk, Document, Knowledge, NotFoundError, token_ids
 from chatbox.knowledge.search import HIT_END, HIT_START
 from chatbox.settings import Settings
 from chatbox.web.api.schemas import pick
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import KnowledgeDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
-from chatbox.web.intake import NonEmptyStrings, PositiveId64
+from chatbox.web.intake import PositiveId64
 from chatbox.web.uploads import NOT_MULTIPART, UploadForm, read_upload
 from chatbox.web.urls import at_turn, reverse
 
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 EMBEDDING_DIMENSIONS = 384  # MiniLM's whole vector; it is not trained to be cut shorter
 MAX_EMBED_INPUTS = 2048
+MAX_TOKEN_IDS = 8192  # in one input sent as token ids (OpenAI's limit is 8,191)
 
 
 @dataclass
 class EmbeddingsIn:
-    input: str | NonEmptyStrings
+    input: str | list[Any]  # texts, or token ids (`_inputs`)
     model: str | None = None
     encoding_format: str = "float"
     user: str | None = None
@@ -191,9 +192,7 @@ class KnowledgeController(Controller):
         self, knowledge: KnowledgeDep, settings: SettingsDep, user: UserDep, data: EmbeddingsIn
     ) -> EmbeddingsOut:
         """OpenAI-compatible embeddings (all-MiniLM-L6-v2, 384 dimensions, unit length)."""
-        texts = [data.input] if isinstance(data.input, str) else list(data.input)
-        if not texts or len(texts) > MAX_EMBED_INPUTS or not all(isinstance(t, str) for t in texts):
-            raise InvalidInput(f"input must be a string or 1..{MAX_EMBED_INPUTS} strings", "input")
+        texts = await _inputs(data.input)
         _check_embedding_input(texts, settings)
         if data.model not in (None, EMBEDDING_MODEL, f"sentence-transformers/{EMBEDDING_MODEL}"):
             raise UnknownModel(str(data.model), [EMBEDDING_MODEL])
@@ -373,6 +372,32 @@ async def receive_upload(
     return await knowledge.documents.ingest(
         user.id, conversation_id, upload.filename, upload.content_type, upload.data
     )
+
+
+async def _inputs(raw: str | list[Any]) -> list[str]:
+    """The texts to embed: a string, a list of strings, or token ids as OpenAI's API takes
+    them (one list of ids, or a list of them), read back as text (knowledge/token_ids.py)."""
+    if isinstance(raw, str):
+        return [raw]
+    shape = (
+        f"input must be a string, 1..{MAX_EMBED_INPUTS} strings, a list of token ids or"
+        f" 1..{MAX_EMBED_INPUTS} lists of token ids"
+    )
+    if raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        raw = [raw]
+    if not raw or len(raw) > MAX_EMBED_INPUTS:
+        raise InvalidInput(shape, "input")
+    if all(isinstance(t, str) for t in raw):
+        return list(raw)
+    for i, ids in enumerate(raw):
+        if not isinstance(ids, list) or not ids or len(ids) > MAX_TOKEN_IDS:
+            raise InvalidInput(f"{shape}; input[{i}] is neither", "input")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise InvalidInput(f"{shape}; input[{i}] is neither", "input")
+    try:
+        return await token_ids.decode(raw)
+    except token_ids.TokenIdsUnreadable as exc:
+        raise InvalidInput(str(exc), "input") from exc
 
 
 def _check_embedding_input(texts: list[str], settings: Settings) -> None:

@@ -28,7 +28,7 @@ MAX_LOGPROBS = 5  # OpenAI's limit for text completions
 
 @dataclass
 class CompletionIn:
-    prompt: str | list[str]
+    prompt: str | list[Any]  # a string or strings; token ids are refused (`prompts`)
     model: str | None = None
     max_tokens: int | None = DEFAULT_MAX_TOKENS
     temperature: float | None = None
@@ -56,6 +56,12 @@ class CompletionIn:
             if len(raw) > MAX_PROMPTS:
                 raise InvalidInput(f"prompt may hold at most {MAX_PROMPTS} strings", "prompt")
             return list(raw)
+        if isinstance(raw, list) and raw and all(isinstance(p, int | list) for p in raw):
+            # Engines (remote ones too) take text; ids decoded and tokenized again need not
+            # be the same ids, so the model would not see the prompt that was sent.
+            raise InvalidInput(
+                "prompt as token ids is not supported by this server: send the text", "prompt"
+            )
         raise InvalidInput("prompt must be a string or a non-empty list of strings", "prompt")
 
     def options(self, default_max_tokens: int) -> tuple[TurnOptions, AnswerShape]:
