@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbox.data.chatgpt import ImportRefused, to_chatgpt
-from chatbox.store import Conversation, Document, Feedback, Memory, Turn, User
+from chatbox.store import Conversation, Document, Feedback, Memory, StoredResponse, Turn, User
 
 SLACK = 16  # characters of whitespace a chunk may have lost at its start
 
@@ -26,6 +26,7 @@ class ExportData:
     documents: Sequence[tuple[Document, list[tuple[int | None, int, str]]]]
     memories: Sequence[Memory]
     feedback: Sequence[Feedback] = ()  # every rating the user gave, changes included
+    responses: Sequence[StoredResponse] = ()  # the Responses API's stored answers
 
 
 def slug(text: str | None, fallback: str) -> str:
@@ -151,6 +152,17 @@ def build_zip(data: ExportData, now: float | None = None) -> bytes:
             for f in data.feedback
         ]
         zf.writestr("feedback.json", json.dumps(rated, ensure_ascii=False, indent=1))
+        answered = [
+            {
+                "id": r.id,
+                "model": r.model,
+                "created_at": r.created_at,
+                "input": json.loads(r.input),
+                "response": json.loads(r.output),
+            }
+            for r in data.responses
+        ]
+        zf.writestr("responses.json", json.dumps(answered, ensure_ascii=False, indent=1))
         zf.writestr(
             "memory.md",
             "# What chatbox remembers about you\n\n"
@@ -161,7 +173,8 @@ def build_zip(data: ExportData, now: float | None = None) -> bytes:
             f"chatbox export of {data.user.name}, made {_when(at)}.\n"
             f"{len(convs)} conversations (conversations.json: ChatGPT's export format; "
             "conversations/: one Markdown file each, every branch), "
-            f"{len(docs)} documents (documents/), {len(facts)} memory facts (memory.json).\n",
+            f"{len(docs)} documents (documents/), {len(facts)} memory facts (memory.json), "
+            f"{len(answered)} stored API responses (responses.json).\n",
         )
     return buf.getvalue()
 

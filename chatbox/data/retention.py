@@ -1,6 +1,7 @@
 """Retention: each tier keeps a conversation `retention_days` after its last activity (an
-imported one at least that long after its import); the sweeper erases the ones past that
-(and finishes any deletion left half done, but not an import still being written)."""
+imported one at least that long after its import), and a stored Responses API answer that
+long after it was made; the sweeper erases the ones past that (and finishes any deletion
+left half done, but not an import still being written)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from chatbox.chat.policy import Policy
 from chatbox.store import User
 from chatbox.store.erasure import Erased, ErasureRepo, Idle
 from chatbox.store.jobs import JobRepo
+from chatbox.store.responses import ResponseRepo
 from chatbox.store.transfer import TransferRepo
 
 SWEEP_JOB = "retention-sweep"
@@ -93,6 +95,7 @@ class Retention:
     ) -> None:
         self.erasure = erasure
         self.transfer = TransferRepo(erasure.db)
+        self.responses = ResponseRepo(erasure.db)
         self.policy = policy
         self.erase = erase
         self.audit = audit
@@ -143,6 +146,9 @@ class Retention:
             by_user.setdefault(e.conversation.user_id, []).append(e.conversation.id)
         for user_id, ids in by_user.items():
             report.erased.add(await self.erase(user_id, ids))
+        responses = await self._expire_responses()
+        if responses:
+            log.info("retention deleted %d stored API response(s)", responses)
         if report.erased.conversations:
             log.info(
                 "retention erased %d conversation(s) (%d turns)",
@@ -150,6 +156,15 @@ class Retention:
                 report.erased.turns,
             )
         return report
+
+    async def _expire_responses(self) -> int:
+        """Delete the stored Responses API answers past their tier's retention."""
+        now, count = self.clock(), 0
+        for tier in await self.erasure.tiers_in_use():
+            days = self.policy.tier(tier).retention_days
+            if days > 0:
+                count += await self.responses.expire(tier, now - days * DAY_S)
+        return count
 
 
 class Sweeper:

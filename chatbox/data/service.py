@@ -83,7 +83,8 @@ async def collect(store: Store, user: User) -> ExportData:
         (d, await transfer.chunk_texts(user.id, d.id)) for d in await store.documents.list(user.id)
     ]
     facts = await store.memories.list(user.id)
-    return ExportData(user, convs, docs, facts, await store.feedback.given_by(user.id))
+    feedback = await store.feedback.given_by(user.id)
+    return ExportData(user, convs, docs, facts, feedback, await store.responses.of_user(user.id))
 
 
 async def export_zip(store: Store, user: User) -> bytes:

@@ -22,6 +22,7 @@ from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
 from chatbox.store.replicas import ReplicaRepo, ReplicaRow
+from chatbox.store.responses import ResponseRepo, StoredResponse
 from chatbox.store.search import SearchRepo, TurnHit
 from chatbox.store.sessions import Session, SessionRepo
 from chatbox.store.shares import ShareRepo
@@ -55,6 +56,7 @@ __all__ = [
     "Session",
     "SignInStart",
     "Store",
+    "StoredResponse",
     "Summary",
     "Turn",
     "TurnHit",
@@ -117,6 +119,7 @@ class Store:
     evals: EvalRepo
     canaries: CanaryRepo
     tool_results: ToolResultRepo
+    responses: ResponseRepo
     jobs: JobRepo
     identities: IdentityRepo
     counters: Counters  # limits' counters: this process's on SQLite, the database's on PostgreSQL
@@ -155,6 +158,7 @@ class Store:
             EvalRepo(db),
             CanaryRepo(db),
             ToolResultRepo(db),
+            ResponseRepo(db),
             JobRepo(db),
             IdentityRepo(db),
             counters,

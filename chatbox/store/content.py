@@ -250,6 +250,15 @@ TABLES: tuple[Table, ...] = (
         export="a cache of tool results; each result is exported as its turn",
     ),
     Table(
+        "responses",
+        "user",
+        ("input", "output"),
+        {"id": ID, "user_id": ID, "model": NAMES_MODEL},
+        # Each is deleted by its owner too, and past the tier's retention by the sweeper.
+        {"account": Delete("user_id = :user")},
+        export=InExport("responses.json"),
+    ),
+    Table(
         "turns",
         "conversation",
         ("content", "error"),
@@ -701,6 +710,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
         None,
         "GGUF model files and the catalogue's registry; no person's data",
         "never: an admin removes models",
+    ),
+    Artifact(
+        "alert-baselines.json",
+        None,
+        "the alert rules' learned baselines: a mean and variance per signal; no person's data",
+        "nothing to erase",
     ),
     Artifact(
         "files/*",

@@ -704,6 +704,24 @@ async def _shared_fleet(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _responses(conn: aiosqlite.Connection) -> None:
+    # The Responses API's stored answers, for previous_response_id and GET by id.
+    await _script(
+        conn,
+        """
+        CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input TEXT NOT NULL,
+            output TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX responses_by_user ON responses (user_id, created_at)
+        """,
+    )
+
+
 async def _identities(conn: aiosqlite.Connection) -> None:
     # Accounts made by signing in through an identity provider or an auth proxy: the
     # provider's (issuer, subject) names one account for good; and the sign-ins sent to the
@@ -765,6 +783,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0019_shared_limits", _shared_limits),
     ("0020_shared_fleet", _shared_fleet),
     ("0021_password_reset_notice", _password_reset_notice),
+    ("0022_responses", _responses),
     ("0023_identities", _identities),
 ]
 

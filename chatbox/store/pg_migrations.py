@@ -553,6 +553,17 @@ POSTGRESQL: dict[str, list[str]] = {
     "0021_password_reset_notice": [
         "ALTER TABLE users ADD COLUMN password_reset_at DOUBLE PRECISION"
     ],
+    "0022_responses": [
+        """CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input TEXT NOT NULL,
+            output TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX responses_by_user ON responses (user_id, created_at)",
+    ],
     "0023_identities": [
         """CREATE TABLE identities (
             issuer TEXT NOT NULL,

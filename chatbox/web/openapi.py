@@ -55,6 +55,12 @@ EXAMPLES: dict[tuple[str, str], Any] = {
         "max_tokens": 8,
         "temperature": 0.2,
     },
+    ("POST", "/v1/responses"): {
+        "model": "auto",
+        "instructions": "Answer in one sentence.",
+        "input": "What is descaling?",
+        "max_output_tokens": 8,
+    },
     ("POST", "/v1/embeddings"): {"input": ["citric acid", "descaling"], "model": None},
     ("POST", "/v1/moderations"): {"input": "Is this message fine?"},
     ("PATCH", "/v1/users/{user_id}/memory"): {"add": ["Prefers short answers"], "remove": []},

@@ -25,6 +25,7 @@ from chatbox.web.console.workspaces import ConsoleWorkspacesController
 from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.health import HealthController
 from chatbox.web.openai.api import OpenAIController
+from chatbox.web.openai.responses import ResponsesController
 from chatbox.web.ui.attachments import AttachmentsController
 from chatbox.web.ui.chat_controls import ChatControlsController
 from chatbox.web.ui.data import DataPagesController
@@ -40,6 +41,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     DataController,
     DataPagesController,
     OpenAIController,
+    ResponsesController,
     HealthController,
     KnowledgeController,
     KnowledgePagesController,

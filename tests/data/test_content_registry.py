@@ -148,6 +148,10 @@ def _fill(app: App) -> str:
     )
     assert library.status_code == 201, library.text
     app.say(conv, f"remember {SECRET}", bob)
+    answered = c.post(
+        "/v1/responses", json={"input": f"note {SECRET}", "max_output_tokens": 2}, headers=bob
+    )
+    assert answered.status_code == 200, answered.text
     answer = c.get(f"/v1/conversations/{conv}", headers=bob).json()["turns"][-1]["id"]
     rated = c.post(
         f"/v1/conversations/{conv}/turns/{answer}/feedback",

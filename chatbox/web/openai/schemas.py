@@ -7,6 +7,8 @@ answer's keys are the ones declared here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from msgspec import Struct
 
 
@@ -95,3 +97,75 @@ class TextCompletionOut(Struct):
     system_fingerprint: str
     choices: list[TextChoiceOut]
     usage: UsageOut
+
+
+class OutputTextOut(Struct):
+    type: str  # "output_text"
+    text: str
+    annotations: list[dict[str, Any]]
+    logprobs: list[dict[str, Any]]
+
+
+class OutputItemOut(Struct, omit_defaults=True):
+    """An output item: a `message` (role, content) or a `function_call` (call_id, name,
+    arguments)."""
+
+    id: str
+    type: str  # "message" or "function_call"
+    status: str
+    role: str | None = None
+    content: list[OutputTextOut] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None  # JSON text
+
+
+class InputDetailsOut(Struct):
+    cached_tokens: int
+
+
+class OutputDetailsOut(Struct):
+    reasoning_tokens: int
+
+
+class ResponseUsageOut(Struct):
+    input_tokens: int
+    input_tokens_details: InputDetailsOut
+    output_tokens: int
+    output_tokens_details: OutputDetailsOut
+    total_tokens: int
+
+
+class ResponseOut(Struct):
+    """`/v1/responses` without `stream` (with it: `response.*` events), and a kept response."""
+
+    id: str
+    object: str  # "response"
+    created_at: int
+    status: str  # completed, incomplete or failed
+    background: bool
+    error: dict[str, Any] | None
+    incomplete_details: dict[str, str] | None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputItemOut]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    reasoning: dict[str, Any]
+    store: bool
+    temperature: float
+    text: dict[str, Any]
+    tool_choice: str | dict[str, Any]
+    tools: list[dict[str, Any]]
+    top_p: float
+    truncation: str
+    usage: ResponseUsageOut | None
+    user: str | None
+    metadata: dict[str, Any]
+
+
+class ResponseDeletedOut(Struct):
+    id: str
+    object: str  # "response"
+    deleted: bool
