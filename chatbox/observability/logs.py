@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -24,6 +25,69 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys
     "span_id",
     "color_message",  # uvicorn's copy of the message with terminal colour codes
 }
+
+
+# A URL's userinfo (user:password@) and query (?token=...): where a URL carries its secrets.
+_URL = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^\s/?#@'\"<>]*@)?"
+    r"(?P<rest>[^\s?#'\"<>]*)(?P<query>\?[^\s#'\"<>]*)?"
+)
+# Libraries whose errors carry what a remote server sent (the MCP SDK's loggers): their lines
+# say which error it was, never its text or traceback.
+QUIET_ERRORS = ("mcp", "client")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL's userinfo (user:password) and query values replaced by ***."""
+
+    def clean(m: re.Match[str]) -> str:
+        user = "***@" if m.group("user") is not None else ""  # a bare name may be a token
+        query = m.group("query")
+        if query is not None:  # keys stay (they say what was sent), values go
+            parts = (p.partition("=") for p in query[1:].split("&"))
+            query = "?" + "&".join(f"{key}=***" if sep else "***" for key, sep, _ in parts)
+        return f"{m.group('scheme')}{user}{m.group('rest')}{query or ''}"
+
+    return _URL.sub(clean, text) if "://" in text else text
+
+
+class RedactSecrets(logging.Filter):
+    """Keeps secrets out of every line: URLs' passwords and query values (an MCP server's
+    `?token=`, in the HTTP library's own request lines too), and the text and traceback of
+    errors the MCP SDK logs (a server's answer, echoed by a validation error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.name.split(".")[0] in QUIET_ERRORS:
+            exc = record.exc_info[1]
+            record.msg = f"{_message(record)} ({type(exc).__name__ if exc else 'error'})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        message = _message(record)
+        clean = redact_urls(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_urls(record.exc_text)
+        for key, value in list(vars(record).items()):
+            if key not in _STANDARD and isinstance(value, str) and "://" in value:
+                setattr(record, key, redact_urls(value))
+        return True
+
+
+# A command-line process configures no handler: Python's last resort prints its warnings
+# (an MCP server checked by `chatbox tools add`), through the same filter.
+if logging.lastResort is not None:
+    logging.lastResort.addFilter(RedactSecrets())
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception:  # arguments that do not fit the format: the format alone
+        return str(record.msg)
 
 
 def current_trace_id() -> str | None:
@@ -64,7 +128,9 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 out[key] = value if isinstance(value, str | int | float | bool) else str(value)
-        if record.exc_info:
+        if record.exc_text:  # already formatted (and cleaned: RedactSecrets)
+            out["exception"] = record.exc_text
+        elif record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
 
@@ -91,6 +157,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> logging.Handler
     numeric = logging.getLevelNamesMapping()[level.upper()]
     handler = logging.StreamHandler()
     handler.addFilter(TraceIdFilter())
+    handler.addFilter(RedactSecrets())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -4,10 +4,14 @@ MCP server (tests/chat/mcp_server.py) is started by both. Secrets are never show
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
@@ -130,3 +134,69 @@ def test_the_console_lists_adds_checks_and_removes_servers(box: Served, http_ser
     r = post(member, "/console/tools", member_csrf, name="evil", url=http_server)
     assert r.status_code == 403
     assert "evil" not in box.cli("tools", "list")
+
+
+@contextlib.contextmanager
+def json_endpoint(body: dict[str, object]) -> Iterator[str]:
+    """An HTTP endpoint that answers every request with `body` as JSON (not MCP)."""
+    data = json.dumps(body).encode()
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/mcp"
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_url_secrets_and_a_foreign_answer_never_reach_the_log_or_the_page(
+    tmp_path: Path, tiny_gguf: Path, http_server: str, log_format: str
+) -> None:
+    """A server's URL may carry a password and a ?token=: the HTTP library's own request
+    lines and every other line show neither; a URL that answers JSON that is not MCP is
+    said to be so, without its body, on the page, in the CLI and in the log."""
+    password, token, body_secret = "pw-in-url-7731", "tok-in-query-5519", "body-secret-2284"
+    url = http_server.replace("http://", f"http://bob:{password}@") + f"?token={token}"
+    with (
+        json_endpoint({"detail": f"no MCP here {body_secret}"}) as foreign,
+        Served(tmp_path, model=tiny_gguf, args=("--log-format", log_format)) as box,
+    ):
+        admin, csrf = login(box, "admin", ADMIN_PASSWORD)
+        r = post(admin, "/console/tools", csrf, name="secretive", url=url)
+        assert r.status_code == 200, r.text
+        assert "connected" in row(r.text, "secretive")  # the secrets reached the server
+        r = post(admin, "/console/tools/secretive/check", csrf)
+        assert "connected" in row(r.text, "secretive")
+
+        r = post(admin, "/console/tools", csrf, name="notmcp", url=foreign)
+        assert "not an MCP message" in row(r.text, "notmcp")
+        cli = subprocess.run(
+            [CHATBOX, "--data-dir", str(box.data_dir), "tools", "add", "notmcp2", "--url", foreign],
+            env=box.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "not an MCP message" in cli.stdout, cli.stdout + cli.stderr
+        shown = r.text + admin.get("/console/tools").text + box.cli("tools", "list", "--json")
+        shown += cli.stdout + cli.stderr
+        box.stop()
+        log = box.log()
+    assert "HTTP Request: POST http://***@127.0.0.1" in log  # the library's line, cleaned
+    for secret in (password, token, body_secret):
+        assert secret not in log, secret
+        assert secret not in shown, secret

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -31,6 +31,7 @@ from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import Actor
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.tools.base import Tool, ToolContext, ToolResult, ToolSpec
+from chatbox.observability.logs import redact_urls
 from chatbox.store import McpServerRow, Store, User
 
 log = logging.getLogger("chatbox.mcp")
@@ -50,10 +51,29 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+NOT_MCP = "its answer is not an MCP message (is the URL the server's MCP endpoint?)"
+
+
 def _say(exc: BaseException) -> str:
+    """What went wrong, in a line: never the body a server answered with (a validation error
+    quotes it) and never a URL's secrets."""
     exc = _leaf(exc)
-    text = str(exc).strip()
+    if _unreadable(exc):
+        return NOT_MCP
+    lines = str(exc).strip().splitlines()
+    text = redact_urls(lines[0][:300]) if lines else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unreadable(exc: BaseException) -> bool:
+    """Whether the server answered with something that is not an MCP (JSON-RPC) message."""
+    from mcp import MCPError
+    from mcp_types import INVALID_REQUEST, PARSE_ERROR
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError | json.JSONDecodeError):
+        return True
+    return isinstance(exc, MCPError) and exc.error.code in (PARSE_ERROR, INVALID_REQUEST)
 
 
 def _closed(exc: BaseException) -> bool:
@@ -65,13 +85,8 @@ def _closed(exc: BaseException) -> bool:
 
 
 def shown_url(url: str) -> str:
-    """A URL without the password it may carry."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """A URL without the secrets it may carry: its userinfo and its query's values."""
+    return redact_urls(url)
 
 
 def describe(row: McpServerRow) -> dict[str, Any]:
@@ -318,7 +333,8 @@ class McpConnection:
             from mcp import MCPError
 
             if isinstance(exc, MCPError):  # the server answered with an error
-                return ToolResult(f"MCP server {name} refused {tool}: {exc}", is_error=True)
+                said = NOT_MCP if _unreadable(exc) else redact_urls(str(exc))
+                return ToolResult(f"MCP server {name} refused {tool}: {said}", is_error=True)
             self.lost(_say(exc))
             return ToolResult(f"MCP server {name} failed on {tool}: {_say(exc)}", is_error=True)
         finally:
