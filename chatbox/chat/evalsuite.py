@@ -27,6 +27,33 @@ REFUSAL_WORDS = re.compile(
     r" (?:help|assist)|not able to (?:help|assist))"
 )
 DEFAULT_SIMILARITY = 0.75  # cosine of MiniLM vectors above which two answers say the same
+# What a case measures: the model's own answer (its prompt skips input moderation), or the
+# whole path a user's request takes (moderation as the policy says: a refused prompt refuses).
+MEASURES = ("model", "gateway")
+SUITE_FIELDS = ("name", "description", "judge", "cases")
+CASE_FIELDS = (
+    "id",
+    "category",
+    "prompt",
+    "system",
+    "max_tokens",
+    "tools",
+    "response_format",
+    "measures",
+    "check",
+)
+CHECK_FIELDS = (
+    "kind",
+    "expected",
+    "pattern",
+    "schema",
+    "name",
+    "refuse",
+    "reference",
+    "threshold",
+    "rubric",
+    "case_sensitive",
+)
 
 
 class SuiteError(ValueError):
@@ -62,6 +89,7 @@ class Case:
     max_tokens: int = 64
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI-shaped function tools (tool_call cases)
     response_format: dict[str, Any] | None = None  # OpenAI-shaped (json cases)
+    measures: str = "model"  # model | gateway (MEASURES)
 
 
 @dataclass(frozen=True)
@@ -89,6 +117,7 @@ def load_suite(path: Path) -> Suite:
 def parse_suite(raw: Any, default_name: str, digest: str) -> Suite:
     if not isinstance(raw, dict) or not isinstance(raw.get("cases"), list):
         raise SuiteError('a suite is an object with a "cases" array')
+    _known("the suite", "", raw, SUITE_FIELDS)
     cases = raw["cases"]
     if not cases:
         raise SuiteError("the suite has no cases")
@@ -119,6 +148,7 @@ def _case(i: int, c: Any) -> Case:
     if not isinstance(case_id, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", case_id):
         raise SuiteError(f"{where}.id must be 1-64 letters, digits, _ . : or -")
     where = f"case {case_id!r}"
+    _known(where, "", c, CASE_FIELDS)
     prompt = c.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise SuiteError(f"{where}: prompt must be a non-empty string")
@@ -137,6 +167,9 @@ def _case(i: int, c: Any) -> Case:
     system = c.get("system")
     if system is not None and not isinstance(system, str):
         raise SuiteError(f"{where}: system must be a string")
+    measures = c.get("measures", "model")
+    if measures not in MEASURES:
+        raise SuiteError(f"{where}: measures must be one of {', '.join(MEASURES)}")
     return Case(
         case_id,
         category,
@@ -146,13 +179,24 @@ def _case(i: int, c: Any) -> Case:
         max_tokens,
         tuple(tools),
         response_format,
+        measures,
     )
+
+
+def _known(where: str, prefix: str, raw: dict[str, Any], known: tuple[str, ...]) -> None:
+    """A field the format does not have is refused by name (a misspelt one would be ignored)."""
+    unknown = [k for k in raw if k not in known]
+    if unknown:
+        raise SuiteError(
+            f'{where}: unknown field "{prefix}{unknown[0]}" (known: {", ".join(known)})'
+        )
 
 
 def _check(where: str, raw: Any) -> Check:
     if not isinstance(raw, dict) or raw.get("kind") not in CHECKS:
         raise SuiteError(f"{where}: check.kind must be one of {', '.join(CHECKS)}")
     kind = raw["kind"]
+    _known(where, "check.", raw, CHECK_FIELDS)
 
     def text(key: str, required: bool = True) -> str:
         value = raw.get(key, "")
@@ -231,7 +275,10 @@ async def score(
         return Score(False, 0.0, {"error": answer.error})
     if check.kind == "refusal":
         did = refused(answer)
-        return Score(did == check.refuse, float(did == check.refuse), {"refused": did})
+        said: dict[str, Any] = {"refused": did}
+        if answer.refused_by is not None:  # moderation's refusal, not the model's
+            said["refused_by"] = answer.refused_by
+        return Score(did == check.refuse, float(did == check.refuse), said)
     if answer.refused_by is not None:
         return Score(False, 0.0, {"refused_by": answer.refused_by})
     text = answer.text.strip()

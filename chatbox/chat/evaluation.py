@@ -1,6 +1,7 @@
 """Running an eval suite on a model: each case through the same path as an API request
-(admission, moderation as configured, the engine), scored by its check, the run stored
-and audited. The judge model grades `judge` checks and sampled live answers of canaries."""
+(admission, the engine; moderation as configured only for a case that measures the gateway),
+scored by its check, the run stored and audited. The judge model grades `judge` checks and
+sampled live answers of canaries."""
 
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ class Evaluator:
                 tuple(messages),
                 options,
                 user=actor,
-                moderation=self.moderation,
+                moderation=self.moderation if case.measures == "gateway" else None,
             )
             if name != model:
                 generation.cancel()

@@ -1,5 +1,6 @@
 """`chatbox eval run|list|show`: run an eval suite on a model through the same path as an
-API request (admission, moderation as configured, the engine), print and store the run."""
+API request (admission, the engine; moderation for cases that measure the gateway), print
+and store the run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from chatbox.cli.accounts import _settings, _table, with_services
 if TYPE_CHECKING:
     from chatbox.chat.evaluation import CaseOutcome, EvalResult, EvalRun
     from chatbox.services.commandline import OperatorServices
+
+
+WHY_CHARS = 60
 
 
 @click.group("eval")
@@ -99,10 +103,23 @@ def _print_results(results: list[EvalResult]) -> None:
                 "pass" if r.passed else "FAIL",
                 f"{r.score:.2f}",
                 f"{r.latency_s:.2f}",
-                ", ".join(f"{k}={v}" for k, v in detail.items())[:60],
+                _why(r, detail),
             ]
         )
     _table(rows)
+
+
+def _why(r: EvalResult, detail: dict[str, Any]) -> str:
+    """What the check found; for a failure with nothing more to say (exact, regex), the
+    answer itself, shortened."""
+    why = ", ".join(f"{k}={v}" for k, v in detail.items())
+    if not why and not r.passed:
+        answer = " ".join(r.answer.split())  # one line of the table
+        room = WHY_CHARS - len('answer=""')
+        if len(answer) > room:
+            answer = answer[: room - 1] + "…"
+        why = "answer=" + json.dumps(answer, ensure_ascii=False)
+    return why[:WHY_CHARS]
 
 
 def _out(run: EvalRun, results: list[EvalResult]) -> dict[str, Any]:

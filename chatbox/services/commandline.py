@@ -4,6 +4,7 @@ the local engines, and copying a box's store into PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -193,6 +194,7 @@ async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]
     metrics = CollectorRegistry()
     pool = None
     knowledge = None
+    loading: asyncio.Task[None] | None = None
     try:
         accounts = AccountsService(store, settings)
         await accounts.ensure_admin()
@@ -218,10 +220,13 @@ async def evaluation_services(settings: Settings) -> AsyncIterator[EvalServices]
             settings.cache_dir,
             metrics,
         )
-        moderation.start()
+        loading = moderation.start()
         evals = Evaluator(store, local, gate, moderation, accounts.audit, embed_lists(knowledge))
         yield EvalServices(evals, accounts, store, local)
     finally:
+        if loading is not None:  # a run that ended early must not leave it loading past here
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
         if pool is not None:
             await pool.stop_all()
         if knowledge is not None:

@@ -68,6 +68,34 @@ def test_the_shipped_suite_loads_and_covers_every_category() -> None:
             {"cases": [{"id": "a", "prompt": "p", "check": {"kind": "regex", "pattern": "x"}}] * 2},
             "used twice",
         ),
+        (
+            {"cases": [{"id": "a", "prompt": "p", "max_token": 8, "check": {"kind": "regex"}}]},
+            "case 'a': unknown field \"max_token\" (known: id, category, prompt",
+        ),
+        (
+            {"cases": [{"id": "b", "prompt": "p", "check": {"kind": "exact", "expect": "x"}}]},
+            "case 'b': unknown field \"check.expect\" (known: kind, expected",
+        ),
+        (
+            {
+                "cases": [{"id": "a", "prompt": "p", "check": {"kind": "exact", "expected": "x"}}],
+                "judges": "big",
+            },
+            'the suite: unknown field "judges"',
+        ),
+        (
+            {
+                "cases": [
+                    {
+                        "id": "c",
+                        "prompt": "p",
+                        "measures": "moderation",
+                        "check": {"kind": "refusal"},
+                    }
+                ]
+            },
+            "case 'c': measures must be one of model, gateway",
+        ),
     ],
 )
 def test_a_bad_suite_is_refused_naming_what_is_wrong(raw: dict[str, Any], said: str) -> None:
@@ -143,3 +171,16 @@ def test_the_shipped_suite_is_valid_json_with_unique_ids() -> None:
     raw = json.loads(default_suite_path().read_text())
     ids = [c["id"] for c in raw["cases"]]
     assert len(ids) == len(set(ids))
+
+
+def test_a_case_measures_the_model_unless_it_says_the_gateway() -> None:
+    assert _case({"kind": "refusal"}).measures == "model"
+    assert _case({"kind": "refusal"}, measures="gateway").measures == "gateway"
+
+
+async def test_a_refusal_says_whether_moderation_or_the_model_refused() -> None:
+    check = _case({"kind": "refusal"})
+    by_moderation = await score(check, Answer("", refused_by="violence"), None, None)
+    assert by_moderation.detail == {"refused": True, "refused_by": "violence"}
+    by_model = await score(check, Answer("Sorry, I can't help."), None, None)
+    assert by_model.detail == {"refused": True}
