@@ -99,6 +99,9 @@ class Settings:
     heartbeat_s: float = 10.0
     disconnect_grace_s: float = 3.0  # a disconnected stream may be resumed this long
     draft_flush_s: float = 0.5  # how often a streaming answer is saved for crash recovery
+    # How long a finished answer waits for an unreachable database to store it (it keeps
+    # streaming through the outage meanwhile); past it the answer ends "could not be stored".
+    answer_store_wait_s: float = 300.0
     max_message_chars: int = 200_000
     # A conversation whose prompt passes this share of the model's per-sequence context (at
     # most 80% of the room left beside an answer) has its oldest part summarised in the
@@ -124,6 +127,9 @@ class Settings:
     # On PostgreSQL: how long a front's open answers count against their users' stream limits
     # after the front stops renewing them (it died).
     stream_lease_s: float = 30.0
+    # On PostgreSQL: how long a front may be without its liveness lock (a dropped connection
+    # it is taking again) before other fronts store its running answers as interrupted.
+    front_grace_s: float = 10.0
     # The reverse proxies (CIDRs) whose X-Forwarded-For / X-Forwarded-Proto are believed;
     # env: CHATBOX_TRUSTED_PROXIES="127.0.0.1/32,10.0.0.0/8". Empty: the peer is the client.
     trusted_proxies: tuple[str, ...] = ()

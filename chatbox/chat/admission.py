@@ -92,7 +92,11 @@ class Ticket:
             return
         self.done = True
         self.gatekeeper.unqueue(self)
-        await self.gatekeeper.settle(self, usage, later)
+        try:
+            await self.gatekeeper.settle(self, usage, later)
+        except BaseException:
+            self.done = False  # the store away: a later `finish` settles what is left
+            raise
 
 
 @dataclass
@@ -312,11 +316,14 @@ class Gatekeeper:
 
     async def settle(self, ticket: Ticket, usage: Usage | None, later: bool = False) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage else 0
+        # Each step done is forgotten, so settling again after an outage repeats none.
         if ticket.lease is not None:
             await self._counters.release(ticket.lease)
+            ticket.lease = None
         if ticket.tokens is not None:  # charge what was really used, not the estimate
             spend = ticket.tokens
             await self._counters.give(spend.key, spend.capacity, ticket.estimate - used)
+            ticket.tokens = None
         route = ticket.route
         counts: dict[str, Any] = {
             "prompt": usage.prompt_tokens if usage else 0,

@@ -5,9 +5,9 @@ with `Last-Event-ID`, a page load, a stop) keeps a mirror of it: it asks the own
 database's notice channel (`chatbox.store.run_channel`), to relay the answer's events; the
 owner replays them from the first, then relays each new one, and counts the mirror as a
 reader, so the answer's disconnect grace holds while someone reads it on any front. A front
-that dies loses its liveness lock; another front then stores its unfinished answers as
-interrupted with the text saved so far (as the next start does on one box), and mirrors of
-them end as stored.
+that dies loses its liveness lock; once it has been without it for longer than a reconnect
+takes (`front_grace_s`), another front stores its unfinished answers as interrupted with the
+text saved so far (as the next start does on one box), and mirrors of them end as stored.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ class _Mirror(TurnRun):
 
     on_leave: Callable[[], None] = lambda: None
     replayed: asyncio.Event = field(default_factory=asyncio.Event)
+    asked_at: float = 0.0  # when a replay was last asked for (events went missing)
 
     def _abandon(self) -> None:
         self._abandon_timer = None
@@ -61,6 +63,8 @@ class Fronts:
     finished: dict[str, TurnRun]  # this front's answers just finished, by turn id
     grace_s: float
     keep_s: float  # a finished answer's events stay replayable this long
+    front_grace_s: float = 10.0  # a front without its lock this long is taken for dead
+    _missing: dict[str, float] = field(default_factory=dict)  # front -> seen without its lock
     _relays: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     _mirrors: dict[str, _Mirror] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -91,12 +95,18 @@ class Fronts:
     async def recover(self) -> int:
         """Store every answer of a front that is gone as interrupted; how many there were."""
         drafts = await self.store.turns.draft_fronts()
+        writers = {front for front in drafts.values() if front is not None}
+        for front in [f for f in self._missing if f not in writers]:
+            del self._missing[front]  # nothing of its left to take over
         if not drafts:
             return 0
-        alive = await self._alive()
-        if alive is None or all(front in alive for front in drafts.values()):
+        standing = await self._standing(writers)
+        if standing is None:
             return 0
-        recovered = await self.store.turns.recover_drafts(alive)
+        gone = writers - standing
+        if not gone:
+            return 0
+        recovered = await self.store.turns.recover_drafts(gone=gone)
         if recovered:
             log.warning("stored %d answer(s) of a stopped front as interrupted", recovered)
         return recovered
@@ -108,6 +118,28 @@ class Fronts:
         except (ConnectionError, OSError) as exc:
             log.warning("cannot tell which fronts are alive: %s", exc)
             return None
+
+    async def _standing(self, fronts: Collection[str | None]) -> set[str] | None:
+        """Of `fronts`, those still taken for alive: holding their lock, or without it for
+        less than `front_grace_s` as this front has watched (a dropped connection being
+        taken again); None while this front cannot tell."""
+        alive = await self._alive()
+        if alive is None:
+            return None
+        now = time.monotonic()
+        standing = set(alive)
+        for front in fronts:
+            if front is None:
+                continue
+            if front in alive:
+                self._missing.pop(front, None)
+                continue
+            # Missing since this front first saw it so, or since this front itself came
+            # back: while it was away it saw nothing.
+            since = max(self._missing.setdefault(front, now), self.channel.connected_since)
+            if now - since < self.front_grace_s:
+                standing.add(front)
+        return standing
 
     async def _sweep(self) -> None:
         while True:
@@ -125,8 +157,8 @@ class Fronts:
         draft = await self.store.turns.draft(found[0])
         if draft is None or draft.front == self.channel.front:
             return False
-        alive = await self._alive()
-        if alive is None or draft.front in alive:
+        standing = await self._standing([draft.front])
+        if standing is None or draft.front in standing:
             return True  # unknown counts as busy: never two answers at once
         await self.recover()
         return False
@@ -163,8 +195,11 @@ class Fronts:
                 run.on_abandon()
         elif op == "events":
             mirror = self._mirrors.get(turn)
-            if mirror is not None:
-                _take(mirror, message.get("events") or [])
+            if mirror is not None and not _take(mirror, message.get("events") or []):
+                now = time.monotonic()
+                if now - mirror.asked_at >= CHECK_S:  # some went missing: replay them
+                    mirror.asked_at = now
+                    self._spawn(self._send({"op": "follow", "turn": turn}))
 
     def _relay(self, run: TurnRun, front: str) -> None:
         key = (front, run.turn_id)
@@ -206,10 +241,10 @@ class Fronts:
                 return None
             if draft.front == self.channel.front:
                 return None  # this front's own, and no longer running
-            alive = await self._alive()
-            if alive is None:
+            standing = await self._standing([draft.front])
+            if standing is None:
                 return None
-            if draft.front not in alive:
+            if draft.front not in standing:
                 await self.recover()  # its front is gone: stored now, as interrupted
                 return None
             mirror = self._mirrors.get(turn_id) or self._mirror(
@@ -253,8 +288,8 @@ class Fronts:
                     break
                 draft = await self.store.turns.draft(mirror.turn_id)
                 if draft is not None:
-                    alive = await self._alive()
-                    if alive is not None and draft.front not in alive:
+                    standing = await self._standing([draft.front])
+                    if standing is not None and draft.front not in standing:
                         await self.recover()
                         await self._end_as_stored(mirror)
                         if not mirror.finished:
@@ -306,14 +341,19 @@ class Fronts:
         mirror.replayed.set()
 
 
-def _take(mirror: _Mirror, events: list[Any]) -> None:
-    """Relayed events, in order: one already here (a second replay) is skipped."""
+def _take(mirror: _Mirror, events: list[Any]) -> bool:
+    """Relayed events, in order: one already here (a second replay) is skipped; False when
+    one past the next came (those between were lost: the owner was away a moment)."""
+    whole = True
     for item in events:
         try:
             event_id, kind, data = int(item[0]), str(item[1]), dict(item[2])
         except (TypeError, ValueError, IndexError):
-            return
+            return whole
         if event_id == len(mirror.events) + 1 and not mirror.finished:
             mirror.publish(kind, data)
+        elif event_id > len(mirror.events) + 1:
+            whole = False
     if mirror.events:
         mirror.replayed.set()
+    return whole

@@ -13,6 +13,7 @@ from chatbox.chat.admission import Ticket, announce_queue, route_out
 from chatbox.chat.completions import submit
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
+from chatbox.chat.drafts import DraftSaver, until_stored
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
 from chatbox.chat.feedback import my_rating, rate
 from chatbox.chat.fronts import Fronts
@@ -182,6 +183,7 @@ class ChatService(Conversations):
             self._finished,
             self.settings.disconnect_grace_s,
             FINISHED_RUN_TTL_S,
+            self.settings.front_grace_s,
         )
         self.fronts.start()
 
@@ -418,27 +420,30 @@ class ChatService(Conversations):
         rounds: ToolLoop | None = None,
     ) -> None:
         """Relay the answer to its run and store it; `request` is None for a cached answer."""
-        last_flush = time.monotonic()
         announcer = asyncio.create_task(announce_queue(run, ticket))
         watch = watch_answer(self.moderation, ticket.user, run, generation)
+        saver = DraftSaver(
+            run,
+            lambda text: self.store.turns.update_draft(run.turn_id, text),
+            self.settings.draft_flush_s,
+        ).start()
 
         async def on_token() -> None:
-            nonlocal last_flush
             if not announcer.done():
                 announcer.cancel()  # it is answering: no more queue positions
-            if time.monotonic() - last_flush >= self.settings.draft_flush_s:
-                last_flush = time.monotonic()
-                await self.store.turns.update_draft(run.turn_id, run.text)
 
-        done, error = await relay_with_tools(
-            run,
-            generation,
-            ticket,
-            watch,
-            on_token,
-            rounds,
-            lambda role, text: self.store.turns.append_tool(run.turn_id, role, text),
-        )
+        try:
+            done, error = await relay_with_tools(
+                run,
+                generation,
+                ticket,
+                watch,
+                on_token,
+                rounds,
+                lambda role, text: self.store.turns.append_tool(run.turn_id, role, text),
+            )
+        finally:
+            await saver.stop()
         if done is not None and done.timings is not None:
             t = done.timings
             self.telemetry.engine_phases(run.model, t.queued_s, t.prefill_s, t.decode_s)
@@ -459,10 +464,19 @@ class ChatService(Conversations):
         self.telemetry.annotate(**{"chatbox.turn_status": status})
         self.telemetry.turn_finished(run.model, status)
         try:
-            await ticket.finish(done.usage if done is not None else None)
             with self.telemetry.span("store.save_answer"):
-                turn = await self._save_answer(run, status, content, usage, error)
+                # Through an outage: the whole answer, once the database is back.
+                turn = await until_stored(
+                    lambda: self._save_answer(run, status, content, usage, error),
+                    self.settings.answer_store_wait_s,
+                    f"answer {run.turn_id}",
+                )
                 status = turn.status
+            await until_stored(
+                lambda: ticket.finish(done.usage if done is not None else None),
+                self.settings.answer_store_wait_s,
+                f"the usage of answer {run.turn_id}",
+            )
         finally:
             self._runs.pop(run.conversation_id, None)
             self._finished[run.turn_id] = run

@@ -3,7 +3,9 @@ between them (`chatbox.chat.fronts` speaks over it about running answers).
 
 A front is alive while its channel's connection holds a session advisory lock named by the
 front's key: a front that dies (killed, crashed, cut off) loses the lock with its connection,
-and every other front sees it gone in `pg_locks` at once. Messages are JSON objects sent with
+and every other front sees it gone in `pg_locks` at once. A front whose connection drops takes
+the same lock again when it reconnects, so the others wait a grace before taking it for dead
+(`chatbox.chat.fronts`). Messages are JSON objects sent with
 `NOTIFY`; one too long for a notice's payload travels in parts that the receivers join.
 """
 
@@ -14,6 +16,7 @@ import contextlib
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,40 +43,52 @@ class RunChannel:
         self._seq = 0
         self._closing = False
         self._reopening: asyncio.Task[None] | None = None
+        # When this front last saw every front's lock (it connected): a front missing since
+        # before then may only have been out of sight.
+        self.connected_since = time.monotonic()
 
     async def open(self) -> RunChannel:
         import asyncpg  # loads only where PostgreSQL is used
 
         conn = await asyncpg.connect(self.url)
-        await conn.execute("SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, self.key)
-        await conn.add_listener(RUNS_CHANNEL, self._on_notice)
+        try:
+            # Not waited for: a dropped session of this front's may still hold it a moment.
+            taken = await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", FRONT_LOCK, self.key)
+            if not taken:
+                raise ConnectionError("this front's liveness lock is still held")
+            await conn.add_listener(RUNS_CHANNEL, self._on_notice)
+        except BaseException:
+            await conn.close()
+            raise
         conn.add_termination_listener(self._on_lost)
         self._conn = conn
+        self.connected_since = time.monotonic()
         return self
 
     def _on_lost(self, _conn: object) -> None:
-        """The connection (and with it the lock) is gone: the other fronts take this one
-        for dead, so it comes back under a new name."""
+        """The connection (and with it the lock) is gone: take the same lock again, within
+        the grace the other fronts give before they take this one for dead."""
         self._conn = None
         if self._closing or self._reopening is not None:
             return
         log.warning(
-            "lost the database connection that shows this front alive; "
-            "other fronts store its running answers as interrupted"
+            "lost the database connection that shows this front alive; reconnecting "
+            "(other fronts store its running answers as interrupted if it is away too long)"
         )
         self._reopening = asyncio.ensure_future(self._reopen())
 
     async def _reopen(self) -> None:
         try:
+            delay = 0.2
             while not self._closing:
-                await asyncio.sleep(1.0)
-                self.key = secrets.randbits(31) or 1
-                self.front = str(self.key)
+                await asyncio.sleep(delay)
                 try:
                     await self.open()
+                    log.warning("reconnected: this front shows itself alive again")
                     return
                 except Exception as exc:  # still away: try again
                     log.warning("could not reconnect to the database: %s", exc)
+                delay = min(delay * 2, 2.0)
         finally:
             self._reopening = None
 

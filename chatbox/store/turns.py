@@ -279,9 +279,12 @@ class TurnRepo:
         rows = await self.db.fetchall("SELECT id, front FROM drafts")
         return {r["id"]: r["front"] for r in rows}
 
-    async def recover_drafts(self, alive: set[str] | None = None) -> int:
+    async def recover_drafts(
+        self, alive: set[str] | None = None, gone: set[str] | None = None
+    ) -> int:
         """After a crash: every unfinished answer becomes a turn marked interrupted; with
-        `alive`, only those of fronts not in it (fronts sharing a database)."""
+        `alive`, only those of fronts not in it, with `gone` only those of fronts in it
+        (fronts sharing a database)."""
         now = time.time()
         async with self.db.transaction() as tx:
             # A deleted conversation's draft is left to the erasure sweep, not turned into a turn.
@@ -292,6 +295,8 @@ class TurnRepo:
                 drafts = list(await cur.fetchall())
             if alive is not None:
                 drafts = [d for d in drafts if d["front"] not in alive]
+            if gone is not None:
+                drafts = [d for d in drafts if d["front"] in gone]
             for draft in drafts:
                 await self._insert_from_draft(
                     tx,
