@@ -290,6 +290,14 @@
       document.querySelector(".conv-dialog button")?.focus();
     }
   });
+  // What a form says (an error, an import's result) is scrolled to when it lands out of
+  // sight, as it does for a form low on a phone's page.
+  document.addEventListener("htmx:afterSwap", (e) => {
+    const t = e.detail.target;
+    if (!t || !["alerts", "import-status"].includes(t.id) || !t.firstElementChild) return;
+    const r = t.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) t.scrollIntoView({ block: "nearest" });
+  });
   document.addEventListener("htmx:beforeRequest", () => { stick = true; });
   // The sidebar's search runs as you type; Enter does not submit its form.
   document.addEventListener("submit", (e) => {

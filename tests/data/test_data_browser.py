@@ -6,6 +6,7 @@ Run: pytest -m browser tests/data/test_data_browser.py
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, test_settings
+from tests.data.test_import_served import chat
 from tests.web.test_browser import browser, watch_csp  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -97,3 +99,26 @@ def test_the_data_page_says_what_is_kept(page: Any) -> None:
     page.click("#delete-form button")
     page.wait_for_selector("#alerts .alert")
     assert "account name" in page.inner_text("#alerts")
+
+
+def test_an_import_says_what_came_in_where_a_phone_shows_it(
+    server: LiveServer, page: Any, tmp_path: Path
+) -> None:
+    export = tmp_path / "conversations.json"
+    export.write_text(json.dumps([chat("Otters", "How do otters sleep?")]))
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(server.url + "/settings/data")
+    page.locator("#import-form").scroll_into_view_if_needed()
+    page.set_input_files("#import-file", str(export))
+    page.click("#import-form button[type=submit]")
+    result = page.wait_for_selector("#import-result")
+    assert "Imported 1 conversation" in result.inner_text()
+    where = result.bounding_box()
+    assert where and 0 <= where["y"] < 844, where  # on the screen, not above it
+    # a success is not dressed as an error
+    page.fill("#delete-confirm", "not-my-name")
+    page.click("#delete-form button")
+    error = page.wait_for_selector("#alerts .alert")
+    looks = "(e) => getComputedStyle(e).backgroundColor + ' ' + getComputedStyle(e).color"
+    assert result.evaluate(looks) != error.evaluate(looks)
+    assert error.bounding_box()["y"] >= 0  # an error low on the page is scrolled to as well

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from chatbox.catalog.registry import ModelRegistry
-from tests.conftest import LiveServer, test_settings
+from tests.conftest import ADMIN_NAME, LiveServer, test_settings
 from tests.web.test_browser import SHOTS, browser, login, page  # noqa: F401  (shared fixtures)
 
 pytestmark = pytest.mark.browser
@@ -35,7 +35,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterato
         text = text.replace(limit, limit.split("=")[0] + "= 0\n")
     policy.write_text(text)
     settings = test_settings(data_dir, console_sample_s=0.5, max_tokens=48, policy_path=policy)
-    registry = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
+    # The built-in catalogue too: its models (listed, not installed) are what a Models page
+    # shows, with their sources and descriptions.
+    registry = ModelRegistry(data_dir / "models")
     registry.add(tiny_gguf, name="tiny", make_default=True, copy=False)
     with LiveServer(settings, registry) as live:
         yield live
@@ -113,6 +115,9 @@ def test_people_and_models_pages(server: LiveServer, page: Any) -> None:  # noqa
     page.fill("input[name=password]", "erin-password")
     page.click("form.console-form button[type=submit]")
     page.wait_for_selector("text=Added erin.")
+    assert page.locator("button:has-text('Create key')").count() == 0  # erin makes her own
+    page.goto(server.url + "/console/people")
+    page.click(f"a:text-is('{ADMIN_NAME}')")
     page.fill("input[placeholder='e.g. laptop script']", "notebook")
     page.click("text=Create key")
     secret = page.wait_for_selector("[data-testid=secret]").inner_text()
@@ -124,3 +129,43 @@ def test_people_and_models_pages(server: LiveServer, page: Any) -> None:  # noqa
     page.screenshot(path=str(SHOTS / "console-models.png"), full_page=True)
     page.goto(server.url + "/console/audit")
     assert page.locator("code", has_text="key.create").count() >= 1
+
+
+def test_a_taken_name_is_said_for_a_person_and_a_workspace(
+    server: LiveServer,
+    page: Any,  # noqa: F811
+) -> None:
+    page.goto(server.url + "/console/people")
+    page.fill("input[name=name]", ADMIN_NAME)
+    page.fill("input[name=password]", "another-password")
+    page.click("form.console-form button[type=submit]")
+    alert = page.wait_for_selector("#alerts .alert")
+    assert "already exists" in alert.inner_text()
+    assert page.input_value("input[name=name]") == ADMIN_NAME  # what was typed stays
+    page.goto(server.url + "/console/workspaces")
+    page.fill("#new-workspace input[name=name]", "Support")
+    page.click("#new-workspace button[type=submit]")
+    page.wait_for_selector("text=Created Support")
+    page.fill("#new-workspace input[name=name]", "Support")
+    page.click("#new-workspace button[type=submit]")
+    alert = page.wait_for_selector("#alerts .alert")
+    assert "named 'Support' exists" in alert.inner_text(), alert.inner_text()
+
+
+def test_models_table_fits_its_box(server: LiveServer, page: Any) -> None:  # noqa: F811
+    """At 1280 px, with the catalogue's models, each model's state and buttons are in view."""
+    page.goto(server.url + "/console/models")
+    page.wait_for_selector("tr[data-model=smollm2]")
+    fits = page.evaluate(
+        """() => {
+          const main = document.querySelector('#console-main');
+          const table = main.querySelector('table');
+          const box = table.getBoundingClientRect();
+          const buttons = [...table.querySelectorAll('.console-actions .btn')].map(
+            (b) => b.getBoundingClientRect());
+          return {table: table.scrollWidth, room: table.clientWidth, right: box.right,
+                  buttons: buttons.map((r) => r.right)};
+        }"""
+    )
+    assert fits["table"] <= fits["room"], fits
+    assert fits["buttons"] and max(fits["buttons"]) <= fits["right"], fits

@@ -238,7 +238,9 @@ def ui_error(request: AnyRequest, exc: Exception, refused: str = "Not attached")
         headers = {"HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
         return html(request, "_support_alert.html", 200, headers)
     if request.headers.get("HX-Request") == "true":
-        headers = {**headers, "HX-Retarget": "#alerts", "HX-Reswap": "innerHTML"}
+        # Reselect: a form that keeps only part of its page (hx-select) would drop the alert.
+        retarget = {"HX-Retarget": "#alerts", "HX-Reswap": "innerHTML", "HX-Reselect": ".alert"}
+        headers = {**headers, **retarget}
         return html(request, "_alert.html", status, headers, message=message, status=status)
     return html(request, "error.html", status, headers, message=message, status=status)
 
