@@ -72,7 +72,10 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         keep_traces=settings.keep_traces,
         sample_s=settings.console_sample_s,
         alerts=Alerts(
-            webhook_url=settings.alert_webhook_url, disk=disk_fraction(settings.data_dir)
+            webhook_url=settings.alert_webhook_url,
+            disk=disk_fraction(settings.data_dir),
+            external_url=settings.public_url or f"http://{settings.host}:{settings.port}",
+            baselines_path=settings.data_dir / "alert-baselines.json",
         ),
     )
     running = _Running()

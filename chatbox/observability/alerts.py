@@ -5,21 +5,26 @@ instance (a model, a replica, the data disk): p99 time to first token, error rat
 refusal rate, queue depth, shed rate, replicas down, the data disk's use. A baseline rule
 learns the signal's usual level as an exponentially weighted mean and variance (EWMA) from
 quiet samples only, and breaches above `mean + sigmas * std` (and above its absolute
-`floor`); a fixed rule breaches at `fire_at`. Hysteresis: an alert fires after `for_n`
+`floor`); a fixed rule breaches at `fire_at`. A new baseline learns nothing in the first
+`settle_s` after the start (a cold start's slow answers, or an overload, are not usual) and
+judges only once it has learned `warmup` samples; baselines are kept in a file across restarts
+and judge from the first sample after one. Hysteresis: an alert fires after `for_n`
 breaching samples in a row and resolves after `resolve_n` samples in a row below the lower
 bound (half the margin of a baseline rule; `clear_at` for a fixed one); between the two
 bounds it holds its state. Samples, their windows and an alert's times follow the server's
 clock (a replay's, in accelerated time). Each change is written to the log and posted to a
-webhook in Alertmanager's JSON shape; the console shows the firing alerts and the recent
-changes.
+webhook in Alertmanager's JSON shape (one group per alert name, each post carrying the
+group's whole state); the console shows the firing alerts and the recent changes.
 `docs/prometheus-rules.yml` gives the same rules to teams that run Prometheus.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
+import os
 import shutil
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +43,7 @@ _SOURCES = ("chatbox_engine_", "chatbox_remote_")
 # Below this many events in a sample, a rate says nothing (one error of two is not 50%).
 MIN_EVENTS = 3
 WEBHOOK_TIMEOUT_S = 5.0
+SETTLE_S = 120.0  # after a start, new baselines learn nothing for this long
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,10 @@ class Rule:
     resolve_n: int = 3  # clear samples in a row before it resolves
     warmup: int = 12  # quiet samples a baseline needs before it may fire
     alpha: float = 0.05  # EWMA weight of each new quiet sample (about the last 20)
+    percent: bool = False  # the signal is a fraction, shown as a percentage
+
+    def show(self, value: float) -> str:
+        return f"{value * 100:.3g}%" if self.percent else f"{value:.3g}"
 
 
 RULES: tuple[Rule, ...] = (
@@ -155,12 +165,14 @@ RULES: tuple[Rule, ...] = (
         "{value} of answers failed (usually under {bound})",
         severity="critical",
         floor=0.05,
+        percent=True,
     ),
     Rule(
         "ChatboxRefusalRateHigh",
         refusal_rate,
         "moderation blocked {value} of messages and answers (usually under {bound})",
         floor=0.2,
+        percent=True,
     ),
     Rule(
         "ChatboxQueueDeep",
@@ -173,6 +185,7 @@ RULES: tuple[Rule, ...] = (
         shed_rate,
         "{value} of requests were shed (usually under {bound})",
         floor=0.05,
+        percent=True,
     ),
     Rule(
         "ChatboxReplicaDown",
@@ -190,8 +203,7 @@ RULES: tuple[Rule, ...] = (
         severity="critical",
         fire_at=0.9,
         clear_at=0.85,
-        for_n=1,
-        resolve_n=1,
+        percent=True,
     ),
 )
 
@@ -216,6 +228,20 @@ class Baseline:
     @property
     def std(self) -> float:
         return math.sqrt(max(0.0, self.var))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "var": self.var, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Baseline | None:
+        """A kept baseline; None for one that does not read as one."""
+        try:
+            mean, var, n = float(raw["mean"]), float(raw["var"]), int(raw["n"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not (math.isfinite(mean) and math.isfinite(var)) or var < 0 or n < 0:
+            return None
+        return cls(mean, var, n)
 
 
 @dataclass
@@ -242,14 +268,16 @@ class Alert:
 
     def summary(self) -> str:
         return self.rule.summary.format(
-            instance=self.instance, value=_fmt(self.value), bound=_fmt(self.bound)
+            instance=self.instance,
+            value=self.rule.show(self.value),
+            bound=self.rule.show(self.bound),
         )
 
     def fingerprint(self) -> str:
         key = "\0".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, external_url: str = "") -> dict[str, Any]:
         """The alert in Alertmanager's webhook shape (one entry of `alerts`)."""
         return {
             "status": self.status,
@@ -257,13 +285,9 @@ class Alert:
             "annotations": {"summary": self.summary()},
             "startsAt": _iso(self.starts_at),
             "endsAt": _iso(self.ends_at) if self.ends_at is not None else "0001-01-01T00:00:00Z",
-            "generatorURL": "/console/live",
+            "generatorURL": external_url.rstrip("/") + "/console/live",
             "fingerprint": self.fingerprint(),
         }
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.3g}"
 
 
 def _iso(ts: float) -> str:
@@ -278,23 +302,32 @@ class _State:
     alert: Alert | None = None
 
 
+def group_key(alertname: str) -> str:
+    """Alertmanager's key of the group of one alert name (grouped by alertname, service)."""
+    return f'{{}}:{{alertname="{alertname}",service="chatbox"}}'
+
+
 def webhook_payload(alerts: Sequence[Alert], external_url: str = "") -> dict[str, Any]:
-    """Alertmanager's webhook JSON (version 4) for these alerts."""
+    """Alertmanager's webhook JSON (version 4) for one group: the alerts of one name, every
+    one firing now and those that resolved since the last post."""
+    name = alerts[0].rule.name
     firing = any(a.status == "firing" for a in alerts)
     common = {
         k: v for k, v in alerts[0].labels.items() if all(a.labels.get(k) == v for a in alerts)
     }
+    notes = [{"summary": a.summary()} for a in alerts]
+    shared = {k: v for k, v in notes[0].items() if all(n.get(k) == v for n in notes)}
     return {
         "version": "4",
-        "groupKey": '{}:{service="chatbox"}',
+        "groupKey": group_key(name),
         "truncatedAlerts": 0,
         "status": "firing" if firing else "resolved",
         "receiver": "chatbox",
-        "groupLabels": {"service": "chatbox"},
+        "groupLabels": {"alertname": name, "service": "chatbox"},
         "commonLabels": common,
-        "commonAnnotations": {},
-        "externalURL": external_url,
-        "alerts": [a.as_dict() for a in alerts],
+        "commonAnnotations": shared,
+        "externalURL": external_url.rstrip("/"),
+        "alerts": [a.as_dict(external_url) for a in alerts],
     }
 
 
@@ -322,13 +355,21 @@ class Alerts:
         disk: Callable[[], float | None] | None = None,
         keep: int = 50,
         transport: httpx.AsyncBaseTransport | None = None,
+        external_url: str = "",
+        baselines_path: Path | None = None,
+        settle_s: float = SETTLE_S,
     ) -> None:
         self.rules = tuple(rules)
         self.webhook_url = webhook_url
         self.disk = disk
         self.transport = transport  # tests hand a mock transport for the webhook
+        self.external_url = external_url.rstrip("/")  # where the console is, in links
+        self.baselines_path = baselines_path  # kept across restarts; None: in RAM only
+        self.settle_s = settle_s
         self.recent: deque[Alert] = deque(maxlen=keep)  # changes, newest last
         self._state: dict[tuple[str, str], _State] = {}
+        self._first_at: float | None = None
+        self.load_baselines()
 
     def firing(self) -> list[Alert]:
         """The alerts firing now, oldest first."""
@@ -344,6 +385,9 @@ class Alerts:
     ) -> list[Alert]:
         """Run every rule on one sample; the alerts that fired or resolved now."""
         sample = Sample(row, now, before, self.disk() if self.disk is not None else None)
+        if self._first_at is None:
+            self._first_at = at
+        settled = at - self._first_at >= self.settle_s
         changed: list[Alert] = []
         for rule in self.rules:
             values = rule.signal(sample)
@@ -353,7 +397,7 @@ class Alerts:
                     values[instance] = None
             for instance, value in values.items():
                 state = self._state.setdefault((rule.name, instance), _State())
-                alert = self._step(rule, instance, state, value, at)
+                alert = self._step(rule, instance, state, value, at, settled)
                 if alert is not None:
                     changed.append(alert)
         for alert in changed:
@@ -362,7 +406,13 @@ class Alerts:
         return changed
 
     def _step(
-        self, rule: Rule, instance: str, state: _State, value: float | None, at: float
+        self,
+        rule: Rule,
+        instance: str,
+        state: _State,
+        value: float | None,
+        at: float,
+        settled: bool = True,
     ) -> Alert | None:
         fire, clear = self._bounds(rule, state.baseline)
         if value is None or value < clear:
@@ -371,7 +421,7 @@ class Alerts:
             state.breaching, state.clear = state.breaching + 1, 0
         else:  # between the bounds: no change either way
             state.breaching = state.clear = 0
-        if value is not None and state.alert is None and state.breaching == 0:
+        if value is not None and state.alert is None and state.breaching == 0 and settled:
             state.baseline.learn(value, rule.alpha)
         if state.alert is None and state.breaching >= rule.for_n and value is not None:
             state.alert = Alert(rule, instance, value, fire if fire is not None else 0.0, at)
@@ -396,25 +446,71 @@ class Alerts:
         return max(rule.floor, base.mean + margin), max(rule.floor / 2, base.mean + margin / 2)
 
     async def notify(self, changed: Sequence[Alert]) -> None:
-        """Post the changes to the webhook (a failure is logged, never raised)."""
+        """Post each changed group (the alerts of one name) to the webhook, as Alertmanager
+        does: every alert of the group firing now, and those that just resolved. A failure is
+        logged, never raised."""
         if not changed or not self.webhook_url:
             return
-        payload = webhook_payload(changed)
+        firing = self.firing()
+        names = dict.fromkeys(a.rule.name for a in changed)
+        for name in names:
+            group = [a for a in firing if a.rule.name == name]
+            group += [a for a in changed if a.rule.name == name and a.status == "resolved"]
+            await self._post(self.webhook_url, webhook_payload(group, self.external_url))
+
+    async def _post(self, url: str, payload: dict[str, Any]) -> None:
         try:
             async with httpx.AsyncClient(
                 timeout=WEBHOOK_TIMEOUT_S, transport=self.transport
             ) as client:
-                r = await client.post(self.webhook_url, json=payload)
+                r = await client.post(url, json=payload)
             if r.status_code >= 300:
                 log.warning("alert webhook answered %s", r.status_code)
         except httpx.HTTPError as exc:
             log.warning("alert webhook failed: %s", type(exc).__name__)
 
+    # -- baselines across restarts ---------------------------------------------------------
+
+    def save_baselines(self) -> None:
+        """Write the learned baselines to `baselines_path` (whole, or not at all)."""
+        if self.baselines_path is None:
+            return
+        kept = {
+            f"{name}|{instance}": state.baseline.as_dict()
+            for (name, instance), state in self._state.items()
+            if state.baseline.n > 0
+        }
+        tmp = self.baselines_path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps({"version": 1, "baselines": kept}))
+            os.replace(tmp, self.baselines_path)
+        except OSError as exc:
+            log.warning("could not keep the alert baselines in %s: %s", tmp, exc.strerror)
+
+    def load_baselines(self) -> None:
+        """Baselines kept by an earlier run: they judge from the first sample."""
+        if self.baselines_path is None or not self.baselines_path.exists():
+            return
+        try:
+            raw = json.loads(self.baselines_path.read_text())
+            kept = raw["baselines"] if isinstance(raw, dict) else None
+        except (OSError, ValueError, KeyError):
+            kept = None
+        if not isinstance(kept, dict):
+            log.warning("ignoring unreadable alert baselines in %s", self.baselines_path)
+            return
+        names = {r.name for r in self.rules if r.fire_at is None}
+        for key, body in kept.items():
+            name, _, instance = str(key).partition("|")
+            baseline = Baseline.from_dict(body)
+            if name in names and baseline is not None:
+                self._state[(name, instance)] = _State(baseline)
+
     def state_out(self) -> dict[str, Any]:
         """Firing alerts and recent changes (the console's JSON)."""
         return {
-            "firing": [a.as_dict() for a in self.firing()],
-            "recent": [a.as_dict() for a in reversed(self.recent)],
+            "firing": [a.as_dict(self.external_url) for a in self.firing()],
+            "recent": [a.as_dict(self.external_url) for a in reversed(self.recent)],
         }
 
 

@@ -26,6 +26,7 @@ from chatbox.observability.tracing import TURN_SPAN, Tracing
 log = logging.getLogger("chatbox.observability")
 # A replay's fast clock samples at most this often in real seconds (the registry read costs).
 MIN_SAMPLE_S = 0.5
+KEEP_BASELINES_EVERY = 12  # samples between writes of the alert baselines (a minute at 5 s)
 _kept: ContextVar[list[bool] | None] = ContextVar("chatbox_turn_kept", default=None)
 
 
@@ -52,6 +53,7 @@ class Telemetry:
         self._sampler: asyncio.Task[None] | None = None
         self.clock: Callable[[], float] = time.time
         self.speed = 1.0
+        self._samples = 0
 
     @classmethod
     def off(cls) -> Telemetry:
@@ -89,6 +91,9 @@ class Telemetry:
             return []
         changed = self.alerts.evaluate(row, now, before, at)
         await self.alerts.notify(changed)
+        self._samples += 1
+        if self._samples % KEEP_BASELINES_EVERY == 0:
+            await asyncio.to_thread(self.alerts.save_baselines)
         return changed
 
     async def stop(self) -> None:
@@ -97,6 +102,7 @@ class Telemetry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
             self._sampler = None
+            await asyncio.to_thread(self.alerts.save_baselines)
         await asyncio.to_thread(self.tracing.shutdown)
 
     # -- spans ---------------------------------------------------------------------------

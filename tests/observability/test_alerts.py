@@ -1,7 +1,9 @@
 """Alert rules on the real metric families, sampled on a fake clock: an error burst and a
 latency spike each fire one alert (logged and posted in Alertmanager's webhook shape) and
 resolve once traffic is normal again; a quiet day fires nothing; a replica down and a full
-disk fire on their fixed bounds."""
+disk fire on their fixed bounds, after the samples the docs say; each post carries its
+group's whole state with absolute links; an overload just after a start is not learned as
+usual, and baselines outlive a restart."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ HOOK = "http://hook.example/alerts"
 class Box:
     """Engine metrics, the telemetry that samples them, a fake clock, a webhook's inbox."""
 
-    def __init__(self, disk: list[float] | None = None) -> None:
+    def __init__(self, disk: list[float] | None = None, **alerts: Any) -> None:
         self.registry = CollectorRegistry()
         self.engine = EngineMetricFamilies(self.registry)
         self.posted: list[dict[str, Any]] = []
@@ -40,12 +42,13 @@ class Box:
             return httpx.Response(200)
 
         self.disk = disk
-        alerts = Alerts(
+        rules = Alerts(
             webhook_url=HOOK,
             transport=httpx.MockTransport(hook),
             disk=(lambda: self.disk[0]) if self.disk is not None else None,
+            **alerts,
         )
-        self.telemetry = Telemetry(self.registry, sample_s=STEP_S, alerts=alerts)
+        self.telemetry = Telemetry(self.registry, sample_s=STEP_S, alerts=rules)
         self.t = 1_800_000_000.0
 
     def step(
@@ -204,3 +207,110 @@ def test_the_shipped_prometheus_rules_match_the_rules_chatbox_runs() -> None:
         family = re.sub(r"_(total|bucket)$", "", name)
         exported = f'"{family}"' in source or f'"{name}"' in source
         assert exported, f"{name} is not a metric chatbox exports"
+
+
+def test_a_filling_disk_fires_after_two_samples_and_resolves_after_three_as_documented() -> None:
+    docs = (ROOT / "docs" / "observability.md").read_text()
+    assert "fires after 2 breaching samples" in docs and "resolves after 3 samples" in docs
+    box = Box(disk=[0.5])
+    assert box.normal(3) == []
+    box.disk = [0.928]
+    assert box.normal(1) == []  # one sample over 90 % is not yet an alert
+    (fired,) = box.normal(1)
+    assert _names([fired]) == [("ChatboxDiskFilling", "firing")]
+    assert fired.summary() == "the data directory's disk is 92.8% full"
+    assert box.posted[-1]["alerts"][0]["annotations"]["summary"].endswith("92.8% full")
+    box.disk = [0.5]
+    assert box.normal(2) == []  # two clear samples do not resolve it
+    assert _names(box.normal(1)) == [("ChatboxDiskFilling", "resolved")]
+
+
+def test_rates_are_shown_as_percentages() -> None:
+    box = Box()
+    box.normal(60)
+    box.step(ok=2, errors=8)
+    (fired,) = box.step(ok=2, errors=8)
+    assert re.fullmatch(r"80% of answers failed \(usually under [\d.]+%\)", fired.summary())
+
+
+def test_each_post_carries_its_groups_whole_state_with_absolute_links() -> None:
+    box = Box(disk=[0.5], external_url="https://chat.example.org/")
+    up = Gauge("chatbox_replica_up", "up", ["replica"], registry=box.registry)
+    for r in ("http://r1:8001", "http://r2:8001"):
+        up.labels(replica=r).set(1)
+    assert box.normal(3) == []
+    for r in ("http://r1:8001", "http://r2:8001"):
+        up.labels(replica=r).set(0)
+    box.disk = [0.95]
+    box.normal(2)
+    posts = {p["groupKey"]: p for p in box.posted}
+    replicas = posts['{}:{alertname="ChatboxReplicaDown",service="chatbox"}']
+    disk = posts['{}:{alertname="ChatboxDiskFilling",service="chatbox"}']
+    assert len(box.posted) == 2  # one post per group
+    assert replicas["groupLabels"] == {"alertname": "ChatboxReplicaDown", "service": "chatbox"}
+    assert replicas["status"] == "firing" and len(replicas["alerts"]) == 2
+    assert replicas["commonLabels"]["alertname"] == "ChatboxReplicaDown"
+    assert replicas["commonAnnotations"] == {}  # each names its replica
+    assert disk["commonAnnotations"] == {"summary": "the data directory's disk is 95% full"}
+    for post in (replicas, disk):
+        assert post["externalURL"] == "https://chat.example.org"
+        for alert in post["alerts"]:
+            assert alert["generatorURL"] == "https://chat.example.org/console/live"
+
+    # r1 comes back while r2 stays down: the group's post says both, and still fires.
+    box.posted.clear()
+    up.labels(replica="http://r1:8001").set(1)
+    box.normal(3)
+    (post,) = box.posted
+    assert post["groupKey"] == '{}:{alertname="ChatboxReplicaDown",service="chatbox"}'
+    assert post["status"] == "firing"
+    states = {a["labels"]["replica"]: a["status"] for a in post["alerts"]}
+    assert states == {"http://r1:8001": "resolved", "http://r2:8001": "firing"}
+
+    # The disk resolves: its own group's post; the replicas' group is not posted again.
+    box.posted.clear()
+    box.disk = [0.5]
+    box.normal(3)
+    (post,) = box.posted
+    assert post["groupKey"] == '{}:{alertname="ChatboxDiskFilling",service="chatbox"}'
+    assert post["status"] == "resolved"
+
+
+def _overload(box: Box, n: int) -> list[Alert]:
+    return box.run(n, ok=3, errors=7, ttft_s=8.0)
+
+
+def test_an_overload_just_after_a_start_is_not_learned_as_usual() -> None:
+    box = Box()
+    assert _overload(box, 12) == []  # the first minute: nothing is judged yet
+    assert box.normal(30) == []
+    learned = box.telemetry.alerts.baseline("ChatboxErrorRateHigh")
+    assert learned is not None and learned.mean < 0.05
+    names = _names(_overload(box, 2))
+    assert ("ChatboxErrorRateHigh", "firing") in names
+    assert ("ChatboxTTFTHigh", "firing") in names
+
+
+def test_learned_baselines_judge_from_the_first_sample_after_a_restart(tmp_path: Path) -> None:
+    kept = tmp_path / "alert-baselines.json"
+    box = Box(baselines_path=kept)
+    assert box.normal(60) == []
+    asyncio.run(box.telemetry.sample_once(box.t + STEP_S))
+    box.telemetry.alerts.save_baselines()
+    before = box.telemetry.alerts.baseline("ChatboxErrorRateHigh")
+
+    again = Box(baselines_path=kept)  # the restarted server, its counters from zero
+    restored = again.telemetry.alerts.baseline("ChatboxErrorRateHigh")
+    assert restored is not None and before is not None
+    assert (restored.mean, restored.n) == (before.mean, before.n)
+    assert again.step() == []  # the first sample has no rates yet
+    assert _names(again.step(ok=3, errors=7)) == []
+    assert ("ChatboxErrorRateHigh", "firing") in _names(again.step(ok=3, errors=7))
+
+
+def test_unreadable_kept_baselines_are_ignored(tmp_path: Path) -> None:
+    kept = tmp_path / "alert-baselines.json"
+    kept.write_text("{not json")
+    box = Box(baselines_path=kept)
+    assert box.telemetry.alerts.baseline("ChatboxErrorRateHigh") is None
+    assert box.normal(3) == []
