@@ -333,7 +333,7 @@ class Scheduler:
         for fork in job.forks:  # the prompt never finished prefilling: they end with it
             self.finish(fork, reason, error)
         job.forks = []
-        if tail:
+        if tail or job.held:  # a last token whose half character was dropped keeps its logprob
             self._emit(job, TokenEvent(tail, logprobs=tuple(job.held)))
         usage = Usage(len(job.prompt), job.n_generated, job.cached)
         self._emit(job, DoneEvent(reason, usage, error, timings=timings(job)))
