@@ -439,9 +439,9 @@ def client(settings: Settings, registry: ModelRegistry) -> Iterator[TestClient]:
         yield c
 
 
-def wait_ready(status: Callable[[], int], timeout_s: float = 60.0) -> None:
-    """Until /readyz says ready, as a deployment waits: the default models load in the
-    background after the app starts."""
+def wait_ready(status: Callable[[], int], timeout_s: float = 300.0) -> None:
+    """Until /readyz says ready, as a deployment waits: the default models and moderation's
+    classifiers load in the background after the app starts."""
     import time
 
     deadline = time.monotonic() + timeout_s

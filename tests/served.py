@@ -145,8 +145,9 @@ class Served:
         return self.auth(self.admin_key)
 
     # -- the process ----------------------------------------------------------------------
-    def start(self, timeout_s: float = 180.0) -> Served:
-        """Start `chatbox serve` and wait until /readyz says ready."""
+    def start(self, timeout_s: float = 420.0) -> Served:
+        """Start `chatbox serve` and wait until /readyz says ready (the first start of a run
+        trains moderation's classifiers and exports the encoders before it is ready)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(

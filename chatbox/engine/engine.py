@@ -403,6 +403,13 @@ class LlamaEngine:
         if self.settings.kv_dir is not None:  # other models' files
             await asyncio.to_thread(forget_scope_everywhere, self.settings.kv_dir, scope)
 
+    async def retune(self) -> None:
+        """Start the thread tuner's measurements afresh (start-up work has ended)."""
+        sched = self._scheduler
+        if sched is not None and sched.tuner is not None:
+            tuner = sched.tuner
+            await asyncio.wrap_future(sched.call(tuner.reset))
+
     async def debug_call(self, fn: Any) -> Any:
         """Run fn(scheduler) on the decode thread (tests only)."""
         assert self._scheduler is not None

@@ -108,6 +108,13 @@ class EnginePool:
                 out[name] = report()
         return out
 
+    async def retune(self) -> None:
+        """Every loaded engine's thread tuner starts its measurements afresh."""
+        for engine in list(self._engines.values()):
+            retune = getattr(engine, "retune", None)
+            if callable(retune):
+                await retune()
+
     async def unload(self, name: str) -> None:
         engine = self._engines.pop(name, None)
         if engine is not None:

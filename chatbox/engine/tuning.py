@@ -240,7 +240,13 @@ class ThreadTuner:
         self.cores = cores
         # A configured count is kept as it is (explore=False): nothing else is tried.
         self.choices = thread_choices(cores) if explore else (initial[1],)
-        one, batch = initial
+        self.initial = initial
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every measurement and start again from the initial counts (what was
+        measured while start-up work held the cores says nothing of serving)."""
+        one, batch = self.initial
         # buckets: every size at the shortest depth first, then at the next depth, ...
         sizes = [one if b == 1 else batch for b in BUCKETS] + [batch]
         n = len(sizes) * (len(DEPTHS) + 1)

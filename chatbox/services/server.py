@@ -53,6 +53,7 @@ from chatbox.store.marker import note_postgresql
 
 log = logging.getLogger("chatbox")
 TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
+WARM_UP_S = 300.0  # the longest /readyz waits for moderation's classifiers and encoders
 
 
 class NoModelError(RuntimeError):
@@ -214,6 +215,7 @@ class Services:
     evals: Evaluator | None = None  # eval suites on models
     canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
+    _warmed_up: bool = False  # start-up work (models, moderation, encoders) has ended
 
     @classmethod
     async def start(
@@ -397,7 +399,11 @@ class Services:
             if self.prewarm is not None:  # the defaults are in: now load by the profiles
                 self.prewarm.start()
             if moderation is not None:  # its encoders and classifiers
-                await asyncio.gather(moderation, return_exceptions=True)
+                await asyncio.wait({moderation}, timeout=WARM_UP_S)
+            # Ready only now: the first requests would otherwise share the cores with
+            # training and exports, and the tuner would have learnt from that.
+            await self.models.pool.retune()
+            self._warmed_up = True
             # What loading freed goes back to the system instead of staying resident, and
             # from then on what answers, uploads and parking free (a few ms a trim).
             while True:
@@ -459,6 +465,7 @@ class Services:
         problem = await self.store.db.unwritable()
         checks: dict[str, bool | str] = {
             "model_loaded": bool(states) and all(s == "loaded" for s in states.values()),
+            "warmed_up": self._warmed_up or self._preload is None,
             "database_writable": problem is None,
         }
         if problem is not None:

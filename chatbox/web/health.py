@@ -39,11 +39,11 @@ class HealthController(Controller):
 
     @get("/readyz")
     async def readyz(self, services: ServicesDep) -> Response[Any]:
-        """Every default model (the default and each tier's) is loaded and the database
-        takes writes (`database_error` says why it does not); `models` gives each default
-        model's state."""
+        """Every default model (the default and each tier's) is loaded, start-up work
+        (moderation's classifiers and encoders) has ended, and the database takes writes
+        (`database_error` says why it does not); `models` gives each default model's state."""
         checks = await services.health()
-        ready = checks["model_loaded"] is True and checks["database_writable"] is True
+        ready = all(checks[c] is True for c in ("model_loaded", "warmed_up", "database_writable"))
         return Response(
             {
                 "status": "ready" if ready else "not ready",

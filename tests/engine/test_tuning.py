@@ -369,3 +369,16 @@ def test_the_shipped_kv_cache_is_q8_0_and_keys_and_values_may_differ(tiny_gguf: 
             model.kv_bytes(1024, "q8_0/q7")
     finally:
         model.close()
+
+
+def test_what_start_up_work_taught_is_forgotten_once_it_ends() -> None:
+    """Steps measured while start-up work held a core (two threads collapse) moved every
+    bucket to one thread; a reset starts again from every core, as the engine does when
+    the server turns ready."""
+    tuner = ThreadTuner(2, (2, 2))
+    used = run_steps(tuner, 200, 8, {1: 0.045, 2: 0.300})
+    assert tuner.summary()["<=16"] == 1 and used[-1] == 1
+    tuner.reset()
+    assert tuner.summary()["<=16"] == 2
+    used = run_steps(tuner, 30, 8, {1: 0.040, 2: 0.025})
+    assert used.count(2) >= 29  # at full speed from the first step, one lone try
