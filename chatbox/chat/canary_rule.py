@@ -109,6 +109,7 @@ class Comparison:
     threshold: float
     outcome: Outcome
     shown: str = ""
+    shown_interval: tuple[str, str] = ("", "")  # low and high as `shown` writes them
     quantiles: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -122,6 +123,7 @@ class Comparison:
             "threshold": self.threshold,
             "outcome": self.outcome,
             "shown": self.shown,
+            "shown_interval": list(self.shown_interval),
             **({"quantiles": self.quantiles} if self.quantiles else {}),
         }
 
@@ -153,6 +155,7 @@ def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMP
             rule.threshold,
             outcome,
             rule.shown(worsening),
+            (rule.shown(worsening), rule.shown(worsening)),
         )
     v = arm.var / arm.n + base.var / base.n
     h = half_width(v, rule.tau)
@@ -176,6 +179,7 @@ def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMP
         rule.threshold,
         outcome,
         rule.shown(worsening),
+        (rule.shown(low), rule.shown(high)),
     )
 
 

@@ -49,11 +49,14 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             continue
         click.echo(f"  verdict: {v['verdict']}: {v['reason']}")
         for m in v["metrics"]:
-            low, high = m["interval"]
+            # Percentages for ratios, points for rates (a verdict stored before these were
+            # kept shows the raw difference).
+            low, high = m.get("shown_interval") or [f"{x:+.4g}" for x in m["interval"]]
+            worse = m.get("shown") or f"{m['worsening']:+.4g}"
             click.echo(
                 f"    {m['metric']:<14} canary n={m['arm']['n']:<6} mean={m['arm']['mean']:<10.4g}"
                 f" baseline n={m['baseline']['n']:<6} mean={m['baseline']['mean']:<10.4g}"
-                f" worse by {m['worsening']:+.4g} [{low:+.4g}, {high:+.4g}] {m['outcome']}"
+                f" worse by {worse} [{low}, {high}] {m['outcome']}"
             )
 
 

@@ -68,6 +68,11 @@ def test_a_slower_canary_is_rolled_back_naming_the_latency() -> None:
     ttft = next(c for c in v.metrics if c.metric == "ttft")
     assert ttft.low > ttft.threshold  # the interval lies wholly beyond the threshold
     assert ttft.quantiles["arm"]["p50"]["value"] > ttft.quantiles["baseline"]["p99"]["value"]
+    # The interval as an admin reads it: a ratio's in percent, a rate's in points.
+    low, high = ttft.as_dict()["shown_interval"]
+    assert low.endswith("%") and high.endswith("%") and 100 < int(low[1:-1]) < int(high[1:-1])
+    errors = next(c for c in v.metrics if c.metric == "error_rate").as_dict()
+    assert all(x.endswith(" pts") for x in errors["shown_interval"])
 
 
 def test_equal_arms_decide_nothing_until_enough_samples_then_are_ready() -> None:
