@@ -98,10 +98,13 @@
     navigator.clipboard.writeText(text).then(() => {
       el.classList.add("done");
       const label = el.querySelector(".copy-label");
+      const named = el.getAttribute("aria-label"); // its name keeps containing what it shows
       if (label) label.textContent = "Copied";
+      if (label && named) el.setAttribute("aria-label", "Copied");
       setTimeout(() => {
         el.classList.remove("done");
         if (label) label.textContent = "Copy";
+        if (label && named) el.setAttribute("aria-label", named);
       }, 1200);
     });
   }
