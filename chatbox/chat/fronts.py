@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatbox.chat.runs import TurnRun
-from chatbox.store import Store
+from chatbox.chat.runs import RunEvent, TurnRun
+from chatbox.store import Store, Turn
 from chatbox.store.run_channel import Message, RunChannel
 
 log = logging.getLogger("chatbox.chat")
@@ -323,22 +323,58 @@ class Fronts:
         else:
             if turn.content.startswith(mirror.text) and len(turn.content) > len(mirror.text):
                 mirror.publish("token", {"text": turn.content[len(mirror.text) :]})
-            payload = {
-                "turn_id": turn.id,
-                "status": turn.status,
-                "model": mirror.model,
-                "finish_reason": _FINISH_REASONS.get(turn.status, "error"),
-                "usage": {
-                    "prompt_tokens": turn.prompt_tokens,
-                    "completion_tokens": turn.completion_tokens,
-                    "cached_tokens": turn.cached_tokens,
-                },
-            }
-            if turn.status == "failed":
-                mirror.publish("error", {**payload, "message": turn.error or "generation failed"})
-            else:
-                mirror.publish("done", payload)
+            mirror.publish(*_ending(turn, mirror.model))
         mirror.replayed.set()
+
+    async def stored_end(self, conv_id: str, turn_id: str, after: int) -> TurnRun | None:
+        """How another front's answer ended, read from the database, for a client that got
+        its events up to `after` and could not be relayed the rest: its front is gone (the
+        answer is stored as interrupted once the front has been away `front_grace_s`) or
+        it was stored less than `keep_s` ago. None: no such answer, or its front is alive."""
+        deadline = time.monotonic() + self.front_grace_s + SWEEP_S + CHECK_S
+        while True:
+            draft = await self.store.turns.draft(turn_id)
+            if draft is None:
+                break
+            if draft.conversation_id != conv_id or draft.front == self.channel.front:
+                return None
+            standing = await self._standing([draft.front])
+            if standing is None:
+                return None
+            if draft.front not in standing:
+                await self.recover()
+                continue
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(CHECK_S)  # away a moment: back soon, or taken for dead
+        turn = await self.store.turns.written(conv_id, turn_id)
+        if turn is None or turn.role != "assistant" or time.time() - turn.created_at > self.keep_s:
+            return None
+        run = TurnRun(conv_id, turn_id, turn.parent_id or "", turn.model or "", None, 0.0)
+        # The events the client has are not replayed: the end takes the ids after them.
+        run.events = [RunEvent(n, "seen", {}) for n in range(1, after + 1)]
+        if after == 0 and turn.content:
+            run.publish("token", {"text": turn.content})
+        run.publish(*_ending(turn, run.model))
+        return run
+
+
+def _ending(turn: Turn, model: str) -> tuple[str, dict[str, Any]]:
+    """The terminal event of a stored answer."""
+    payload: dict[str, Any] = {
+        "turn_id": turn.id,
+        "status": turn.status,
+        "model": model,
+        "finish_reason": _FINISH_REASONS.get(turn.status, "error"),
+        "usage": {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.completion_tokens,
+            "cached_tokens": turn.cached_tokens,
+        },
+    }
+    if turn.status == "failed":
+        return "error", {**payload, "message": turn.error or "generation failed"}
+    return "done", payload
 
 
 def _take(mirror: _Mirror, events: list[Any]) -> bool:

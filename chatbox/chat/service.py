@@ -187,6 +187,13 @@ class ChatService(Conversations):
         )
         self.fronts.start()
 
+    async def stored_end(self, conv_id: str, turn_id: str, after: int) -> TurnRun | None:
+        """The end of an answer another front wrote and cannot relay (it died, or it is
+        stored), read from the shared database; None elsewhere."""
+        if self.fronts is None:
+            return None
+        return await self.fronts.stored_end(conv_id, turn_id, after)
+
     async def _elsewhere(self, conv_id: str) -> bool:
         """True while another front on the shared database writes this conversation's answer."""
         return self.fronts is not None and await self.fronts.writing_elsewhere(conv_id)

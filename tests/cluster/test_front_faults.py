@@ -187,6 +187,45 @@ def test_a_cut_liveness_connection_does_not_end_the_fronts_answers(
     assert "reconnected" in a.log()
 
 
+def test_a_killed_fronts_answer_is_stored_a_moment_behind_and_resumes_on_the_other(
+    fronts: tuple[Served, Served, str],
+) -> None:
+    a, b, key = fronts
+    conv = a.conversation(key)
+    seen: list[tuple[float, Event]] = []
+    with a.turn(key, conv, "a very long one", 400) as (resp, events):
+        turn = resp.headers["x-turn-id"]
+        started = time.monotonic()
+        for event in events:
+            seen.append((time.monotonic(), event))
+            if time.monotonic() - started > 3:
+                break
+        killed = time.monotonic()
+        a.kill()  # mid-answer: about 17 s of it left
+        try:
+            for event in events:  # whatever was on the way
+                seen.append((time.monotonic(), event))
+        except httpx.HTTPError:
+            pass
+    try:
+        last = next(e.id for _, e in reversed(seen) if e.id is not None)
+        assert last is not None
+        # The client reconnects to B, naming the last event it saw.
+        rest = _follow(b, key, conv, turn, last)
+        assert rest and rest[-1].event == "done", rest
+        assert rest[-1].json()["status"] == "interrupted"
+        assert int(rest[0].id or 0) > int(last)
+        answer = _stored(b, key, conv)
+        assert answer["status"] == "interrupted"
+        shown = _tokens([e for _, e in seen])
+        # What was saved is what was shown, at most about half a second behind it.
+        assert answer["content"] and shown.startswith(answer["content"])
+        before = _tokens([e for at, e in seen if at < killed - 1.0])
+        assert answer["content"].startswith(before), (len(answer["content"]), len(before))
+    finally:
+        a.start()  # the module's other tests see two fronts again
+
+
 def asyncio_run(coro: Any) -> Any:
     import asyncio
 

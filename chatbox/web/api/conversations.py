@@ -228,6 +228,8 @@ class ConversationController(Controller):
         else:
             await chat.conversation(user, conv_id)
             run = await chat.find_run(conv_id, turn_id)
+            if run is None:  # another front's, which cannot relay it: its end as stored
+                run = await chat.stored_end(conv_id, turn_id, last_event_id(last_id))
         if run is None:
             raise NotFound("no running answer with that id; read the conversation instead")
         return _stream(chat, settings, user, run, last_event_id(last_id))
