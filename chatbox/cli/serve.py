@@ -20,16 +20,6 @@ def _check_sign_in_rules(settings: Settings) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
-def _check_sign_in_rules(settings: Settings) -> None:
-    """Refuse to start on a policy file whose [sign_in] rules have a mistake in them."""
-    from chatbox.accounts.sign_in_rules import SignInRules, SignInRulesError
-
-    try:
-        SignInRules.load(settings.policy_path)
-    except SignInRulesError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
 @click.command()
 @click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
