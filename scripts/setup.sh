@@ -56,6 +56,10 @@ if [ $TEST = 1 ]; then
   say "installing the client libraries the tests drive (requirements-clients.lock) into .venv-clients"
   [ -x .venv-clients/bin/python ] || python3 -m venv .venv-clients
   .venv-clients/bin/python -m pip install -q --require-hashes -r requirements-clients.lock
+  # The agent frameworks need openai 3 (and websockets<17): their own venv again.
+  say "installing the agent frameworks the tests drive (requirements-agents.lock) into .venv-agents"
+  [ -x .venv-agents/bin/python ] || python3 -m venv .venv-agents
+  .venv-agents/bin/python -m pip install -q --require-hashes -r requirements-agents.lock
 fi
 
 say "installing htmx, uPlot and KaTeX into static/vendor (and axe-core, for the browser tests, into node_modules)"
