@@ -40,6 +40,7 @@ from chatbox.chat.tool_turns import (
     tool_loop,
     tool_offer,
 )
+from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox
 from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
@@ -91,6 +92,7 @@ class ChatService(Conversations):
     context: ContextProvider | None = None  # knowledge: memory facts, document passages
     telemetry: Telemetry = field(default_factory=Telemetry.off)  # the turn's trace
     toolboxes: Sequence[Toolbox] = ()  # the tools the assistant may call (services wires them)
+    approvals: ToolApprovals = field(default_factory=ToolApprovals)  # calls awaiting the user
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _closing: bool = False
     _contexts: dict[str, tuple[str, TurnContext]] = field(default_factory=dict)
@@ -173,6 +175,12 @@ class ChatService(Conversations):
             return self.fronts is not None and await self.fronts.cancel(conv.id)
         run.on_abandon()
         return True
+
+    async def decide_tool_call(self, user: User, conv_id: str, call_id: str, allow: bool) -> None:
+        """Allow or deny a tool call waiting in the conversation's running answer; NotFound
+        unless the answer is for `user`. Audited."""
+        conv = await self.conversation(user, conv_id)
+        await self.approvals.decide(user, conv.id, call_id, allow)
 
     def join_fronts(self, channel: RunChannel) -> None:
         """Relay and mirror running answers with the other fronts on the shared database."""
@@ -415,6 +423,7 @@ class ChatService(Conversations):
             retry,
             self.store.tool_results,
             keeps,
+            self.approvals,
         )
 
     async def _drive(

@@ -22,6 +22,7 @@ from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import TierPolicy
 from chatbox.chat.runs import TurnRun
 from chatbox.chat.structured import CallReader, off_loop, tool_constraint
+from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.loop import Budget, Step, ToolCache, ToolSession, gather_tools
 from chatbox.engine.types import (
@@ -100,6 +101,8 @@ class ToolLoop:
     choice: str = "auto"  # auto | none | required
     forced: tuple[str, ...] = ()  # tools called first, one per pass, in order
     max_tokens: int = 512
+    approvals: ToolApprovals | None = None  # where a call of a tool with side effects waits
+    user: User | None = None  # the person the answer is for: the one who decides
     rounds: int = 0
     stopped: bool = False
     _task: asyncio.Task[Step] | None = None
@@ -164,6 +167,18 @@ class ToolLoop:
         request, or None when stopped."""
         made: list[ToolCall] = []
         answers: list[ChatMessage] = []
+        approvals, user, conv_id = self.approvals, self.user, self.session.context.conversation_id
+        if approvals is not None and user is not None and conv_id is not None:
+
+            async def approve(
+                call_id: str, name: str, arguments: dict[str, Any], seconds: float
+            ) -> str | None:
+                assert approvals is not None and user is not None and conv_id is not None
+                return await approvals.ask(
+                    user, conv_id, call_id, name, arguments, seconds, publish
+                )
+
+            self.session.approve = approve
         for call in calls:
             if self.stopped or not self.session.open:
                 break
@@ -236,9 +251,11 @@ async def tool_loop(
     retry: int,
     results: ToolCache,
     keeps: Callable[[], Awaitable[bool]],
+    approvals: ToolApprovals | None = None,
 ) -> ToolLoop | None:
     """The answer's tools (None: none offered), within the tier's budget; `keeps` says
-    whether results may be stored (not under zero retention)."""
+    whether results may be stored (not under zero retention); a call of a tool with side
+    effects waits in `approvals` for the user (none: it is refused)."""
     if options.tool_choice not in TOOL_CHOICES:
         raise InvalidInput(
             "tool_choice must be auto, none, required, or names of tools", "tool_choice"
@@ -273,6 +290,8 @@ async def tool_loop(
         "auto" if options.tool_choice == "none" else options.tool_choice,
         options.force_tools,
         request.sampling.max_tokens,
+        approvals,
+        user,
     )
 
 

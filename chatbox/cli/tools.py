@@ -1,4 +1,5 @@
-"""`chatbox tools add | list | remove`: the MCP servers whose tools the assistant may call.
+"""`chatbox tools add | list | mark | remove`: the tools the assistant may call, and the MCP
+servers that offer some of them.
 
 The CLI is the operator (an admin): each change is recorded in the audit log as
 `cli:<OS user>`. A running server picks the change up at its next turn."""
@@ -37,9 +38,31 @@ def _show(rows: list[dict[str, Any]], checked: bool) -> None:
     _table(table)
 
 
+def _show_tools(rows: list[dict[str, Any]]) -> None:
+    table = [["TOOL", "SOURCE", "TIERS", "WORKSPACES", "READ-ONLY"]]
+    for r in rows:
+        if r["source"] == "builtin":
+            read_only = "built-in"
+        elif r["read_only"] is None:
+            marked = ",".join(r.get("marked_read_only") or ()) or "none"
+            read_only = f"marked: {marked} (--check lists its tools)"
+        else:
+            read_only = "yes" if r["read_only"] else "no: asks the user"
+        table.append(
+            [
+                r["name"],
+                r["source"],
+                ",".join(r["tiers"]) or "none",
+                ",".join(r["workspaces"]),
+                read_only,
+            ]
+        )
+    _table(table)
+
+
 @click.group()
 def tools() -> None:
-    """MCP servers: their tools are offered to the assistant per tier and workspace."""
+    """The assistant's tools: the built-ins, and MCP servers' offered per tier and workspace."""
 
 
 @tools.command("add")
@@ -103,28 +126,57 @@ def add(
 
 @tools.command("list")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--check", is_flag=True, help="Start each server and list its tools.")
+@click.option("--check", is_flag=True, help="Start each MCP server and list its tools.")
 @click.pass_context
-def list_servers(ctx: click.Context, as_json: bool, check: bool) -> None:
-    """Every MCP server: how it is reached, where it is offered (secrets are not shown)."""
+def list_tools(ctx: click.Context, as_json: bool, check: bool) -> None:
+    """Every tool and where it is offered (tiers whose policy allows tool calls; run_python
+    only where it enables the code interpreter), whether an MCP tool is read-only, then the
+    MCP servers: how each is reached (secrets are not shown)."""
 
-    async def run(services: OperatorServices) -> list[dict[str, Any]]:
-        servers = services.mcp_servers()
-        try:
-            rows = await servers.overview()
-            if check:
-                rows = [await servers.check(r["name"]) for r in rows]
-        finally:
-            await servers.close()
-        return rows
+    async def run(services: OperatorServices) -> dict[str, list[dict[str, Any]]]:
+        return await services.tool_catalogue(check)
 
-    rows = with_services(ctx, run)
+    found = with_services(ctx, run)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    elif rows:
-        _show(rows, check)
+        click.echo(json.dumps(found, indent=2))
+        return
+    _show_tools(found["tools"])
+    click.echo()
+    if found["servers"]:
+        _show(found["servers"], check)
     else:
         click.echo("no MCP servers: add one with `chatbox tools add NAME --command ...`")
+
+
+@tools.command("mark")
+@click.argument("name")
+@click.argument("tool_names", metavar="TOOL...", nargs=-1, required=True)
+@click.option(
+    "--read-only/--not-read-only",
+    "read_only",
+    required=True,
+    help="Read-only tools run without asking; any other waits for the user's approval.",
+)
+@click.pass_context
+def mark(ctx: click.Context, name: str, tool_names: tuple[str, ...], read_only: bool) -> None:
+    """Mark tools of MCP server NAME (by the server's names for them) read-only, or not."""
+    from chatbox.accounts.audit import cli_actor
+    from chatbox.chat.errors import InvalidInput, NotFound
+
+    async def run(services: OperatorServices) -> dict[str, Any]:
+        servers = services.mcp_servers()
+        try:
+            return await servers.mark(cli_actor(), name, tool_names, read_only)
+        except (InvalidInput, NotFound) as exc:
+            raise click.ClickException(str(exc)) from exc
+        finally:
+            await servers.close()
+
+    view = with_services(ctx, run)
+    click.echo(
+        f"MCP server {view['name']}: read-only tools: {', '.join(view['read_only']) or 'none'}"
+        " (any other waits for the user's approval)"
+    )
 
 
 @tools.command("remove")

@@ -19,7 +19,8 @@ from chatbox.chat.canary import CanaryService, canary_status
 from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
-from chatbox.chat.tools.mcp import McpServers
+from chatbox.chat.tools.builtin import catalogue as builtin_catalogue
+from chatbox.chat.tools.mcp import McpServers, tool_name
 from chatbox.chat.workspaces import Workspaces
 from chatbox.data.retention import Retention, RetentionReport
 from chatbox.data.service import erase_account, export_zip
@@ -109,6 +110,56 @@ class OperatorServices:
         return McpServers(
             self._store, self.accounts.audit, Policy.load(self.settings.policy_path).tiers
         )
+
+    async def tool_catalogue(self, check: bool) -> dict[str, list[dict[str, Any]]]:
+        """Every tool the assistant may be offered and where: the built-ins, then each MCP
+        server's (its tools listed only where `check` starts it), with its servers."""
+        policy = Policy.load(self.settings.policy_path)
+        with_tools = [n for n, t in policy.tiers.items() if t.tool_calls > 0]
+        with_code = [n for n in with_tools if policy.tiers[n].code_interpreter]
+        tools: list[dict[str, Any]] = [
+            {
+                "name": spec.name,
+                "source": "builtin",
+                "tiers": with_code if code else with_tools,
+                "workspaces": ["all"] if in_workspaces else ["personal chats"],
+                "read_only": None,
+            }
+            for spec, in_workspaces, code in builtin_catalogue()
+        ]
+        servers = self.mcp_servers()
+        try:
+            rows = await servers.overview()
+            if check:
+                rows = [await servers.check(r["name"]) for r in rows]
+        finally:
+            await servers.close()
+        for row in rows:
+            tiers = [t for t in with_tools if not row["tiers"] or t in row["tiers"]]
+            where = row["workspaces"] or ["all"]
+            listed = row["tools"] if check else []
+            for tool in listed:
+                tools.append(
+                    {
+                        "name": tool_name(row["name"], tool["name"]),
+                        "source": f"mcp:{row['name']}",
+                        "tiers": tiers,
+                        "workspaces": where,
+                        "read_only": tool["read_only"],
+                    }
+                )
+            if not listed:  # not started: its tools are not known, its marks are
+                tools.append(
+                    {
+                        "name": f"{row['name']}__*",
+                        "source": f"mcp:{row['name']}",
+                        "tiers": tiers,
+                        "workspaces": where,
+                        "read_only": None,
+                        "marked_read_only": row["read_only"],
+                    }
+                )
+        return {"tools": tools, "servers": rows}
 
     def canaries(self) -> CanaryService:
         """Canary decisions on the database: a running server applies them at its next

@@ -30,6 +30,7 @@ from chatbox.chat.routing import Router
 from chatbox.chat.shadow import ShadowTraffic
 from chatbox.chat.shares import Sharing
 from chatbox.chat.temporary import keeps_nothing
+from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.builtin import BuiltinToolbox, Passage
 from chatbox.chat.tools.mcp import McpServers
@@ -293,6 +294,7 @@ class Services:
             moderation=moderation,
             context=knowledge.retriever,
             toolboxes=[*toolboxes(settings, knowledge, policy), mcp],
+            approvals=ToolApprovals(accounts.audit),  # calls of tools with side effects
         )
         if store.db.runs is not None:  # other fronts may share this database
             chat.join_fronts(store.db.runs)

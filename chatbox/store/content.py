@@ -540,6 +540,7 @@ TABLES: tuple[Table, ...] = (
             "headers": "the server's request headers (may hold its secrets)",
             "tiers": "tier names",
             "workspaces": "workspace ids",
+            "read_only": "names of the server's tools marked read-only",
         },
         why="the MCP servers' configuration",
     ),
@@ -618,6 +619,13 @@ TABLES: tuple[Table, ...] = (
         None,
         plain={"name": "a background job's kind and target id", "front": "a front's random id"},
         why="which front does which background job",
+    ),
+    Table(
+        "erasure_journal",
+        None,
+        plain={"kind": ENUM, "subject": ID},
+        why="which conversations and accounts were erased (ids only, kept a day): every serving"
+        " process drops what it holds of them in RAM",
     ),
     Table(
         "sign_in_starts",

@@ -21,6 +21,10 @@ class McpServerRow:
     tiers: tuple[str, ...]  # empty: every tier
     workspaces: tuple[str, ...]  # workspace ids; empty: everywhere
     added_at: float
+    read_only: tuple[str, ...] = ()  # the server's names of its tools marked read-only
+
+    def is_read_only(self, tool: str) -> bool:
+        return tool in self.read_only
 
     @classmethod
     def from_row(cls, row: Any) -> McpServerRow:
@@ -34,6 +38,7 @@ class McpServerRow:
             tuple(t for t in str(row["tiers"]).split(",") if t),
             tuple(w for w in str(row["workspaces"]).split(",") if w),
             float(row["added_at"]),
+            tuple(json.loads(row["read_only"])),
         )
 
 
@@ -85,6 +90,17 @@ class McpServerRepo:
         row = await self.get(name)
         assert row is not None
         return row
+
+    async def set_read_only(self, name: str, tools: tuple[str, ...]) -> McpServerRow | None:
+        """Set which of a server's tools are read-only; None if there is no such server."""
+        async with self.db.transaction() as tx:
+            cur = await tx.execute(
+                "UPDATE mcp_servers SET read_only = ? WHERE name = ?",
+                (json.dumps(sorted(set(tools))), name),
+            )
+            if not cur.rowcount:
+                return None
+        return await self.get(name)
 
     async def remove(self, name: str) -> bool:
         async with self.db.transaction() as tx:

@@ -761,6 +761,29 @@ async def _password_reset_notice(conn: aiosqlite.Connection) -> None:
     await conn.execute("ALTER TABLE users ADD COLUMN password_reset_at REAL")
 
 
+async def _mcp_read_only(conn: aiosqlite.Connection) -> None:
+    # Which of an MCP server's tools an admin marked read-only: the others wait for the
+    # user's approval before each call.
+    await conn.execute("ALTER TABLE mcp_servers ADD COLUMN read_only TEXT NOT NULL DEFAULT '[]'")
+
+
+async def _erasure_journal(conn: aiosqlite.Connection) -> None:
+    # Which conversations and accounts were erased, by id only: every serving process reads
+    # it to drop what it holds of them in RAM, whichever process erased them.
+    await _script(
+        conn,
+        """
+        CREATE TABLE erasure_journal (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            subject TEXT NOT NULL
+        );
+        CREATE INDEX erasure_journal_by_at ON erasure_journal (at);
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -785,6 +808,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0021_password_reset_notice", _password_reset_notice),
     ("0022_responses", _responses),
     ("0023_identities", _identities),
+    ("0024_mcp_read_only", _mcp_read_only),
+    ("0025_erasure_journal", _erasure_journal),
 ]
 
 

@@ -9,6 +9,7 @@ from chatbox.web.api.conversations import ConversationController
 from chatbox.web.api.data import DataController
 from chatbox.web.api.knowledge import KnowledgeController
 from chatbox.web.api.shares import SharePagesController, SharesController
+from chatbox.web.api.tool_approvals import ToolApprovalController
 from chatbox.web.api.workspaces import ConversationWorkspaceController, WorkspacesController
 from chatbox.web.console.mcp import ConsoleToolsController
 from chatbox.web.console.moderation import (
@@ -38,6 +39,7 @@ from chatbox.web.ui.workspaces import WorkspacePagesController
 
 ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConversationController,
+    ToolApprovalController,
     DataController,
     DataPagesController,
     OpenAIController,

@@ -95,11 +95,12 @@ def test_an_mcp_servers_tool_is_used_in_a_chat_and_shows_in_the_bubble(
     box: Served,
     browser: Any,  # noqa: F811
 ) -> None:
-    """An admin adds a real MCP server (tests/chat/mcp_server.py) with the CLI; a chat's
-    answer calls its `add` tool, the sum comes back from the server, and the call shows in
-    the bubble with its server's name."""
+    """An admin adds a real MCP server (tests/chat/mcp_server.py) with the CLI and marks its
+    `add` read-only; a chat's answer calls it without asking, the sum comes back from the
+    server, and the call shows in the bubble with its server's name."""
     added = box.cli("tools", "add", "calc", "--command", MCP_COMMAND)
     assert "add" in added
+    box.cli("tools", "mark", "calc", "add", "--read-only")  # it runs without asking
     http = httpx.Client(
         base_url=box.url, headers=box.auth(box.user("mo", tier="paid")), timeout=180
     )

@@ -17,6 +17,7 @@ class ToolSpec:
     source: str = "builtin"  # "builtin", or "mcp:<server name>"
     version: str = "1"  # part of the tool-result cache key
     pure: bool = False  # same arguments give the same result for every user (cacheable per user)
+    approval: bool = False  # may have side effects: each call waits for the user's approval
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,19 @@ class CodeInterpreter:
         return ToolResult("\n".join(parts) or "(no output)", is_error=not done.ok)
 
 
+def catalogue() -> list[tuple[ToolSpec, bool, bool]]:
+    """Every built-in tool as offered: its spec, whether it is offered in workspace chats
+    too (memory is personal), and whether only to tiers with the code interpreter."""
+    return [
+        (_LIBRARY_SEARCH, True, False),
+        (_RECALL_MEMORY, False, False),
+        (_SAVE_MEMORY, False, False),
+        (_CURRENT_TIME, True, False),
+        (_CALCULATOR, True, False),
+        (_CODE_INTERPRETER, True, True),
+    ]
+
+
 @dataclass
 class BuiltinToolbox:
     """The built-in tools for a call's context: memory only outside workspaces, the code

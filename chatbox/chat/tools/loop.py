@@ -6,7 +6,8 @@ canonical arguments. Every cached result belongs to the conversation whose call 
 a pure tool's too (its result is then found from the user's other conversations as well),
 so it is erased with that conversation, by retention and with the account; a call outside
 any conversation is not cached. An error is never cached, nor a tool marked `cacheable = False` (one
-with side effects, or whose answer changes by itself: the time). The caller says whether
+with side effects, or whose answer changes by itself: the time), nor one whose calls wait for
+the user's approval (each call is made, once allowed). The caller says whether
 anything may be kept (`keep`: False under zero-data-retention), and then nothing is read
 from or written to the cache.
 """
@@ -18,7 +19,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -34,6 +35,10 @@ class ToolCache(Protocol):
     async def put(
         self, key: str, user_id: str, conversation_id: str, tool: str, result: str
     ) -> None: ...
+
+
+# (call id, tool name, arguments, seconds left) -> None when allowed, else why not
+Approve = Callable[[str, str, dict[str, Any], float], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class ToolSession:
     budget: Budget
     cache: ToolCache | None = None
     keep: bool = True  # False: zero-data-retention (no cache read or write)
+    approve: Approve | None = None  # asks the user before a call of a tool marked `approval`
     steps: list[Step] = field(default_factory=list)
     spent: float = 0.0  # seconds the calls took so far
     _by_name: dict[str, Tool] = field(default_factory=dict)
@@ -185,7 +191,16 @@ class ToolSession:
                 result = result_from(json.loads(hit))
                 return Step(call_id, spec.name, arguments, result, True, time.monotonic() - started)
         left = max(self.budget.seconds - self.spent, 0.01)
-        context = replace(self.context, deadline=started + left)
+        if spec.approval:  # it may have side effects: the user allows this call, or not
+            refused: str | None = "no one can be asked to allow it here: the call was not made"
+            if self.approve is not None:
+                refused = await self.approve(call_id, spec.name, arguments, left)
+            if refused is not None:
+                result = ToolResult(refused, is_error=True)
+                took = time.monotonic() - started
+                return Step(call_id, spec.name, arguments, result, False, took)
+            left = max(self.budget.seconds - self.spent - (time.monotonic() - started), 0.01)
+        context = replace(self.context, deadline=time.monotonic() + left)
         try:
             result = await asyncio.wait_for(tool.run(arguments, context), left)
         except TimeoutError:
@@ -208,7 +223,7 @@ class ToolSession:
     def _key(self, tool: Tool, arguments: dict[str, Any]) -> str | None:
         """The cache key of this call, or None when it is not cached."""
         spec = tool.spec
-        if not self.keep or not getattr(tool, "cacheable", True):
+        if not self.keep or not getattr(tool, "cacheable", True) or spec.approval:
             return None
         if not self.context.conversation_id:
             return None  # nothing to erase it with but the account: not kept

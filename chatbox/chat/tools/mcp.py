@@ -20,7 +20,7 @@ import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -100,6 +100,7 @@ def describe(row: McpServerRow) -> dict[str, Any]:
         "headers": sorted(row.headers),
         "tiers": list(row.tiers),
         "workspaces": list(row.workspaces),
+        "read_only": list(row.read_only),
         "added_at": row.added_at,
     }
 
@@ -153,7 +154,14 @@ class McpConnection:
             **describe(self.row),
             "state": self.state,
             "last_error": self.last_error,
-            "tools": [{"name": t.name, "description": t.description or ""} for t in self.tools],
+            "tools": [
+                {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "read_only": self.row.is_read_only(t.name),
+                }
+                for t in self.tools
+            ],
             "starts": self.starts,
             "connect_ms": self.connect_ms,
             "last_call_ms": self.last_call_ms,
@@ -393,6 +401,7 @@ class McpToolbox:
                 schema,
                 source=f"mcp:{conn.row.name}",
                 version=digest,
+                approval=not conn.row.is_read_only(t.name),
             )
             out.append(McpTool(spec, t.name, conn, self.servers))
         return out
@@ -497,6 +506,29 @@ class McpServers:
         self._forget(name)
         return describe(row)
 
+    async def mark(
+        self, actor: Actor | User, name: str, tools: Iterable[str], read_only: bool
+    ) -> dict[str, Any]:
+        """Mark some of a server's tools (its names for them) read-only, or not: a call of a
+        tool that is not read-only waits for the user's approval. NotFound if there is no
+        such server. Audited."""
+        name = name.strip()
+        row = await self.store.mcp_servers.get(name)
+        if row is None:
+            raise NotFound(f"no MCP server {name!r}")
+        names = tuple(dict.fromkeys(t.strip() for t in tools if t.strip()))
+        if not names:
+            raise InvalidInput("name at least one of the server's tools")
+        marked = set(row.read_only)
+        marked = marked | set(names) if read_only else marked - set(names)
+        row = await self.store.mcp_servers.set_read_only(name, tuple(marked))
+        if row is None:
+            raise NotFound(f"no MCP server {name!r}")
+        await self.audit.record(
+            actor, "mcp.read_only", server=name, tools=list(names), read_only=read_only
+        )
+        return describe(row)
+
     async def remove(self, actor: Actor | User, name: str) -> None:
         """Remove a server and close its session; NotFound if there is none. Audited."""
         if not await self.store.mcp_servers.remove(name.strip()):
@@ -587,7 +619,10 @@ class McpServers:
         rows = await self.store.mcp_servers.list()
         wanted = {r.name: r for r in rows}
         for name, conn in list(self.connections.items()):
-            if wanted.get(name) != conn.row:
+            row = wanted.get(name)
+            if row is not None and replace(row, read_only=()) == replace(conn.row, read_only=()):
+                conn.row = row  # only its read-only marks changed: the session stays open
+            elif row != conn.row:
                 self._forget(name)
         for row in rows:
             if row.name not in self.connections:

@@ -1,8 +1,8 @@
 """The admin console's Tools page: the MCP servers, their state and tools (never their
-secrets), forms to add a URL server (reached once to list its tools) and to remove or check
-one. Command (stdio) servers are added with the CLI only: a command runs as this process's OS
-user. The posts are htmx with the session's CSRF token, answer with the page, and are
-audit-logged."""
+secrets), forms to add a URL server (reached once to list its tools), to remove or check
+one, and to mark a tool read-only or not. Command (stdio) servers are added with the CLI
+only: a command runs as this process's OS user. The posts are htmx with the session's CSRF
+token, answer with the page, and are audit-logged."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ class NewServerForm:
     workspaces: str = ""  # comma-separated names or ids; empty: everywhere
     env: str = ""  # NAME=VALUE lines
     headers: str = ""  # "Name: value" lines
+
+
+@dataclass
+class MarkForm:
+    tool: str = ""
+    read_only: str = ""  # non-empty: read-only
 
 
 def _servers(services: Services) -> McpServers:
@@ -102,6 +108,23 @@ class ConsoleToolsController(Controller):
         require_admin(user)
         view = await _servers(services).check(server)
         return await _page(request, services, user, f"{view['name']}: {view['state']}.")
+
+    @post("/{server:str}/mark", status_code=200, name="console_tool_mark")
+    async def mark(
+        self,
+        request: AnyRequest,
+        services: ServicesDep,
+        user: UserDep,
+        server: str,
+        data: Annotated[MarkForm, FORM],
+    ) -> Response[str]:
+        """Mark one of a server's tools read-only (it runs without asking) or not (each
+        call waits for the user's approval)."""
+        require_admin(user)
+        read_only = bool(data.read_only)
+        await _servers(services).mark(user, server, [data.tool], read_only)
+        said = "read-only" if read_only else "not read-only: each call asks the user first"
+        return await _page(request, services, user, f"{server}: {data.tool} is {said}.")
 
     @post("/{server:str}/remove", status_code=200, name="console_tool_remove")
     async def remove(

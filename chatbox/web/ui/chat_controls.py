@@ -36,6 +36,11 @@ class DeleteForm:
 
 
 @dataclass
+class ApprovalForm:
+    allow: str = ""  # "1": run the call; else deny it
+
+
+@dataclass
 class MoveForm:
     workspace_id: str = ""  # "": back out of its workspace
 
@@ -151,6 +156,23 @@ class ChatControlsController(Controller):
         body = render(request, "_sidebar.html", **side, conv=None, current_id=shown_id(request))
         body += '<div id="side-dialog" hx-swap-oob="true"></div>'
         return Response(body, media_type="text/html")
+
+    # -- tool approval ---------------------------------------------------------------------
+
+    @post("/ui/c/{conv_id:str}/tool-calls/{call_id:str}", status_code=200, name="approve_tool")
+    async def approve_tool(
+        self,
+        chat: ChatDep,
+        user: UserDep,
+        conv_id: str,
+        call_id: str,
+        data: Annotated[ApprovalForm, FORM],
+    ) -> Response[str]:
+        """Allow once or deny a waiting tool call; the answer's stream then shows the rest."""
+        allow = data.allow == "1"
+        await chat.decide_tool_call(user, conv_id, call_id, allow)
+        said = "Allowed once" if allow else "Denied"
+        return Response(f'<p class="small muted" role="status">{said}.</p>', media_type="text/html")
 
     # -- workspaces ------------------------------------------------------------------------
 

@@ -331,15 +331,15 @@ async def answer_frames(
     tools = [(e.kind, e.data) for e in run.events[: max(0, after)] if e.kind.startswith("tool_")]
     async with contextlib.aclosing(run.follow(after)) as events:
         async for event in events:
-            if event.kind in ("tool_call", "tool_result"):
+            if event.kind in ("tool_call", "tool_result", "tool_approval", "tool_decision"):
                 tools.append((event.kind, event.data))
-                steps = steps_html(steps_from_data(tools))
+                steps = steps_html(steps_from_data(tools), run.conversation_id)
                 yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
             elif event.kind == "token":
                 text += event.data["text"]
                 if event.id < len(run.events):
                     continue  # more already waiting: render once, with all of it
-                steps = steps_html(steps_from_data(tools))
+                steps = steps_html(steps_from_data(tools), run.conversation_id)
                 yield frame("html", str(steps) + (render_markdown(text) or ""), event.id)
             elif event.kind == "moderation" and event.data.get("message"):
                 text = ""

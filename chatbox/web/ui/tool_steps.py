@@ -22,10 +22,13 @@ def steps_from_data(items: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[st
     for role, data in items:
         if role == "tool_call":
             steps.append({"call": data, "result": None})
-        elif role == "tool_result":
+        elif role in ("tool_result", "tool_approval", "tool_decision"):
             for step in reversed(steps):
                 if step["call"].get("id") == data.get("id") and step["result"] is None:
-                    step["result"] = data
+                    if role == "tool_result":
+                        step["result"] = data
+                    else:  # waiting for the user's decision, until it is made
+                        step["waiting"] = role == "tool_approval"
                     break
     return steps
 
@@ -46,25 +49,49 @@ def _loads(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def steps_html(steps: Sequence[dict[str, Any]]) -> Markup:
-    """The blocks (empty when there are no steps)."""
+def _approval(conversation_id: str, call_id: str, name: str) -> Markup:
+    """The buttons that allow or deny a call waiting for the user."""
+    url = f"/ui/c/{conversation_id}/tool-calls/{call_id}"
+    button = Markup(
+        '<button type="button" class="btn btn-small{}" hx-post="{}" hx-vals=\'{{"allow": "{}"}}\''
+        ' hx-target="closest .tool-approval" hx-swap="outerHTML">{}</button>'
+    )
+    return Markup(
+        '<div class="tool-approval" data-testid="tool-approval" role="group"'
+        ' aria-label="Allow this tool call?"><p class="small"><code>{}</code> may change things'
+        " outside this chat. Allow this call?</p>{}{}</div>"
+    ).format(
+        name,
+        button.format(" btn-primary", url, "1", "Allow once"),
+        button.format("", url, "0", "Deny"),
+    )
+
+
+def steps_html(steps: Sequence[dict[str, Any]], conversation_id: str | None = None) -> Markup:
+    """The blocks (empty when there are no steps); a call waiting for the user's decision
+    opens with the buttons that decide it (given the conversation)."""
     if not steps:
         return Markup("")
     out = [Markup('<div class="tool-steps" data-testid="tool-steps">')]
     for step in steps:
         call, result = step["call"], step["result"]
         name = str(call.get("name", ""))
+        waiting = result is None and step.get("waiting")
         state = "running…" if result is None else ("error" if result.get("is_error") else "done")
+        if waiting:
+            state = "waiting for you"
         if result is not None and result.get("cached"):
             state += ", cached"
         args = json.dumps(call.get("arguments", {}), ensure_ascii=False, indent=1)
         out.append(
             Markup(
-                '<details class="tool-step" data-tool="{}"><summary>Tool: <code>{}</code>'
+                '<details class="tool-step" data-tool="{}"{}><summary>Tool: <code>{}</code>'
                 ' <span class="muted small">({})</span></summary>'
                 '<p class="small muted">Arguments</p><pre class="tool-args">{}</pre>'
-            ).format(name, name, state, args)
+            ).format(name, Markup(" open") if waiting else "", name, state, args)
         )
+        if waiting and conversation_id:
+            out.append(_approval(conversation_id, str(call.get("id", "")), name))
         if result is not None:
             out.append(
                 Markup('<p class="small muted">Result</p><pre class="tool-result">{}</pre>').format(
