@@ -18,7 +18,7 @@ from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
 from chatbox.chat.completions import complete
-from chatbox.chat.erasure import erase_conversations, forget_scope_kv
+from chatbox.chat.erasure import ErasureWatch, erase_conversations, forget_kv, forget_scope_kv
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.fronts import Fronts
 from chatbox.chat.live_grading import GradedGeneration, Sampler, graded
@@ -71,6 +71,7 @@ class Conversations:
     semantic: SemanticCache = field(init=False)  # first questions' answers (semantic_cache.py)
     # A question's vector (the knowledge embedder's); None: no semantic cache.
     embed: Callable[[str], Awaitable[np.ndarray]] | None = None
+    erasures: ErasureWatch | None = None  # erasures by other processes (the journal)
 
     def __post_init__(self) -> None:
         self.answers = AnswerCache(self.gate.policy.answer_cache)
@@ -308,6 +309,16 @@ class Conversations:
         and the semantic cache's answers first given in them)."""
         self.semantic.forget(conversations=conv_ids)
         return await erase_conversations(self.store, self.models, self._runs, user_id, conv_ids)
+
+    async def forget_erased(self, conversations: Sequence[str], accounts: Sequence[str]) -> None:
+        """Drop what this process holds in RAM of conversations and accounts that another
+        process erased: their semantic cache answers, cached API answers and KV."""
+        if conversations:
+            self.semantic.forget(conversations=conversations)
+            await forget_kv(self.models, conversations)
+        for user_id in accounts:
+            self.forget_answers_of(user_id)
+            await self.forget_kv_of(user_id)
 
     async def forget_kv_of(self, scope: str) -> None:
         """Drop every KV of a scope (an erased account's) from the loaded engines."""

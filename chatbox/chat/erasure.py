@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.runs import TurnRun
@@ -80,3 +80,45 @@ async def erase_conversations(
     erased = await ErasureRepo(store.db).conversations(user_id, conv_ids, now)
     await forget_kv(models, conv_ids)
     return erased
+
+
+class ErasureWatch:
+    """Erasures made by any process (the CLI's retention run, another front) reach what this
+    process holds in RAM: the erasure journal (`ErasureRepo.journal`) is read every
+    `every_s` seconds, and before an answer is served from a cache (`catch_up`)."""
+
+    def __init__(
+        self,
+        store: Store,
+        forget: Callable[[Sequence[str], Sequence[str]], Awaitable[None]],
+        every_s: float = 1.0,
+    ) -> None:
+        self.repo = ErasureRepo(store.db)
+        self.forget = forget  # (conversation ids, account ids): drop them from RAM
+        self.every_s = every_s
+        self.seen = 0  # the last journal entry applied
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """From the journal's end: caches start empty, nothing before now is in them."""
+        self.seen = await self.repo.journal_end()
+
+    async def catch_up(self) -> None:
+        """Apply every erasure journaled since the last look."""
+        async with self._lock:
+            entries = await self.repo.journal(self.seen)
+            if not entries:
+                return
+            conversations = [e.subject for e in entries if e.kind == "conversation"]
+            accounts = [e.subject for e in entries if e.kind == "account"]
+            await self.forget(conversations, accounts)
+            self.seen = entries[-1].seq
+
+    async def run(self) -> None:
+        """Read the journal until cancelled (a store that is down is tried again later)."""
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                await self.catch_up()
+            except Exception as exc:  # the database may be restarting: the next look retries
+                log.debug("erasure journal not read: %s", exc)

@@ -597,6 +597,8 @@ class ChatService(Conversations):
             repr(options.sampling(self.settings.max_tokens)),
         )
         vector = await self.embed(content)
+        if self.erasures is not None and not options.fresh:  # erased elsewhere: never served
+            await self.erasures.catch_up()
         hit = None if options.fresh else self.semantic.get(partition, content, vector)
         return FirstQuestion(partition, vector, content, hit)
 

@@ -22,6 +22,7 @@ from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.canary import CHECK_EVERY_S, CanaryService
+from chatbox.chat.erasure import ErasureWatch
 from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
@@ -217,6 +218,7 @@ class Services:
     canaries: CanaryService | None = None  # canary verdicts, promote and roll back
     _preload: asyncio.Task[None] | None = None
     _warmed_up: bool = False  # start-up work (models, moderation, encoders) has ended
+    _erasures: asyncio.Task[None] | None = None  # erasures by other processes reach RAM
 
     @classmethod
     async def start(
@@ -310,6 +312,8 @@ class Services:
         )
         prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
         chat.embed = knowledge.embedder.embed_one  # questions for the semantic cache
+        chat.erasures = erasures = ErasureWatch(store, chat.forget_erased)
+        await erasures.start()
         telemetry = telemetry or Telemetry.off()
         _observe(telemetry, store, knowledge, gate, chat)
         await telemetry.start(gate.wall, settings.replay_speed)  # alerts on the replay's clock
@@ -363,6 +367,7 @@ class Services:
             evals=evals,
             canaries=canaries,
             mcp=mcp,
+            _erasures=asyncio.create_task(erasures.run(), name="chatbox-erasure-journal"),
         )
 
     async def mcp_toolboxes(self, context: ToolContext) -> Sequence[Toolbox]:
@@ -443,6 +448,9 @@ class Services:
         if self._preload is not None:
             self._preload.cancel()
             await asyncio.gather(self._preload, return_exceptions=True)
+        if self._erasures is not None:
+            self._erasures.cancel()
+            await asyncio.gather(self._erasures, return_exceptions=True)
         if self.prewarm is not None:
             await self.prewarm.stop()
         if self.shadow is not None:

@@ -621,6 +621,13 @@ TABLES: tuple[Table, ...] = (
         why="which front does which background job",
     ),
     Table(
+        "erasure_journal",
+        None,
+        plain={"kind": ENUM, "subject": ID},
+        why="which conversations and accounts were erased (ids only, kept a day): every serving"
+        " process drops what it holds of them in RAM",
+    ),
+    Table(
         "sign_in_starts",
         None,
         plain={

@@ -125,6 +125,20 @@ async def _erase(
             await _apply(tx, out, kind, t, params, dialect)
 
 
+# The erasures other processes must hear of (their caches in RAM), and the id each names.
+JOURNALED: dict[str, str] = {"conversation": "conv", "account": "user"}
+JOURNAL_KEEP_S = 24 * 3600.0  # a process that was down longer starts with empty caches
+
+
+@dataclass(frozen=True)
+class Journaled:
+    """One erasure as every process reads it: what kind of subject, and its id."""
+
+    seq: int
+    kind: str
+    subject: str
+
+
 class ErasureRepo:
     """Every erasure, each one transaction over the content registry, checkpointed before
     it returns so that no erased byte is left in the WAL or a free page."""
@@ -135,11 +149,31 @@ class ErasureRepo:
     async def run(self, kind: content.Kind, subjects: Sequence[Mapping[str, Any]]) -> Erased:
         """Erase these subjects of one kind (their parameters: see `content.Kind`)."""
         out = Erased()
+        now = time.time()
         async with self.db.transaction() as tx:
             for params in subjects:
                 await _erase(tx, out, kind, params, self.db.dialect)
+                if kind in JOURNALED:
+                    await tx.execute(
+                        "INSERT INTO erasure_journal (at, kind, subject) VALUES (?, ?, ?)",
+                        (now, kind, str(params[JOURNALED[kind]])),
+                    )
+            await tx.execute("DELETE FROM erasure_journal WHERE at < ?", (now - JOURNAL_KEEP_S,))
         await self._settle(out)
         return out
+
+    async def journal(self, after: int) -> list[Journaled]:
+        """Conversations and accounts erased since `after` (a `seq`), by any process."""
+        rows = await self.db.fetchall(
+            "SELECT seq, kind, subject FROM erasure_journal WHERE seq > ? ORDER BY seq",
+            (after,),
+        )
+        return [Journaled(int(r["seq"]), r["kind"], r["subject"]) for r in rows]
+
+    async def journal_end(self) -> int:
+        """The last erasure's `seq` (0: none kept)."""
+        row = await self.db.fetchone("SELECT COALESCE(MAX(seq), 0) AS seq FROM erasure_journal")
+        return int(row["seq"])
 
     async def conversations(
         self, user_id: str, conv_ids: Sequence[str], now: float | None = None

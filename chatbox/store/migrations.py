@@ -767,6 +767,23 @@ async def _mcp_read_only(conn: aiosqlite.Connection) -> None:
     await conn.execute("ALTER TABLE mcp_servers ADD COLUMN read_only TEXT NOT NULL DEFAULT '[]'")
 
 
+async def _erasure_journal(conn: aiosqlite.Connection) -> None:
+    # Which conversations and accounts were erased, by id only: every serving process reads
+    # it to drop what it holds of them in RAM, whichever process erased them.
+    await _script(
+        conn,
+        """
+        CREATE TABLE erasure_journal (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            subject TEXT NOT NULL
+        );
+        CREATE INDEX erasure_journal_by_at ON erasure_journal (at);
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -792,6 +809,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0022_responses", _responses),
     ("0023_identities", _identities),
     ("0024_mcp_read_only", _mcp_read_only),
+    ("0025_erasure_journal", _erasure_journal),
 ]
 
 

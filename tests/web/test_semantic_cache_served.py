@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from chatbox.chat.policy import default_policy_path
+from tests.conftest import run_sql
 from tests.served import Served
 from tests.sse import parse_sse
 
@@ -35,6 +36,9 @@ enabled = false
 def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("semantic-cache")
     head = default_policy_path().read_text().split("[semantic_cache]", 1)[0]
+    # free conversations idle 30 days go (the CLI's retention run below)
+    head = re.sub(r"(?m)^retention_days = 0\b", "retention_days = 30", head, count=1)
+    assert "retention_days = 30" in head
     policy = where / "policy.toml"
     policy.write_text(head + POLICY)
     served = Served(where, model=tiny_gguf, policy=policy, env={"CHATBOX_MAX_TOKENS": "12"})
@@ -193,3 +197,22 @@ def test_erasing_the_conversation_or_the_account_drops_its_entries(
     r = httpx.delete(f"{box.url}/v1/admin/users/cy", headers=box.admin, timeout=60)
     assert r.status_code == 204, r.text
     assert entries(box) == kept - 2
+
+
+def test_an_erasure_by_another_process_reaches_the_cache(box: Served, keys: dict[str, str]) -> None:
+    """The CLI's retention run erases a conversation idle past its tier's retention; the
+    running server no longer answers its first question from the semantic cache (nor keeps
+    the erased answer), although it was not the process that erased it."""
+    dee = keys["dee"]
+    conv = new_chat(box, dee)
+    ask(box, dee, conv, "Which planet is known as the red planet?")
+    kept = entries(box)
+    old = 1_000_000.0  # long past any retention
+    run_sql(box.database, "UPDATE conversations SET updated_at = ? WHERE id = ?", (old, conv))
+    out = box.cli("retention", "run")
+    assert (
+        conv not in httpx.get(f"{box.url}/v1/conversations", headers=box.auth(dee), timeout=60).text
+    ), out
+    done = ask(box, dee, new_chat(box, dee), "Which planet is called the red planet?")
+    assert not done.get("cached"), done  # its answer went with the erased conversation
+    assert entries(box) == kept  # dropped, and the new first question kept in its place
