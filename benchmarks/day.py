@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from chatbox.chat.policy import default_policy_path  # noqa: E402
-from chatbox.chat.prewarm import hour_of_week  # noqa: E402
+from chatbox.chat.rollout.prewarm import hour_of_week  # noqa: E402
 from tests.served import Served  # noqa: E402
 from tests.tinymodel import make_tiny_gguf  # noqa: E402
 

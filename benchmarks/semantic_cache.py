@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from chatbox.chat.semantic_cache import same_specifics  # noqa: E402
+from chatbox.chat.caches.semantic_cache import same_specifics  # noqa: E402
 from chatbox.knowledge.embedder import Embedder  # noqa: E402
 
 PAIRS = ROOT / "benchmarks" / "data" / "paraphrases.tsv"

@@ -24,8 +24,8 @@ from chatbox import __version__
 from chatbox.accounts import AccountsService
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat import ChatService
-from chatbox.chat.shares import Sharing
-from chatbox.chat.workspaces import Workspaces
+from chatbox.chat.teams.shares import Sharing
+from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.data import DataService
 from chatbox.knowledge import Knowledge
 from chatbox.observability import Telemetry

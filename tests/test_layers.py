@@ -203,3 +203,48 @@ def test_the_engine_and_catalog_import_no_http_or_sql() -> None:
                 continue
             found += [f"{name} imports {r}" for r in sorted(roots & HTTP_OR_SQL)]
     assert not found, "\n".join(found)
+
+
+# chat/ in rooms: the turn itself at the top of chat/ (the package, `service.py`, which takes a
+# turn, and `conversations.py` under it), the rooms beside it, each one concept. A room may use
+# the turn's shared vocabulary (errors, policy, options, admission, ...) but never the turn:
+# the turn is built from the rooms, not the other way round.
+CHAT_ROOMS = ("caches", "privacy", "rollout", "running", "stateless", "teams", "tools")
+THE_TURN = {"chatbox.chat", "chatbox.chat.service", "chatbox.chat.conversations"}
+
+
+def chat_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["chatbox", "chat"] and len(parts) > 3 else None
+
+
+def test_chat_is_in_rooms_that_never_import_the_turn() -> None:
+    graph = import_graph()
+    rooms = {chat_room(m) for m in graph} - {None}
+    assert rooms == set(CHAT_ROOMS), "a new room of chat/: name it here and in architecture.md"
+    flat = [m for m in graph if layer(m) == "chatbox.chat" and m.count(".") == 2]
+    flat = [m for m in flat if m.split(".")[2] not in CHAT_ROOMS]
+    assert len(flat) <= 15, f"chat/ has {len(flat)} flat modules: put a concept in a room"
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in sorted(graph.items())
+        if chat_room(a)
+        for b in sorted(targets)
+        if b in THE_TURN
+    ]
+    assert not upward, "a room of chat/ imports the turn:\n" + "\n".join(upward)
+    web = [
+        f"{a} -> {b}"
+        for a, targets in sorted(graph.items())
+        if chat_room(a) in ("rollout", "caches")
+        for b in sorted(targets)
+        if layer(b) in ("chatbox.web", "chatbox.services", "chatbox.app")
+    ]
+    assert not web, "rollout and caches know nothing of the web:\n" + "\n".join(web)
+
+
+def test_a_room_that_imports_the_turn_is_found() -> None:
+    graph = {"chatbox.chat.rollout.canary": {"chatbox.chat.service", "chatbox.chat.policy"}}
+    upward = [b for a, ts in graph.items() if chat_room(a) for b in ts if b in THE_TURN]
+    assert upward == ["chatbox.chat.service"]
+    assert chat_room("chatbox.chat.policy") is None and chat_room("chatbox.chat.tools") is None

@@ -3,7 +3,7 @@
 The store writes it once in SQL (`chatbox.store.visibility.visible_to`): every store function
 that reads conversations or their turns and narrows them to a user must compose it, so a new
 query that filters by `conversations.user_id` alone fails here. Above the store, one function
-(`chatbox.chat.access.conversation_for`) turns it into 404s and 403s: no other module looks a
+(`chatbox.chat.teams.access.conversation_for`) turns it into 404s and 403s: no other module looks a
 user's conversation up by id itself.
 """
 
@@ -107,11 +107,11 @@ def test_store_reads_of_a_users_conversations_go_through_visible_to() -> None:
     assert not stale, f"STARTER_SIDE names functions that no longer need it: {stale}"
 
 
-# Above the store, a user's conversation is looked up by id only in chatbox.chat.access; the
+# Above the store, a user's conversation is looked up by id only in chatbox.chat.teams.access; the
 # knowledge package sits below chat (it cannot import it) and asks the store's lookup, which
 # composes the same predicate (a conversation one may not see is None there: a 404).
 LOOKS_UP = {
-    "chatbox/chat/access.py": "the rule itself",
+    "chatbox/chat/teams/access.py": "the rule itself",
     "chatbox/knowledge/documents.py": "below chat: the store's visible lookup (404 only)",
     "chatbox/knowledge/extraction.py": "below chat: the store's visible lookup (404 only)",
 }
@@ -137,10 +137,10 @@ def test_only_the_access_rule_looks_a_users_conversation_up() -> None:
         for path in sorted((ROOT / "chatbox").rglob("*.py"))
         if STORE not in path.parents and conversation_lookups(path.read_text(encoding="utf-8"))
     }
-    assert "chatbox/chat/access.py" in found
+    assert "chatbox/chat/teams/access.py" in found
     unexplained = sorted(found - set(LOOKS_UP))
     assert not unexplained, (
-        "modules look a conversation up themselves instead of asking "
-        "chatbox.chat.access.conversation_for (which answers 404 and 403 by the one rule):\n  "
+        "modules look a conversation up themselves instead of asking chatbox.chat.teams."
+        "access.conversation_for (which answers 404 and 403 by the one rule):\n  "
         + "\n  ".join(unexplained)
     )

@@ -14,7 +14,7 @@ from chatbox.chat.errors import (
     UnknownModel,
 )
 from chatbox.chat.options import TurnOptions
-from chatbox.chat.runs import RunEvent, TurnRun
+from chatbox.chat.running.runs import RunEvent, TurnRun
 from chatbox.chat.service import ACTIVE_BRANCH, ChatService
 from chatbox.chat.views import ConversationView, TurnView
 from chatbox.engine.types import ChatMessage, DoneEvent, Generation, TokenEvent, Usage

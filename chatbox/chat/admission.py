@@ -17,7 +17,7 @@ from typing import Any
 from chatbox.chat.errors import Overloaded, RateLimited
 from chatbox.chat.policy import Policy, TierPolicy
 from chatbox.chat.routing import Route, Router
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.runs import TurnRun
 from chatbox.engine.types import EngineStats, Usage
 from chatbox.observability import Telemetry
 from chatbox.store import User

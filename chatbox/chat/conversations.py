@@ -14,24 +14,29 @@ from typing import Any
 
 import numpy as np
 
-from chatbox.chat.access import Act, conversation_for, may
 from chatbox.chat.admission import Gatekeeper, Ticket
-from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
-from chatbox.chat.completions import complete
-from chatbox.chat.erasure import ErasureWatch, erase_conversations, forget_kv, forget_scope_kv
+from chatbox.chat.caches.answer_cache import AnswerCache, deterministic, request_key
+from chatbox.chat.caches.semantic_cache import SemanticCache
 from chatbox.chat.errors import InvalidInput, NotFound
-from chatbox.chat.fronts import Fronts
-from chatbox.chat.live_grading import GradedGeneration, Sampler, graded
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration
 from chatbox.chat.options import TurnOptions, check_stops
-from chatbox.chat.runs import TurnRun
-from chatbox.chat.semantic_cache import SemanticCache
-from chatbox.chat.shadow import MirroredGeneration, ShadowTraffic, mirrored
+from chatbox.chat.privacy.erasure import (
+    ErasureWatch,
+    erase_conversations,
+    forget_kv,
+    forget_scope_kv,
+)
+from chatbox.chat.privacy.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.rollout.live_grading import GradedGeneration, Sampler, graded
+from chatbox.chat.rollout.shadow import MirroredGeneration, ShadowTraffic, mirrored
+from chatbox.chat.running.fronts import Fronts
+from chatbox.chat.running.runs import TurnRun
+from chatbox.chat.stateless.completions import complete
 from chatbox.chat.summaries import Summariser, history_budget, sent_window
-from chatbox.chat.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.teams.access import Act, conversation_for, may
+from chatbox.chat.teams.workspaces import prompt_scope
 from chatbox.chat.views import ConversationView, ModerationMark, TurnView, strongest
-from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import ChatMessage, Generation, Usage
 from chatbox.moderation import ModerationService
 from chatbox.settings import Settings
@@ -163,7 +168,7 @@ class Conversations:
         self, user: User, conv_id: str, **changes: str | None
     ) -> Conversation:
         """Rename, or change the system prompt or model (a None value clears it): the
-        starter's or a workspace owner's to change (`chatbox.chat.access`). Under
+        starter's or a workspace owner's to change (`chatbox.chat.teams.access`). Under
         zero-data-retention a new title or system prompt is refused (it would be stored)."""
         self._check_fields(**{k: v for k, v in changes.items() if k != "model"})
         if changes.get("model") is not None:

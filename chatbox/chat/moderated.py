@@ -11,8 +11,8 @@ from typing import Any
 
 from chatbox.chat.admission import Ticket
 from chatbox.chat.errors import Refused
-from chatbox.chat.metered import MeteredGeneration
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.runs import TurnRun
+from chatbox.chat.stateless.metered import MeteredGeneration
 from chatbox.engine.types import DoneEvent, EngineEvent, FinishReason, Generation, TokenEvent, Usage
 from chatbox.moderation import ModerationService, OutputWatch, Verdict
 from chatbox.moderation.service import Screening

@@ -27,7 +27,9 @@ class TurnOptions:
     grammar_param: str = "response_format"  # the request parameter the grammar comes from
     tools: tuple[ToolSpec, ...] = ()
     n: int = 1
-    fresh: bool = False  # never answer from the semantic cache (chatbox/chat/semantic_cache.py)
+    fresh: bool = (
+        False  # never answer from the semantic cache (chatbox/chat/caches/semantic_cache.py)
+    )
     # A stored chat's tools: none (the default: no descriptions lengthen the prompt unless
     # the user turned tools on) | auto | required.
     tool_choice: str = "none"

@@ -33,7 +33,7 @@ class TierPolicy:
     priority: int = 0  # in the engine's queue: lower goes first (0-9)
     retention_days: int = 0  # conversations idle this long are erased; 0: kept until deleted
     zero_retention: bool = False  # store no content at all: answers stream, usage is counted
-    sharing: bool = True  # may share conversations by link (chatbox/chat/shares.py)
+    sharing: bool = True  # may share conversations by link (chatbox/chat/teams/shares.py)
     tool_calls: int = 4  # tool calls in one answer (0: no tools; offered where turned on)
     tool_seconds: float = 60.0  # wall seconds of one answer's tool calls together
     code_interpreter: bool = False  # the assistant may run Python in the sandbox
@@ -75,7 +75,8 @@ CACHE_CHARGES = ("full", "requests")
 
 @dataclass(frozen=True)
 class AnswerCachePolicy:
-    """The exact-match cache of deterministic OpenAI-API answers (chatbox/chat/answer_cache.py)."""
+    """The exact-match cache of deterministic OpenAI-API answers
+    (chatbox/chat/caches/answer_cache.py)."""
 
     enabled: bool = True
     max_bytes: int = 64 * 1024 * 1024  # the answers kept in RAM, least recently used out first
@@ -86,7 +87,7 @@ class AnswerCachePolicy:
 
 @dataclass(frozen=True)
 class SemanticCachePolicy:
-    """The semantic cache of first questions' answers (chatbox/chat/semantic_cache.py)."""
+    """The semantic cache of first questions' answers (chatbox/chat/caches/semantic_cache.py)."""
 
     tiers: tuple[str, ...] = ()  # the tiers whose users' first questions use it; none: off
     # The cosine similarity a kept question must reach (benchmarks/semantic_cache.py).

@@ -10,14 +10,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chatbox.chat.admission import Ticket, announce_queue, route_out
-from chatbox.chat.completions import submit
+from chatbox.chat.caches.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, partition_key
 from chatbox.chat.context import ContextProvider, TurnContext, with_context
 from chatbox.chat.conversations import Conversations
-from chatbox.chat.drafts import DraftSaver, until_stored
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, Refused, TooLong
-from chatbox.chat.feedback import my_rating, rate
-from chatbox.chat.fronts import Fronts
-from chatbox.chat.live_grading import SAMPLED_ROUTES
 from chatbox.chat.moderated import (
     moderation_event,
     note_input,
@@ -26,13 +22,20 @@ from chatbox.chat.moderated import (
     watch_answer,
 )
 from chatbox.chat.options import TurnOptions
+from chatbox.chat.privacy.temporary import keeps_nothing, refuse_storing
 from chatbox.chat.prompt import fit_history, turn_messages
-from chatbox.chat.runs import TurnRun, drive
-from chatbox.chat.semantic_cache import CACHED_ROUTE, Replay, SemanticHit, partition_key
-from chatbox.chat.shadow import Served
+from chatbox.chat.rollout.feedback import my_rating, rate
+from chatbox.chat.rollout.live_grading import SAMPLED_ROUTES
+from chatbox.chat.rollout.shadow import Served
+from chatbox.chat.running.drafts import DraftSaver, until_stored
+from chatbox.chat.running.fronts import Fronts
+from chatbox.chat.running.runs import TurnRun, drive
+from chatbox.chat.stateless.completions import submit
 from chatbox.chat.summaries import history_budget, unsummarised, with_summary
-from chatbox.chat.temporary import keeps_nothing, refuse_storing
-from chatbox.chat.tool_turns import (
+from chatbox.chat.teams.workspaces import prompt_scope
+from chatbox.chat.tools.approval import ToolApprovals
+from chatbox.chat.tools.base import Toolbox
+from chatbox.chat.tools.turns import (
     CallFilter,
     ToolLoop,
     ToolOffer,
@@ -40,9 +43,6 @@ from chatbox.chat.tool_turns import (
     tool_loop,
     tool_offer,
 )
-from chatbox.chat.tools.approval import ToolApprovals
-from chatbox.chat.tools.base import Toolbox
-from chatbox.chat.workspaces import prompt_scope
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import NotFound
 from chatbox.chat.prompt import CountTokens, fit_history, turn_messages
-from chatbox.chat.workspaces import prompt_scope
+from chatbox.chat.teams.access import conversation_for
+from chatbox.chat.teams.workspaces import prompt_scope
 from chatbox.engine.types import ChatMessage, Engine, GenerationRequest, SamplingParams, TokenEvent
 from chatbox.settings import Settings
 from chatbox.store import Store, Summary, Turn

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.runs import TurnRun
 from chatbox.store import Conversation, Feedback, Summary, Turn
 
 

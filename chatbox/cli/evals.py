@@ -14,7 +14,7 @@ import click
 from chatbox.cli.accounts import _settings, _table, with_services
 
 if TYPE_CHECKING:
-    from chatbox.chat.evaluation import CaseOutcome, EvalResult, EvalRun
+    from chatbox.chat.rollout.evaluation import CaseOutcome, EvalResult, EvalRun
     from chatbox.services.commandline import OperatorServices
 
 
@@ -50,8 +50,8 @@ def run_cmd(
     """Run a suite on MODEL; exits 0 when it ran (whatever the score), 1 when it cannot."""
     import asyncio
 
-    from chatbox.chat.evalsuite import SuiteError, default_suite_path, load_suite
-    from chatbox.chat.evaluation import EvalError
+    from chatbox.chat.rollout.evalsuite import SuiteError, default_suite_path, load_suite
+    from chatbox.chat.rollout.evaluation import EvalError
     from chatbox.services import StoreElsewhere
     from chatbox.services.commandline import evaluation_services
 

@@ -15,7 +15,7 @@ from chatbox.cli.accounts import _table, with_services
 
 if TYPE_CHECKING:
     from chatbox.accounts.audit import Actor
-    from chatbox.chat.workspaces import Workspace
+    from chatbox.chat.teams.workspaces import Workspace
     from chatbox.services.commandline import OperatorServices
 
 

@@ -14,9 +14,9 @@ from chatbox.accounts.audit import Actor
 from chatbox.chat import ChatService
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.options import TurnOptions
+from chatbox.chat.privacy.temporary import TemporaryChat, TemporaryChats, ask, keeps_nothing
 from chatbox.chat.prompt import turn_messages
-from chatbox.chat.runs import TurnRun
-from chatbox.chat.temporary import TemporaryChat, TemporaryChats, ask, keeps_nothing
+from chatbox.chat.running.runs import TurnRun
 from chatbox.data.chatgpt import ImportReport, Limits, parse
 from chatbox.data.export import ExportData, Extras, build_zip, read_extras
 from chatbox.data.retention import NOTHING, Retention, RetentionReport, Sweeper, keeps

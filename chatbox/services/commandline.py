@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from chatbox.accounts import AccountsService
 from chatbox.accounts.audit import Actor
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.canary import CanaryService, canary_status
-from chatbox.chat.evaluation import Evaluator
 from chatbox.chat.policy import Policy, default_policy_path
+from chatbox.chat.rollout.canary import CanaryService, canary_status
+from chatbox.chat.rollout.evaluation import Evaluator
 from chatbox.chat.routing import Router
+from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.chat.tools.builtin import catalogue as builtin_catalogue
 from chatbox.chat.tools.mcp import McpServers, tool_name
-from chatbox.chat.workspaces import Workspaces
 from chatbox.data.retention import Retention, RetentionReport
 from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool

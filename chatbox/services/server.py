@@ -21,22 +21,22 @@ from chatbox.accounts import AccountsService
 from chatbox.catalog.registry import FRESH_S, ModelRegistry
 from chatbox.chat import ChatService
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.canary import CHECK_EVERY_S, CanaryService
-from chatbox.chat.erasure import ErasureWatch
-from chatbox.chat.evaluation import Evaluator
-from chatbox.chat.model_admin import ModelAdmin
 from chatbox.chat.policy import Policy, default_policy_path
-from chatbox.chat.prewarm import PreWarmer, replay_clock
+from chatbox.chat.privacy.erasure import ErasureWatch
+from chatbox.chat.privacy.temporary import keeps_nothing
+from chatbox.chat.rollout.canary import CHECK_EVERY_S, CanaryService
+from chatbox.chat.rollout.evaluation import Evaluator
+from chatbox.chat.rollout.model_admin import ModelAdmin
+from chatbox.chat.rollout.prewarm import PreWarmer, replay_clock
+from chatbox.chat.rollout.shadow import ShadowTraffic
 from chatbox.chat.routing import Router
-from chatbox.chat.shadow import ShadowTraffic
-from chatbox.chat.shares import Sharing
-from chatbox.chat.temporary import keeps_nothing
+from chatbox.chat.teams.shares import Sharing
+from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.builtin import BuiltinToolbox, Passage
 from chatbox.chat.tools.mcp import McpServers
 from chatbox.chat.tools.sandbox import Sandbox
-from chatbox.chat.workspaces import Workspaces
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.cluster.warming import ReplicaWarming
 from chatbox.data import DataService

@@ -749,7 +749,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
         "RAM: cached API answers",
         "user",
         "the answer cache: response bodies of deterministic OpenAI-API requests, by a hash"
-        " of the user and the request (chatbox/chat/answer_cache.py); never under zero retention",
+        " of the user and the request (chatbox/chat/caches/answer_cache.py); never under zero"
+        " retention",
         "an account's erasure drops the answers its requests wrote; each is gone after"
         " `answer_cache.ttl_s`, when evicted, or at shutdown",
         on_disk=False,
@@ -758,7 +759,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
         "RAM: semantic answer cache",
         "user",
         "first questions of conversations, their MiniLM vectors and answers, for tiers the"
-        " policy's `semantic_cache.tiers` names (chatbox/chat/semantic_cache.py); scoped to"
+        " policy's `semantic_cache.tiers` names (chatbox/chat/caches/semantic_cache.py); scoped to"
         " the user, the workspace or a public tier; never read or written under zero"
         " retention; not exported (the conversation it came from is)",
         "an account's erasure drops what its questions wrote, a conversation's erasure what"

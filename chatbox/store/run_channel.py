@@ -1,11 +1,11 @@
 """Fronts sharing one PostgreSQL database: which of them are alive, and a notice channel
-between them (`chatbox.chat.fronts` speaks over it about running answers).
+between them (`chatbox.chat.running.fronts` speaks over it about running answers).
 
 A front is alive while its channel's connection holds a session advisory lock named by the
 front's key: a front that dies (killed, crashed, cut off) loses the lock with its connection,
 and every other front sees it gone in `pg_locks` at once. A front whose connection drops takes
 the same lock again when it reconnects, so the others wait a grace before taking it for dead
-(`chatbox.chat.fronts`). Messages are JSON objects sent with
+(`chatbox.chat.running.fronts`). Messages are JSON objects sent with
 `NOTIFY`; one too long for a notice's payload travels in parts that the receivers join.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatbox.chat.answer_cache import AnswerCache, deterministic, request_key
+from chatbox.chat.caches.answer_cache import AnswerCache, deterministic, request_key
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import AnswerCachePolicy, Policy
 

@@ -11,8 +11,8 @@ import pytest
 
 from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import Actor
-from chatbox.chat.canary import MIN_SAMPLES, CanaryService, Sample, Side, verdict
 from chatbox.chat.policy import Canary, Policy
+from chatbox.chat.rollout.canary import MIN_SAMPLES, CanaryService, Sample, Side, verdict
 from chatbox.chat.routing import Router
 from chatbox.store import Store, User
 

@@ -7,12 +7,12 @@ from typing import Any, cast
 import pytest
 
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.completions import complete
 from chatbox.chat.errors import InvalidInput, Overloaded, RateLimited, TooLong, UnknownModel
-from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.routing import Router
+from chatbox.chat.stateless.completions import complete
+from chatbox.chat.stateless.metered import MeteredGeneration
 from chatbox.engine.types import ChatMessage
 from chatbox.store import User
 from chatbox.store.usage import UsageRepo

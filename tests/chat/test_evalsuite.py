@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chatbox.chat.evalsuite import (
+from chatbox.chat.rollout.evalsuite import (
     Answer,
     Case,
     SuiteError,

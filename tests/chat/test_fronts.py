@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from chatbox.chat.fronts import Fronts
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.fronts import Fronts
+from chatbox.chat.running.runs import TurnRun
 from chatbox.store import Store
 from tests.pg import PgServer
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from chatbox.accounts import AuditLog
-from chatbox.chat.canary import MIN_SAMPLES, CanaryService
-from chatbox.chat.evalsuite import SuiteError
 from chatbox.chat.policy import Policy
+from chatbox.chat.rollout.canary import MIN_SAMPLES, CanaryService
+from chatbox.chat.rollout.evalsuite import SuiteError
 from chatbox.store import Store, User
 
 CASES = [

@@ -6,9 +6,9 @@ import asyncio
 from typing import Any, cast
 
 from chatbox.chat.admission import Gatekeeper, Ticket
-from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.policy import Policy
 from chatbox.chat.routing import Router
+from chatbox.chat.stateless.metered import MeteredGeneration
 from chatbox.engine.types import DoneEvent, TokenEvent, Usage
 from chatbox.store import User
 from chatbox.store.usage import UsageRepo

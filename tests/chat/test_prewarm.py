@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from chatbox.chat.prewarm import HourRow, PreWarmer, hour_of_week, learn
+from chatbox.chat.rollout.prewarm import HourRow, PreWarmer, hour_of_week, learn
 
 MONDAY = calendar.timegm((2026, 11, 30, 0, 0, 0))  # a Monday, 00:00 UTC
 H = 3600
@@ -106,7 +106,7 @@ def test_hours_of_the_week_start_on_monday(hour: int) -> None:
 
 
 def test_a_replay_clock_starts_at_its_first_reading_and_runs_faster() -> None:
-    from chatbox.chat.prewarm import replay_clock
+    from chatbox.chat.rollout.prewarm import replay_clock
 
     clock = replay_clock(MONDAY, 3600.0)
     time.sleep(0.05)  # before the first reading: the replay has not started

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from chatbox.chat.runs import RunEvent, TurnRun
+from chatbox.chat.running.runs import RunEvent, TurnRun
 
 
 def make_run(grace_s: float = 0.05) -> tuple[TurnRun, list[str]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from chatbox.chat.caches.semantic_cache import SemanticCache, same_specifics
 from chatbox.chat.policy import Policy, SemanticCachePolicy
-from chatbox.chat.semantic_cache import SemanticCache, same_specifics
 from chatbox.engine.types import Usage
 
 

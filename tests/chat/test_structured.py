@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from chatbox.chat import structured
 from chatbox.chat.errors import InvalidInput, Overloaded
-from chatbox.chat.structured import (
+from chatbox.chat.stateless import structured
+from chatbox.chat.stateless.structured import (
     CallReader,
     response_constraint,
     tool_choice_in,

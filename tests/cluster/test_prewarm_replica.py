@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from chatbox.catalog.registry import ModelRegistry
-from chatbox.chat.prewarm import hour_of_week
+from chatbox.chat.rollout.prewarm import hour_of_week
 from tests.cluster.conftest import TOKEN, Replica, front
 from tests.conftest import run_sql
 from tests.tinymodel import make_tiny_gguf

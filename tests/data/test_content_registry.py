@@ -339,17 +339,17 @@ def test_every_answer_cache_of_the_chat_service_is_declared_and_erased() -> None
 
 
 def _module_of(type_name: str) -> str:
-    """The module under chatbox/chat that defines a cache class."""
+    """The module under chatbox/chat (in its room) that defines a cache class, as a path."""
     import importlib
     import pkgutil
 
     import chatbox.chat
 
-    for info in pkgutil.iter_modules(chatbox.chat.__path__):
-        module = importlib.import_module(f"chatbox.chat.{info.name}")
+    for info in pkgutil.walk_packages(chatbox.chat.__path__, "chatbox.chat."):
+        module = importlib.import_module(info.name)
         if (
             getattr(module, type_name, None) is not None
             and getattr(module, type_name).__module__ == module.__name__
         ):
-            return info.name
+            return info.name.removeprefix("chatbox.chat.").replace(".", "/")
     raise AssertionError(f"no module defines {type_name}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-import chatbox.chat.temporary as temporary
+import chatbox.chat.privacy.temporary as temporary
 from chatbox.app import create_app
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat.policy import default_policy_path

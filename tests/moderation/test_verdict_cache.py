@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-import chatbox.chat.completions as completions
+import chatbox.chat.stateless.completions as completions
 from chatbox.moderation import ModerationPolicy, Moderator, Verdict
 from chatbox.moderation.verdicts import VerdictCache
 from tests.conftest import bearer

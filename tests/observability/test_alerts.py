@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
-from chatbox.chat.prewarm import replay_clock
+from chatbox.chat.rollout.prewarm import replay_clock
 from chatbox.engine.metrics import EngineMetricFamilies
 from chatbox.observability import Telemetry
 from chatbox.observability.alerts import RULES, Alert, Alerts

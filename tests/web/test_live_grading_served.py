@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatbox.chat.canary import MIN_SAMPLES
+from chatbox.chat.rollout.canary import MIN_SAMPLES
 from tests.conftest import _answers_unchecked
 from tests.served import Served
 from tests.tinymodel import make_tiny_gguf

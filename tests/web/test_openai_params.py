@@ -11,7 +11,7 @@ import openai
 import pytest
 from litestar.testing import TestClient
 
-from chatbox.chat import structured
+from chatbox.chat.stateless import structured
 from tests.conftest import LiveServer, client_for
 
 USER = [{"role": "user", "content": "hello"}]

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatbox.chat.prewarm import hour_of_week
+from chatbox.chat.rollout.prewarm import hour_of_week
 from tests.conftest import run_sql
 from tests.served import Served
 from tests.tinymodel import make_tiny_gguf

@@ -9,7 +9,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from chatbox.accounts import User
 from chatbox.chat import ACTIVE_BRANCH, ChatService, InvalidInput, NotFound, TurnRun
-from chatbox.chat.temporary import is_temporary
+from chatbox.chat.privacy.temporary import is_temporary
 from chatbox.settings import Settings
 from chatbox.web.api.data import TemporaryChatOut
 from chatbox.web.api.schemas import (

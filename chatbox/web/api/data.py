@@ -11,7 +11,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import Struct, convert
 
 from chatbox.chat import InvalidInput
-from chatbox.chat.temporary import TemporaryChat
+from chatbox.chat.privacy.temporary import TemporaryChat
 from chatbox.web.api.schemas import pick
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.usage import require_admin

@@ -14,7 +14,7 @@ from litestar.di import NamedDependency
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from msgspec import Struct
 
-from chatbox.chat.shares import Sharing
+from chatbox.chat.teams.shares import Sharing
 from chatbox.web.api.schemas import pick
 from chatbox.web.deps import UserDep
 from chatbox.web.ui.helpers import UI_EXCEPTION_HANDLERS, AnyRequest, html

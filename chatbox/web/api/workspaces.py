@@ -12,7 +12,7 @@ from msgspec import Struct
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, Conversation, InvalidInput
-from chatbox.chat.workspaces import WorkspaceRole, Workspaces
+from chatbox.chat.teams.workspaces import WorkspaceRole, Workspaces
 from chatbox.knowledge import Document, Knowledge
 from chatbox.web.api.knowledge import DocumentOut, DocumentsOut
 from chatbox.web.api.schemas import ConversationOut, pick

@@ -12,7 +12,7 @@ from litestar.exceptions import ClientException, NotFoundException, PermissionDe
 from chatbox.accounts import User
 from chatbox.accounts.audit import entry_out
 from chatbox.accounts.people import NotForAdmins, People, PeopleError
-from chatbox.chat.model_admin import ModelAdmin, ModelAdminError
+from chatbox.chat.rollout.model_admin import ModelAdmin, ModelAdminError
 from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.deps import ServicesDep, UserDep

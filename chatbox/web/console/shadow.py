@@ -10,8 +10,8 @@ from litestar.exceptions import NotFoundException, PermissionDeniedException
 from msgspec import Struct, convert
 
 from chatbox.accounts import User
-from chatbox.chat.prewarm import PreWarmer
-from chatbox.chat.shadow import ShadowTraffic
+from chatbox.chat.rollout.prewarm import PreWarmer
+from chatbox.chat.rollout.shadow import ShadowTraffic
 from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin

@@ -10,8 +10,8 @@ from typing import Any
 from litestar import Controller, Response, get, post
 from litestar.exceptions import ClientException, NotFoundException
 
-from chatbox.chat.canary import CanaryService
-from chatbox.chat.evaluation import Evaluator
+from chatbox.chat.rollout.canary import CanaryService
+from chatbox.chat.rollout.evaluation import Evaluator
 from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin

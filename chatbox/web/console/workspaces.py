@@ -11,7 +11,7 @@ from litestar import Controller, Response, get, post
 
 from chatbox.accounts import User
 from chatbox.accounts.people import People
-from chatbox.chat.workspaces import Workspaces
+from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.services.server import Services
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.auth import AnyRequest

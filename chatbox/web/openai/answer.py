@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from chatbox.chat import DoneEvent, Generation, GenerationFailed, TokenEvent, Usage
-from chatbox.chat.structured import CallReader, Piece
+from chatbox.chat.stateless.structured import CallReader, Piece
 from chatbox.engine.types import TokenLogprob
 from chatbox.web.openai.request import AnswerShape
 

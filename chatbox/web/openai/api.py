@@ -18,7 +18,7 @@ from msgspec import Struct
 
 from chatbox import __version__
 from chatbox.chat import ChatMessage, Generation, TurnOptions, UnknownModel
-from chatbox.chat.structured import off_loop
+from chatbox.chat.stateless.structured import off_loop
 from chatbox.engine.types import ModelInfo
 from chatbox.web.api.knowledge import EMBEDDING_MODEL
 from chatbox.web.auth import AnyRequest

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from chatbox.chat import ChatMessage, InvalidInput, TurnOptions
-from chatbox.chat.structured import (
+from chatbox.chat.stateless.structured import (
     Constraint,
     ToolMode,
     response_constraint,

@@ -16,7 +16,7 @@ from litestar.openapi import ResponseSpec
 from litestar.response import Stream
 
 from chatbox.chat import ChatMessage, DoneEvent, Generation, InvalidInput, TokenEvent, TurnOptions
-from chatbox.chat.responses import (
+from chatbox.chat.stateless.responses import (
     Echo,
     ResponseLog,
     call_item,
@@ -30,7 +30,7 @@ from chatbox.chat.responses import (
     response_object,
     status_of,
 )
-from chatbox.chat.structured import off_loop
+from chatbox.chat.stateless.structured import off_loop
 from chatbox.web.deps import ChatDep, DataServiceDep, SettingsDep, UserDep
 from chatbox.web.errors import ERROR_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.openai.answer import Choice, collect

@@ -11,7 +11,7 @@ from litestar import Controller, Response, get, post
 
 from chatbox.accounts import User
 from chatbox.chat import ChatService, NotFound
-from chatbox.chat.shares import Share, Sharing
+from chatbox.chat.teams.shares import Share, Sharing
 from chatbox.web.api.shares import SharingDep
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, UserDep

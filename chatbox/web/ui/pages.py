@@ -19,7 +19,7 @@ from chatbox.chat import (
     TurnRun,
     TurnView,
 )
-from chatbox.chat.feedback import MAX_COMMENT_CHARS
+from chatbox.chat.rollout.feedback import MAX_COMMENT_CHARS
 from chatbox.knowledge import Knowledge
 from chatbox.web.api.workspaces import WorkspacesDep
 from chatbox.web.deps import ChatDep, KnowledgeDep, ServicesDep, SettingsDep, UserDep

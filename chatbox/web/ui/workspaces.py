@@ -10,7 +10,7 @@ from litestar import Controller, Response, get, post
 from litestar.types import ExceptionHandlersMap
 
 from chatbox.accounts import User
-from chatbox.chat.workspaces import Workspace, Workspaces
+from chatbox.chat.teams.workspaces import Workspace, Workspaces
 from chatbox.web.api.workspaces import (
     MemberIn,
     WorkspacesDep,

@@ -34,7 +34,7 @@ from chatbox.accounts.audit import Actor, AuditLog
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.policy import Policy
-from chatbox.chat.temporary import keeps_nothing
+from chatbox.chat.privacy.temporary import keeps_nothing
 from chatbox.engine.types import (
     ChatMessage,
     DoneEvent,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatbox.chat.runs import RunEvent, TurnRun
+from chatbox.chat.running.runs import RunEvent, TurnRun
 from chatbox.store import Store, Turn
 from chatbox.store.run_channel import Message, RunChannel
 

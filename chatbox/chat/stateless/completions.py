@@ -8,10 +8,10 @@ import json
 
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.errors import InvalidInput, Overloaded, Refused, TooLong
-from chatbox.chat.metered import MeteredGeneration
 from chatbox.chat.models import ModelProvider, resolve_model
 from chatbox.chat.moderated import ModeratedGeneration, screen_messages
 from chatbox.chat.options import TurnOptions
+from chatbox.chat.stateless.metered import MeteredGeneration
 from chatbox.engine.types import (
     ChatMessage,
     ContextOverflowError,

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from chatbox.chat.admission import Ticket
-from chatbox.chat.completions import request_fits, submit
 from chatbox.chat.errors import InvalidInput, TooLong
 from chatbox.chat.moderated import relay_answer
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import TierPolicy
-from chatbox.chat.runs import TurnRun
-from chatbox.chat.structured import CallReader, off_loop, tool_constraint
+from chatbox.chat.running.runs import TurnRun
+from chatbox.chat.stateless.completions import request_fits, submit
+from chatbox.chat.stateless.structured import CallReader, off_loop, tool_constraint
 from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.loop import Budget, Step, ToolCache, ToolSession, gather_tools

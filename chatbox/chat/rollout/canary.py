@@ -1,7 +1,7 @@
 """Canary verdicts as a service: samples from answers as they settle and sampled live
 answers' eval scores, per canary arm and tier baseline; the decision rule
-(chatbox/chat/canary_rule.py) applied on a timer; promote, hold and roll back, every decision
-recorded (store and audit log).
+(chatbox/chat/rollout/canary_rule.py) applied on a timer; promote, hold and roll back, every
+decision recorded (store and audit log).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import SYSTEM, Actor
 from chatbox.chat.admission import Ticket
-from chatbox.chat.canary_rule import (
+from chatbox.chat.policy import Canary, Policy
+from chatbox.chat.rollout.canary_rule import (
     MIN_SAMPLES,
     RULES,
     Comparison,
@@ -29,9 +30,8 @@ from chatbox.chat.canary_rule import (
     compare,
     verdict,
 )
-from chatbox.chat.evalsuite import Similarity
-from chatbox.chat.live_grading import Grade, KeepsNothing, LiveGrader
-from chatbox.chat.policy import Canary, Policy
+from chatbox.chat.rollout.evalsuite import Similarity
+from chatbox.chat.rollout.live_grading import Grade, KeepsNothing, LiveGrader
 from chatbox.chat.routing import CanaryState as State
 from chatbox.engine.types import Usage
 from chatbox.observability.verdicts import VerdictGauges

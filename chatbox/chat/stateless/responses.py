@@ -19,7 +19,7 @@ from typing import Any
 
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.policy import Policy
-from chatbox.chat.temporary import keeps_nothing
+from chatbox.chat.privacy.temporary import keeps_nothing
 from chatbox.engine.types import ChatMessage, ToolCall, Usage
 from chatbox.store import Store, User
 

@@ -1,7 +1,7 @@
 """Team workspaces: admins create them and name owners; owners add and remove members; a
 conversation moved into one is read and continued by every member.
 
-Who sees and changes a conversation is decided in one place (`chatbox.chat.access`, over the
+Who sees and changes a conversation is decided in one place (`chatbox.chat.teams.access`, over the
 store's `visible_to`); this service decides who may manage a workspace, and records each change
 of one in the audit log (whoever made it: an admin or an owner through the API or the console,
 the operator through the CLI). Anyone outside a workspace is told it does not exist.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import Actor
-from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
+from chatbox.chat.teams.access import conversation_for
 from chatbox.store import Conversation, Document, Store, User
 from chatbox.store.erasure import Erased, ErasureRepo
 from chatbox.store.workspaces import Member, Workspace, WorkspaceRole

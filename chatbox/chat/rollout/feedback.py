@@ -1,17 +1,17 @@
 """Feedback on answers: a person who sees a conversation rates its answers (up or down) and
 may say why. Each change is a new row; the newest of a (turn, person) counts.
 
-Seeing the conversation (`chatbox.chat.access`) is the one rule for rating an answer and
+Seeing the conversation (`chatbox.chat.teams.access`) is the one rule for rating an answer and
 for reading one's rating back; anyone else gets 404. The comment is content: refused under
 zero-data-retention (`keeps_nothing`), erased with the conversation and the account.
 """
 
 from __future__ import annotations
 
-from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.policy import Policy
-from chatbox.chat.temporary import is_temporary, keeps_nothing
+from chatbox.chat.privacy.temporary import is_temporary, keeps_nothing
+from chatbox.chat.teams.access import conversation_for
 from chatbox.store import Feedback, Store, Turn, User
 from chatbox.store.feedback import RATINGS, Rating
 

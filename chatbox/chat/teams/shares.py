@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chatbox.chat.access import conversation_for
 from chatbox.chat.errors import Forbidden, InvalidInput, NotFound
 from chatbox.chat.policy import Policy
-from chatbox.chat.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.privacy.temporary import keeps_nothing, refuse_storing
+from chatbox.chat.teams.access import conversation_for
 from chatbox.store import Conversation, Store, User
 from chatbox.store.shares import Share, SharedPassage, SharedTurn, Snapshot
 

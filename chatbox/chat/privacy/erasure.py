@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from chatbox.chat.models import ModelProvider
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.runs import TurnRun
 from chatbox.store import Store
 from chatbox.store.erasure import Erased, ErasureRepo
 

@@ -15,8 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from chatbox.chat.evalsuite import Answer, Case, Similarity, Suite, SuiteError, load_suite, score
 from chatbox.chat.policy import Canary
+from chatbox.chat.rollout.evalsuite import (
+    Answer,
+    Case,
+    Similarity,
+    Suite,
+    SuiteError,
+    load_suite,
+    score,
+)
 from chatbox.engine.types import ChatMessage, DoneEvent, EngineEvent, Generation, TokenEvent
 from chatbox.store import User
 
@@ -27,7 +35,7 @@ SAMPLED_ROUTES = ("canary", "tier", "default")
 
 
 class Sampler(Protocol):
-    """What takes live answers for grading (chatbox.chat.canary.CanaryService)."""
+    """What takes live answers for grading (chatbox.chat.rollout.canary.CanaryService)."""
 
     def grades_tier(self, tier: str) -> bool: ...
 
@@ -35,7 +43,7 @@ class Sampler(Protocol):
 
 
 class Grade(Protocol):
-    """The judge model's grade of an answer, 0..1 (chatbox.chat.evaluation.Evaluator.grade)."""
+    """The judge model's grade of an answer, 0..1 (rollout.evaluation.Evaluator.grade)."""
 
     def __call__(
         self, judge: str, question: str, answer: str, reference: str = "", rubric: str = ""

@@ -14,9 +14,10 @@ from typing import Any
 
 from chatbox.accounts import AuditLog
 from chatbox.chat.admission import Gatekeeper
-from chatbox.chat.completions import complete
 from chatbox.chat.errors import ChatError, Refused
-from chatbox.chat.evalsuite import (
+from chatbox.chat.models import ModelProvider
+from chatbox.chat.options import TurnOptions
+from chatbox.chat.rollout.evalsuite import (
     JUDGE_SYSTEM,
     Answer,
     Case,
@@ -26,9 +27,8 @@ from chatbox.chat.evalsuite import (
     read_grade,
     score,
 )
-from chatbox.chat.models import ModelProvider
-from chatbox.chat.options import TurnOptions
-from chatbox.chat.structured import (
+from chatbox.chat.stateless.completions import complete
+from chatbox.chat.stateless.structured import (
     Constraint,
     response_constraint,
     tool_choice_in,

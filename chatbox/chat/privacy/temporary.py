@@ -16,7 +16,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
 from chatbox.chat.admission import Gatekeeper, Ticket
-from chatbox.chat.completions import check_fits, submit
 from chatbox.chat.errors import Busy, InvalidInput, NotFound, TooLong
 from chatbox.chat.models import ModelProvider
 from chatbox.chat.moderated import (
@@ -29,7 +28,8 @@ from chatbox.chat.moderated import (
 from chatbox.chat.options import TurnOptions
 from chatbox.chat.policy import Policy
 from chatbox.chat.prompt import fit_history
-from chatbox.chat.runs import TurnRun, drive
+from chatbox.chat.running.runs import TurnRun, drive
+from chatbox.chat.stateless.completions import check_fits, submit
 from chatbox.chat.views import ModerationMark, run_marks
 from chatbox.engine.types import ChatMessage, Generation, GenerationRequest
 from chatbox.moderation import ModerationService

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from chatbox.chat.runs import TurnRun
+from chatbox.chat.running.runs import TurnRun
 from chatbox.store.outage import unreachable
 
 log = logging.getLogger("chatbox.chat")

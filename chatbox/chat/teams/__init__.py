@@ -1,0 +1,1 @@
+"""Teams: share links, workspaces, and who may do what with a conversation."""
