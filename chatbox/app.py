@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from litestar import Litestar
 from litestar.di import Provide
@@ -24,6 +25,7 @@ from chatbox import __version__
 from chatbox.accounts import AccountsService
 from chatbox.catalog.registry import ModelRegistry
 from chatbox.chat import ChatService
+from chatbox.chat.rollout.shadow import counts_as_user_request
 from chatbox.chat.teams.shares import Sharing
 from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.data import DataService
@@ -160,10 +162,35 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
     )
     _allow_every_method(app)
     describe(app)
+    app.asgi_handler = _count_user_requests(app.asgi_handler, running)
     if settings.telemetry:
         # Around the router, not per route: requests no route matches are measured too.
         app.asgi_handler = telemetry_middleware(telemetry)(app.asgi_handler)
     return app
+
+
+def _count_user_requests(handler: Any, running: _Running) -> Any:
+    """Wrap the app's handler (outside routing) so that shadow traffic knows, from the moment
+    a user's request arrives until its response has been sent, that it must give way."""
+
+    async def counted(scope: Any, receive: Any, send: Any) -> None:
+        services = running.services
+        shadow = services.shadow if services is not None else None
+        if (
+            shadow is None
+            or scope["type"] != "http"
+            or not counts_as_user_request(str(scope.get("method", "GET")), str(scope["path"]))
+        ):
+            await handler(scope, receive, send)
+            return
+        intake = shadow.intake
+        intake.enter()
+        try:
+            await handler(scope, receive, send)
+        finally:
+            intake.leave()
+
+    return counted
 
 
 def _allow_every_method(app: Litestar) -> None:

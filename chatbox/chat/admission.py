@@ -246,6 +246,10 @@ class Gatekeeper:
         self._waiting.setdefault(route.model, []).append(ticket)
         return ticket
 
+    def waiting(self) -> int:
+        """Admitted requests that have no token yet (queued, or not yet at their engine)."""
+        return sum(len(tickets) for tickets in self._waiting.values())
+
     def unqueue(self, ticket: Ticket) -> None:
         waiting = self._waiting.get(ticket.model)
         if waiting is not None and ticket in waiting:

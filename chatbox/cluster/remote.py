@@ -234,7 +234,7 @@ class RemoteGeneration:
         # Tokens from this replica, counted as they arrive (one per event: a replica may
         # batch several in one) and made exact by its usage at the end.
         streamed, counted = self.engine.fleet.per_replica.tokens.labels(member.url), 0
-        figures = _Figures(self.engine, member)
+        figures = _Figures(self.engine, member, request.metered)
         try:
             stream = member.client.stream(self.engine.name, request)
             async for event in stream:
@@ -289,10 +289,10 @@ class RemoteGeneration:
 
 class _Figures:
     """The per-model figures (`model_metrics`) of one stream from one replica; nothing for
-    the member "local", whose engine records its own."""
+    the member "local", whose engine records its own, nor for an unmetered request."""
 
-    def __init__(self, engine: RemoteEngine, member: Member) -> None:
-        self.on = member.source != LOCAL
+    def __init__(self, engine: RemoteEngine, member: Member, metered: bool = True) -> None:
+        self.on = member.source != LOCAL and metered
         self.cache = member.spec.kind != "openai"  # chatbox replicas report cached tokens
         figures, model = engine.fleet.per_model, engine.name
         self.ttft, self.tpot = figures.ttft.labels(model), figures.tpot.labels(model)

@@ -174,7 +174,8 @@ class Scheduler:
                 for fork in [job, *job.forks]:
                     fork.done = True
                     fork.sink(DoneEvent("cancelled", Usage(prompt_tokens=len(job.prompt))))
-                    self.metrics.finished("cancelled")
+                    if job.request.metered:
+                        self.metrics.finished("cancelled")
             self.waiting = [j for j in self.waiting if not j.cancelled]
             heapq.heapify(self.waiting)
 
@@ -289,8 +290,9 @@ class Scheduler:
         now = time.perf_counter()
         if job.t_last == 0.0:
             job.t_first = now
-            self.metrics.ttft.observe(now - job.t_submit)
-        else:
+            if job.request.metered:
+                self.metrics.ttft.observe(now - job.t_submit)
+        elif job.request.metered:
             self.metrics.clock.tpot(now - job.t_last)
         job.t_last = now
         if tok in self.model.eog_ids and not job.ignore_eog:
@@ -329,7 +331,8 @@ class Scheduler:
             self.active.remove(job)
         self._kv_starved = False
         self._publish()  # stats are current before the caller hears "done"
-        self.metrics.finished(reason)
+        if job.request.metered:
+            self.metrics.finished(reason)
         for fork in job.forks:  # the prompt never finished prefilling: they end with it
             self.finish(fork, reason, error)
         job.forks = []

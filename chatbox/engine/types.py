@@ -108,6 +108,9 @@ class GenerationRequest:
     # A raw prompt (/v1/completions): tokenized as it is, no chat template; `messages` then
     # holds it as one user message, for moderation and estimates.
     prompt: str | None = None
+    # False: work no user waits on (shadow traffic), left out of the latency and request
+    # metrics that alerts and the console read.
+    metered: bool = True
 
 
 @dataclass(frozen=True)

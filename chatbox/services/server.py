@@ -306,6 +306,7 @@ class Services:
             models,
             accounts.audit,
             pool.stats,
+            waiting=gate.waiting,
             judge=_blocked(moderation),
             embed=lambda texts: knowledge.embedder.embed(texts),
             registry=metrics,

@@ -116,6 +116,12 @@ def test_answers_are_mirrored_after_they_are_done_and_compared(box: Served) -> N
     assert metric(box, 'chatbox_shadow_similarity_count{candidate="cand",tier="free"}') >= 1
     ttft = 'chatbox_shadow_ttft_seconds_count{candidate="cand",role="shadow",tier="free"}'
     assert metric(box, ttft) >= 1
+    # Shadow requests are in none of the engine's figures that alerts and the console read:
+    # the candidate, asked only by shadow traffic, has no time to first token and no request.
+    assert metric(box, 'chatbox_engine_time_to_first_token_seconds_count{model="tiny"}') >= 1
+    assert metric(box, 'chatbox_engine_time_to_first_token_seconds_count{model="cand"}') == 0
+    assert metric(box, 'chatbox_engine_requests_total{finish_reason="stop",model="cand"}') == 0
+    assert metric(box, 'chatbox_engine_requests_total{finish_reason="length",model="cand"}') == 0
 
     # The OpenAI-compatible API's answers are mirrored too.
     done = outcome(box, "compared")

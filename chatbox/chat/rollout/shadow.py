@@ -1,10 +1,13 @@
 """Shadow traffic: a share of a tier's answers is asked again of a candidate model after the
 real answer is done, only while the box has nothing else to do, and the two are compared.
 
-The shadow request runs behind every other kind of work (`SHADOW_PRIORITY`), waits for the
-box to be idle before it starts, and is cancelled (shed) as soon as a user's request is
-running or waiting on any engine of the box or the candidate's replicas fill. It never takes
-a conversation's cached prefix and its KV is never parked (`persist=False`).
+The shadow request runs behind every other kind of work (`SHADOW_PRIORITY`) and only while
+no user's request is anywhere on the box: in the HTTP layer (`Intake`, counted by the front's
+ASGI middleware), admitted and waiting for its first token, or running or queued on any
+engine (or the candidate's replicas are full). A user's request arriving cancels (sheds) a
+running shadow at once, and a shadow that overlapped one is never compared. It never takes
+a conversation's cached prefix, its KV is never parked (`persist=False`), and it is left out
+of the engine's latency and request metrics (`metered=False`), so no alert reads it.
 
 Only numbers are kept, never the shadow answer's text: its latency (time to first token,
 tokens per second), its length, its moderation outcome and its similarity to the served
@@ -59,6 +62,33 @@ ROLES = ("served", "shadow")
 Judge = Callable[[User, str], Awaitable[bool]]  # the text's moderation outcome: blocked?
 Embed = Callable[[list[str]], Awaitable[np.ndarray]]  # unit vectors, one row per text
 Loads = Callable[[], Mapping[str, EngineStats]]  # every local engine's load now
+
+
+@dataclass
+class Intake:
+    """Users' requests in the HTTP layer now, counted by the front's ASGI middleware, and
+    who is told the moment one arrives (a running shadow gives way)."""
+
+    open: int = 0
+    arrivals: int = 0  # every request that ever arrived: a shadow compares only if none did
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    def enter(self) -> None:
+        self.open += 1
+        self.arrivals += 1
+        for listener in list(self.listeners):
+            listener()
+
+    def leave(self) -> None:
+        self.open = max(0, self.open - 1)
+
+
+def counts_as_user_request(method: str, path: str) -> bool:
+    """Whether a request is a user's work that shadow traffic gives way to: anything but a
+    read (GET, HEAD, OPTIONS) outside the admin API, the console, /metrics and static files."""
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return False
+    return not path.startswith(("/v1/admin/", "/console", "/metrics", "/static/"))
 
 
 @dataclass(frozen=True)
@@ -211,6 +241,8 @@ class ShadowTraffic:
     models: ModelProvider
     audit: AuditLog
     loads: Loads
+    waiting: Callable[[], int] = lambda: 0  # admitted requests with no token yet (admission)
+    intake: Intake = field(default_factory=Intake)
     judge: Judge | None = None
     embed: Embed | None = None
     registry: CollectorRegistry | None = None
@@ -222,9 +254,17 @@ class ShadowTraffic:
     _running: dict[str, int] = field(default_factory=dict)  # shadow requests per model
     _started: set[str] = field(default_factory=set)  # models a shadow request was sent to
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _live: set[Generation] = field(default_factory=set)  # shadow generations running now
 
     def __post_init__(self) -> None:
         self.metrics = ShadowMetrics(self.registry)
+        self.intake.listeners.append(self._user_arrived)
+
+    def _user_arrived(self) -> None:
+        """A user's request came in: every running shadow is cancelled now, not at the next
+        look at the engines."""
+        for generation in list(self._live):
+            generation.cancel()
 
     # -- the admin's rules ------------------------------------------------------------------
 
@@ -292,8 +332,11 @@ class ShadowTraffic:
         task.add_done_callback(self._tasks.discard)
 
     def busy(self, candidate: str) -> bool:
-        """Whether a user's request runs or waits anywhere on the box (or the candidate's
-        replicas have no free slot): shadow work gives way to it."""
+        """Whether a user's request is in the HTTP layer, admitted, or runs or waits on any
+        engine of the box (or the candidate's replicas have no free slot): shadow work gives
+        way to it."""
+        if self.intake.open > 0 or self.waiting() > 0:
+            return True
         for name, stats in self.loads().items():
             if stats.queue_depth > 0 or stats.running > self._own(name):
                 return True
@@ -338,9 +381,12 @@ class ShadowTraffic:
             priority=SHADOW_PRIORITY,
             cache_scope=served.cache_scope,
             persist=False,  # its KV goes when it ends, never parked
+            metered=False,  # no user waits on it: not in the figures alerts read
         )
         started_at = self.clock()
+        arrivals = self.intake.arrivals
         generation = engine.submit(request)
+        self._live.add(generation)
         self._started.add(rule.candidate)
         measured = Measured()
         parts: list[str] = []
@@ -368,7 +414,10 @@ class ShadowTraffic:
         finally:
             watcher.cancel()
             generation.cancel()
+            self._live.discard(generation)
         if shed or done is None or done.finish_reason == "cancelled":
+            raise Shed
+        if self.intake.arrivals != arrivals:  # a user's request came while it ran
             raise Shed
         if done.finish_reason == "error":
             raise RuntimeError(done.error or "the shadow request failed")
