@@ -70,6 +70,7 @@ class Ticket:
     admitted_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     outcome: str = ""  # error | refused | filtered, set by the path that saw it ("" fine)
+    load: int | None = None  # requests already in its engine when it was admitted
 
     @property
     def model(self) -> str:
@@ -243,6 +244,8 @@ class Gatekeeper:
         self._seq += 1
         ticket = Ticket(user, route, estimate, priority, self, self._seq, taken.lease)
         ticket.tokens = spends.get("tokens")
+        stats = self.stats(route.model)
+        ticket.load = load(stats) if stats is not None else None
         self._waiting.setdefault(route.model, []).append(ticket)
         return ticket
 

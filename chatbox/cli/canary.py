@@ -48,6 +48,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             click.echo("  verdict: none yet (the server computes one every few seconds)")
             continue
         click.echo(f"  verdict: {v['verdict']}: {v['reason']}")
+        if v.get("more_needed") and "more answers a side" not in v["reason"]:
+            click.echo(f"  needs ~{v['more_needed']} more answers a side to decide")
         for m in v["metrics"]:
             # Percentages for ratios, points for rates (a verdict stored before these were
             # kept shows the raw difference).

@@ -93,6 +93,65 @@ def test_equal_arms_decide_nothing_until_enough_samples_then_are_ready() -> None
     assert all(c.outcome in ("ok", "few", "info") for c in late.metrics)
 
 
+def feed_loaded(
+    side: Side, clock: FakeClock, n: int, rng: random.Random, loads: range, arm: str = ""
+) -> None:
+    """One model's answers under engine load: each request already in the engine adds a
+    tenth of a second to the time to first token and slows decoding alike on both arms."""
+    for _ in range(n):
+        load = rng.choice(loads)
+        side.samples.append(
+            Sample(
+                clock.advance(1.0),
+                "free",
+                arm,
+                0.1 * (1 + load) * rng.uniform(0.8, 1.25),
+                40.0 / (1 + 0.3 * load) * rng.uniform(0.8, 1.25),
+                length=rng.randint(20, 200),
+                load=load,
+            )
+        )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_a_a_canary_on_a_busier_engine_reaches_no_false_verdict(seed: int) -> None:
+    rng, clock = random.Random(seed), FakeClock()
+    arm, base = Side(), Side()
+    # The same model on both arms; the canary's engine is the busier one (loads 2-9
+    # against 0-5), so its raw time to first token is about twice the baseline's.
+    for _ in range(20):
+        feed_loaded(base, clock, 100, rng, range(0, 6))
+        feed_loaded(arm, clock, 100, rng, range(2, 10), arm="next-arm")
+        v = verdict(CANARY, arm, base, clock())
+        assert v.verdict not in ("rollback", "hold"), v.reason
+    raw = [s.ttft_s or 0 for s in arm.samples], [s.ttft_s or 0 for s in base.samples]
+    assert sum(raw[0]) / len(raw[0]) > 1.5 * sum(raw[1]) / len(raw[1])
+    ttft = next(c for c in v.metrics if c.metric == "ttft")
+    assert abs(ttft.worsening) < 0.1  # under alike load the two are alike
+    assert ttft.arm.n < len(arm.samples)  # only answers under a load both arms saw count
+
+
+def test_an_undecided_verdict_says_how_many_more_answers_it_needs() -> None:
+    rng, clock = random.Random(6), FakeClock()
+    arm, base = Side(), Side()
+    feed(base, clock, 10, rng)
+    feed(arm, clock, 10, rng, arm="next-arm")
+    early = verdict(CANARY, arm, base, clock())
+    assert early.verdict == "collecting"
+    assert early.more_needed is not None and early.more_needed >= MIN_SAMPLES - 10
+    assert f"needs ~{early.more_needed} more answers a side to decide" in early.reason
+    feed(base, clock, 40, rng)
+    feed(arm, clock, 40, rng, arm="next-arm")
+    v = verdict(CANARY, arm, base, clock())
+    if v.verdict == "continue":
+        assert v.more_needed is not None and f"needs ~{v.more_needed} more" in v.reason
+        # Feeding that many more (as the estimate assumes, alike arms) decides it.
+        feed(base, clock, 2 * v.more_needed, rng)
+        feed(arm, clock, 2 * v.more_needed, rng, arm="next-arm")
+        assert verdict(CANARY, arm, base, clock()).verdict == "ready"
+    assert v.as_dict()["more_needed"] == v.more_needed
+
+
 def test_an_error_burst_rolls_the_canary_back() -> None:
     rng, clock = random.Random(3), FakeClock()
     arm, base = Side(), Side()
@@ -268,7 +327,8 @@ async def test_settled_requests_become_samples_of_their_arm_or_the_baseline(
             (0.5, 10.0, False, 11),
             (0.5, None, True, 0),
         ]
-        assert [(s.refused, s.length) for s in base] == [(False, 3), (True, 0)]
+        # The message moderation refused before any model ran is no sample of either side.
+        assert [(s.refused, s.length) for s in base] == [(False, 3)]
         assert "paid" not in service.sides.baselines
     finally:
         await store.close()

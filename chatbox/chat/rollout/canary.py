@@ -138,10 +138,12 @@ class CanaryService:
 
     def settled(self, ticket: Ticket, usage: Usage | None, end: float) -> None:
         """A request's admission settled: its sample, where it is a canary's or its tier's
-        baseline (a picked or pinned model is neither); nothing ran and nothing failed:
-        no sample."""
+        baseline (a picked or pinned model is neither); nothing ran and nothing failed, or
+        moderation refused the message before any model ran: no sample (no model's doing)."""
         reason = ticket.route.reason
         if reason not in ("canary", "tier", "default") or (usage is None and not ticket.outcome):
+            return
+        if ticket.outcome == "refused" and usage is None:
             return
         ttft = tps = None
         if ticket.first_token_at is not None:
@@ -159,6 +161,7 @@ class CanaryService:
                 ticket.outcome == "error",
                 ticket.outcome in ("refused", "filtered"),
                 usage.completion_tokens if usage is not None else 0,
+                ticket.load,
             )
         )
 

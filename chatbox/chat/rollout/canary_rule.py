@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from chatbox.chat.policy import Canary
@@ -32,8 +32,9 @@ class Sample:
     ttft_s: float | None = None
     tokens_per_s: float | None = None
     error: bool = False
-    refused: bool = False  # moderation refused the message or filtered the answer
+    refused: bool = False  # moderation filtered the answer (a refused message is no sample)
     length: int = 0  # completion tokens
+    load: int | None = None  # requests already in its engine when it was admitted
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class Comparison:
     shown: str = ""
     shown_interval: tuple[str, str] = ("", "")  # low and high as `shown` writes them
     quantiles: dict[str, Any] = field(default_factory=dict)
+    var_of_diff: float = 0.0
+    more_needed: int | None = None  # answers a side before it can decide (as now)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,7 @@ class Comparison:
             "outcome": self.outcome,
             "shown": self.shown,
             "shown_interval": list(self.shown_interval),
+            "more_needed": self.more_needed,
             **({"quantiles": self.quantiles} if self.quantiles else {}),
         }
 
@@ -137,9 +141,16 @@ def half_width(var_of_diff: float, tau: float, alpha: float = ALPHA) -> float:
     return math.sqrt(v * (v + t2) / t2 * (2 * math.log(1 / alpha) + math.log((v + t2) / v)))
 
 
-def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMPLES) -> Comparison:
-    """The rule applied to one metric's two sides."""
-    diff = arm.mean - base.mean
+def compare(
+    rule: Rule,
+    arm: Moments,
+    base: Moments,
+    min_samples: int = MIN_SAMPLES,
+    adjusted: tuple[float, float] | None = None,
+) -> Comparison:
+    """The rule applied to one metric's two sides; `adjusted`: the difference (arm minus
+    baseline) and its variance where they are not the plain means' (load strata)."""
+    diff = arm.mean - base.mean if adjusted is None else adjusted[0]
     worsening = diff if rule.worse == "higher" else -diff
     outcome: Outcome
     if rule.kind == "info" or arm.n == 0 or base.n == 0:
@@ -157,7 +168,7 @@ def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMP
             rule.shown(worsening),
             (rule.shown(worsening), rule.shown(worsening)),
         )
-    v = arm.var / arm.n + base.var / base.n
+    v = arm.var / arm.n + base.var / base.n if adjusted is None else adjusted[1]
     h = half_width(v, rule.tau)
     low, high = worsening - h, worsening + h
     if arm.n < min_samples or base.n < min_samples:
@@ -180,7 +191,75 @@ def compare(rule: Rule, arm: Moments, base: Moments, min_samples: int = MIN_SAMP
         outcome,
         rule.shown(worsening),
         (rule.shown(low), rule.shown(high)),
+        var_of_diff=v,
     )
+
+
+def load_stratum(load: int | None) -> int | None:
+    """Engine loads that count as alike: each of 0 to 7, then 8-15, 16-31, ... (None: not
+    known)."""
+    if load is None:
+        return None
+    return max(0, load) if load < 8 else 4 + load.bit_length()
+
+
+def stratified(
+    arm: Sequence[tuple[int | None, float]], base: Sequence[tuple[int | None, float]]
+) -> tuple[Moments, Moments, tuple[float, float] | None]:
+    """Speed compared only between answers that ran under alike engine load: (load, value)
+    pairs of each side are grouped by `load_stratum`, each stratum that both sides have
+    gives a difference of means, and these are averaged with weights n_a*n_b/(n_a+n_b) (the
+    inverse of the difference's variance when spreads are alike). Returns the two sides'
+    matched samples and the weighted difference with its variance (None: no stratum both
+    sides have)."""
+    groups: dict[int | None, tuple[list[float], list[float]]] = {}
+    for side, pairs in ((0, arm), (1, base)):
+        for load, value in pairs:
+            groups.setdefault(load_stratum(load), ([], []))[side].append(value)
+    shared = [(a, b) for a, b in groups.values() if a and b]
+    matched_a = Moments.of([v for a, _ in shared for v in a])
+    matched_b = Moments.of([v for _, b in shared for v in b])
+    if not shared:
+        return matched_a, matched_b, None
+    pooled = _pooled_var(shared)
+    weights = [len(a) * len(b) / (len(a) + len(b)) for a, b in shared]
+    total = sum(weights)
+    diff = var = 0.0
+    for w, (a, b) in zip(weights, shared, strict=True):
+        ma, mb = Moments.of(a), Moments.of(b)
+        va = ma.var if ma.n > 1 else pooled
+        vb = mb.var if mb.n > 1 else pooled
+        diff += w / total * (ma.mean - mb.mean)
+        var += (w / total) ** 2 * (va / ma.n + vb / mb.n)
+    return matched_a, matched_b, (diff, var)
+
+
+def _pooled_var(groups: Sequence[tuple[list[float], list[float]]]) -> float:
+    """The within-stratum variance over every stratum, for a stratum too small for its own."""
+    ss = dof = 0.0
+    for a, b in groups:
+        for xs in (a, b):
+            if len(xs) > 1:
+                m = Moments.of(xs)
+                ss += m.var * (m.n - 1)
+                dof += m.n - 1
+    return ss / dof if dof else 0.0
+
+
+def more_needed(c: Comparison, tau: float, now_n: int, scale: float = 1.0) -> int | None:
+    """About how many more answers a side the metric needs before its interval clears its
+    threshold, if the difference and its spread stay as they are now (None: decided, shown
+    only, or the difference sits so near the threshold that MAX_SAMPLES would not do).
+    `scale`: answers per counted sample (speed counts only answers in shared load strata)."""
+    if c.kind == "info" or c.outcome in ("ok", "worse") or now_n <= 0:
+        return None
+    gap = abs(c.worsening - c.threshold)
+    n = now_n
+    while half_width(c.var_of_diff * now_n / n, tau) >= gap:
+        if n >= MAX_SAMPLES:
+            return None
+        n = min(MAX_SAMPLES, max(n + 1, math.ceil(n * 1.1)))
+    return max(1, math.ceil((n - now_n) * scale))
 
 
 def quantile_interval(values: Sequence[float], q: float, alpha: float = ALPHA) -> dict[str, float]:
@@ -211,6 +290,7 @@ class Verdict:
     reason: str
     at: float
     metrics: tuple[Comparison, ...] = ()
+    more_needed: int | None = None  # answers a side before a decision, as things stand
 
     @property
     def deciding(self) -> str | None:
@@ -229,6 +309,7 @@ class Verdict:
             "reason": self.reason,
             "metric": self.deciding,
             "at": self.at,
+            "more_needed": self.more_needed,
             "metrics": [c.as_dict() for c in self.metrics],
         }
 
@@ -268,17 +349,21 @@ def verdict(
     def values(side: list[Sample], get: Callable[[Sample], float | None]) -> list[float]:
         return [v for v in (get(s) for s in side) if v is not None and v > 0]
 
+    def logs(side: list[Sample], get: Callable[[Sample], float | None]) -> list[tuple[Any, float]]:
+        return [(s.load, math.log(v)) for s in side if (v := get(s)) is not None and v > 0]
+
     ttft_a = values(done_a, lambda s: s.ttft_s)
     ttft_b = values(done_b, lambda s: s.ttft_s)
+    # Speed is compared only under alike engine load: a less busy engine is no better model.
+    speed: dict[str, tuple[Moments, Moments, tuple[float, float] | None, float]] = {}
+    for metric, get in (("ttft", _ttft), ("tokens_per_s", _tokens_per_s)):
+        pa, pb = logs(done_a, get), logs(done_b, get)
+        ma, mb, adjusted = stratified(pa, pb)
+        scale = (len(pa) + len(pb)) / max(1, ma.n + mb.n)  # answers per matched answer
+        speed[metric] = (ma, mb, adjusted, scale)
     moments = {
-        "ttft": (
-            Moments.of([math.log(v) for v in ttft_a]),
-            Moments.of([math.log(v) for v in ttft_b]),
-        ),
-        "tokens_per_s": (
-            Moments.of([math.log(v) for v in values(done_a, lambda s: s.tokens_per_s)]),
-            Moments.of([math.log(v) for v in values(done_b, lambda s: s.tokens_per_s)]),
-        ),
+        "ttft": speed["ttft"][:2],
+        "tokens_per_s": speed["tokens_per_s"][:2],
         "error_rate": (
             Moments.bernoulli(sum(s.error for s in a), len(a)),
             Moments.bernoulli(sum(s.error for s in b), len(b)),
@@ -300,7 +385,16 @@ def verdict(
     comparisons = []
     for rule in RULES:
         ma, mb = moments[rule.metric]
-        c = compare(rule, ma, mb, min_samples)
+        adjusted, scale = speed[rule.metric][2:] if rule.metric in speed else (None, 1.0)
+        if rule.metric in speed and adjusted is None:
+            ma, mb = Moments(0, 0.0, 0.0), Moments(0, 0.0, 0.0)  # no load both sides had
+        c = compare(rule, ma, mb, min_samples, adjusted)
+        if c.outcome != "info":
+            need = more_needed(c, rule.tau, min(ma.n, mb.n), scale)
+            if min(ma.n, mb.n) < min_samples:  # no metric decides before min_samples a side
+                short = math.ceil((min_samples - min(ma.n, mb.n)) * scale)
+                need = short if need is None else max(need, short)
+            c = replace(c, more_needed=need)
         if rule.metric == "ttft":
             c = Comparison(
                 **{
@@ -318,6 +412,17 @@ def verdict(
                 }
             )
         comparisons.append(c)
+    needs = [c.more_needed for c in comparisons if c.kind != "info" and c.outcome != "ok"]
+    heading_worse = [
+        c.more_needed
+        for c in comparisons
+        if c.kind != "info" and c.more_needed is not None and c.worsening > c.threshold
+    ]
+    more: int | None = None
+    if heading_worse:
+        more = min(n for n in heading_worse if n is not None)
+    elif needs and all(n is not None for n in needs):
+        more = max(n for n in needs if n is not None)
     worse_guard = [c for c in comparisons if c.kind == "guard" and c.outcome == "worse"]
     worse_quality = [c for c in comparisons if c.kind == "quality" and c.outcome == "worse"]
     deciding = [c for c in comparisons if c.kind != "info" and c.outcome != "few"]
@@ -337,7 +442,27 @@ def verdict(
     else:
         unsure = [c.metric for c in deciding if c.outcome != "ok"]
         name, reason = "continue", "not yet sure about " + ", ".join(unsure)
-    return Verdict(canary.arm, canary.tier, canary.model, name, reason, now, tuple(comparisons))
+    if name in ("collecting", "continue"):
+        reason += (
+            f"; needs ~{more} more answers a side to decide"
+            if more is not None
+            else "; the arms look too alike to decide within the samples kept"
+            if needs
+            else ""
+        )
+    else:
+        more = None
+    return Verdict(
+        canary.arm, canary.tier, canary.model, name, reason, now, tuple(comparisons), more
+    )
+
+
+def _ttft(s: Sample) -> float | None:
+    return s.ttft_s
+
+
+def _tokens_per_s(s: Sample) -> float | None:
+    return s.tokens_per_s
 
 
 def _why(c: Comparison) -> str:
