@@ -2,11 +2,13 @@
 category classifier's precision/recall on the held-out set.
 
     python benchmarks/moderation.py [--model smollm2] [--streams 8] [--tokens 128]
-        [--checks 300] [--samples 40] [--ttft-only] [--quick] [--json OUT]
+        [--checks 300] [--samples 40] [--ttft-only] [--accuracy] [--quick] [--json OUT]
 
 1. precision and recall per category on chatbox/moderation/data/heldout.tsv (never trained on),
    at the shipped policy's thresholds (targets: precision >= 0.9, recall >= 0.8 on blocking
-   categories);
+   categories), and the share of the everyday requests of chatbox/moderation/data/benign.tsv
+   (never trained on) that a message's check flags or blocks (target: <= 1% flagged).
+   `--accuracy` runs just this part, without a chat model;
 2. input check latency (rules + profanity + categories, one message at a time) p50/p99, idle
    and while `--streams` answers decode on the real model (target: p99 < 20 ms);
 3. TTFT and tokens/s of `--streams` concurrent answers with output moderation on vs off
@@ -45,9 +47,11 @@ if str(ROOT) not in sys.path:
 
 from chatbox.chat import ChatMessage, TokenEvent, TurnOptions  # noqa: E402
 from chatbox.chat.policy import default_policy_path  # noqa: E402
+from chatbox.knowledge.embedder import Embedder  # noqa: E402
 from chatbox.moderation.checker import Moderator  # noqa: E402
 from chatbox.moderation.classifier import HELDOUT, read_labelled  # noqa: E402
-from chatbox.moderation.evaluate import evaluate  # noqa: E402
+from chatbox.moderation.evaluate import benign, evaluate  # noqa: E402
+from chatbox.moderation.policy import ModerationPolicy  # noqa: E402
 from chatbox.services.server import Services  # noqa: E402
 from chatbox.settings import EngineSettings, Settings  # noqa: E402
 from chatbox.store import User  # noqa: E402
@@ -257,8 +261,22 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
     return out
 
 
+async def accuracy(moderator: Moderator) -> dict[str, Any]:
+    """Held-out precision and recall, and the everyday requests flagged and blocked."""
+    return {
+        "heldout": await evaluate(moderator),
+        # answer windows' vectors (the int8 graph where there is one)
+        "heldout_windows": await evaluate(moderator, approximate=True),
+        "benign": await benign(moderator),
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {}
+    if args.accuracy:  # the moderator alone, with the shipped policy, as `chatbox serve` has it
+        policy = ModerationPolicy.load(default_policy_path())
+        cache = Path.home() / ".cache" / "chatbox"
+        return await accuracy(Moderator(policy, Embedder(), cache))
     with tempfile.TemporaryDirectory() as tmp:
         services = await start(Path(tmp) / "app", args.model, args.streams, args.embedding_runtime)
         user = await services.store.users.create("bench", tier="paid")
@@ -268,9 +286,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 return report
             assert services.moderation is not None
             moderator = services.moderation.moderator
-            report["heldout"] = await evaluate(moderator)
-            # answer windows' vectors (the int8 graph where there is one)
-            report["heldout_windows"] = await evaluate(moderator, approximate=True)
+            report |= await accuracy(moderator)
             await check_latency(services, user, 30)  # warm up (first shapes, first calls)
             idle = await check_latency(services, user, args.checks)
             # Long answers, so that every check below is made while all streams decode.
@@ -342,10 +358,16 @@ def print_added_ttft(r: dict[str, Any]) -> None:
         )
 
 
-def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
-    print_added_ttft(r)
-    if args.ttft_only:
-        return
+def print_accuracy(r: dict[str, Any]) -> None:
+    b = r["benign"]
+    print("\nEveryday requests (benign.tsv, never trained on), checked as messages, free tier")
+    print(f"{'requests':>9}{'flagged':>9}{'%':>7}{'blocked':>9}{'%':>7}")
+    print(
+        f"{b['n']:>9}{b['flagged']:>9}{b['flagged_rate']:>7.1%}{b['blocked']:>9}"
+        f"{b['blocked_rate']:>7.1%}"
+    )
+    for text, category, score in b["flagged_texts"]:
+        print(f"  flagged: {category} {score:.3f}  {text}")
     print("\nHeld-out set (never trained on), shipped thresholds")
     print("(messages: exact vectors; answer windows: the int8 graph's, screened half-way)")
     print(f"{'category':<15}{'precision':>10}{'recall':>8}{'n':>5}{'windows P':>11}{'R':>6}")
@@ -355,6 +377,16 @@ def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
             f"{c:<15}{row['precision']:>10.2f}{row['recall']:>8.2f}{int(row['support']):>5}"
             f"{w['precision']:>11.2f}{w['recall']:>6.2f}"
         )
+
+
+def print_report(r: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.accuracy:
+        print_accuracy(r)
+        return
+    print_added_ttft(r)
+    if args.ttft_only:
+        return
+    print_accuracy(r)
     print("\nInput check latency, all layers (ms)")
     for name, row in r["latency_ms"].items():
         print(f"{name:<10} p50 {row['p50']:6.1f}   p99 {row['p99']:6.1f}   (n={row['n']})")
@@ -399,6 +431,7 @@ def main() -> None:
     ap.add_argument("--embedding-runtime", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--samples", type=int, default=40, help="added-TTFT pairs per case")
     ap.add_argument("--ttft-only", action="store_true", help="only input moderation's TTFT")
+    ap.add_argument("--accuracy", action="store_true", help="only precision, recall, benign")
     ap.add_argument("--quick", action="store_true", help="fewer checks, tokens and rounds")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

@@ -20,6 +20,7 @@ from chatbox.moderation.policy import CATEGORIES
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN = DATA_DIR / "train.tsv"
 HELDOUT = DATA_DIR / "heldout.tsv"
+BENIGN = DATA_DIR / "benign.tsv"  # everyday requests, never trained on: false positives
 LABELS = ("none", *CATEGORIES)
 SEGMENT_CHARS = 800  # MiniLM reads 256 word pieces: longer text is scored in pieces
 MAX_SEGMENTS = 64
@@ -30,6 +31,9 @@ MAX_SEGMENTS = 64
 SCREEN_THRESHOLD = 0.15
 SCREEN_FLOOR = 0.5  # a policy with a category threshold below this is not screened
 FIT_TIMEOUT_S = 600
+# The fit's inverse regularisation, chosen on benign.tsv's flagged rate and heldout.tsv's recall
+# (docs/moderation.md#accuracy); part of the cached weights' name.
+FIT_C = 16.0
 log = logging.getLogger("chatbox.moderation")
 
 
@@ -43,6 +47,19 @@ def read_labelled(path: Path) -> list[tuple[str, str]]:
         if label not in LABELS or not text.strip():
             raise ValueError(f"{path.name}:{n}: bad line")
         out.append((label, text.strip()))
+    return out
+
+
+def read_benign(path: Path = BENIGN) -> list[tuple[str, str]]:
+    """(topic, text) pairs of the everyday requests that should never be flagged."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        topic, _, text = line.partition("\t")
+        if not text.strip():
+            raise ValueError(f"{path.name}:{n}: bad line")
+        out.append((topic, text.strip()))
     return out
 
 
@@ -111,7 +128,7 @@ def model_file(
 ) -> Path:
     """Where the trained weights live: named by the training set, the embedding model and
     what else its vectors depend on (`kind`: "categories", or the screen's)."""
-    key = TRAIN.read_bytes() + str(embedding_model).encode()
+    key = TRAIN.read_bytes() + str(embedding_model).encode() + f"|C={FIT_C}".encode()
     if vectors:
         key += f"|{vectors}".encode()
     digest = hashlib.sha256(key).hexdigest()
@@ -124,7 +141,7 @@ def fit(given: Path, fitted: Path) -> None:
 
     with np.load(given) as data:
         vectors, y = data["vectors"], data["y"]
-    model = LogisticRegression(C=32.0, max_iter=3000, class_weight="balanced")
+    model = LogisticRegression(C=FIT_C, max_iter=3000, class_weight="balanced")
     model.fit(vectors, y)
     CategoryModel(np.asarray(model.coef_), np.asarray(model.intercept_)).save(fitted)
 

@@ -1,9 +1,10 @@
-"""Precision and recall per category on the held-out set (the tests and the benchmark)."""
+"""Precision and recall per category on the held-out set, and how many everyday requests are
+flagged or blocked (the tests and the benchmark)."""
 
 from __future__ import annotations
 
 from chatbox.moderation.checker import Moderator
-from chatbox.moderation.classifier import HELDOUT, read_labelled
+from chatbox.moderation.classifier import BENIGN, HELDOUT, read_benign, read_labelled
 from chatbox.moderation.policy import CATEGORIES
 
 
@@ -37,3 +38,28 @@ async def evaluate(
             "support": float(sum(gold)),
         }
     return table
+
+
+async def benign(moderator: Moderator, tier: str = "free") -> dict[str, object]:
+    """The everyday requests of benign.tsv checked as messages are (`Moderator.check`, input,
+    under the tier's policy): how many, and which, were flagged (any category at or over its
+    threshold) or blocked."""
+    await moderator.start()
+    rows = read_benign(BENIGN)
+    flagged: list[tuple[str, str, float]] = []  # (text, category, score)
+    blocked = 0
+    for _, text in rows:
+        verdict = await moderator.check(text, tier, "input")
+        if verdict.flagged:
+            category = verdict.category or ""
+            flagged.append((text, category, verdict.scores.get(category, 1.0)))
+            blocked += verdict.blocked
+    n = len(rows)
+    return {
+        "n": n,
+        "flagged": len(flagged),
+        "blocked": blocked,
+        "flagged_rate": len(flagged) / n,
+        "blocked_rate": blocked / n,
+        "flagged_texts": flagged,
+    }
