@@ -14,7 +14,10 @@ bound (half the margin of a baseline rule; `clear_at` for a fixed one); between 
 bounds it holds its state. Samples, their windows and an alert's times follow the server's
 clock (a replay's, in accelerated time). Each change is written to the log and posted to a
 webhook in Alertmanager's JSON shape (one group per alert name, each post carrying the
-group's whole state); the console shows the firing alerts and the recent changes.
+group's whole state); the console shows the firing alerts and the recent changes. An admin
+may silence an alert (every instance, or one) until a time: as an Alertmanager silence, it
+still fires and resolves in the log and the console, but nothing is posted for it until the
+silence ends (its group is posted then, if it still fires).
 `docs/prometheus-rules.yml` gives the same rules to teams that run Prometheus.
 """
 
@@ -294,6 +297,27 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
+@dataclass(frozen=True)
+class Silence:
+    """No post for alerts of `alertname` (of one `instance`; "": every one) until `until`."""
+
+    alertname: str
+    instance: str
+    until: float
+    by: str  # who silenced it, by name
+
+    def covers(self, alert: Alert) -> bool:
+        return alert.rule.name == self.alertname and self.instance in ("", alert.instance)
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "alertname": self.alertname,
+            "instance": self.instance,
+            "endsAt": _iso(self.until),
+            "createdBy": self.by,
+        }
+
+
 @dataclass
 class _State:
     baseline: Baseline = field(default_factory=Baseline)
@@ -369,6 +393,9 @@ class Alerts:
         self.recent: deque[Alert] = deque(maxlen=keep)  # changes, newest last
         self._state: dict[tuple[str, str], _State] = {}
         self._first_at: float | None = None
+        self._last_at: float | None = None  # the latest sample's time: silences end on it
+        self._silences: dict[tuple[str, str], Silence] = {}
+        self._ended: list[Silence] = []  # silences that ended since the last post
         self.load_baselines()
 
     def firing(self) -> list[Alert]:
@@ -387,6 +414,10 @@ class Alerts:
         sample = Sample(row, now, before, self.disk() if self.disk is not None else None)
         if self._first_at is None:
             self._first_at = at
+        self._last_at = at
+        for key, silence in list(self._silences.items()):
+            if silence.until <= at:
+                self._ended.append(self._silences.pop(key))
         settled = at - self._first_at >= self.settle_s
         changed: list[Alert] = []
         for rule in self.rules:
@@ -445,14 +476,43 @@ class Alerts:
         margin = rule.sigmas * base.std
         return max(rule.floor, base.mean + margin), max(rule.floor / 2, base.mean + margin / 2)
 
+    # -- silences --------------------------------------------------------------------------
+
+    def silence(self, alertname: str, instance: str, until: float, by: str) -> Silence:
+        """Post nothing for these alerts until `until` (on the samples' clock); KeyError for
+        an alert name no rule has."""
+        if alertname not in {r.name for r in self.rules}:
+            raise KeyError(alertname)
+        made = Silence(alertname, instance, until, by)
+        self._silences[(alertname, instance)] = made
+        return made
+
+    def unsilence(self, alertname: str, instance: str) -> Silence | None:
+        """End a silence now; its group is posted at the next sample if it still fires."""
+        ended = self._silences.pop((alertname, instance), None)
+        if ended is not None:
+            self._ended.append(ended)
+        return ended
+
+    def silences(self) -> list[Silence]:
+        """The silences in force, soonest to end first."""
+        return sorted(self._silences.values(), key=lambda s: s.until)
+
+    def silenced(self, alert: Alert) -> Silence | None:
+        return next((s for s in self.silences() if s.covers(alert)), None)
+
     async def notify(self, changed: Sequence[Alert]) -> None:
         """Post each changed group (the alerts of one name) to the webhook, as Alertmanager
-        does: every alert of the group firing now, and those that just resolved. A failure is
-        logged, never raised."""
-        if not changed or not self.webhook_url:
+        does: every alert of the group firing now, and those that just resolved; silenced
+        alerts are left out, and a group whose silence ended is posted if it still fires. A
+        failure is logged, never raised."""
+        ended, self._ended = self._ended, []
+        if not self.webhook_url:
             return
-        firing = self.firing()
-        names = dict.fromkeys(a.rule.name for a in changed)
+        firing = [a for a in self.firing() if self.silenced(a) is None]
+        changed = [a for a in changed if self.silenced(a) is None]
+        woke = [a for a in firing if any(s.covers(a) for s in ended)]
+        names = dict.fromkeys(a.rule.name for a in [*changed, *woke])
         for name in names:
             group = [a for a in firing if a.rule.name == name]
             group += [a for a in changed if a.rule.name == name and a.status == "resolved"]
@@ -472,7 +532,8 @@ class Alerts:
     # -- baselines across restarts ---------------------------------------------------------
 
     def save_baselines(self) -> None:
-        """Write the learned baselines to `baselines_path` (whole, or not at all)."""
+        """Write the learned baselines and the silences to `baselines_path` (whole, or not
+        at all)."""
         if self.baselines_path is None:
             return
         kept = {
@@ -480,9 +541,14 @@ class Alerts:
             for (name, instance), state in self._state.items()
             if state.baseline.n > 0
         }
+        silences = [
+            {"alertname": s.alertname, "instance": s.instance, "until": s.until, "by": s.by}
+            for s in self.silences()
+        ]
         tmp = self.baselines_path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps({"version": 1, "baselines": kept}))
+            body = {"version": 1, "baselines": kept, "silences": silences}
+            tmp.write_text(json.dumps(body))
             os.replace(tmp, self.baselines_path)
         except OSError as exc:
             log.warning("could not keep the alert baselines in %s: %s", tmp, exc.strerror)
@@ -494,8 +560,9 @@ class Alerts:
         try:
             raw = json.loads(self.baselines_path.read_text())
             kept = raw["baselines"] if isinstance(raw, dict) else None
+            silences = raw.get("silences", []) if isinstance(raw, dict) else []
         except (OSError, ValueError, KeyError):
-            kept = None
+            kept, silences = None, []
         if not isinstance(kept, dict):
             log.warning("ignoring unreadable alert baselines in %s", self.baselines_path)
             return
@@ -505,12 +572,35 @@ class Alerts:
             baseline = Baseline.from_dict(body)
             if name in names and baseline is not None:
                 self._state[(name, instance)] = _State(baseline)
+        rules = {r.name for r in self.rules}
+        for raw_silence in silences if isinstance(silences, list) else []:
+            try:
+                made = Silence(
+                    str(raw_silence["alertname"]),
+                    str(raw_silence["instance"]),
+                    float(raw_silence["until"]),
+                    str(raw_silence["by"]),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            if made.alertname in rules:
+                self._silences[(made.alertname, made.instance)] = made
 
     def state_out(self) -> dict[str, Any]:
-        """Firing alerts and recent changes (the console's JSON)."""
+        """Firing alerts (each with its instance and the end of its silence, if silenced),
+        recent changes, the silences in force and the rules' names (the console's JSON)."""
+        firing = []
+        for a in self.firing():
+            out = a.as_dict(self.external_url)
+            silence = self.silenced(a)
+            out["instance"] = a.instance
+            out["silencedUntil"] = _iso(silence.until) if silence is not None else None
+            firing.append(out)
         return {
-            "firing": [a.as_dict(self.external_url) for a in self.firing()],
+            "firing": firing,
             "recent": [a.as_dict(self.external_url) for a in reversed(self.recent)],
+            "silences": [s.as_dict() for s in self.silences()],
+            "rules": [r.name for r in self.rules],
         }
 
 

@@ -17,6 +17,7 @@ from chatbox.web.console.moderation import (
     ModerationPagesController,
     ModerationsController,
 )
+from chatbox.web.console.operations import ConsoleOperationsController
 from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
 from chatbox.web.console.shadow import ConsoleShadowController, ShadowController
@@ -55,6 +56,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     AdminApiController,
     AdminPagesController,
     ConsoleController,
+    ConsoleOperationsController,
     ConsoleWorkspacesController,
     ConsoleToolsController,
     ConsoleVerdictsController,

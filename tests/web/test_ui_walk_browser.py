@@ -207,6 +207,8 @@ STATES: list[tuple[str, str | None, str, str]] = [
     ("console-people", "admin", "/console/people", ""),
     ("console-person", "admin", "/console/people", "person"),
     ("console-models", "admin", "/console/models", ""),
+    ("console-replicas", "admin", "/console/replicas", ""),
+    ("console-alerts", "admin", "/console/alerts", ""),
     ("console-workspaces", "admin", "/console/workspaces", ""),
     ("console-evals", "admin", "/console/evals", ""),
     ("console-canaries", "admin", "/console/canaries", ""),
