@@ -335,6 +335,13 @@ class Conversations:
         """The conversation if the user may `act` on it (404 unless they see it)."""
         return await conversation_for(self.store, user.id, conv_id, act)
 
+    def conversation_model(self, user: User, conv: Conversation) -> str | None:
+        """The model `conv` asks for on this user's turns: its own for its starter; in a
+        workspace, another member's choice only within this user's tier."""
+        if conv.workspace_id is None or conv.user_id == user.id:
+            return conv.model
+        return self.gate.router.inherited(user, conv.model)
+
     def expected_model(self, user: User, requested: str | None) -> str:
         """The model this user's next turn will most likely use (tier, pin, picked)."""
         return self.gate.router.expected(user, requested)
@@ -381,7 +388,7 @@ class Conversations:
             limit = max(limit, len(ids) - ids.index(show))
         page = older[-limit:] if limit > 0 else []
         siblings = await self.store.turns.sibling_ids(conv.id, {t.parent_id for t in page})
-        model = self.expected_model(user, conv.model)
+        model = self.expected_model(user, self.conversation_model(user, conv))
         engine = await self.models.engine(model)
         # The gauge counts what the next turn sends: the summary and the turns that fit.
         summary = await self.store.summaries.on_path(conv.id, [t.id for t in path])

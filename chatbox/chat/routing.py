@@ -109,6 +109,15 @@ class Router:
             return Route(str(tier.model), "tier")
         return Route(self.default(), "default")
 
+    def inherited(self, user: User, model: str | None) -> str | None:
+        """The model another member set on a shared (workspace) conversation, as this user's
+        request: kept where this user's tier names it (its model, its list, "auto"), else
+        None, so the user's own tier answers (a free member never gets a paid model)."""
+        tier = self.policy.tier(user.tier)
+        if model == AUTO or (model and (model == tier.model or model in tier.models)):
+            return model
+        return None
+
     def promoted(self, tier: str, available: list[str]) -> str | None:
         """The model of the tier's promoted canary, where one is and is installed."""
         for canary in self.policy.routing.canaries:

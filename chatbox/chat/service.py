@@ -249,7 +249,10 @@ class ChatService(Conversations):
                 raise Busy("this conversation is still generating an answer; stop it or wait")
             with self.telemetry.turn(**{"chatbox.regenerate": content is None}):
                 ticket = await self.gate.admit(
-                    user, options.model or conv.model, content or "", options.n
+                    user,
+                    options.model or self.conversation_model(user, conv),
+                    content or "",
+                    options.n,
                 )
                 self.telemetry.annotate(**{"chatbox.model": ticket.model})
                 try:

@@ -190,8 +190,9 @@ class DataService:
         the new message and the answer are not written (zero-data-retention request)."""
         conv = await self.chat.conversation(user, conv_id)
         history = turn_messages(await self.store.turns.path(conv.id, conv.active_leaf_id))
-        if options.model is None and conv.model:
-            options = replace(options, model=conv.model)
+        model = self.chat.conversation_model(user, conv)
+        if options.model is None and model:
+            options = replace(options, model=model)
         return await self.temporary.answer(user, conv.system_prompt, history, content, options)
 
     async def stores_nothing(self, user: User) -> bool:
