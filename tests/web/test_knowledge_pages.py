@@ -132,3 +132,29 @@ def test_sidebar_search_links_to_the_turn_with_the_words(client: TestClient) -> 
     path, anchor = href.split("#")
     assert anchor.startswith("turn-") and "q=aardvarks" in path
     assert f'id="{anchor}"' in client.get(path).text
+
+
+def test_search_groups_hits_by_chat_each_with_its_line(client: TestClient) -> None:
+    """Five messages of one chat that match are listed under its title once, each with its
+    own snippet and link to its turn."""
+    conv_id, url = start_chat(client, "Aardvarks dig burrows at night")
+    read_stream(client, url)
+    for line in (
+        "Do aardvarks eat termites",
+        "How long do aardvarks live",
+        "Where do aardvarks sleep",
+        "Are aardvarks related to anteaters",
+    ):
+        send(client, conv_id, line)
+    other, url = start_chat(client, "One more note on aardvarks")
+    read_stream(client, url)
+    body = client.get("/ui/search", params={"q": "aardvarks"}, headers=HX).text
+    groups = re.findall(r'<li class="search-group" data-conversation="([^"]+)"', body)
+    assert sorted(groups) == sorted([conv_id, other])
+    mine = body.split(f'data-conversation="{conv_id}"')[1].split('class="search-group"')[0]
+    assert mine.count('class="hit-title"') == 1
+    snippets = re.findall(r'class="hit-snippet">(.*?)</span>', mine, re.S)
+    for words in ("dig burrows", "eat termites", "live", "sleep", "anteaters"):
+        assert any(words in s for s in snippets), (words, snippets)
+    anchors = re.findall(r'href="/c/[^"#]+#(turn-[^"]+)"', mine)
+    assert len(anchors) == len(snippets) >= 5 and len(set(anchors)) == len(anchors)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
 
@@ -111,12 +111,14 @@ class KnowledgePagesController(Controller):
     ) -> Response[str]:
         """Sidebar search results: words and meaning, matched words highlighted."""
         hits = await knowledge.search.search(user.id, q, "both", 20) if q.strip() else []
-        return html(
-            request,
-            "_search_results.html",
-            q=q,
-            hits=[{"hit": h, "html": highlight(h.snippet)} for h in hits],
-        )
+        # One entry per conversation, in the order of its best hit; each hit keeps its line.
+        groups: dict[str, dict[str, Any]] = {}
+        for h in hits:
+            group = groups.setdefault(
+                h.conversation_id, {"id": h.conversation_id, "title": h.title, "hits": []}
+            )
+            group["hits"].append({"hit": h, "html": highlight(h.snippet)})
+        return html(request, "_search_results.html", q=q, groups=list(groups.values()))
 
     @get("/ui/c/{conv_id:str}/turns/{turn_id:str}/sources", name="sources")
     async def sources(
