@@ -193,7 +193,8 @@ USER 10001:10001
 WORKDIR /data
 VOLUME /data
 EXPOSE 8000
-HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+# start-period: a first start trains moderation's classifiers before /readyz says ready
+HEALTHCHECK --interval=30s --timeout=5s --start-period=300s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('CHATBOX_PORT', '8000'), timeout=4)"]
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/chatbox-entrypoint"]
 CMD ["chatbox", "serve"]

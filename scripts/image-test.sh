@@ -303,7 +303,8 @@ start_server() {
     </dev/null >>"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   local i
-  for i in $(seq 1 240); do
+  # a first start trains moderation's classifiers before it says ready
+  for i in $(seq 1 480); do
     kill -0 "$SERVER_PID" 2>/dev/null || fail "the server exited during start-up"
     if [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE_URL/readyz")" = 200 ]; then
       say "ready: $(curl -s "$BASE_URL/readyz")"
@@ -311,7 +312,7 @@ start_server() {
     fi
     sleep 1
   done
-  fail "/readyz not ready after 240 s"
+  fail "/readyz not ready after 480 s"
 }
 
 cat >"$WORK/client.py" <<'EOF'
