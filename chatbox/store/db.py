@@ -242,13 +242,18 @@ class SqliteDatabase(Database):
         """BEGIN IMMEDIATE … COMMIT, rolled back on any error; one writer at a time."""
         t0 = time.perf_counter()  # waiting for the writer lock is part of a write's latency
         async with self._write_lock:
-            await self.conn.execute("BEGIN IMMEDIATE")
+            await self._statement("BEGIN IMMEDIATE", "ROLLBACK")
             try:
                 yield self.conn
             except BaseException:
-                await self.conn.execute("ROLLBACK")
+                await self._statement("ROLLBACK")
                 raise
-            await self.conn.execute("COMMIT")
+            try:
+                await self._statement("COMMIT")
+            except Exception:  # a COMMIT that failed leaves the transaction open
+                with contextlib.suppress(Exception):
+                    await self._statement("ROLLBACK")
+                raise
         self._timed("write", t0)
 
     @asynccontextmanager
@@ -256,11 +261,26 @@ class SqliteDatabase(Database):
         """A consistent multi-statement read: holds the writer lock (no write interleaves on
         this connection) inside a read transaction."""
         async with self._write_lock:
-            await self.conn.execute("BEGIN")
+            await self._statement("BEGIN", "COMMIT")
             try:
                 yield self.conn
             finally:
-                await self.conn.execute("COMMIT")
+                await self._statement("COMMIT")
+
+    async def _statement(self, sql: str, undo: str | None = None) -> None:
+        """Run a transaction's BEGIN, COMMIT or ROLLBACK to its end even when the caller is
+        cancelled meanwhile: the statement runs on in aiosqlite's thread regardless, and a
+        BEGIN nobody ended left every later transaction refused ("cannot start a transaction
+        within a transaction"). A cancelled BEGIN is ended with `undo`."""
+        done = asyncio.ensure_future(self.conn.execute(sql))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await done
+                if undo is not None:
+                    await self.conn.execute(undo)
+            raise
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> Any:
         t0 = time.perf_counter()

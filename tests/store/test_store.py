@@ -116,3 +116,33 @@ async def test_a_checkpoint_behind_an_open_read_waits_its_turn(tmp_path: Path) -
         await db.checkpoint()
     finally:
         await store.close()
+
+
+async def test_a_write_cancelled_at_any_point_leaves_the_next_one_working(
+    database: Path | str,
+) -> None:
+    """A request cancelled (a client gone, a timeout) while its transaction begins, runs or
+    commits leaves no transaction open: the next write goes through. A BEGIN whose caller
+    was cancelled used to run on in the driver's thread, and every later write was refused
+    ("cannot start a transaction within a transaction")."""
+    import asyncio
+
+    store = await Store.open(database)
+    try:
+        db = store.db
+
+        async def write(key: str) -> None:
+            async with db.transaction() as tx:
+                await tx.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, "v"))
+
+        for i in range(40):
+            task = asyncio.create_task(write(f"cancelled-{i}"))
+            for _ in range(i % 8):  # cancel it at a different await each time
+                await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait_for(write(f"after-{i}"), 10)
+        rows = await db.fetchall("SELECT key FROM meta WHERE key LIKE 'after-%'")
+        assert len(rows) == 40
+    finally:
+        await store.close()
