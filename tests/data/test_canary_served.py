@@ -165,6 +165,17 @@ SENDERS: dict[str, Sender] = {
             ],
         },
     ),
+    "POST /v1/responses": lambda c, w: c.api(
+        "POST",
+        "/v1/responses",
+        json={
+            "model": "tiny",
+            "max_output_tokens": 2,
+            "user": w,
+            "instructions": _text(w),
+            "input": [{"role": "user", "content": _text(w)}],
+        },
+    ),
     "POST /v1/completions": lambda c, w: c.api(
         "POST",
         "/v1/completions",
@@ -267,6 +278,13 @@ NO_CONTENT: dict[str, str] = {
     "POST /console/tools": "admin configuration: an MCP server's URL and headers, by design",
     "POST /console/tools/{server}/check": "no body: starts a server and lists its tools",
     "POST /console/tools/{server}/remove": "no body: a removal",
+    "POST /console/tools/{server}/mark": "admin configuration: which tools are read-only",
+    "POST /console/alerts/silence": "admin configuration: an alert's name and a period",
+    "POST /console/alerts/unsilence": "admin configuration: an alert's name",
+    "POST /console/replicas/drain": "admin configuration: a replica's URL is kept by design",
+    "POST /console/replicas/undrain": "admin configuration: a replica's URL is kept by design",
+    "POST /ui/c/{conv_id}/tool-calls/{call_id}": "a decision on a tool call: allow or deny",
+    "POST /v1/conversations/{conv_id}/tool-calls/{call_id}/approval": IDS_ONLY,
     "POST /admin/moderation/{item_id}/resolve": IDS_ONLY,
 }
 
