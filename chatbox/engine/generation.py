@@ -29,6 +29,8 @@ class EngineGeneration:
         self._jobs = jobs or [job]  # n answers: the first job and its forks
         self._events = events
         self._finished = False
+        self._held: EngineEvent | None = None  # read ahead of the event being handed out
+        self._ended: dict[int, DoneEvent] = {}  # by answer index (n answers end one by one)
         self.prompt_tokens = len(job.prompt)
 
     @property
@@ -40,16 +42,17 @@ class EngineGeneration:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[EngineEvent]:
-        ended: dict[int, DoneEvent] = {}
-        held: EngineEvent | None = None
+        # What was read ahead and the answers ended so far live on the generation, not on
+        # one iterator: a reader that stops early leaves them to the next (a cancel's settle).
+        ended = self._ended
         try:
             while not self._finished:
-                if held is None:
+                if self._held is None:
                     event = await self._events.get()
                 else:
-                    event, held = held, None
+                    event, self._held = self._held, None
                 if isinstance(event, TokenEvent):
-                    event, held = _coalesce(event, self._events)
+                    event, self._held = _coalesce(event, self._events)
                 if isinstance(event, DoneEvent):
                     ended[event.index] = event
                     if len(ended) < len(self._jobs):

@@ -73,8 +73,33 @@ async def test_cancel_charges_what_the_cancelled_request_used() -> None:
     metered.cancel()
     metered.cancel()  # twice: still one charge
     assert inner.cancelled
+    await stream.aclose()  # the reader goes away without the final event: read here
     await settled(usage)
     assert ticket.done and charged(usage) == [(5, 1)]
+
+
+async def test_a_reader_that_cancels_mid_stream_still_gets_the_final_event() -> None:
+    """The OpenAI answer cancels once a forced tool call is read, and reads on to the final
+    event. Nothing else may take that event from it: a settle task reading the same queue
+    took it one time in several, and the answer waited for ever."""
+    for _ in range(20):
+        _, usage, ticket = await admitted()
+        inner = FakeGeneration(cancel_usage=Usage(prompt_tokens=5, completion_tokens=2))
+        inner.push("a", "b")
+        metered = MeteredGeneration(inner, ticket)
+        seen = []
+
+        async def read(m: MeteredGeneration = metered, got: list[object] = seen) -> None:
+            async for event in m:
+                got.append(event)
+                if len(got) == 1:
+                    m.cancel()  # as the answer does once its call is whole
+                    await asyncio.sleep(0)  # anything else that runs now runs before it reads
+
+        await asyncio.wait_for(read(), 5)
+        assert isinstance(seen[-1], DoneEvent) and seen[-1].finish_reason == "cancelled"
+        await settled(usage)
+        assert charged(usage) == [(5, 2)]
 
 
 async def test_cancel_before_any_event_frees_the_users_stream() -> None:
