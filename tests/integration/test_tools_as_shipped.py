@@ -20,25 +20,13 @@ import openai
 import pytest
 from llama_cpp import Llama
 
+from tests.integration.test_openai_tools import WEATHER
 from tests.served import Served
 
 # A loaded 2-core machine answers a 40-token request in 10-60 s.
 pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
 
 QUESTION = "Write one sentence about the sea."
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "the city's name"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
