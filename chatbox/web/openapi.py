@@ -40,6 +40,7 @@ EXAMPLES: dict[tuple[str, str], Any] = {
         "rating": "down",
         "comment": "The descaling ratio was wrong.",
     },
+    ("POST", "/v1/conversations/{conv_id}/tool-calls/{call_id}/approval"): {"allow": True},
     ("POST", "/v1/chat/completions"): {
         "model": "auto",
         "messages": [

@@ -83,6 +83,8 @@ class World:
     key_id: str = ""
     share_id: str = ""
     ws_id: str = ""
+    response_id: str = ""  # a kept /v1/responses answer
+    call_id: str = ""  # a tool call's id (asked of the victim's conversation)
     # Tokens of links that no longer show anything (one revoked, one never issued): a valid
     # token is public by design (`/s/{token}`), so only dead ones belong in the matrix.
     dead_tokens: list[str] = field(default_factory=list)
@@ -99,6 +101,8 @@ class World:
             "key_id": [self.key_id],
             "share_id": [self.share_id],
             "ws_id": [self.ws_id],
+            "response_id": [self.response_id],
+            "call_id": [self.call_id],
             "token": self.dead_tokens if victim else [],
         }
         if param not in values:
@@ -157,6 +161,14 @@ def build_world(client: TestClient, headers: dict[str, str], tag: str, *, cited:
     assert r.status_code == 201, r.text
     assert client.delete(f"/v1/shares/{r.json()['id']}", headers=headers).status_code == 204
     w.dead_tokens = [r.json()["token"], "x" + r.json()["token"][1:]]
+    r = client.post(
+        "/v1/responses",
+        headers=headers,
+        json={"model": "tiny", "input": f"{tag} asks", "max_output_tokens": 2},
+    )
+    assert r.status_code == 200, r.text
+    w.response_id = r.json()["id"]
+    w.call_id = f"call_{tag}0123456789"  # waits in no answer: its conversation decides
     return w
 
 
@@ -243,6 +255,8 @@ def body_for(method: str, path: str, victim: World) -> dict[str, Any]:
         return {} if ui else {"json": {"max_tokens": 2}}
     if path.endswith("/feedback"):
         return {"data": {"rating": "down"}} if ui else {"json": {"rating": "down"}}
+    if "/tool-calls/" in path:  # a decision on a call waiting in the victim's answer
+        return {"data": {"allow": "true"}} if ui else {"json": {"allow": True}}
     if path.endswith("/branch"):
         return {"data": {"turn_id": victim.answer}} if ui else {"json": {"turn_id": victim.answer}}
     if path.endswith("/settings"):
