@@ -139,14 +139,16 @@ def test_a_firing_alert_shows_on_the_live_page_until_it_resolves(box: Box) -> No
     asyncio.run(telemetry.sample_once(at))
     assert 'id="alerts-none"' in box.client.get("/console/live").text
     disk[0] = 0.97
-    asyncio.run(telemetry.sample_once(at + 5))
+    asyncio.run(telemetry.sample_once(at + 5))  # two breaching samples in a row fire it
+    asyncio.run(telemetry.sample_once(at + 10))
     page = box.client.get("/console/live").text
     firing = page.split('id="alerts-firing"')[1].split("</table>")[0]
-    assert 'data-alert="ChatboxDiskFilling"' in firing and "0.97 full" in firing
+    assert 'data-alert="ChatboxDiskFilling"' in firing and "97% full" in firing
     data = box.client.get("/console/data/alerts").json()
     assert [a["labels"]["alertname"] for a in data["firing"]] == ["ChatboxDiskFilling"]
     disk[0] = 0.5
-    asyncio.run(telemetry.sample_once(at + 10))
+    for i in range(3):  # three clear samples in a row resolve it
+        asyncio.run(telemetry.sample_once(at + 15 + 5 * i))
     page = box.client.get("/console/live").text
     assert 'id="alerts-none"' in page
     assert 'data-alert="ChatboxDiskFilling" data-status="resolved"' in page
