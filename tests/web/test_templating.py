@@ -93,8 +93,9 @@ def test_templates_render_urls_by_reversing_routes(
     class Hit:
         conversation_id, turn_id, title = "c1", "t1", "A chat"
 
+    group = {"id": "c1", "title": "A chat", "hits": [{"hit": Hit(), "html": "x"}]}
     html = env.get_template("_search_results.html").render(
-        request=request, q="a b/c&d", hits=[{"hit": Hit(), "html": "x"}]
+        request=request, q="a b/c&d", groups=[group]
     )
     assert 'href="/c/c1?turn=t1&amp;q=a%20b/c%26d#turn-t1"' in html
 
