@@ -305,7 +305,8 @@ def test_phone_layouts_fit(box: Box, browser: Any) -> None:
         open_state(tab, "/console/audit", "")
         nav = pg.locator(".console-nav").bounding_box()
         main = pg.locator("#console-main").bounding_box()
-        assert nav["width"] > 0.9 * PHONE["width"] and nav["height"] < 200, nav
+        # the nav's links wrap to a few rows (a quarter of the phone's height at most)
+        assert nav["width"] > 0.9 * PHONE["width"] and nav["height"] < PHONE["height"] / 4, nav
         assert main["width"] > 0.9 * PHONE["width"], main
         table = pg.evaluate(
             "() => { const t = document.querySelector('#console-main table');"
