@@ -1,7 +1,8 @@
 """Bounding a JSON schema before it becomes a grammar.
 
-llama-cpp-python's converter writes `minLength: n` as n copies of a rule and `maxLength: n`
-as n nested optional groups; llama.cpp then parses that text and, while sampling, tracks one
+llama-cpp-python's converter writes `minItems: n` as n copies of a rule and `maxItems: n`
+as n nested optional groups (string lengths are written as llama.cpp's own `char{m,n}`,
+chatbox/engine/tools.py); llama.cpp then parses that text and, while sampling, tracks one
 stack per open alternative (compared pairwise when stacks merge). So the grammar's size, its
 compile time and memory, and each decode step's cost grow with a schema's numbers, not with
 its size in bytes. `bound_schema` walks a schema first, refuses one whose numbers exceed
@@ -28,8 +29,8 @@ from typing import Any, Protocol
 CHARS_PER_TOKEN = 32
 # llama.cpp refuses repetition counts above this in a grammar it is handed as `x{m,n}`.
 MAX_REPEAT = 2000
-# Upper bounds with more optional repetitions than this become unbounded (`x*`): each one
-# is a nested group, and one step's stack is as deep as the groups it is in.
+# maxItems with more optional repetitions than this become unbounded (`x*`): each one is a
+# nested group, and one step's stack is as deep as the groups it is in.
 MAX_OPTIONAL = 64
 MAX_EXPANSION = 20_000  # repeated rule references in one grammar, all keywords together
 MAX_DEPTH = 24  # nested schemas (properties, items, anyOf, ...)
@@ -316,7 +317,7 @@ class _Walker:
     def _repetitions(
         self, schema: dict[str, Any], out: dict[str, Any], counts: dict[str, int], path: str
     ) -> None:
-        """minX are spelled out as copies; maxX as nested optional groups, or dropped."""
+        """Lower bounds are spelled out; upper bounds kept while cheap, else dropped."""
         for lo_key, hi_key in (("minLength", "maxLength"), ("minItems", "maxItems")):
             lo = counts.get(lo_key, 0)
             if lo > MAX_REPEAT:
@@ -329,7 +330,9 @@ class _Walker:
             if hi is None:
                 continue
             spent = self.budget.expansion + max(0, hi - lo)
-            if hi - lo > MAX_OPTIONAL or hi > self.budget.max_chars or spent > MAX_EXPANSION:
+            # a string's `char{m,n}` is a tail-recursive rule in llama.cpp: no deeper stacks
+            optional = MAX_REPEAT if hi_key == "maxLength" else MAX_OPTIONAL
+            if hi - lo > optional or hi > self.budget.max_chars or spent > MAX_EXPANSION:
                 del out[hi_key]  # unbounded: the token budget ends the answer
             else:
                 self.spend("expansion", max(0, hi - lo), hi_key, path)

@@ -156,26 +156,32 @@ def convert_schema(schema: dict[str, Any], prop_order: Sequence[str] = ()) -> st
 
 
 def _converter(schema: dict[str, Any], prop_order: Sequence[str]) -> str:
-    """llama-cpp-python's json_schema_to_gbnf, with enums written as a trie.
+    """llama-cpp-python's json_schema_to_gbnf, with enums written as a trie and string
+    lengths as llama.cpp's own repetition `char{m,n}` (the converter nests n optional groups).
 
     The converter writes an enum as one alternative per value, and llama.cpp checks every
     candidate token against each alternative still open: 1,000 values cost ~2 s of one
     decode step on a 49k vocabulary. As a trie only the values' distinct next characters
     are open at once.
     """
-    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+    from llama_cpp.llama_grammar import PRIMITIVE_RULES, RESERVED_NAMES, SchemaConverter
 
     untyped: Any = SchemaConverter  # the library has no type hints
 
     class Converter(untyped):  # type: ignore[misc]
         def visit(self, schema: Any, name: str) -> Any:
+            rule = name + "-" if name in RESERVED_NAMES else name or "root"
+            if _plain_string_with_length(schema):
+                char = self._add_primitive("char", PRIMITIVE_RULES["char"])
+                low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+                span = f"{{{low},{'' if high is None else int(high)}}}"
+                return self._add_rule(rule, f'"\\"" {char}{span} "\\"" space')
             # the converter's own precedence: these are read before an enum
             before = ("$ref", "oneOf", "anyOf", "const")
             plain = isinstance(schema, dict) and isinstance(schema.get("enum"), list)
             plain = plain and not any(k in schema for k in before)
             if not plain or isinstance(schema.get("type"), list):
                 return super().visit(schema, name)
-            rule = name + "-" if name in RESERVED_NAMES else name or "root"
             literals = sorted({json.dumps(v) for v in schema["enum"]})
             if not literals:
                 raise ValueError("enum must not be empty")
@@ -185,6 +191,16 @@ def _converter(schema: dict[str, Any], prop_order: Sequence[str]) -> str:
     converter = Converter(prop_order=order, allow_fetch=False, dotall=False, raw_pattern=False)
     converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "stdin"), "")
     return str(converter.format_grammar())
+
+
+def _plain_string_with_length(schema: Any) -> bool:
+    """A string schema whose only constraint is its length."""
+    if not isinstance(schema, dict) or schema.get("type") != "string":
+        return False
+    if "minLength" not in schema and "maxLength" not in schema:
+        return False
+    other = ("$ref", "oneOf", "anyOf", "allOf", "const", "enum", "pattern", "format")
+    return not any(key in schema for key in other)
 
 
 def _literal(text: str) -> str:

@@ -187,6 +187,26 @@ async def test_tool_call_grammar_names_a_tool_and_its_arguments_validate(
     assert call["name"] == "forecast" and conforms(call["arguments"], params)
 
 
+async def test_a_long_max_length_holds_at_default_sampling(tiny_engine: LlamaEngine) -> None:
+    """A string's maxLength well past a few dozen (a search query's 200) is enforced, so a
+    model stuck repeating one character still closes its string and ends the call."""
+    params = {
+        "type": "object",
+        "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 200}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    tools = (ToolSpec("search_library", "search", json.dumps(params)),)
+    grammar = tool_call_grammar(tools, None, 1500)
+    assert "{1,200}" in grammar
+    for seed in range(4):
+        sampling = SamplingParams(seed=seed, max_tokens=1500, grammar=grammar)
+        result = await collect(tiny_engine.submit(GenerationRequest(chat("otters"), sampling)))
+        assert result.done.finish_reason == "stop", result.text
+        call = json.loads(result.text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+        assert conforms(call["arguments"], params), call
+
+
 async def test_parallel_tool_call_grammar_gives_several_calls_and_single_gives_one(
     tiny_engine: LlamaEngine,
 ) -> None:

@@ -88,6 +88,20 @@ def test_empty_message_is_422_and_stores_nothing(client: TestClient) -> None:
     assert turns(client, conv_id)["turns"] == []
 
 
+def test_penalties_are_taken_within_their_range_and_refused_outside_it(
+    client: TestClient,
+) -> None:
+    conv_id = new_conversation(client)
+    for name in ("frequency_penalty", "presence_penalty"):
+        body = {"content": "Hello", name: 2.5}
+        response = client.post(f"/v1/conversations/{conv_id}/turns", json=body)
+        assert response.status_code in (400, 422), response.text
+        assert name in response.json()["error"]["message"]
+    assert turns(client, conv_id)["turns"] == []
+    events = send(client, conv_id, "Hello", frequency_penalty=1.0, presence_penalty=-0.5)
+    assert events[-1].event == "done" and events[-1].json()["status"] == "complete"
+
+
 def test_too_long_message_is_413_naming_the_limit(client: TestClient) -> None:
     conv_id = new_conversation(client)
     response = client.post(f"/v1/conversations/{conv_id}/turns", json={"content": "word " * 3000})

@@ -25,7 +25,7 @@ from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
     send,
     wait_new_answer,
 )
-from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, _policy
+from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, UNSTUCK, _policy
 from tests.web.test_ui_walk_browser import AXE
 
 pytestmark = pytest.mark.browser
@@ -41,11 +41,6 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
         yield served
 
 
-@pytest.mark.xfail(
-    reason="the tiny model no longer ends a forced search_library call within max_tokens"
-    " since sampling under a grammar was fixed (to be found)",
-    strict=False,
-)
 @pytest.mark.timeout(600)
 def test_a_search_and_a_program_show_in_the_answer_bubble(
     box: Served,
@@ -62,7 +57,7 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
         "content": QUESTION,
         "tool_choice": ["search_library", "run_python"],
         "max_tokens": 1500,
-        "seed": SEED,
+        **UNSTUCK,
     }
     with http.stream("POST", f"/v1/conversations/{conv}/turns", json=body) as r:
         events = list(parse_sse(r.iter_lines()))

@@ -28,9 +28,10 @@ SECRET = "otterwisdom"
 CALLS = 3  # the test policy's paid tier: tool calls in one answer
 DOC = f"Otters hold hands while sleeping. {SECRET}. " * 5
 QUESTION = "Look it up in my documents, then compute it."
-# The tiny model's random program ends within max_tokens with this seed (a forced call cut
-# by max_tokens is no call).
 SEED = 7
+# The random tiny model can repeat one character for ever inside a string the grammar leaves
+# unbounded (a program's 20,000 characters); a forced call cut by max_tokens is no call.
+UNSTUCK = {"seed": SEED, "frequency_penalty": 0.5}
 
 
 def _policy(where: Path) -> Path:
@@ -89,18 +90,13 @@ def _rows(box: Served, sql: str, *params: object) -> list[tuple[Any, ...]]:
     return run_sql(box.database, sql, params)
 
 
-@pytest.mark.xfail(
-    reason="the tiny model no longer ends a forced search_library call within max_tokens"
-    " since sampling under a grammar was fixed (to be found)",
-    strict=False,
-)
 @pytest.mark.timeout(600)  # three passes of the tiny model over ~3,000 byte tokens each
 def test_library_search_and_code_calls_are_turns_streamed_and_stored(
     box: Served, ann: httpx.Client
 ) -> None:
     conv = ann.post("/v1/conversations", json={"title": "otters"}).json()["id"]
     events = _send(
-        ann, conv, tool_choice=["search_library", "run_python"], max_tokens=1500, seed=SEED
+        ann, conv, tool_choice=["search_library", "run_python"], max_tokens=1500, **UNSTUCK
     )
     kinds = [e.event for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done", (kinds, events[-1].data)
@@ -204,17 +200,12 @@ def test_zero_retention_stores_no_tool_turn_and_no_cached_result(
     assert _rows(box, "SELECT count(*) FROM tool_results")[0][0] == before
 
 
-@pytest.mark.xfail(
-    reason="the tiny model no longer ends a forced search_library call within max_tokens"
-    " since sampling under a grammar was fixed (to be found)",
-    strict=False,
-)
 @pytest.mark.timeout(600)  # alone, it starts the box and loads the embedding model
 def test_erasing_the_conversation_takes_its_tool_turns_and_cached_results(
     box: Served, ann: httpx.Client
 ) -> None:
     conv = ann.post("/v1/conversations", json={}).json()["id"]
-    events = _send(ann, conv, tool_choice=["search_library"], max_tokens=1500, seed=SEED)
+    events = _send(ann, conv, tool_choice=["search_library"], max_tokens=1500, **UNSTUCK)
     assert any(e.event == "tool_result" for e in events), [(e.event, e.data) for e in events]
     assert _rows(box, "SELECT count(*) FROM tool_results WHERE conversation_id = ?", conv)[0][0]
     assert ann.delete(f"/v1/conversations/{conv}").status_code == 204

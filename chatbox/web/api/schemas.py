@@ -60,6 +60,8 @@ class TurnIn:
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    presence_penalty: float = 0.0  # -2..2, as in the OpenAI API
+    frequency_penalty: float = 0.0
     fresh: bool = False  # a new answer even where the semantic cache holds one
     # The assistant's tools: "none" (default: none offered), "auto" (offered; it decides),
     # "required" (it calls one before answering), or tool names (it calls each first, in
@@ -75,10 +77,18 @@ class TurnIn:
             self.max_tokens,
             self.seed,
             tuple(self.stop or ()),
+            presence_penalty=_penalty(self.presence_penalty, "presence_penalty"),
+            frequency_penalty=_penalty(self.frequency_penalty, "frequency_penalty"),
             fresh=self.fresh,
             tool_choice=choice,
             force_tools=forced,
         )
+
+
+def _penalty(value: float, name: str) -> float:
+    if not -2.0 <= value <= 2.0:
+        raise InvalidInput(f"{name} must be between -2 and 2", name)
+    return value
 
 
 MAX_FORCED_TOOLS = 16
