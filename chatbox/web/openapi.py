@@ -1,5 +1,6 @@
-"""The OpenAPI schema as the server really behaves: what Litestar cannot infer is set here,
-once the routes are built (`describe`), so /schema/openapi.json describes every route.
+"""The OpenAPI schema as the server really behaves: what Litestar cannot infer is set here
+when the schema is first built (`describe`, on first use: building it costs more than the
+rest of `create_app`), so /schema/openapi.json describes every route.
 
 Litestar marks every request body required and cannot see a body a handler streams
 itself (the uploads); the examples are what a client would send.
@@ -10,7 +11,9 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from litestar import Litestar
+from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.openapi.spec import (
+    OpenAPI,
     OpenAPIFormat,
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -111,9 +114,26 @@ def _upload_body(with_conversation: bool) -> RequestBody:
     )
 
 
+class _DescribedOpenAPIPlugin(OpenAPIPlugin):
+    """Litestar's OpenAPI plugin, completing the schema as it first builds it."""
+
+    __slots__ = ()
+
+    def provide_openapi(self) -> OpenAPI:
+        if not self._openapi:
+            schema = self._build_openapi()
+            _describe(self.app, schema)
+            self._openapi = schema
+        return self._openapi
+
+
 def describe(app: Litestar) -> None:
-    """Complete the app's OpenAPI schema in place (it is built once and served as is)."""
-    paths = app.openapi_schema.paths or {}
+    """Have the app's OpenAPI schema completed when it is first built (then served as is)."""
+    app.plugins.get(OpenAPIPlugin).__class__ = _DescribedOpenAPIPlugin
+
+
+def _describe(app: Litestar, schema: OpenAPI) -> None:
+    paths = schema.paths or {}
     for route in app.routes:
         if not isinstance(route, HTTPRoute) or route.path_format not in paths:
             continue
