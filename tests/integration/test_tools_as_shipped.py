@@ -14,7 +14,9 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -22,6 +24,12 @@ from llama_cpp import Llama
 
 from tests.integration.test_openai_tools import WEATHER
 from tests.served import Served
+from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
+    browser,
+    mark_answers,
+    send,
+    wait_new_answer,
+)
 
 # A loaded 2-core machine answers a 40-token request in 10-60 s.
 pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
@@ -131,3 +139,46 @@ def test_forced_calls_three_at_a_time_under_load_all_answer(box: Served) -> None
         assert calls and calls[0].function.name == "get_weather", reply  # type: ignore[union-attr]
         if reply.choices[0].finish_reason == "tool_calls":  # complete: its arguments parse
             assert isinstance(json.loads(calls[0].function.arguments), dict)  # type: ignore[union-attr]
+
+
+@pytest.mark.browser
+def test_answers_with_the_composers_tools_switch_on_read_as_the_models_own(
+    box: Served,
+    client: openai.OpenAI,
+    scorer: Llama,
+    browser: Any,  # noqa: F811
+) -> None:
+    """The UI as a new user meets it: Chromium, the Tools switch on, the shipped model and
+    the server's default sampling. Each chat's answer, written after whatever tools the model
+    chose to call, reads as the model's own text: its mean NLL is within 1.0 of answers
+    written without tools."""
+    http = httpx.Client(base_url=box.url, headers=box.auth(box.user("uma")), timeout=60)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(box.url + "/login")
+    page.fill("input[name=name]", "uma")
+    page.fill("input[name=password]", "umauma")
+    page.click("button[type=submit]")
+    answers = []
+    for _ in range(2):
+        page.goto(box.url + "/")
+        page.wait_for_selector("#composer-input", timeout=120_000)
+        page.get_by_role("switch", name="Tools").check()
+        mark_answers(page)
+        send(page, QUESTION)
+        wait_new_answer(page, timeout=900_000)
+        conv = page.url.rsplit("/c/", 1)[1].split("?")[0]
+        turns = http.get(f"/v1/conversations/{conv}").json()["turns"]
+        [answer] = [t for t in turns if t["role"] == "assistant"]
+        assert answer["status"] == "complete", answer
+        assert answer["usage"]["prompt_tokens"] > 300, answer  # the tools' descriptions
+        answers.append(answer["content"])
+    context.close()
+    assert not errors, errors
+    plain = texts(client, 3)
+    assert len(plain) >= 2 and all(a.strip() for a in answers), (plain, answers)
+    without = float(np.mean([mean_nll(scorer, QUESTION, a) for a in plain]))
+    with_tools = float(np.mean([mean_nll(scorer, QUESTION, a) for a in answers]))
+    assert with_tools <= without + 1.0, (with_tools, without, answers)
