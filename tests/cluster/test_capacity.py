@@ -14,7 +14,13 @@ import httpx
 from chatbox.cluster.local import LOCAL
 from tests.cluster.conftest import Replica, front
 from tests.cluster.fake import FakeReplica
-from tests.cluster.test_router import ask, fleet, new_conversation, preferred
+from tests.cluster.test_router import (
+    ask,
+    fleet,
+    new_conversation,
+    preferred,
+    stored_assistant_turns,
+)
 from tests.conftest import LiveServer
 from tests.sse import Event, parse_sse
 
@@ -69,6 +75,14 @@ def wait_idle(server: LiveServer) -> None:
     deadline = time.monotonic() + 10
     while any(r["running"] or r["queued"] for r in fleet(server.url, server.headers).values()):
         assert time.monotonic() < deadline, "the stopped answers still run"
+        time.sleep(0.05)
+
+
+def wait_stored(server: LiveServer, conv: str) -> None:
+    """Until the conversation's answer is stored (an answer is stored once, when it ends)."""
+    deadline = time.monotonic() + 10
+    while not stored_assistant_turns(server.url, server.headers, conv):
+        assert time.monotonic() < deadline, "the stopped answer was not stored"
         time.sleep(0.05)
 
 
@@ -218,6 +232,8 @@ def test_a_burst_of_new_conversations_spreads_over_the_fleet(data_dir: Path) -> 
             # third to x, the fourth to y.
             assert running == {x.url: 2, y.url: 2}, running
         wait_idle(server)
+        for conv in convs:  # a stopped answer is stored just after its replica lets go
+            wait_stored(server, conv)
         # Each conversation's next turn goes where its first answer (and its KV) went.
         before = (x.generate_calls, y.generate_calls)
         for conv in convs:
