@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # The whole suite on both stores side by side: SQLite, and PostgreSQL (CHATBOX_TEST_STORE;
-# tests/pg.py starts its server). Much of a pass waits on the servers it starts, so the two
-# together take less than one after the other. Each pass's output is printed when both end;
-# the exit status is non-zero when either fails.
+# tests/pg.py starts its server). Much of a pass waits on the servers it starts, so each pass
+# runs its test files in two worker processes (pytest-xdist; a file's tests stay together, so
+# its module fixtures are made once), and the two passes run at once. Each pass's output is
+# printed when both end; the exit status is non-zero when either fails.
 #   bash scripts/test.sh [pytest arguments ...]
+#   CHATBOX_TEST_WORKERS=0 bash scripts/test.sh ...   # each pass in one process
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # Bytecode for every `chatbox` process the tests start (with PYTHONDONTWRITEBYTECODE set,
 # each would otherwise compile the package again: ~0.4 s of every CLI call and server start).
 .venv/bin/python -m compileall -q chatbox >/dev/null
 logs=$(mktemp -d)
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" >"$logs/sqlite" 2>&1 &
+workers=${CHATBOX_TEST_WORKERS:-2}
+spread=()
+[ "$workers" = 0 ] || spread=(-n "$workers" --dist loadfile)
+.venv/bin/python -m pytest -q -p no:cacheprovider "${spread[@]}" "$@" >"$logs/sqlite" 2>&1 &
 sqlite=$!
-CHATBOX_TEST_STORE=postgresql .venv/bin/python -m pytest -q -p no:cacheprovider "$@" \
-  >"$logs/postgresql" 2>&1 &
+CHATBOX_TEST_STORE=postgresql .venv/bin/python -m pytest -q -p no:cacheprovider "${spread[@]}" \
+  "$@" >"$logs/postgresql" 2>&1 &
 postgresql=$!
 failed=0
 for store in sqlite postgresql; do

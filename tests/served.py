@@ -39,10 +39,16 @@ _CACHE: list[Path] = []
 
 
 def shared_cache_dir() -> Path:
-    """One cache directory for every server a test run starts: the embedding model's export
-    and the moderation classifiers are made once per run, not once per server."""
+    """One cache directory for every server a test run starts (its worker processes' too):
+    the embedding model's export and the moderation classifiers are made once per run, not
+    once per server (servers starting together write it atomically)."""
     if not _CACHE:
-        _CACHE.append(Path(tempfile.mkdtemp(prefix="chatbox-served-cache-")))
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if run is None:
+            _CACHE.append(Path(tempfile.mkdtemp(prefix="chatbox-served-cache-")))
+        else:
+            _CACHE.append(Path(tempfile.gettempdir()) / f"chatbox-served-cache-{run}")
+            _CACHE[0].mkdir(exist_ok=True)
     return _CACHE[0]
 
 
