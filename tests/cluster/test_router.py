@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,21 @@ def test_an_answer_too_long_to_continue_elsewhere_ends_at_length(data_dir: Path)
         front(data_dir, [a.url, b.url]) as server,
     ):
         conv = new_conversation(server.url, server.headers)
-        out = ask(server.url, server.headers, conv, "tell me a long story", max_tokens=4000)
+        pool = ThreadPoolExecutor(1)  # not waited for: a stuck reader ends with the front
+        asked = pool.submit(
+            ask, server.url, server.headers, conv, "tell me a long story", max_tokens=4000
+        )
+        try:
+            out = asked.result(timeout=120)
+        except TimeoutError:  # say where the answer stands (a reader would wait for ever)
+            turns = stored_assistant_turns(server.url, server.headers, conv)
+            raise AssertionError(
+                f"no end in 120 s; replicas {fleet(server.url, server.headers)}; calls"
+                f" {a.generate_calls}, {b.generate_calls}; running {a.running}, {b.running};"
+                f" stored {turns}"
+            ) from None
+        finally:
+            pool.shutdown(wait=False)
         assert out["status"] == "complete" and out["finish_reason"] == "length", out
         assert out["usage"]["completion_tokens"] == FULL_AFTER
         assert a.generate_calls + b.generate_calls == 2  # the start, and the continuation

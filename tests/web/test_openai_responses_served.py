@@ -5,6 +5,7 @@ LangChain's `OpenAIEmbeddings` as it comes, which sends token ids."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections.abc import Iterator
@@ -12,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import litellm
 import openai
 import pytest
 from pydantic import BaseModel
@@ -21,7 +21,10 @@ from tests.served import Served
 
 # litellm ships tiktoken's cl100k_base file: where LangChain (the client) reads it without
 # fetching it. The server reads the file the app ships.
-TIKTOKEN = Path(litellm.__file__).parent / "litellm_core_utils" / "tokenizers"
+# Found, not imported: importing litellm tries to download its price list (~17 s offline).
+_LITELLM = importlib.util.find_spec("litellm")
+assert _LITELLM is not None and _LITELLM.origin is not None, "pip install litellm"
+TIKTOKEN = Path(_LITELLM.origin).parent / "litellm_core_utils" / "tokenizers"
 WEATHER = {
     "type": "function",
     "name": "get_weather",
