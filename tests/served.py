@@ -139,8 +139,8 @@ class Served:
 
     def user(self, name: str, role: str = "member", tier: str = "free") -> str:
         """Add a person with a password (their name twice) and return a new API key."""
-        self.cli("users", "add", name, "--role", role, "--tier", tier, "--password", name * 2)
-        return self.cli("keys", "create", "--user", name).strip().splitlines()[-1]
+        args = ("--role", role, "--tier", tier, "--password", name * 2, "--key")
+        return self.cli("users", "add", name, *args).strip().splitlines()[-1]
 
     @staticmethod
     def auth(key: str) -> dict[str, str]:

@@ -103,9 +103,16 @@ def users() -> None:
 @click.option("--tier", default="free", show_default=True, help="A tier from the policy file.")
 @click.option("--password", default=None, help="Default: prompt, or generate and print one.")
 @click.option("--no-password", is_flag=True, help="API keys only; no browser login.")
+@click.option("--key", is_flag=True, help="Also make an API key: printed on stdout, once.")
 @click.pass_context
 def users_add(
-    ctx: click.Context, name: str, role: str, tier: str, password: str | None, no_password: bool
+    ctx: click.Context,
+    name: str,
+    role: str,
+    tier: str,
+    password: str | None,
+    no_password: bool,
+    key: bool,
 ) -> None:
     if tier not in _tiers(ctx):
         raise click.ClickException(f"unknown tier {tier!r}; tiers: {', '.join(_tiers(ctx))}")
@@ -113,15 +120,22 @@ def users_add(
     if not no_password:
         password, generated = _new_password(password)
 
-    async def run(services: OperatorServices) -> None:
+    async def run(services: OperatorServices) -> str | None:
         if await services.accounts.by_name(name) is not None:
             raise click.ClickException(f"a user named {name!r} already exists")
-        await _admin(services).add_user(name, role=role, tier=tier, password=password)
+        admin = _admin(services)
+        await admin.add_user(name, role=role, tier=tier, password=password)
+        if not key:
+            return None
+        _, secret = await admin.create_key(await _person(services, name), None)
+        return secret
 
-    with_services(ctx, run)
+    secret = with_services(ctx, run)
     click.echo(f"Added {role} {name!r} on the {tier} tier", err=True)
     if generated:
         click.echo(f"Password: {password}", err=True)
+    if secret is not None:
+        click.echo(secret)
 
 
 @users.command("list")

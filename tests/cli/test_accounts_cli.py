@@ -100,6 +100,17 @@ def test_users_lifecycle(data_dir: Path) -> None:
     assert cli(data_dir, "users", "disable", "nobody").exit_code != 0
 
 
+def test_users_add_with_key_prints_a_key_that_acts_as_the_new_user(data_dir: Path) -> None:
+    made = cli(data_dir, "users", "add", "bo", "--no-password", "--key")
+    assert made.exit_code == 0, made.output
+    key = made.stdout.strip()
+    user = check(data_dir, lambda s: s.keys.authenticate(key))
+    assert user is not None and user.name == "bo"
+    assert "cbx-" not in made.stderr  # the key is on stdout alone, for a script to read
+    listing = cli(data_dir, "keys", "list", "--user", "bo").stdout
+    assert key[:10] in listing and key not in listing
+
+
 def test_keys_list_and_revoke(data_dir: Path) -> None:
     key = cli(data_dir, "keys", "create", "--user", "admin", "--name", "laptop").stdout.strip()
     listing = cli(data_dir, "keys", "list").stdout
