@@ -28,6 +28,7 @@ from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
     browser,
     mark_answers,
     send,
+    signed_in,
     wait_new_answer,
 )
 
@@ -153,14 +154,7 @@ def test_answers_with_the_composers_tools_switch_on_read_as_the_models_own(
     chose to call, reads as the model's own text: its mean NLL is within 1.0 of answers
     written without tools."""
     http = httpx.Client(base_url=box.url, headers=box.auth(box.user("uma")), timeout=60)
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(box.url + "/login")
-    page.fill("input[name=name]", "uma")
-    page.fill("input[name=password]", "umauma")
-    page.click("button[type=submit]")
+    page, errors = signed_in(browser, box.url, "uma", "umauma")
     answers = []
     for _ in range(2):
         page.goto(box.url + "/")
@@ -175,7 +169,7 @@ def test_answers_with_the_composers_tools_switch_on_read_as_the_models_own(
         assert answer["status"] == "complete", answer
         assert answer["usage"]["prompt_tokens"] > 300, answer  # the tools' descriptions
         answers.append(answer["content"])
-    context.close()
+    page.context.close()
     assert not errors, errors
     plain = texts(client, 3)
     assert len(plain) >= 2 and all(a.strip() for a in answers), (plain, answers)

@@ -147,6 +147,21 @@ def last_status(page: Any) -> str | None:
     )
 
 
+def signed_in(browser: Any, url: str, name: str, password: str) -> tuple[Any, list[str]]:
+    """A desktop page signed in as `name` on the chat page, and the list its page errors
+    are collected in."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url + "/login")
+    page.fill("input[name=name]", name)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#composer-input", timeout=120_000)
+    return page, errors
+
+
 def send(page: Any, text: str) -> None:
     page.fill("#composer-input", text)
     page.press("#composer-input", "Enter")

@@ -23,6 +23,7 @@ from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
     browser,
     mark_answers,
     send,
+    signed_in,
     wait_new_answer,
 )
 from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, UNSTUCK, _policy
@@ -63,15 +64,7 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
         events = list(parse_sse(r.iter_lines()))
     assert events[-1].event == "done", events[-1]
 
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(box.url + "/login")
-    page.fill("input[name=name]", "ann")
-    page.fill("input[name=password]", "annann")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#composer-input")
+    page, errors = signed_in(browser, box.url, "ann", "annann")
     page.goto(f"{box.url}/c/{conv}")
     bubble = page.locator(".turn.assistant").last
     steps = bubble.locator(".tool-step")
@@ -86,7 +79,7 @@ def test_a_search_and_a_program_show_in_the_answer_bubble(
     assert steps.nth(1).locator(".tool-args").inner_text().strip().startswith("{")
     assert steps.nth(1).locator(".tool-result").is_visible()
     page.screenshot(path=str(tmp_path / "tools.png"))
-    context.close()
+    page.context.close()
     assert not errors, errors
 
 
@@ -120,21 +113,13 @@ def test_an_mcp_servers_tool_is_used_in_a_chat_and_shows_in_the_bubble(
     expected = int(arguments["a"]) + int(arguments["b"])
     assert str(expected) in json.dumps(json.loads(result.data))
 
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(box.url + "/login")
-    page.fill("input[name=name]", "mo")
-    page.fill("input[name=password]", "momo")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#composer-input")
+    page, errors = signed_in(browser, box.url, "mo", "momo")
     page.goto(f"{box.url}/c/{conv}")
     step = page.locator(".turn.assistant").last.locator(".tool-step")
     assert step.count() == 1 and step.get_attribute("data-tool") == "calc__add"
     step.locator("summary").click()
     assert str(expected) in step.locator(".tool-result").inner_text()
-    context.close()
+    page.context.close()
     assert not errors, errors
 
 
@@ -172,15 +157,7 @@ def test_the_composers_tools_switch_offers_the_tools_in_that_chat(
     http = httpx.Client(
         base_url=box.url, headers=box.auth(box.user("kit", tier="paid")), timeout=180
     )
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(box.url + "/login")
-    page.fill("input[name=name]", "kit")
-    page.fill("input[name=password]", "kitkit")
-    page.click("button[type=submit]")
-    page.wait_for_selector("#composer-input", timeout=120_000)
+    page, errors = signed_in(browser, box.url, "kit", "kitkit")
     switch = page.get_by_role("switch", name="Tools")
     assert switch.is_visible() and not switch.is_checked()
     switch.focus()
@@ -205,5 +182,5 @@ def test_the_composers_tools_switch_offers_the_tools_in_that_chat(
         return int(answers[0]["usage"]["prompt_tokens"])
 
     assert prompt_tokens(on) > prompt_tokens(off) + 500  # the tools' descriptions
-    context.close()
+    page.context.close()
     assert not errors, errors
