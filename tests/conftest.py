@@ -170,10 +170,28 @@ def touches_no_store(item: pytest.Item) -> bool:
     return True
 
 
+def _weight(item: pytest.Item) -> int:
+    """0 for a test of the real model, 1 of Chromium or `chatbox serve`, 2 for the other
+    tests that start servers, 3 for the rest."""
+    name = item.path.name
+    if item.get_closest_marker("model"):
+        return 0
+    if item.get_closest_marker("browser") or "_served" in name or "browser" in name:
+        return 1
+    return 2 if item.path.parent.name in ("cluster", "integration") else 3
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
+    """The slow test files first (a file's tests in their order), so that the worker
+    processes of scripts/test.sh end together rather than one of them on the slowest file.
+
+    The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
     about SQLite itself, tests that ask for the PostgreSQL server by name, and tests that
     touch no store."""
+    files: dict[Path, int] = {}
+    for item in items:
+        files[item.path] = min(files.get(item.path, 3), _weight(item))
+    items.sort(key=lambda item: files[item.path])  # stable: each file's order is kept
     if not ON_POSTGRESQL:
         return
     about_sqlite = pytest.mark.skip(reason="about SQLite: the SQLite pass runs it")

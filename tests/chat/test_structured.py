@@ -144,9 +144,9 @@ def test_size_keywords_an_answer_cannot_hold_are_refused_naming_their_path() -> 
 
 def test_a_huge_upper_bound_is_written_unbounded_a_small_one_kept() -> None:
     huge = response_constraint(schema_format(prop({"type": "string", "maxLength": 10**9})))
-    assert huge.grammar and len(huge.grammar) < 1000
+    assert huge.grammar and len(huge.grammar) < 1000 and "char*" in huge.grammar
     small = response_constraint(schema_format(prop({"type": "string", "maxLength": 40})))
-    assert small.grammar and small.grammar.count(")?") == 40  # one optional group each
+    assert small.grammar and "char{0,40}" in small.grammar  # llama.cpp's own repetition
 
 
 @pytest.mark.parametrize(
