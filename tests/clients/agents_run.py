@@ -1,7 +1,7 @@
 """An agent framework with its default settings on /v1/responses, run in its own environment
 (.venv-agents): prints what the run ended with as JSON.
 
-Usage: python agents_run.py openai-agents|pydantic-ai BASE_URL API_KEY MODEL
+Usage: python agents_run.py openai-agents|pydantic-ai|pydantic-ai-tools BASE_URL API_KEY MODEL
 """
 
 import json
@@ -45,11 +45,25 @@ if framework == "openai-agents":
     kinds = [item.type for item in result.new_items]
     print(json.dumps({"output": result.final_output, "items": kinds, "calls": calls}))
 else:
+    from pydantic import BaseModel
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
     provider = OpenAIProvider(base_url=base_url, api_key=api_key)
     responses = OpenAIResponsesModel(model, provider=provider)
-    text = Agent(responses).run_sync("Say hello.", model_settings={"max_tokens": 8})
-    print(json.dumps({"output": text.output}))
+    if framework == "pydantic-ai":
+        text = Agent(responses).run_sync("Say hello.", model_settings={"max_tokens": 8})
+        print(json.dumps({"output": text.output}))
+    else:
+
+        class Forecast(BaseModel):
+            city: Literal["Oslo", "Rome"]
+            sky: Literal["sunny", "rainy"]
+
+        # A structured output allows no text: pydantic-ai offers its output tool
+        # (final_result) with tool_choice required, and reads the call's arguments.
+        agent = Agent(responses, output_type=Forecast)
+        run = agent.run_sync("What is the weather in Oslo?", model_settings={"max_tokens": 200})
+        out = {"output": run.output.model_dump(), "calls": calls, "requests": run.usage().requests}
+        print(json.dumps(out))

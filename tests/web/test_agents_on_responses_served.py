@@ -1,6 +1,7 @@
 """Agent frameworks that default to OpenAI's Responses API, with their default settings, on
 `chatbox serve`: openai-agents' Runner runs a function tool to a final output, and
-pydantic-ai's OpenAIResponsesModel answers in text. They need openai 3, so they run from their
+pydantic-ai's OpenAIResponsesModel answers in text and, asked for a structured output, calls
+its output tool. They need openai 3, so they run from their
 own environment (scripts/setup.sh --test makes .venv-agents from requirements-agents.lock)."""
 
 from __future__ import annotations
@@ -49,3 +50,9 @@ def test_openai_agents_runner_calls_the_tool_and_ends_with_a_final_output(box: S
 def test_pydantic_ai_responses_model_answers_in_text(box: Served) -> None:
     got = run(box, "pydantic-ai", "pit")
     assert isinstance(got["output"], str) and got["output"]
+
+
+def test_pydantic_ai_agent_calls_its_output_tool_for_a_structured_output(box: Served) -> None:
+    got = run(box, "pydantic-ai-tools", "pia")
+    assert got["output"]["city"] in ("Oslo", "Rome") and got["output"]["sky"] in ("sunny", "rainy")
+    assert got["requests"] == 1  # the call's arguments validated the first time
