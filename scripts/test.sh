@@ -14,7 +14,9 @@ cd "$(dirname "$0")/.."
 logs=$(mktemp -d)
 workers=${CHATBOX_TEST_WORKERS:-2}
 spread=()
-[ "$workers" = 0 ] || spread=(-n "$workers" --dist loadfile)
+# --no-loadscope-reorder: files in the suite's order (slowest first, tests/conftest.py), not
+# xdist's (most tests first, which left the slow served files with few tests for the end).
+[ "$workers" = 0 ] || spread=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 .venv/bin/python -m pytest -q -p no:cacheprovider "${spread[@]}" "$@" >"$logs/sqlite" 2>&1 &
 sqlite=$!
 CHATBOX_TEST_STORE=postgresql .venv/bin/python -m pytest -q -p no:cacheprovider "${spread[@]}" \

@@ -282,14 +282,19 @@ class DocumentRepo:
     # -- citations ------------------------------------------------------------------------
 
     async def cite(self, turn_id: str, cited: Sequence[tuple[int, float]]) -> None:
-        """Record which chunks (seq, score) an answer drew on, in order."""
+        """Record which chunks (seq, score) an answer drew on, in order; nothing for an
+        answer or a chunk erased meanwhile (its conversation or document deleted)."""
         async with self.db.transaction() as tx:
             for i, (chunk_seq, score) in enumerate(cited):
                 await tx.execute(
                     ("INSERT OR IGNORE" if self.db.dialect == "sqlite" else "INSERT")
-                    + " INTO turn_citations (turn_id, chunk_seq, ord, score) VALUES (?, ?, ?, ?)"
+                    + " INTO turn_citations (turn_id, chunk_seq, ord, score)"
+                    " SELECT CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT),"
+                    " CAST(? AS DOUBLE PRECISION)"
+                    " WHERE EXISTS (SELECT 1 FROM turns WHERE id = ?)"
+                    " AND EXISTS (SELECT 1 FROM chunks WHERE seq = ?)"
                     + ("" if self.db.dialect == "sqlite" else " ON CONFLICT DO NOTHING"),
-                    (turn_id, chunk_seq, i, score),
+                    (turn_id, chunk_seq, i, score, turn_id, chunk_seq),
                 )
 
     async def citations(

@@ -69,6 +69,20 @@ async def test_document_delete_cascades_to_chunks_vectors_fts(store: Store) -> N
     assert row[0] == 0
 
 
+async def test_citing_for_an_answer_erased_meanwhile_records_nothing(store: Store) -> None:
+    """The answer's conversation was deleted while its citations were being recorded (on
+    PostgreSQL the foreign key refused the row, and the error was logged)."""
+    ana = await store.users.create("ana")
+    conv = await store.conversations.create(ana.id)
+    chunks = [ChunkIn(0, 1, 0, "descale with citric acid")]
+    await store.documents.create(
+        ana.id, conv.id, "m.pdf", "application/pdf", 10, 1, chunks, np.stack([unit(1)])
+    )
+    seq = (await store.db.fetchone("SELECT seq FROM chunks"))[0]
+    await store.documents.cite("t_erased", [(seq, 0.9), (seq + 1000, 0.5)])
+    assert (await store.db.fetchone("SELECT count(*) FROM turn_citations"))[0] == 0
+
+
 async def test_turns_are_searchable_by_words_only_by_their_owner(store: Store) -> None:
     ana = await store.users.create("ana")
     bob = await store.users.create("bob")
