@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from chatbox.chat.rollout.prewarm import replay_clock
 from chatbox.engine.metrics import EngineMetricFamilies
 from chatbox.observability import Telemetry
-from chatbox.observability.alerts import RULES, Alert, Alerts
+from chatbox.observability.alert_rules import RULES
+from chatbox.observability.alerts import Alert, Alerts
 
 STEP_S = 5.0
 HOOK = "http://hook.example/alerts"
