@@ -21,7 +21,8 @@ from chatbox.chat.rollout.evaluation import Evaluator
 from chatbox.chat.routing import Router
 from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.chat.tools.builtin import catalogue as builtin_catalogue
-from chatbox.chat.tools.mcp import McpServers, tool_name
+from chatbox.chat.tools.mcp import tool_name
+from chatbox.chat.tools.mcp_servers import McpServers
 from chatbox.data.retention import Retention, RetentionReport
 from chatbox.data.service import erase_account, export_zip
 from chatbox.engine.pool import EnginePool

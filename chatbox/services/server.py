@@ -35,7 +35,7 @@ from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.chat.tools.approval import ToolApprovals
 from chatbox.chat.tools.base import Toolbox, ToolContext
 from chatbox.chat.tools.builtin import BuiltinToolbox, Passage
-from chatbox.chat.tools.mcp import McpServers
+from chatbox.chat.tools.mcp_servers import McpServers
 from chatbox.chat.tools.sandbox import Sandbox
 from chatbox.cluster import ClusterModels, Fleet, ReplicaAdmin
 from chatbox.cluster.warming import ReplicaWarming

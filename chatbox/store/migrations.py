@@ -514,7 +514,7 @@ async def _feedback(conn: aiosqlite.Connection) -> None:
 
 
 async def _mcp_servers(conn: aiosqlite.Connection) -> None:
-    # The MCP servers admins added (chatbox/chat/tools/mcp.py): a command or a URL, with its
+    # The MCP servers admins added (chatbox/chat/tools/mcp_servers.py): a command or a URL, with its
     # environment or headers (they may hold secrets, never shown back), and where it is offered.
     await _script(
         conn,

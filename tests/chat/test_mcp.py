@@ -20,7 +20,8 @@ from chatbox.accounts import AuditLog
 from chatbox.accounts.audit import Actor
 from chatbox.chat.errors import InvalidInput, NotFound
 from chatbox.chat.tools.base import Toolbox, ToolContext
-from chatbox.chat.tools.mcp import McpServers, McpTool
+from chatbox.chat.tools.mcp import McpTool
+from chatbox.chat.tools.mcp_servers import McpServers
 from chatbox.store import Store
 
 SERVER = Path(__file__).with_name("mcp_server.py")

@@ -13,7 +13,7 @@ from litestar import Controller, Response, get, post
 from litestar.exceptions import NotFoundException
 
 from chatbox.accounts import User
-from chatbox.chat.tools.mcp import McpServers
+from chatbox.chat.tools.mcp_servers import McpServers
 from chatbox.services.server import Services
 from chatbox.web.auth import AnyRequest
 from chatbox.web.console.actions import page, require_admin
