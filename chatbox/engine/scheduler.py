@@ -142,6 +142,8 @@ class Scheduler:
                     heapq.heappush(self.waiting, item)
                 elif isinstance(item, tuple):
                     fn, fut = item
+                    if not fut.set_running_or_notify_cancel():  # its caller gave up
+                        continue
                     try:
                         fut.set_result(fn())
                     except Exception as exc:

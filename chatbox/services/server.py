@@ -52,6 +52,7 @@ from chatbox.settings import Settings
 from chatbox.store import ReadReplica, Store, User
 from chatbox.store.limits import PgCounters
 from chatbox.store.marker import note_postgresql
+from chatbox.store.outage import quiet_outages
 
 log = logging.getLogger("chatbox")
 TRIM_EVERY_S = 30.0  # how often memory malloc holds free is handed back to the system
@@ -234,6 +235,8 @@ class Services:
         metrics = metrics if metrics is not None else CollectorRegistry()
         replica = settings.database_replica_url
         check_store_of(settings)
+        for handler in logging.getLogger().handlers:  # a background task's outage too
+            quiet_outages(handler)
         store = await Store.open(
             settings.database,
             ReadReplica(replica, settings.database_replica_max_lag_s) if replica else None,

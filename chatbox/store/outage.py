@@ -87,8 +87,8 @@ class OneLine(logging.Filter):
         return True
 
 
-def quiet_outages(logger: logging.Logger) -> None:
-    """Log `logger`'s outage records in one line each (asyncpg's pool logs a traceback for
-    every failed reconnect)."""
-    if not any(isinstance(f, OneLine) for f in logger.filters):
-        logger.addFilter(OneLine())
+def quiet_outages(target: logging.Filterer) -> None:
+    """Log the outage records that pass `target` (a logger, or a handler: every logger's
+    records) in one line each; asyncpg's pool logs a traceback for every failed reconnect."""
+    if not any(isinstance(f, OneLine) for f in target.filters):
+        target.addFilter(OneLine())

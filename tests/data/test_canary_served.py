@@ -82,7 +82,9 @@ class Canary:
 
 
 def _text(word: str) -> str:
-    return f"Please keep the secret word {word} safe."
+    # Everyday words: input moderation stays on, and "keep the secret word safe" was refused
+    # as illicit about once in 300 random words.
+    return f"The picnic list for Saturday includes {word} and lemonade."
 
 
 def _file(word: str) -> dict[str, Any]:

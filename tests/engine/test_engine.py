@@ -210,6 +210,20 @@ async def test_cancel_while_queued(tiny_engine: LlamaEngine) -> None:
     assert r.done.finish_reason == "cancelled" and r.text == ""
 
 
+async def test_a_call_given_up_before_it_runs_leaves_the_decode_thread_running(
+    tiny_engine: LlamaEngine,
+) -> None:
+    held = await hold_scheduler(tiny_engine, 0.2)
+    ran: list[bool] = []
+    abandoned = asyncio.ensure_future(tiny_engine.debug_call(lambda _s: ran.append(True)))
+    await asyncio.sleep(0.01)
+    abandoned.cancel()  # what a caller's timeout or an erasure's cancellation does
+    await held
+    r = await asyncio.wait_for(generate(tiny_engine, chat("still there?")), 60)
+    assert r.done.finish_reason == "length" and r.text
+    assert not ran
+
+
 async def test_stop_string_across_token_boundaries(tiny_engine: LlamaEngine) -> None:
     msgs = chat("Say something")
     await tiny_engine.clear_cache()
