@@ -184,6 +184,7 @@ class Settings:
     # Pre-warming: load a model ahead of its usual busy hours, unload it idle past them.
     prewarm: bool = True
     prewarm_idle_s: float = 1800.0  # unused this long outside its busy hours: unloaded
+    prewarm_step_s: float = 60.0  # how often the pre-warmer looks (and reads the pins)
     # A replay's clock (benchmarks): the hourly usage counts and pre-warming read a time that
     # starts at `replay_start` (seconds since 1970; 0: the real time) and runs `replay_speed`
     # times as fast as the real one.

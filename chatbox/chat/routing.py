@@ -9,7 +9,7 @@ from typing import Literal
 
 from chatbox.chat.errors import UnknownModel
 from chatbox.chat.models import AUTO
-from chatbox.chat.policy import Policy, TierPolicy
+from chatbox.chat.policy import Canary, Policy, TierPolicy
 from chatbox.store import User
 
 
@@ -47,6 +47,8 @@ class Router:
         self.default = default
         self.rng = rng or random.Random()
         self.canary_state: Callable[[str], CanaryState] = always_running
+        # The policy file's canaries and those started at run time (the canary service's).
+        self.canaries: Callable[[], tuple[Canary, ...]] = lambda: policy.routing.canaries
 
     def is_code_or_long(self, text: str) -> bool:
         rules = self.policy.routing
@@ -97,7 +99,7 @@ class Router:
             promoted = self.promoted(tier.name, available)
             if promoted is not None:  # the tier's model now, until the policy names it
                 return Route(promoted, "tier")
-            for canary in self.policy.routing.canaries:
+            for canary in self.canaries():
                 if (
                     canary.tier == tier.name
                     and canary.model in available
@@ -120,7 +122,7 @@ class Router:
 
     def promoted(self, tier: str, available: list[str]) -> str | None:
         """The model of the tier's promoted canary, where one is and is installed."""
-        for canary in self.policy.routing.canaries:
+        for canary in self.canaries():
             if (
                 canary.tier == tier
                 and canary.model in available

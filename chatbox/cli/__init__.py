@@ -80,6 +80,9 @@ main.add_command(workspaces)
 from chatbox.cli.shadow import shadow  # noqa: E402
 
 main.add_command(shadow)
+from chatbox.cli.prewarm import prewarm  # noqa: E402
+
+main.add_command(prewarm)
 from chatbox.cli.doctor import doctor  # noqa: E402
 
 main.add_command(doctor)

@@ -1,5 +1,6 @@
-"""`chatbox canary status|promote|rollback|resume`: each canary arm against its tier's
-baseline, and the admin's decisions (a running server applies them at its next check)."""
+"""`chatbox canary status|start|stop|promote|rollback|resume`: each canary arm against its
+tier's baseline, canaries started and stopped at run time, and the admin's decisions (a
+running server applies each at its next check)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 @click.group()
 def canary() -> None:
-    """Canary models: verdicts per arm, promote, roll back, resume."""
+    """Canary models: start and stop, verdicts per arm, promote, roll back, resume."""
 
 
 @canary.command("status")
@@ -37,8 +38,10 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo("no canary is configured ([[routing.canary]] in the policy file)")
         return
     for c in found:
+        started = f", started by {c['started_by']}" if c.get("started_by") else ""
         click.echo(
-            f"{c['arm']}: {c['model']} on tier {c['tier']} ({c['percent']:g}%): {c['state']}"
+            f"{c['arm']}: {c['model']} on tier {c['tier']} ({c['percent']:g}%{started}):"
+            f" {c['state']}"
         )
         if c["decided_at"]:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c["decided_at"]))
@@ -60,6 +63,54 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                 f" baseline n={m['baseline']['n']:<6} mean={m['baseline']['mean']:<10.4g}"
                 f" worse by {worse} [{low}, {high}] {m['outcome']}"
             )
+
+
+@canary.command("start")
+@click.argument("model")
+@click.option("--tier", required=True, help="Whose answers the canary takes a share of.")
+@click.option("--percent", type=float, required=True, help="The share, more than 0 up to 100.")
+@click.option("--arm", default=None, help="The arm's name (default: canary-MODEL).")
+@click.option("--reason", default="", help="Why (kept in the audit log).")
+@click.pass_context
+def start_cmd(
+    ctx: click.Context, model: str, tier: str, percent: float, arm: str | None, reason: str
+) -> None:
+    """Send PERCENT of TIER's answers to MODEL, beside the policy file's canaries, with no
+    restart: every server on this database starts it at its next check."""
+    from chatbox.accounts.audit import cli_actor
+
+    async def go(services: OperatorServices) -> str:
+        started = await services.canaries().start_canary(
+            cli_actor(), model, tier, percent, await services.installed_models(), arm, reason
+        )
+        return started.arm
+
+    try:
+        name = with_services(ctx, go)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"{name}: {model} takes {percent:g}% of tier {tier}'s answers"
+        " (a running server starts it at its next check)"
+    )
+
+
+@canary.command("stop")
+@click.argument("arm")
+@click.option("--reason", default="", help="Why (kept in the audit log).")
+@click.pass_context
+def stop_cmd(ctx: click.Context, arm: str, reason: str) -> None:
+    """Stop a canary started with `chatbox canary start`: its arm gets no more answers."""
+    from chatbox.accounts.audit import cli_actor
+
+    async def go(services: OperatorServices) -> None:
+        await services.canaries().stop_canary(cli_actor(), arm, reason)
+
+    try:
+        with_services(ctx, go)
+    except LookupError as exc:
+        raise click.ClickException(str(exc).strip("'\"")) from exc
+    click.echo(f"{arm}: stopped (a running server stops it at its next check)")
 
 
 def _decide(ctx: click.Context, arm: str, action: str, reason: str) -> None:

@@ -1,6 +1,7 @@
 """`chatbox eval run|list|show`: run an eval suite on a model through the same path as an
 API request (admission, the engine; moderation for cases that measure the gateway), print
-and store the run."""
+and store the run; with `--server`, on a running server's own engines, policy and admission
+(through its admin API), stored in that server's store."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from chatbox.cli.accounts import _settings, _table, with_services
+from chatbox.cli.front import admin_call
 
 if TYPE_CHECKING:
     from chatbox.chat.rollout.evaluation import CaseOutcome, EvalResult, EvalRun
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
 
 WHY_CHARS = 60
+SERVER_TIMEOUT_S = 3600  # the server answers once every case is done
 
 
 @click.group("eval")
@@ -37,6 +40,23 @@ def eval_group() -> None:
 )
 @click.option("--judge", default=None, help="The model that grades `judge` checks.")
 @click.option("--as", "as_name", default=None, help="The account to run as (default: an admin).")
+@click.option(
+    "--server",
+    default=None,
+    help="Run it on this running server's engines, policy and admission (its URL), as the"
+    " key's admin; the run is stored there.",
+)
+@click.option(
+    "--key", default=None, help="With --server: an admin's API key (env: CHATBOX_ADMIN_KEY)."
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=SERVER_TIMEOUT_S,
+    show_default=True,
+    help="With --server: seconds to wait for the whole run.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.pass_context
 def run_cmd(
@@ -45,6 +65,9 @@ def run_cmd(
     suite_path: Path | None,
     judge: str | None,
     as_name: str | None,
+    server: str | None,
+    key: str | None,
+    timeout_s: float,
     as_json: bool,
 ) -> None:
     """Run a suite on MODEL; exits 0 when it ran (whatever the score), 1 when it cannot."""
@@ -55,11 +78,25 @@ def run_cmd(
     from chatbox.services import StoreElsewhere
     from chatbox.services.commandline import evaluation_services
 
+    settings = _settings(ctx)
+    if server is not None:
+        if as_name is not None:
+            raise click.UsageError("--as does not apply with --server: it runs as the key's admin")
+        run, results = _run_on_server(
+            server.rstrip("/"),
+            key or settings.admin_key,
+            model,
+            suite_path or default_suite_path(),
+            judge,
+            timeout_s,
+            as_json,
+        )
+        _show_run(run, results, as_json)
+        return
     try:
         suite = load_suite(suite_path or default_suite_path())
     except SuiteError as exc:
         raise click.ClickException(str(exc)) from exc
-    settings = _settings(ctx)
 
     def shown(outcome: CaseOutcome) -> None:
         if not as_json:
@@ -77,6 +114,36 @@ def run_cmd(
         run, results = asyncio.run(go())
     except (EvalError, LookupError, StoreElsewhere) as exc:
         raise click.ClickException(str(exc)) from exc
+    _show_run(run, results, as_json)
+
+
+def _run_on_server(
+    server: str,
+    key: str | None,
+    model: str,
+    suite_path: Path,
+    judge: str | None,
+    timeout_s: float,
+    as_json: bool,
+) -> tuple[EvalRun, list[EvalResult]]:
+    """The suite file sent as it is to the server, which checks it as a file is checked."""
+    from chatbox.chat.rollout.evalsuite import SuiteError, read_suite_document
+    from chatbox.chat.rollout.evaluation import EvalResult, EvalRun
+
+    try:
+        document = read_suite_document(suite_path)
+    except SuiteError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not as_json:
+        click.echo(f"running {suite_path.name} on {model} at {server} …", err=True)
+    body = {"model": model, "suite": document, "judge": judge, "name": suite_path.stem}
+    out = admin_call(server, key, "POST", "/v1/admin/evals", timeout=timeout_s, json=body)
+    results = [EvalResult(**r) for r in out.pop("results")]
+    run = EvalRun(**{"actor_name" if k == "actor" else k: v for k, v in out.items()})
+    return run, results
+
+
+def _show_run(run: EvalRun, results: list[EvalResult], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(_out(run, results), indent=2))
         return

@@ -5,6 +5,7 @@ the local engines, and copying a box's store into PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from chatbox.chat.admission import Gatekeeper
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.rollout.canary import CanaryService, canary_status
 from chatbox.chat.rollout.evaluation import Evaluator
+from chatbox.chat.rollout.prewarm import HISTORY_WEEKS, WEEK_H, outlook
 from chatbox.chat.routing import Router
 from chatbox.chat.teams.workspaces import Workspaces
 from chatbox.chat.tools.builtin import catalogue as builtin_catalogue
@@ -171,6 +173,32 @@ class OperatorServices:
 
     async def canary_status(self) -> list[dict[str, Any]]:
         return await canary_status(self._store, Policy.load(self.settings.policy_path))
+
+    async def installed_models(self) -> set[str]:
+        """The models this data directory's registry holds and router mode's replicas name."""
+        names = set(model_registry(self.settings).names())
+        for replica in await self._store.replicas.list():
+            names.update(replica.models)
+        return names
+
+    async def pin_model(self, actor: Actor, model: str, pin: bool = True) -> bool:
+        """Pin `model` warm (or unpin it), audited; False where nothing changed. Every
+        server on this database reads the pins at its pre-warmer's next step."""
+        if pin and model not in (installed := await self.installed_models()):
+            names = ", ".join(sorted(installed)) or "none"
+            raise ValueError(f"model {model!r} is not installed (installed: {names})")
+        pins = self._store.pins
+        changed = await (pins.pin(model, actor.name) if pin else pins.unpin(model))
+        if changed:
+            action = "prewarm.pin" if pin else "prewarm.unpin"
+            await self.accounts.audit.record(actor, action, None, model=model)
+        return changed
+
+    async def prewarm_outlook(self) -> dict[str, Any]:
+        now = time.time()
+        since = int(now // 3600) - HISTORY_WEEKS * WEEK_H
+        pins = [(p.model, p.actor_name, p.at) for p in await self._store.pins.all()]
+        return outlook(await self._store.usage.hourly(since), pins, now)
 
     async def eval_runs(self, model: str | None, limit: int) -> list[EvalRun]:
         return await self._store.evals.runs(model, limit)

@@ -346,6 +346,7 @@ class Services:
         canaries.check_suites()
         gate.on_settle = canaries.settled
         gate.router.canary_state = canaries.state
+        gate.router.canaries = lambda: canaries.canaries  # the policy's and those started
         chat.canaries = canaries
         await canaries.refresh()  # decisions already made hold from the first request
         canaries.start(max(1.0, CHECK_EVERY_S / max(1.0, settings.replay_speed)))
@@ -408,7 +409,7 @@ class Services:
                 except Exception:  # the state says it failed; a send retries the load
                     log.exception("could not load model %s", name)
             if self.prewarm is not None:  # the defaults are in: now load by the profiles
-                self.prewarm.start()
+                self.prewarm.start(self.settings.prewarm_step_s)
             if moderation is not None:  # its encoders and classifiers
                 await asyncio.wait({moderation}, timeout=WARM_UP_S)
             # Ready only now: the first requests would otherwise share the cores with
@@ -548,10 +549,15 @@ def _prewarmer(
         load,
         unload,
         pinned,
+        admin_pins=lambda: _pinned_models(store),
         clock=clock,
         idle_s=settings.prewarm_idle_s,
         speed=settings.replay_speed,
     )
+
+
+async def _pinned_models(store: Store) -> list[str]:
+    return [p.model for p in await store.pins.all()]
 
 
 def embed_lists(knowledge: Knowledge) -> Callable[[list[str]], Any]:

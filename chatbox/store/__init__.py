@@ -20,6 +20,7 @@ from chatbox.store.limits import Counters, MemoryCounters
 from chatbox.store.mcp_servers import McpServerRepo, McpServerRow
 from chatbox.store.memories import Memory, MemoryRepo
 from chatbox.store.moderation import ModerationItem, ModerationRepo
+from chatbox.store.pins import PinRepo
 from chatbox.store.records import Conversation, Routing, Turn, TurnStatus, TurnUsage, User
 from chatbox.store.replicas import ReplicaRepo, ReplicaRow
 from chatbox.store.responses import ResponseRepo, StoredResponse
@@ -122,6 +123,7 @@ class Store:
     responses: ResponseRepo
     jobs: JobRepo
     identities: IdentityRepo
+    pins: PinRepo
     counters: Counters  # limits' counters: this process's on SQLite, the database's on PostgreSQL
 
     @classmethod
@@ -161,6 +163,7 @@ class Store:
             ResponseRepo(db),
             JobRepo(db),
             IdentityRepo(db),
+            PinRepo(db),
             counters,
         )
 

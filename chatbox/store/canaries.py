@@ -1,5 +1,6 @@
-"""Canary decisions (append-only: the newest event of an arm is its state) and each arm's
-latest verdict (one row per arm, rewritten by the running server, read by the CLI)."""
+"""Canary decisions (append-only: the newest event of an arm is its state), each arm's
+latest verdict (one row per arm, rewritten by the running server, read by the CLI), and the
+canaries an admin started at run time."""
 
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ class CanaryEvent:
             row["actor_name"],
             row["at"],
         )
+
+
+@dataclass(frozen=True)
+class StartedCanary:
+    arm: str
+    tier: str
+    model: str
+    percent: float
+    actor_name: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -117,3 +128,50 @@ class CanaryRepo:
             )
             for r in rows
         }
+
+    async def start(self, c: StartedCanary, reason: str) -> None:
+        """Start a canary; its arm's samples count afresh (a `resume` event), so an arm name
+        used before starts running. Raises KeyError where the arm runs already."""
+        async with self.db.transaction() as tx:
+            cur = await tx.execute("SELECT 1 FROM canaries_started WHERE arm = ?", (c.arm,))
+            if await cur.fetchone() is not None:
+                raise KeyError(c.arm)
+            await tx.execute(
+                "INSERT INTO canaries_started (arm, tier, model, percent, actor_name, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (c.arm, c.tier, c.model, c.percent, c.actor_name, c.at),
+            )
+            await tx.execute(
+                "INSERT INTO canary_events (arm, tier, model, action, automatic, reason,"
+                " actor_name, at) VALUES (?, ?, ?, 'resume', 0, ?, ?, ?)",
+                (c.arm, c.tier, c.model, reason, c.actor_name, c.at),
+            )
+
+    async def stop(self, arm: str, reason: str, actor_name: str) -> StartedCanary | None:
+        """Stop a started canary (a `rollback` event records it); None where none runs."""
+        at = time.time()
+        async with self.db.transaction() as tx:
+            cur = await tx.execute(
+                "DELETE FROM canaries_started WHERE arm = ?"
+                " RETURNING arm, tier, model, percent, actor_name, at",
+                (arm,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            gone = StartedCanary(row[0], row[1], row[2], float(row[3]), row[4], float(row[5]))
+            await tx.execute(
+                "INSERT INTO canary_events (arm, tier, model, action, automatic, reason,"
+                " actor_name, at) VALUES (?, ?, ?, 'rollback', 0, ?, ?, ?)",
+                (gone.arm, gone.tier, gone.model, reason, actor_name, at),
+            )
+        return gone
+
+    async def started(self) -> list[StartedCanary]:
+        rows = await self.db.fetchall("SELECT * FROM canaries_started ORDER BY at, arm")
+        return [
+            StartedCanary(
+                r["arm"], r["tier"], r["model"], float(r["percent"]), r["actor_name"], r["at"]
+            )
+            for r in rows
+        ]

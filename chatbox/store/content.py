@@ -584,6 +584,23 @@ TABLES: tuple[Table, ...] = (
         why="append-only canary decisions, never content",
     ),
     Table(
+        "canaries_started",
+        None,
+        plain={
+            "arm": "a canary arm's name",
+            "tier": "a policy tier's name",
+            "model": NAMES_MODEL,
+            "actor_name": "the admin who started it",
+        },
+        why="canaries started at run time beside the policy file's: configuration",
+    ),
+    Table(
+        "prewarm_pins",
+        None,
+        plain={"model": NAMES_MODEL, "actor_name": "the admin who pinned it"},
+        why="models kept loaded whatever their hours: configuration",
+    ),
+    Table(
         "canary_verdicts",
         None,
         plain={

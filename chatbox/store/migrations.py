@@ -784,6 +784,29 @@ async def _erasure_journal(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _runtime_rollout(conn: aiosqlite.Connection) -> None:
+    # Canaries an admin started at run time (beside the policy file's) and the models pinned
+    # warm: configuration every front reads at its next check, never content.
+    await _script(
+        conn,
+        """
+        CREATE TABLE canaries_started (
+            arm TEXT PRIMARY KEY,
+            tier TEXT NOT NULL,
+            model TEXT NOT NULL,
+            percent REAL NOT NULL,
+            actor_name TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        CREATE TABLE prewarm_pins (
+            model TEXT PRIMARY KEY,
+            actor_name TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -810,6 +833,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0023_identities", _identities),
     ("0024_mcp_read_only", _mcp_read_only),
     ("0025_erasure_journal", _erasure_journal),
+    ("0026_runtime_rollout", _runtime_rollout),
 ]
 
 

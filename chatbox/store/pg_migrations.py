@@ -601,6 +601,21 @@ POSTGRESQL: dict[str, list[str]] = {
         )""",
         "CREATE INDEX erasure_journal_by_at ON erasure_journal (at)",
     ],
+    "0026_runtime_rollout": [
+        """CREATE TABLE canaries_started (
+            arm TEXT PRIMARY KEY,
+            tier TEXT NOT NULL,
+            model TEXT NOT NULL,
+            percent DOUBLE PRECISION NOT NULL,
+            actor_name TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        )""",
+        """CREATE TABLE prewarm_pins (
+            model TEXT PRIMARY KEY,
+            actor_name TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        )""",
+    ],
 }
 
 

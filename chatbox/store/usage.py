@@ -116,7 +116,9 @@ class UsageRepo:
                     degraded,
                 ),
             )
-            if requests or shed:  # a request asked for this model (answered or not)
+            # A request asked for this model (answered or not); a canary arm's share is an
+            # experiment's, which must not become the model's weekly busy hours.
+            if (requests or shed) and not arm:
                 await tx.execute(
                     "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)"
                     " ON CONFLICT (model, hour) DO UPDATE SET"

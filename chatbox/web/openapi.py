@@ -74,6 +74,22 @@ EXAMPLES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/admin/replicas/drain"): {"url": "http://10.0.0.2:8080", "undo": False},
     ("POST", "/v1/admin/shadow/start"): {"candidate": "gemma3-270m", "tier": "free", "percent": 5},
     ("POST", "/v1/admin/shadow/stop"): {"tier": "free"},
+    ("POST", "/v1/admin/evals"): {
+        "model": "gemma3-270m",
+        "suite": {
+            "name": "smoke",
+            "cases": [
+                {
+                    "id": "capital-france",
+                    "category": "factual",
+                    "prompt": "What is the capital of France? Answer with one word.",
+                    "max_tokens": 8,
+                    "check": {"kind": "regex", "pattern": "(?i)\\bparis\\b"},
+                }
+            ],
+        },
+        "judge": None,
+    },
     ("POST", "/v1/admin/moderation/{item_id}/resolve"): {"action": "dismiss"},
     ("POST", "/v1/conversations/{conv_id}/shares"): {},
     ("POST", "/v1/workspaces"): {"name": "Support team"},

@@ -22,7 +22,7 @@ from chatbox.web.console.pages import ConsoleController
 from chatbox.web.console.replicas import ReplicasController
 from chatbox.web.console.shadow import ConsoleShadowController, ShadowController
 from chatbox.web.console.usage import AdminApiController, AdminPagesController
-from chatbox.web.console.verdicts import ConsoleVerdictsController
+from chatbox.web.console.verdicts import ConsoleVerdictsController, EvalsApiController
 from chatbox.web.console.workspaces import ConsoleWorkspacesController
 from chatbox.web.errors import ERROR_RESPONSES, MORE_RESPONSES, OPENAI_EXCEPTION_HANDLERS
 from chatbox.web.health import HealthController
@@ -60,6 +60,7 @@ ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ConsoleWorkspacesController,
     ConsoleToolsController,
     ConsoleVerdictsController,
+    EvalsApiController,
     ReplicasController,
     ShadowController,
     ConsoleShadowController,

@@ -100,6 +100,38 @@ async def test_nothing_is_decided_before_a_day_of_history() -> None:
     assert box.held == {"tiny"}
 
 
+async def test_a_pinned_model_loads_at_once_and_stays_through_its_quiet_hours() -> None:
+    box = Box(office_hours(2, MONDAY + 24 * H), MONDAY + 6 * H)
+    pins = ["paid"]
+
+    async def admin_pins() -> list[str]:
+        return list(pins)
+
+    warmer = box.warmer()
+    warmer.admin_pins = admin_pins
+    [first] = await warmer.step()
+    assert (first.action, first.model, first.reason) == ("load", "paid", "pinned by an admin")
+    while box.now < MONDAY + 20 * H:  # past its busy hours and idle: kept, being pinned
+        await warmer.step()
+        box.now += 600
+    assert [a for _, a, _ in box.log] == ["load"] and "paid" in box.held
+    pins.clear()  # unpinned: unloaded once idle outside its busy hours
+    box.now += 600
+    await warmer.step()
+    assert box.log[-1][1:] == ("unload", "paid")
+
+
+def test_the_outlook_says_how_much_history_there_is_and_what_is_busy_ahead() -> None:
+    from chatbox.chat.rollout.prewarm import outlook
+
+    early = outlook(office_hours(0, MONDAY + 5 * H), [("paid", "cli:ops", 1.0)], MONDAY + 5 * H)
+    assert early["history_h"] == 5 and early["decides_after_h"] == 24
+    assert early["models"] == [] and early["pins"][0]["model"] == "paid"
+    later = outlook(office_hours(2, MONDAY), [], MONDAY + 6 * H)
+    [paid] = [m for m in later["models"] if m["model"] == "paid"]
+    assert paid["busy_ahead"][0] == "Mon 09:00" and paid["busy_ahead"][-1] == "Mon 16:00"
+
+
 @pytest.mark.parametrize("hour", [0, 23, 24 * 6 + 23])
 def test_hours_of_the_week_start_on_monday(hour: int) -> None:
     assert hour_of_week(MONDAY // H + hour) == hour

@@ -12,14 +12,16 @@ is in the audit log and /metrics."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from chatbox.chat.rollout.evalsuite import suite_digest
 from tests.conftest import _answers_unchecked
-from tests.served import Served
+from tests.served import CHATBOX, Served
 
 pytestmark = pytest.mark.timeout(600)
 TIMEOUT = 120.0
@@ -169,6 +171,94 @@ def test_the_console_lists_shows_and_compares_runs_and_metrics_have_them(box: Se
     metrics = admin.get("/metrics").text
     assert 'chatbox_eval_score{model="tiny",suite="small"}' in metrics
     assert 'chatbox_eval_passed_ratio{model="tiny2",suite="small"} 0.4' in metrics
+
+
+ON_SERVER = {"name": "on-server", "cases": [SUITE["cases"][i] for i in (0, 1, 2)]}
+
+
+def _on_server(box: Served, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`chatbox eval run … --server URL` as an operator's machine runs it: no data directory,
+    the admin's key from CHATBOX_ADMIN_KEY unless `key` is given."""
+    env = {k: v for k, v in box.env.items() if not k.startswith("CHATBOX_")}
+    env["CHATBOX_ADMIN_KEY"] = box.admin_key
+    return subprocess.run(
+        [CHATBOX, "eval", "run", *args, "--server", box.url, *(("--key", key) if key else ())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_eval_run_with_server_runs_on_the_servers_engines_and_stores_the_run_there(
+    box: Served,
+) -> None:
+    suite = box.where / "on-server.json"
+    suite.write_text(json.dumps(ON_SERVER, indent=4))
+    done = _on_server(box, "tiny", "--suite", str(suite), "--json", key=box.admin_key)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert {r["case_id"]: r["passed"] for r in run["results"]} == {
+        "boolean-json": True,
+        "never-said": False,
+        "refuse-weapon": True,  # the server's moderation refused the prompt
+    }, done.stdout
+    assert "refused_by" in json.loads(run["results"][2]["detail"])
+    assert (run["model"], run["suite"], run["passed"], run["cases"], run["actor"]) == (
+        "tiny", "on-server", 2, 3, "admin",
+    )  # fmt: skip
+    assert run["suite_digest"] == suite_digest(ON_SERVER)  # what a local run of the file stores
+    assert json.loads(box.cli("eval", "show", run["id"], "--json")) == run  # the server's store
+    audit = json.loads(box.cli("audit", "list", "--action", "eval.run", "--json"))
+    [entry] = [e for e in audit if e["detail"].get("run") == run["id"]]
+    assert entry["actor"]["name"] == "admin" and entry["detail"]["suite"] == "on-server"
+    admin = httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT)
+    assert run["id"] in {r["id"] for r in admin.get("/console/data/evals").json()["runs"]}
+
+    table = _on_server(box, "tiny", "--suite", str(suite))  # the key from the environment
+    assert table.returncode == 0, table.stderr
+    assert "tiny on on-server: 2/3 passed" in table.stdout.splitlines()[-1], table.stdout
+    assert "never-said" in table.stdout and "FAIL" in table.stdout
+
+
+def test_eval_run_with_server_refuses_what_the_server_refuses(box: Served) -> None:
+    def stored() -> int:
+        return len(json.loads(box.cli("eval", "list", "--json", "--limit", "1000")))
+
+    before = stored()
+    case = {"id": "y", "prompt": "hi", "max_token": 8, "check": {"kind": "exact", "expected": "x"}}
+    misspelt = box.where / "misspelt-for-server.json"
+    misspelt.write_text(json.dumps({"cases": [case]}))
+    suite = box.where / "on-server.json"
+    suite.write_text(json.dumps(ON_SERVER))
+    member_key = box.user("mo")
+    for args, key, said in (
+        (("tiny", "--suite", str(misspelt)), None, "400: case 'y': unknown field \"max_token\""),
+        (("nope", "--suite", str(suite)), None, "400: no model named 'nope'"),
+        (("tiny", "--suite", str(suite)), member_key, "403: only admins can use the admin API"),
+    ):
+        done = _on_server(box, *args, key=key)
+        assert done.returncode == 1 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+    as_someone = _on_server(box, "tiny", "--suite", str(suite), "--as", "ann")
+    assert as_someone.returncode == 2, as_someone.stderr
+    assert "--as does not apply with --server" in as_someone.stderr
+
+    admin = httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT)
+    misspelt_body = {"model": "tiny", "suite": {"cases": [case]}}
+    refused = admin.post("/v1/admin/evals", json=misspelt_body)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert 'unknown field "max_token"' in error["message"] and error["param"] == "suite"
+    extra = admin.post("/v1/admin/evals", json={"model": "tiny", "suite": ON_SERVER, "modle": 1})
+    assert extra.status_code == 400 and "modle" in extra.json()["error"]["message"], extra.text
+    unknown = admin.post("/v1/admin/evals", json={"model": "nope", "suite": ON_SERVER})
+    assert unknown.status_code == 400 and "'nope'" in unknown.json()["error"]["message"]
+    member = httpx.Client(base_url=box.url, headers=box.auth(member_key), timeout=TIMEOUT)
+    body = {"model": "tiny", "suite": ON_SERVER}
+    assert member.post("/v1/admin/evals", json=body).status_code == 403
+    assert stored() == before  # nothing refused ran or was stored
+    assert "Traceback" not in box.log(), box.log()[-4000:]
 
 
 def _answer_models(http: httpx.Client, n: int) -> list[str]:

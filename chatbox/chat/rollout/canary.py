@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from chatbox.chat.routing import CanaryState as State
 from chatbox.engine.types import Usage
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.store import Store, User
-from chatbox.store.canaries import Action, CanaryEvent, StoredVerdict
+from chatbox.store.canaries import Action, CanaryEvent, StartedCanary, StoredVerdict
 
 __all__ = [
     "MIN_SAMPLES",
@@ -101,6 +101,7 @@ class CanaryService:
         self.min_samples = min_samples
         self.sides = Sides()
         self.states: dict[str, CanaryEvent] = {}
+        self.runtime: tuple[Canary, ...] = ()  # started by an admin, beside the policy's
         self.started = clock()
         self.latest: dict[str, Verdict] = {}
         self.gauges: VerdictGauges | None = None  # /metrics
@@ -109,7 +110,8 @@ class CanaryService:
 
     @property
     def canaries(self) -> tuple[Canary, ...]:
-        return self.policy.routing.canaries
+        """The policy file's canaries, then those an admin started at run time."""
+        return self.policy.routing.canaries + self.runtime
 
     def canary(self, arm: str) -> Canary:
         found = next((c for c in self.canaries if c.arm == arm), None)
@@ -270,8 +272,70 @@ class CanaryService:
         self.gauges.update_evals(latest, await self.store.evals.counts())
 
     async def refresh(self) -> None:
-        """Decisions made elsewhere (the CLI) take effect here."""
+        """Decisions and canaries started or stopped elsewhere (the CLI) take effect here."""
         self.states = await self.store.canaries.states()
+        self.runtime = tuple(_canary(c) for c in await self.store.canaries.started())
+
+    async def start_canary(
+        self,
+        actor: Actor | User,
+        model: str,
+        tier: str,
+        percent: float,
+        installed: Collection[str],
+        arm: str | None = None,
+        reason: str = "",
+    ) -> Canary:
+        """Send `percent` of `tier`'s answers to `model` from the next check on, beside the
+        policy file's canaries; refused (ValueError, naming the problem) on an unknown tier
+        or model, a share outside (0, 100] or an arm name in use."""
+        await self.refresh()
+        arm = arm or f"canary-{model}"
+        if tier not in self.policy.tiers:
+            known = ", ".join(sorted(self.policy.tiers))
+            raise ValueError(f"tier {tier!r} is not a tier of the policy (tiers: {known})")
+        if model not in installed:
+            names = ", ".join(sorted(installed)) or "none"
+            raise ValueError(f"model {model!r} is not installed (installed: {names})")
+        if isinstance(percent, bool) or not 0 < percent <= 100:
+            raise ValueError(f"percent must be more than 0 and at most 100, not {percent!r}")
+        if any(c.arm == arm for c in self.canaries):
+            raise ValueError(f"a canary arm named {arm!r} runs already; name another (--arm)")
+        who = Actor.of(actor)
+        why = reason or f"started by {who.name}"
+        try:
+            await self.store.canaries.start(
+                StartedCanary(arm, tier, model, float(percent), who.name, self.clock()), why
+            )
+        except KeyError:
+            raise ValueError(f"a canary arm named {arm!r} runs already") from None
+        await self.audit.record(
+            actor, "canary.start", None, arm=arm, tier=tier, model=model, percent=percent
+        )
+        log.warning("canary %s (%s on tier %s, %g%%) started: %s", arm, model, tier, percent, why)
+        await self.refresh()
+        return self.canary(arm)
+
+    async def stop_canary(self, actor: Actor | User, arm: str, reason: str = "") -> Canary:
+        """Stop a canary started at run time (its arm gets no more answers); one in the policy
+        file is rolled back or removed there instead (LookupError, saying so)."""
+        await self.refresh()
+        if any(c.arm == arm for c in self.policy.routing.canaries):
+            raise LookupError(
+                f"canary arm {arm!r} is in the policy file: roll it back (chatbox canary"
+                " rollback) or remove it there"
+            )
+        who = Actor.of(actor)
+        gone = await self.store.canaries.stop(arm, reason or f"stopped by {who.name}", who.name)
+        if gone is None:
+            names = ", ".join(c.arm for c in self.runtime) or "none runs"
+            raise LookupError(f"no canary started at run time is named {arm!r} ({names})")
+        await self.audit.record(
+            actor, "canary.stop", None, arm=arm, tier=gone.tier, model=gone.model, reason=reason
+        )
+        log.warning("canary %s (%s on tier %s) stopped", arm, gone.model, gone.tier)
+        await self.refresh()
+        return _canary(gone)
 
     async def promote(self, actor: Actor | User, arm: str, reason: str = "") -> CanaryEvent:
         c = self.canary(arm)
@@ -351,8 +415,9 @@ async def canary_status(
     has computed none)."""
     states = await store.canaries.states()
     stored = await store.canaries.verdicts()
+    started = {c.arm: c for c in await store.canaries.started()}
     out = []
-    for c in policy.routing.canaries:
+    for c in policy.routing.canaries + tuple(_canary(s) for s in started.values()):
         event = states.get(c.arm)
         mine = (latest or {}).get(c.arm)
         v: dict[str, Any] | None = mine.as_dict() if mine is not None else None
@@ -364,6 +429,7 @@ async def canary_status(
                 "tier": c.tier,
                 "model": c.model,
                 "percent": c.percent,
+                "started_by": started[c.arm].actor_name if c.arm in started else None,
                 "state": STATE_OF[event.action] if event else "running",
                 "decided_by": event.actor_name if event else None,
                 "decided_at": event.at if event else None,
@@ -373,3 +439,9 @@ async def canary_status(
             }
         )
     return out
+
+
+def _canary(started: StartedCanary) -> Canary:
+    """A canary started at run time, as the policy file's are: no judge, no eval share, the
+    guard's automatic rollback on."""
+    return Canary(started.tier, started.model, started.percent, started.arm)

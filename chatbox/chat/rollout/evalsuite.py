@@ -103,15 +103,31 @@ class Suite:
 
 def load_suite(path: Path) -> Suite:
     """Read and check a suite file; a SuiteError names what is wrong."""
+    return suite_from(read_suite_document(path), path.stem)
+
+
+def read_suite_document(path: Path) -> Any:
+    """A suite file's JSON, unchecked (a SuiteError when it cannot be read or is not JSON)."""
     try:
         raw_text = path.read_text()
     except OSError as exc:
         raise SuiteError(f"cannot read the suite {path}: {exc.strerror}") from exc
     try:
-        raw = json.loads(raw_text)
+        return json.loads(raw_text)
     except json.JSONDecodeError as exc:
         raise SuiteError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
-    return parse_suite(raw, path.stem, hashlib.sha256(raw_text.encode()).hexdigest()[:16])
+
+
+def suite_from(raw: Any, default_name: str) -> Suite:
+    """Check a suite document already read as JSON (a file's, or one sent to the admin API)."""
+    return parse_suite(raw, default_name, suite_digest(raw))
+
+
+def suite_digest(raw: Any) -> str:
+    """The digest of a suite document's content: a suite run from its file and the same suite
+    sent to a server's admin API are stored with one digest, whatever the file's spacing."""
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def parse_suite(raw: Any, default_name: str, digest: str) -> Suite:

@@ -7,8 +7,9 @@ first) over the last `HISTORY_WEEKS` weeks, each hour divided by how many times 
 in the history. An hour is busy when its mean reaches `BUSY_SHARE` of the model's peak hour
 (and at least `MIN_REQUESTS`). Each step, a model whose next `lead_h` hours hold a busy one is
 loaded if it is not; a loaded model none of whose next hours is busy, with no request for
-`idle_s`, is unloaded, except the pinned ones (the default model). With less than a day of
-history nothing is decided. The clock is injectable, so a replay can run a week in minutes.
+`idle_s`, is unloaded, except the pinned ones (the default model, and those an admin pinned:
+loaded and kept whatever their hours). With less than a day of history nothing else is
+decided. The clock is injectable, so a replay can run a week in minutes.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ class PreWarmer:
     load: Callable[[str], Awaitable[object]]
     unload: Callable[[str], Awaitable[object]]
     pinned: Callable[[], set[str]]  # never unloaded (the default model)
+    # An admin's pins (`chatbox prewarm pin`): loaded and never unloaded; read every step.
+    admin_pins: Callable[[], Awaitable[Sequence[str]]] | None = None
     clock: Callable[[], float] = time.time
     lead_h: int = LEAD_H
     idle_s: float = IDLE_S
@@ -155,6 +158,10 @@ class PreWarmer:
                 self._last_used[model] = now
         known = set(self.names())
         made: list[Decision] = []
+        pins = set(await self.admin_pins()) & known if self.admin_pins is not None else set()
+        for model in sorted(pins - loaded):
+            made.append(await self._act(now, "load", model, "pinned by an admin"))
+        keep = self.pinned() | pins
         for p in self.profiles:
             if p.model not in known:
                 continue
@@ -166,7 +173,7 @@ class PreWarmer:
                     f" expected (peak {p.peak:.1f} at {label(p.peak_at)})"
                 )
                 made.append(await self._act(now, "load", p.model, reason))
-            elif not busy and p.model in loaded and p.model not in self.pinned():
+            elif not busy and p.model in loaded and p.model not in keep:
                 idle = now - self._last_used.get(p.model, now - p.history_h * 3600)
                 if idle >= self.idle_s and self.running(p.model) == 0:
                     reason = (
@@ -261,3 +268,31 @@ class PreWarmer:
                 for d in reversed(self.decisions)
             ],
         }
+
+
+def outlook(
+    rows: Iterable[HourRow], pins: Iterable[tuple[str, str, float]], now: float, hours: int = 24
+) -> dict[str, Any]:
+    """What the pre-warmer knows, for the CLI: the hours of history counted, the admins' pins
+    (model, by whom, when) and each learned model's busy hours among the next `hours`."""
+    hour = int(now // 3600)
+    rows = list(rows)
+    first = min((r[1] for r in rows if r[1] < hour), default=hour)
+    return {
+        "history_h": hour - first,
+        "decides_after_h": MIN_HISTORY_H,
+        "pins": [{"model": m, "by": by, "at": at} for m, by, at in pins],
+        "models": [
+            {
+                "model": p.model,
+                "peak": round(p.peak, 2),
+                "peak_at": label(p.peak_at),
+                "busy_ahead": [
+                    label(hour_of_week(h))
+                    for h in range(hour, hour + hours)
+                    if p.busy(hour_of_week(h))
+                ],
+            }
+            for p in learn(rows, hour)
+        ],
+    }
