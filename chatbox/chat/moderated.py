@@ -133,6 +133,7 @@ async def relay_answer(
                 if watch is not None and watch.blocked:
                     continue  # already cut: what is left of the stream is not shown
                 ticket.mark_started()
+                run.tokens += len(event.parts) or 1
                 run.publish("token", {"text": event.text})
                 if watch is not None:
                     watch.feed(event.text)

@@ -299,7 +299,7 @@ class ChatService(Conversations):
         system, shared, scope = await prompt_scope(self.store, conv)
         if summary is not None:  # one system message, no longer all configured
             system, shared = with_summary(system, summary), 0
-        messages, _ = await asyncio.to_thread(
+        messages, prompt_tokens = await asyncio.to_thread(
             fit_history, system, history, budget, engine.count_tokens
         )
         question = None
@@ -347,7 +347,9 @@ class ChatService(Conversations):
                     parent_id = user_turn_id = user_turn.id
                     await note_input(self.moderation, ticket.user, screened, content, user_turn)
                 assert parent_id is not None
-                draft_id = await self.store.turns.start_draft(conv.id, parent_id, model, routing)
+                draft_id = await self.store.turns.start_draft(
+                    conv.id, parent_id, model, routing, ticket.user.id
+                )
         except BaseException:
             generation.cancel()
             raise
@@ -366,6 +368,7 @@ class ChatService(Conversations):
             self.settings.disconnect_grace_s,
             on_abandon=stop,
         )
+        run.prompt_tokens = prompt_tokens if request is not None else 0
         self._runs[conv.id] = run
         # A workspace conversation feeds no one's memory (its turns have several writers).
         self._contexts[draft_id] = (conv.user_id if conv.workspace_id is None else "", knowledge)
@@ -443,7 +446,9 @@ class ChatService(Conversations):
         watch = watch_answer(self.moderation, ticket.user, run, generation)
         saver = DraftSaver(
             run,
-            lambda text: self.store.turns.update_draft(run.turn_id, text),
+            lambda text: self.store.turns.update_draft(
+                run.turn_id, text, TurnUsage(run.prompt_tokens, run.tokens)
+            ),
             self.settings.draft_flush_s,
         ).start()
 

@@ -181,8 +181,12 @@ TABLES: tuple[Table, ...] = (
             "arm": "a canary arm's name",
             "degraded_from": NAMES_MODEL,
             "front": "which server process writes the answer (a random number)",
+            "user_id": ID + " (who asked: a recovered answer is charged to them)",
         },
-        {"conversation": Delete("conversation_id = :conv")},
+        {
+            "conversation": Delete("conversation_id = :conv"),
+            "account": Blank("user_id = :user", "user_id = NULL"),
+        },
         export="an answer being written; exported once it is a turn",
     ),
     Table(

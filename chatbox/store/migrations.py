@@ -807,6 +807,19 @@ async def _runtime_rollout(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def _draft_usage(conn: aiosqlite.Connection) -> None:
+    # Who asked and the tokens so far, saved with each draft, so an answer whose front died
+    # is charged to its requester when another front (or a restart) recovers it.
+    await _script(
+        conn,
+        """
+        ALTER TABLE drafts ADD COLUMN user_id TEXT;
+        ALTER TABLE drafts ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE drafts ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("0001_initial", _initial),
     ("0002_accounts", _accounts),
@@ -834,6 +847,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("0024_mcp_read_only", _mcp_read_only),
     ("0025_erasure_journal", _erasure_journal),
     ("0026_runtime_rollout", _runtime_rollout),
+    ("0027_draft_usage", _draft_usage),
 ]
 
 

@@ -616,6 +616,11 @@ POSTGRESQL: dict[str, list[str]] = {
             at DOUBLE PRECISION NOT NULL
         )""",
     ],
+    "0027_draft_usage": [
+        "ALTER TABLE drafts ADD COLUMN user_id TEXT",
+        "ALTER TABLE drafts ADD COLUMN prompt_tokens BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE drafts ADD COLUMN completion_tokens BIGINT NOT NULL DEFAULT 0",
+    ],
 }
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from chatbox.store.db import Database
 from chatbox.store.records import Routing, Turn, TurnStatus, TurnUsage, new_id
+from chatbox.store.usage import count_usage
 
 TITLE_CHARS = 60
 INTERRUPTED = "the server stopped while this answer was being written"
@@ -149,15 +150,22 @@ class TurnRepo:
         return turn_id
 
     async def start_draft(
-        self, conv_id: str, parent_id: str, model: str | None, route: Routing | None = None
+        self,
+        conv_id: str,
+        parent_id: str,
+        model: str | None,
+        route: Routing | None = None,
+        user_id: str | None = None,
     ) -> str:
+        """The answer being written, by this front, for `user_id` (who is charged for it)."""
         draft_id = new_id("t")
         now = time.time()
         route = route or Routing()
         async with self.db.transaction() as tx:
             await tx.execute(
                 "INSERT INTO drafts (id, conversation_id, parent_id, model, started_at, updated_at,"
-                " route, arm, degraded_from, front) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " route, arm, degraded_from, front, user_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     draft_id,
                     conv_id,
@@ -169,6 +177,7 @@ class TurnRepo:
                     route.arm,
                     route.degraded_from,
                     self.db.runs.front if self.db.runs is not None else None,
+                    user_id,
                 ),
             )
         return draft_id
@@ -202,11 +211,16 @@ class TurnRepo:
         assert turn is not None
         return turn
 
-    async def update_draft(self, draft_id: str, content: str) -> None:
+    async def update_draft(
+        self, draft_id: str, content: str, usage: TurnUsage | None = None
+    ) -> None:
+        """The text so far, and the tokens so far where known (a recovery charges them)."""
+        usage = usage or TurnUsage()
         async with self.db.transaction() as tx:
             await tx.execute(
-                "UPDATE drafts SET content = ?, updated_at = ? WHERE id = ?",
-                (content, time.time(), draft_id),
+                "UPDATE drafts SET content = ?, updated_at = ?, prompt_tokens = ?,"
+                " completion_tokens = ? WHERE id = ?",
+                (content, time.time(), usage.prompt_tokens, usage.completion_tokens, draft_id),
             )
 
     async def finish_draft(
@@ -298,13 +312,19 @@ class TurnRepo:
             if gone is not None:
                 drafts = [d for d in drafts if d["front"] in gone]
             for draft in drafts:
+                used = TurnUsage(draft["prompt_tokens"], draft["completion_tokens"])
                 await self._insert_from_draft(
-                    tx,
-                    draft,
-                    "interrupted",
-                    draft["content"],
-                    TurnUsage(),
-                    INTERRUPTED,
-                    now,
+                    tx, draft, "interrupted", draft["content"], used, INTERRUPTED, now
                 )
+                if draft["user_id"] is not None and draft["model"] is not None:
+                    # Its front died before charging it: the tokens its last save counted.
+                    await count_usage(
+                        tx,
+                        draft["user_id"],
+                        draft["model"],
+                        prompt=used.prompt_tokens,
+                        completion=used.completion_tokens,
+                        arm=draft["arm"] or "",
+                        ts=now,
+                    )
         return len(drafts)

@@ -22,6 +22,45 @@ def hour_of(ts: float | None = None) -> int:
     return int((time.time() if ts is None else ts) // 3600)
 
 
+async def count_usage(
+    tx: Any,
+    user_id: str,
+    model: str,
+    prompt: int = 0,
+    completion: int = 0,
+    cached: int = 0,
+    requests: int = 1,
+    shed: int = 0,
+    degraded: int = 0,
+    arm: str = "",
+    ts: float | None = None,
+) -> None:
+    """Add one request's counts in the caller's transaction (`UsageRepo.record`'s, or the
+    recovery of an answer whose front died)."""
+    await tx.execute(
+        "INSERT INTO usage (user_id, model, day, arm, requests, prompt_tokens,"
+        " completion_tokens, cached_tokens, shed, degraded)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (user_id, model, day, arm) DO UPDATE SET"
+        " requests = usage.requests + excluded.requests,"
+        " prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,"
+        " completion_tokens = usage.completion_tokens + excluded.completion_tokens,"
+        " cached_tokens = usage.cached_tokens + excluded.cached_tokens,"
+        " shed = usage.shed + excluded.shed, degraded = usage.degraded + excluded.degraded",
+        (user_id, model, day_of(ts), arm, requests, prompt, completion, cached, shed, degraded),
+    )
+    # A request asked for this model (answered or not); a canary arm's share is an
+    # experiment's, which must not become the model's weekly busy hours.
+    if (requests or shed) and not arm:
+        await tx.execute(
+            "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (model, hour) DO UPDATE SET"
+            " requests = usage_hours.requests + excluded.requests,"
+            " tokens = usage_hours.tokens + excluded.tokens",
+            (model, hour_of(ts), requests + shed, prompt + completion),
+        )
+
+
 @dataclass(frozen=True)
 class UsageRow:
     user: str  # the user's name
@@ -93,39 +132,9 @@ class UsageRepo:
         ts: float | None = None,
     ) -> None:
         async with self.db.transaction() as tx:
-            await tx.execute(
-                "INSERT INTO usage (user_id, model, day, arm, requests, prompt_tokens,"
-                " completion_tokens, cached_tokens, shed, degraded)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (user_id, model, day, arm) DO UPDATE SET"
-                " requests = usage.requests + excluded.requests,"
-                " prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens,"
-                " completion_tokens = usage.completion_tokens + excluded.completion_tokens,"
-                " cached_tokens = usage.cached_tokens + excluded.cached_tokens,"
-                " shed = usage.shed + excluded.shed, degraded = usage.degraded + excluded.degraded",
-                (
-                    user_id,
-                    model,
-                    day_of(ts),
-                    arm,
-                    requests,
-                    prompt,
-                    completion,
-                    cached,
-                    shed,
-                    degraded,
-                ),
+            await count_usage(
+                tx, user_id, model, prompt, completion, cached, requests, shed, degraded, arm, ts
             )
-            # A request asked for this model (answered or not); a canary arm's share is an
-            # experiment's, which must not become the model's weekly busy hours.
-            if (requests or shed) and not arm:
-                await tx.execute(
-                    "INSERT INTO usage_hours (model, hour, requests, tokens) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (model, hour) DO UPDATE SET"
-                    " requests = usage_hours.requests + excluded.requests,"
-                    " tokens = usage_hours.tokens + excluded.tokens",
-                    (model, hour_of(ts), requests + shed, prompt + completion),
-                )
 
     async def hourly(self, since_hour: int) -> list[tuple[str, int, int, int]]:
         """(model, hour, requests, tokens) from `since_hour` (hours since 1970) on."""

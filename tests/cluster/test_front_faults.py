@@ -90,6 +90,14 @@ def _stored(box: Served, key: str, conv: str) -> dict[str, Any]:
     return dict(resp.json()["turns"][-1])
 
 
+def _usage(box: Served) -> tuple[int, int]:
+    """ann's requests and completion tokens, as `chatbox usage` counts them."""
+    import json
+
+    rows = json.loads(box.cli("usage", "--user", "ann", "--json"))["data"]
+    return sum(r["requests"] for r in rows), sum(r["completion_tokens"] for r in rows)
+
+
 def _follow(box: Served, key: str, conv: str, turn: str, after: str) -> list[Event]:
     with httpx.stream(
         "GET",
@@ -192,6 +200,7 @@ def test_a_killed_fronts_answer_is_stored_a_moment_behind_and_resumes_on_the_oth
 ) -> None:
     a, b, key = fronts
     conv = a.conversation(key)
+    charged = _usage(b)
     seen: list[tuple[float, Event]] = []
     with a.turn(key, conv, "a very long one", 400) as (resp, events):
         turn = resp.headers["x-turn-id"]
@@ -222,6 +231,11 @@ def test_a_killed_fronts_answer_is_stored_a_moment_behind_and_resumes_on_the_oth
         assert answer["content"] and shown.startswith(answer["content"])
         before = _tokens([e for at, e in seen if at < killed - 1.0])
         assert answer["content"].startswith(before), (len(answer["content"]), len(before))
+        # Its front died before charging it: B's recovery did, with the tokens it had saved.
+        words = len([e for _, e in seen if e.event == "token"])
+        requests, completion = (now - then for now, then in zip(_usage(b), charged, strict=True))
+        assert requests == 1 and 0 < completion <= words, (requests, completion, words)
+        assert answer["usage"]["completion_tokens"] == completion
     finally:
         a.start()  # the module's other tests see two fronts again
 

@@ -74,8 +74,8 @@ async def test_unfinished_drafts_recover_as_interrupted(database: Path | str) ->
     user = await store.users.ensure_local_user()
     conv = await store.conversations.create(user.id)
     question = await store.turns.append_user(conv.id, None, "Tell me a story")
-    draft = await store.turns.start_draft(conv.id, question.id, "tiny")
-    await store.turns.update_draft(draft, "Once upon a")
+    draft = await store.turns.start_draft(conv.id, question.id, "tiny", user_id=user.id)
+    await store.turns.update_draft(draft, "Once upon a", TurnUsage(12, 3))
     await store.close()
 
     store = await Store.open(database)
@@ -84,6 +84,12 @@ async def test_unfinished_drafts_recover_as_interrupted(database: Path | str) ->
     assert conv2 is not None and conv2.active_leaf_id == draft
     turn = await store.turns.get(conv.id, draft)
     assert turn is not None and (turn.status, turn.content) == ("interrupted", "Once upon a")
+    assert (turn.prompt_tokens, turn.completion_tokens) == (12, 3)
+    # Its front never charged it: the recovery does, to whoever asked, exactly once.
+    [row] = await store.usage.report()
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (1, 12, 3)
+    assert await store.turns.recover_drafts() == 0
+    assert [r.requests for r in await store.usage.report()] == [1]
     assert await store.db.integrity_ok()
     await store.close()
 

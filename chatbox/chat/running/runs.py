@@ -35,6 +35,8 @@ class TurnRun:
     on_abandon: Callable[[], None] = lambda: None
     events: list[RunEvent] = field(default_factory=list)
     text: str = ""
+    prompt_tokens: int = 0  # the fitted prompt's (a cached answer's: none)
+    tokens: int = 0  # the answer's tokens so far, as the engine sent them
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _followers: int = 0
     _abandon_timer: asyncio.TimerHandle | None = None
