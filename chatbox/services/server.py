@@ -316,6 +316,7 @@ class Services:
         )
         prewarm = _prewarmer(settings, store, models, gate.wall) if settings.prewarm else None
         chat.embed = knowledge.embedder.embed_one  # questions for the semantic cache
+        chat.catalogue = registry.manifest.models.get  # starters per built-in model
         chat.erasures = erasures = ErasureWatch(store, chat.forget_erased)
         await erasures.start()
         telemetry = telemetry or Telemetry.off()

@@ -261,3 +261,22 @@ def test_the_per_request_listing_is_reused_until_the_registry_changes(
     path.unlink()
     assert [e.available for e in reg.entries(60) if e.name == "mine"] == [True]  # cached
     assert [e.available for e in reg.entries() if e.name == "mine"] == [False]
+
+
+def test_each_built_in_model_offers_the_starters_it_answers_well() -> None:
+    """The manifest names starters per model from what it was seen to answer: the small
+    instruct model writes code and stories; the base model gets neither (its code and letters
+    were nonsense); a model the manifest does not describe gets the general four."""
+    from chatbox.catalog.manifest import Manifest, default_manifest_path
+    from chatbox.catalog.starters import ALL, STARTERS, starters_for, unknown_starters
+
+    manifest = Manifest.load(default_manifest_path())
+    for m in manifest.models.values():
+        assert m.starters, f"{m.name} names no starters"
+        assert not unknown_starters(m.starters), m
+    labels = {
+        name: [s.label for s in starters_for(m.starters)] for name, m in manifest.models.items()
+    }
+    assert "Write some code" in labels["smollm2"]
+    assert not {"Write some code", "Draft an email", "Start a story"} & set(labels["gemma3-270m"])
+    assert [s.label for s in starters_for(None)] == [STARTERS[k].label for k in ALL]

@@ -66,6 +66,13 @@ def test_index_is_a_new_chat_with_local_assets_only(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
     assert 'hx-post="/ui/new/send"' in page
+    # A model the catalogue does not describe (the tiny one) gets the general starters.
+    assert re.findall(r'class="starter".*?<strong>([^<]+)</strong>', page) == [
+        "Explain a concept",
+        "Write some code",
+        "Draft an email",
+        "Plan a meal",
+    ]
     assert "/static/vendor/htmx.min.js" in page and "/static/vendor/sse.js" in page
     assert not re.search(r'(src|href)="(https?:)?//', page), "no CDNs on an offline box"
     assert client.get("/static/app.css").status_code == 200

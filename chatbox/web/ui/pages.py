@@ -100,6 +100,7 @@ class PagesController(Controller):
     ) -> Response[str]:
         """A new, empty chat; `?workspace=ID`: one that starts in that workspace (a member's)."""
         new_in = (await workspaces.get(user, workspace))[0] if workspace else None
+        model = chat.expected_model(user, None)
         return html(
             request,
             "chat.html",
@@ -110,7 +111,8 @@ class PagesController(Controller):
             documents=[],
             new_in=new_in,
             models=chat.models.names(),
-            default_model=chat.expected_model(user, None),
+            default_model=model,
+            starters=chat.starters(model),
             tool_offer=chat.tool_offer(user),
             **await sidebar(chat, user),
         )
