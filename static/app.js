@@ -301,6 +301,21 @@
     const r = t.getBoundingClientRect();
     if (r.top < 0 || r.bottom > window.innerHeight) t.scrollIntoView({ block: "nearest" });
   });
+  // A comment box that opens under an answer's thumbs is brought into sight above the
+  // composer (on a phone the newest answer's thumbs sit right on it) and takes the focus.
+  document.addEventListener("htmx:afterSettle", (e) => {
+    const id = e.detail.target && e.detail.target.id;
+    if (!id || !id.startsWith("feedback-")) return;
+    const form = document.getElementById(id)?.querySelector(".feedback-comment");
+    const s = scroller();
+    if (!form || !s) return;
+    const r = form.getBoundingClientRect(), view = s.getBoundingClientRect();
+    const composer = $("#composer");
+    const bottom = Math.min(view.bottom, composer ? composer.getBoundingClientRect().top : view.bottom);
+    if (r.bottom > bottom) s.scrollTop += r.bottom - bottom + 8;
+    else if (r.top < view.top) s.scrollTop -= view.top - r.top + 8;
+    form.querySelector("input[name=comment]")?.focus({ preventScroll: true });
+  });
   document.addEventListener("htmx:beforeRequest", () => { stick = true; });
   // The sidebar's search runs as you type; Enter does not submit its form.
   document.addEventListener("submit", (e) => {
