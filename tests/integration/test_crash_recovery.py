@@ -109,7 +109,7 @@ def test_sigkill_mid_answer_loses_nothing(tmp_path: Path) -> None:
                     break
             time.sleep(0.4)  # a draft flush happens meanwhile
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+            proc.wait(timeout=120)  # a killed process in a disk wait dies once it ends
     finally:
         if proc.poll() is None:
             proc.kill()
