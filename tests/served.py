@@ -137,6 +137,20 @@ class Served:
             raise AssertionError(f"chatbox {' '.join(args)}: {done.stderr or done.stdout}")
         return done.stdout
 
+    def cli_refused(self, *args: str) -> str:
+        """Run `chatbox --data-dir DIR ARGS…`, expecting a refusal (exit 1, a message and no
+        traceback); its stderr."""
+        done = subprocess.run(
+            [CHATBOX, "--data-dir", str(self.data_dir), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.stderr
+
     def user(self, name: str, role: str = "member", tier: str = "free") -> str:
         """Add a person with a password (their name twice) and return a new API key."""
         args = ("--role", role, "--tier", tier, "--password", name * 2, "--key")

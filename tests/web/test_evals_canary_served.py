@@ -130,25 +130,9 @@ def test_the_eval_cli_scores_cases_that_pass_and_fail_and_stores_the_run(box: Se
         ),
         (("eval", "run", "nope", "--suite", str(box.suite)), "no model named 'nope'"),  # type: ignore[attr-defined]
     ):
-        done = _cli_fails(box, *args)
+        done = box.cli_refused(*args)
         assert said in done, done
         assert "Traceback" not in done, done  # the error alone
-
-
-def _cli_fails(box: Served, *args: str) -> str:
-    import subprocess
-
-    from tests.served import CHATBOX
-
-    done = subprocess.run(
-        [CHATBOX, "--data-dir", str(box.data_dir), *args],
-        env=box.env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
-    return done.stderr
 
 
 def test_the_console_lists_shows_and_compares_runs_and_metrics_have_them(box: Served) -> None:
@@ -309,4 +293,4 @@ def test_canary_status_rollback_on_the_console_and_promote_from_the_cli(box: Ser
     assert ("canary.rollback", "admin") in decisions
     metrics = admin.get("/metrics").text
     assert 'chatbox_canary_state{arm="next",state="promoted",tier="paid"} 1.0' in metrics
-    _cli_fails(box, "canary", "rollback", "no-such-arm")
+    box.cli_refused("canary", "rollback", "no-such-arm")

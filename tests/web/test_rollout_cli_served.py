@@ -6,7 +6,6 @@ and every change is in the audit log."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from chatbox.chat.rollout.canary import CHECK_EVERY_S
-from tests.served import CHATBOX, Served
+from tests.served import Served
 
 pytestmark = pytest.mark.timeout(600)
 TIMEOUT = 120.0
@@ -34,19 +33,6 @@ def box(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[S
         yield served
 
 
-def refused(box: Served, *args: str) -> str:
-    done = subprocess.run(
-        [CHATBOX, "--data-dir", str(box.data_dir), *args],
-        env=box.env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.stderr
-
-
 def answered_by(http: httpx.Client) -> str:
     conv = http.post("/v1/conversations", json={"title": "c"}).json()["id"]
     said = http.post(f"/v1/conversations/{conv}/turns", json={"content": "Hi", "max_tokens": 2})
@@ -58,21 +44,21 @@ def test_a_canary_started_at_run_time_takes_its_share_until_stopped(box: Served)
     ann = httpx.Client(
         base_url=box.url, headers=box.auth(box.user("ann", tier="paid")), timeout=TIMEOUT
     )
-    assert "tier 'fre' is not a tier" in refused(
-        box, "canary", "start", "tiny2", "--tier", "fre", "--percent", "50"
+    assert "tier 'fre' is not a tier" in box.cli_refused(
+        "canary", "start", "tiny2", "--tier", "fre", "--percent", "50"
     )
-    assert "percent must be more than 0 and at most 100, not 150" in refused(
-        box, "canary", "start", "tiny2", "--tier", "paid", "--percent", "150"
+    assert "percent must be more than 0 and at most 100, not 150" in box.cli_refused(
+        "canary", "start", "tiny2", "--tier", "paid", "--percent", "150"
     )
-    assert "model 'tiny9' is not installed" in refused(
-        box, "canary", "start", "tiny9", "--tier", "paid", "--percent", "50"
+    assert "model 'tiny9' is not installed" in box.cli_refused(
+        "canary", "start", "tiny9", "--tier", "paid", "--percent", "50"
     )
     assert {answered_by(ann) for _ in range(4)} == {"tiny"}
 
     said = box.cli("canary", "start", "tiny2", "--tier", "paid", "--percent", "50", "--arm", "live")
     assert "live: tiny2 takes 50% of tier paid's answers" in said
-    assert "a canary arm named 'live' runs already" in refused(
-        box, "canary", "start", "tiny", "--tier", "free", "--percent", "5", "--arm", "live"
+    assert "a canary arm named 'live' runs already" in box.cli_refused(
+        "canary", "start", "tiny", "--tier", "free", "--percent", "5", "--arm", "live"
     )
     deadline = time.monotonic() + 2 * CHECK_EVERY_S + 30  # the server's next check
     seen: set[str] = set()
@@ -82,7 +68,7 @@ def test_a_canary_started_at_run_time_takes_its_share_until_stopped(box: Served)
     status = box.cli("canary", "status")
     assert "live: tiny2 on tier paid (50%, started by cli:" in status and "running" in status
 
-    assert "is in the policy file" not in refused(box, "canary", "stop", "nope")
+    assert "is in the policy file" not in box.cli_refused("canary", "stop", "nope")
     stopped = box.cli("canary", "stop", "live", "--reason", "enough")
     assert "live: stopped" in stopped
     time.sleep(CHECK_EVERY_S + 2)  # one check later, every answer is the tier's model
@@ -96,7 +82,7 @@ def test_a_canary_started_at_run_time_takes_its_share_until_stopped(box: Served)
 
 def test_a_pinned_model_is_loaded_by_the_running_server(box: Served) -> None:
     admin = httpx.Client(base_url=box.url, headers=box.admin, timeout=TIMEOUT)
-    assert "model 'tiny9' is not installed" in refused(box, "prewarm", "pin", "tiny9")
+    assert "model 'tiny9' is not installed" in box.cli_refused("prewarm", "pin", "tiny9")
     before = box.cli("prewarm", "status")
     assert "pre-warming loads and unloads by the hours from 24 h on" in before, before
     assert "pinned: none" in before
@@ -113,6 +99,6 @@ def test_a_pinned_model_is_loaded_by_the_running_server(box: Served) -> None:
     assert "pinned: tiny3 (by cli:" in box.cli("prewarm", "status")
 
     assert "tiny3: unpinned" in box.cli("prewarm", "unpin", "tiny3")
-    assert "tiny3 is not pinned" in refused(box, "prewarm", "unpin", "tiny3")
+    assert "tiny3 is not pinned" in box.cli_refused("prewarm", "unpin", "tiny3")
     audit = [e["action"] for e in json.loads(box.cli("audit", "list", "--json"))]
     assert "prewarm.pin" in audit and "prewarm.unpin" in audit
