@@ -247,6 +247,8 @@ NO_CONTENT: dict[str, str] = {
     "POST /v1/admin/replicas/drain": "admin configuration: a replica's URL is kept by design",
     "POST /v1/admin/shadow/start": "admin configuration: a rule (tier, model, percent), no content",
     "POST /v1/admin/shadow/stop": "admin configuration: a rule's removal",
+    "POST /v1/admin/evals": "an admin's eval suite and the model's answers to it, kept by design"
+    " as `chatbox eval run` keeps them: no person's content",
     "POST /v1/workspaces": NAMES,
     "POST /v1/workspaces/{ws_id}/members": NAMES,
     "POST /logout": "no body but the CSRF token",
