@@ -69,7 +69,9 @@ def test_a_canary_started_at_run_time_takes_its_share_until_stopped(box: Served)
     status = box.cli("canary", "status")
     assert "live: tiny2 on tier paid (50%, started by cli:" in status and "running" in status
 
-    assert "is in the policy file" not in box.cli_refused("canary", "stop", "nope")
+    assert "no canary started at run time is named 'nope'" in box.cli_refused(
+        "canary", "stop", "nope"
+    )
     stopped = box.cli("canary", "stop", "live", "--reason", "enough")
     assert "live: stopped" in stopped
     time.sleep(CHECK_EVERY_S + 2)  # one check later, every answer is the tier's model
