@@ -146,11 +146,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if ON_POSTGRESQL and binaries() is None:
         raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
     _watch_store_opens()
-    import pytest_timeout
+    import pytest_timeout  # type: ignore[import-untyped]
 
     from tests.hangs import dump_tasks_first
 
-    pytest_timeout.dump_stacks = dump_tasks_first(pytest_timeout.dump_stacks)  # type: ignore[assignment]
+    pytest_timeout.dump_stacks = dump_tasks_first(pytest_timeout.dump_stacks)
 
 
 # Fixtures that give a test a store or a place for one (a data directory).
