@@ -49,7 +49,8 @@ async def forget_on_replicas(
         assert isinstance(member.client, ChatboxClient)
         call = member.client.forget(model, keys, timeout_s, scoped)
         try:
-            await asyncio.wait_for(call, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await call
         except (ReplicaFailed, TimeoutError) as exc:
             log.warning(
                 "replica %s missed the erasure of %d conversation(s) and %d account(s): %s",

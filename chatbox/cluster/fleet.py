@@ -331,7 +331,8 @@ class Fleet:
             return
         before = dict(member.inflight)
         try:
-            member.health = await asyncio.wait_for(member.client.health(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                member.health = await member.client.health()
         except (ReplicaFailed, TimeoutError) as exc:
             error = str(exc) or "health check timed out"
             if member.state != "down" or member.last_error != error:

@@ -220,7 +220,8 @@ class ReplicaApp:
             sent = 0
             while True:
                 try:
-                    event = await asyncio.wait_for(events.get(), self.heartbeat_s)
+                    async with asyncio.timeout(self.heartbeat_s):
+                        event = await events.get()
                 except TimeoutError:
                     await send(_chunk(line({"type": "wait"})))
                     continue

@@ -263,7 +263,8 @@ class PgDatabase(Database):
             with contextlib.suppress(Exception):
                 await self._listener.close()
         try:  # a connection still held (an abandoned request) must not hold up a stop
-            await asyncio.wait_for(self.pool.close(), CLOSE_WAIT_S)
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await self.pool.close()
         except TimeoutError:
             log.warning("PostgreSQL connections were still in use at close; terminated")
             self.pool.terminate()

@@ -86,7 +86,8 @@ class ReplicaReads(BatchedReads):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         try:
-            await asyncio.wait_for(self.pool.close(), CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await self.pool.close()
         except TimeoutError:
             self.pool.terminate()
 
@@ -102,9 +103,8 @@ class ReplicaReads(BatchedReads):
     async def _replay_position(self) -> int | None:
         """The replica's replayed WAL position; None (and marked down) where it has none."""
         try:
-            found = await asyncio.wait_for(
-                self.pool.fetchval(f"SELECT pg_last_wal_replay_lsn() {_LSN}"), CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                found = await self.pool.fetchval(f"SELECT pg_last_wal_replay_lsn() {_LSN}")
         except _GONE as exc:
             self._set("down", f"unreachable ({type(exc).__name__}: {exc})")
             return None

@@ -11,7 +11,6 @@ so an outage shorter than its bound loses nothing the client saw.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -45,8 +44,7 @@ class DraftSaver:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task})  # a cancel aimed at the caller still reaches it
             self._task = None
 
     async def _loop(self) -> None:
@@ -58,7 +56,8 @@ class DraftSaver:
             if text == self.saved:
                 continue
             try:
-                await asyncio.wait_for(self.save(text), WRITE_TIMEOUT_S)
+                async with asyncio.timeout(WRITE_TIMEOUT_S):
+                    await self.save(text)
             except Exception as exc:  # the database away: keep the text here, try again
                 if failing_since is None:
                     failing_since = time.monotonic()

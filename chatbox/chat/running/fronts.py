@@ -253,7 +253,8 @@ class Fronts:
         if mirror.conversation_id != conv_id:
             return None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(mirror.replayed.wait(), REPLAY_WAIT_S)
+            async with asyncio.timeout(REPLAY_WAIT_S):
+                await mirror.replayed.wait()
         return mirror if mirror.events else None
 
     def _mirror(self, conv_id: str, turn_id: str, parent_id: str, model: str) -> _Mirror:

@@ -39,7 +39,8 @@ async def off_loop(build: Callable[[], T]) -> T:
     BUILD_TIMEOUT_S the request is answered Overloaded and the build left to finish."""
     future = asyncio.get_running_loop().run_in_executor(_BUILDERS, build)
     try:
-        return await asyncio.wait_for(future, BUILD_TIMEOUT_S)
+        async with asyncio.timeout(BUILD_TIMEOUT_S):
+            return await future
     except TimeoutError:
         raise Overloaded(
             "the server is busy building grammars for tools and response formats; retry shortly",

@@ -202,7 +202,8 @@ class ToolSession:
             left = max(self.budget.seconds - self.spent - (time.monotonic() - started), 0.01)
         context = replace(self.context, deadline=time.monotonic() + left)
         try:
-            result = await asyncio.wait_for(tool.run(arguments, context), left)
+            async with asyncio.timeout(left):
+                result = await tool.run(arguments, context)
         except TimeoutError:
             result = ToolResult(
                 f"{spec.name} did not finish within this turn's tool time "

@@ -208,7 +208,8 @@ class Sandbox:
                 # A process that left the group may hold the pipes open: stop reading them.
                 try:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(proc.wait()), 5.0)
+                        async with asyncio.timeout(5.0):
+                            await asyncio.shield(proc.wait())
                 finally:
                     for reader in readers:
                         reader.cancel()
