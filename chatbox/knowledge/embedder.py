@@ -458,6 +458,10 @@ class Embedder:
                     vectors, counts = await loop.run_in_executor(
                         lane.pool, self._encode_sync, lane, item.texts, item.approximate
                     )
+            except asyncio.CancelledError:  # the lane closed: nobody may wait on its queue
+                item.future.cancel()
+                self._cancel_queued(lane)
+                raise
             except Exception as exc:
                 if not item.future.done():
                     item.future.set_exception(exc)
@@ -465,6 +469,14 @@ class Embedder:
             if not item.future.done():
                 item.future.set_result((vectors, sum(counts)))
 
+    @staticmethod
+    def _cancel_queued(lane: _Lane) -> None:
+        for item in lane.queue:
+            item.future.cancel()
+        lane.queue.clear()
+
     def close(self) -> None:
+        """Stop both lanes; whoever still waits for a vector is cancelled, never left hanging."""
         for lane in (self._urgent, self._background):
             lane.pool.shutdown(wait=False, cancel_futures=True)
+            self._cancel_queued(lane)
