@@ -24,6 +24,9 @@ log = logging.getLogger("chatbox.store")
 RUNS_CHANNEL = "chatbox_runs"
 FRONT_LOCK = 0x66726E74  # the advisory lock class of the fronts' liveness locks ("frnt")
 PART_CHARS = 1700  # characters of a message per notice: at most 4 bytes each, under 8,000
+# A statement on the channel's connection that gets no reply (a cut-off network) fails after
+# this long, so no send or liveness check waits on it for ever.
+COMMAND_TIMEOUT_S = 10.0
 
 Message = dict[str, Any]
 Listener = Callable[[Message], None]
@@ -50,7 +53,7 @@ class RunChannel:
     async def open(self) -> RunChannel:
         import asyncpg  # loads only where PostgreSQL is used
 
-        conn = await asyncpg.connect(self.url)
+        conn = await asyncpg.connect(self.url, command_timeout=COMMAND_TIMEOUT_S)
         try:
             # Not waited for: a dropped session of this front's may still hold it a moment.
             taken = await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", FRONT_LOCK, self.key)
