@@ -10,7 +10,10 @@ from pydantic import BaseModel, Field
 
 from tests.conftest import LiveServer, client_for
 
-pytestmark = pytest.mark.model
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.store_agnostic("stateless completions: the model's calls, schemas and logprobs"),
+]
 
 WEATHER = {
     "type": "function",

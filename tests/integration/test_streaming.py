@@ -58,7 +58,7 @@ def test_second_message_is_409_and_stop_keeps_partial_answer(real_server: LiveSe
         assert rest[-1].event == "done"
         done = rest[-1].json()
         assert done["status"] == "stopped"
-        assert stopped_in < 1.0
+        assert stopped_in < 3.0  # a decode step or two; 1.1 s seen on a 2-core box at load 8
         assert done["usage"]["completion_tokens"] < 400
         turns = read_turns(http, conv_id)
         assert [t["role"] for t in turns] == ["user", "assistant"]  # the 409 stored nothing

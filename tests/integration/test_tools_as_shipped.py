@@ -9,6 +9,7 @@ CPU load must all come back."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,7 +34,13 @@ from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
 )
 
 # A loaded 2-core machine answers a 40-token request in 10-60 s.
-pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.timeout(1200),
+    pytest.mark.store_agnostic(
+        "sampling under a tool grammar: the answers' text, not where it is kept"
+    ),
+]
 
 QUESTION = "Write one sentence about the sea."
 
@@ -42,6 +49,12 @@ QUESTION = "Write one sentence about the sea."
 def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with Served(tmp_path_factory.mktemp("tools-shipped"), model=None) as served:
         yield served
+
+
+def machine_busy() -> bool:
+    """True when other processes already keep every core busy (the test command's other
+    workers): a burner would only slow them, the load it stands for is there."""
+    return os.getloadavg()[0] >= (os.cpu_count() or 1)
 
 
 def client_of(box: Served, name: str, tier: str) -> openai.OpenAI:
@@ -109,10 +122,13 @@ def test_text_with_tools_offered_is_as_plausible_as_without(
 
 def test_forced_calls_three_at_a_time_under_load_all_answer(box: Served) -> None:
     """Twelve forced calls (required and named), three at a time from a member whose tier
-    allows four streams, while another process keeps a core busy: every one comes back with a
-    call (a call cut by max_tokens still names its tool)."""
+    allows four streams, while another process keeps a core busy (or the machine's cores are
+    busy already): every one comes back with a call (a call cut by max_tokens still names its
+    tool)."""
     client = client_of(box, "bea", "paid")
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    burners = (
+        [] if machine_busy() else [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    )
 
     def call(i: int) -> openai.types.chat.ChatCompletion:
         choice: object = (

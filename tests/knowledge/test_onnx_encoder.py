@@ -34,6 +34,8 @@ TEXTS = [
     "word " * 400,  # longer than the model reads: truncated the same way
 ]
 
+pytestmark = pytest.mark.store_agnostic("the encoder's vectors and its cached graphs")
+
 
 @pytest.fixture(scope="module")
 def st_model() -> object:

@@ -13,6 +13,7 @@ from chatbox.moderation import SUPPORT, ModerationPolicy, Moderator, OutputWatch
 from chatbox.moderation.classifier import HELDOUT, TRAIN, read_labelled, segments
 from chatbox.moderation.profanity import Profanity
 
+pytestmark = pytest.mark.store_agnostic("the layers' scores and decisions")
 HELD = read_labelled(HELDOUT)
 POLICY = {
     "actions": {"sexual": "flag", "harassment": "warn"},
