@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -99,8 +100,8 @@ class Served:
         self.env.update(store_env(self.data_dir))  # the suite's store; env may say otherwise
         self.env.update(env or {})
         if model is not None:
-            self.cli("models", "add", str(model), "--name", "tiny", "--link", "--default")
-        self.admin_key = self.cli("keys", "create", "--user", "admin").strip().splitlines()[-1]
+            self.setup_cli("models", "add", str(model), "--name", "tiny", "--link", "--default")
+        self.admin_key = self.setup_cli("keys", "create", "--user", "admin").splitlines()[-1]
 
     def _policy_without_output_checks(self) -> Path:
         from tests.conftest import _answers_unchecked
@@ -137,6 +138,25 @@ class Served:
             raise AssertionError(f"chatbox {' '.join(args)}: {done.stderr or done.stdout}")
         return done.stdout
 
+    def setup_cli(self, *args: str) -> str:
+        """The same command as cli(), run in this process on the box's settings: for setting
+        a box up (its people, its model), where a process a call (~1 s of CPU, mostly imports)
+        would be most of a served test's cost. Tests of the command line use cli()."""
+        from click.testing import CliRunner, Result
+
+        from chatbox.cli import main
+        from chatbox.settings import settings_from_env
+
+        def invoke() -> Result:
+            argv = ["--data-dir", str(self.data_dir), *args]
+            return CliRunner().invoke(main, argv, obj=settings_from_env(self.env))
+
+        with ThreadPoolExecutor(1) as pool:  # its own thread: the caller may be in a loop
+            done = pool.submit(invoke).result()
+        if done.exit_code != 0:
+            raise AssertionError(f"chatbox {' '.join(args)}: {done.output}") from done.exception
+        return done.stdout.strip()
+
     def cli_refused(self, *args: str) -> str:
         """Run `chatbox --data-dir DIR ARGS…`, expecting a refusal (exit 1, a message and no
         traceback); its stderr."""
@@ -154,7 +174,7 @@ class Served:
     def user(self, name: str, role: str = "member", tier: str = "free") -> str:
         """Add a person with a password (their name twice) and return a new API key."""
         args = ("--role", role, "--tier", tier, "--password", name * 2, "--key")
-        return self.cli("users", "add", name, *args).strip().splitlines()[-1]
+        return self.setup_cli("users", "add", name, *args).splitlines()[-1]
 
     @staticmethod
     def auth(key: str) -> dict[str, str]:
