@@ -310,9 +310,12 @@ def test_settings(
 
     Tokens reach the event loop every step (`stream_interval_s=0`): the tiny model decodes
     a token in well under a millisecond, so at the default interval a whole answer would
-    arrive in two or three events, and tests that act mid-answer (stop, reattach) could not."""
+    arrive in two or three events, and tests that act mid-answer (stop, reattach) could not.
+
+    One llama.cpp thread: the test command runs more processes than this machine has cores,
+    and two threads of one model spin-wait for each other whenever either is descheduled."""
     engine = EngineSettings(
-        n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=2, stream_interval_s=0
+        n_parallel=4, n_ctx=4096, n_ctx_per_seq=1024, n_batch=256, n_threads=1, stream_interval_s=0
     )
     if ON_POSTGRESQL and "database_url" not in overrides:  # database_url=None: SQLite
         overrides["database_url"] = store_for(data_dir)

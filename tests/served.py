@@ -84,12 +84,12 @@ class Served:
             CHATBOX_ADMIN_PASSWORD=ADMIN_PASSWORD,
             CHATBOX_CACHE_DIR=str(shared_cache_dir()),
         )
-        if small:  # the shape the in-process tests use on this 2-core machine
+        if small:  # the shape the in-process tests use (one thread: see test_settings)
             self.env.update(
                 CHATBOX_N_PARALLEL="4",
                 CHATBOX_N_CTX="4096",
                 CHATBOX_N_CTX_PER_SEQ="1024",
-                CHATBOX_N_THREADS="2",
+                CHATBOX_N_THREADS="1",
             )
         if policy == "no-output-moderation":
             policy = self._policy_without_output_checks()

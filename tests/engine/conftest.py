@@ -39,13 +39,13 @@ def smollm2_gguf() -> Path:
     return path
 
 
-# Tokens reach the event loop every step: see tests/conftest.py's test_settings.
+# Tokens reach the event loop every step, on one thread: see tests/conftest.py's test_settings.
 TINY_SETTINGS = EngineSettings(
     n_parallel=8,
     n_ctx=4096,
     n_ctx_per_seq=1024,
     n_batch=256,
-    n_threads=2,
+    n_threads=1,
     park_bytes=1 << 24,
     stream_interval_s=0,
     kv_type="f16",  # either kernel; the shipped q8_0 cache is served by the served tests
