@@ -189,6 +189,22 @@ class Served:
         """Start `chatbox serve` and wait until /readyz says ready (the first start of a run
         trains moderation's classifiers and exports the encoders before it is ready)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
+        first = self.proc is None
+        for _ in range(4):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start(timeout_s)
+            except AssertionError:
+                # A port found free can be taken before the server binds it (another server
+                # or a client's ephemeral port): a first start moves to another.
+                refused = "address already in use" in self.log()[logged:]
+                if not (first and refused):
+                    raise
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError(f"chatbox serve found no free port:\n{self.log()[-4000:]}")
+
+    def _start(self, timeout_s: float) -> Served:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [
