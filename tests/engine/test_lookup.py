@@ -205,7 +205,9 @@ COPY_PROMPTS = [
 
 @pytest.mark.model
 async def test_smollm2_greedy_output_is_unchanged(smollm2_gguf: Path) -> None:
-    settings = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256)
+    settings = EngineSettings(
+        n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256, n_threads=1
+    )
     plain = LlamaEngine(smollm2_gguf, "smollm2", replace(settings, lookup_draft=0))
     fast = LlamaEngine(smollm2_gguf, "smollm2", replace(settings, lookup_draft=8))
     await plain.start()

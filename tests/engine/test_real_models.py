@@ -17,7 +17,7 @@ from tests.engine.helpers import chat, generate, softmax
 
 pytestmark = pytest.mark.model
 
-SETTINGS = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256)
+SETTINGS = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256, n_threads=1)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
 
 

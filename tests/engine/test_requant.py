@@ -16,7 +16,7 @@ from chatbox.engine.types import SamplingParams
 from chatbox.settings import EngineSettings
 from tests.engine.helpers import chat, generate, softmax
 
-SETTINGS = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=256, n_threads=2)
+SETTINGS = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_batch=256, n_threads=1)
 
 
 @pytest.fixture(scope="module")

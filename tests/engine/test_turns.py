@@ -54,7 +54,9 @@ async def test_an_idle_conversation_gets_its_next_turns_marker(tiny_engine: Llam
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def smol(smollm2_gguf: Path) -> AsyncIterator[LlamaEngine]:
-    settings = EngineSettings(n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256)
+    settings = EngineSettings(
+        n_parallel=4, n_ctx=4096, n_ctx_per_seq=2048, n_batch=256, n_threads=1
+    )
     engine = LlamaEngine(smollm2_gguf, "smollm2", settings)
     await engine.start()
     yield engine

@@ -40,7 +40,7 @@ INPUTS = (
 
 @pytest.fixture
 async def tiny(tiny_gguf: Path) -> AsyncIterator[LlamaEngine]:
-    settings = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_threads=2)
+    settings = EngineSettings(n_parallel=2, n_ctx=2048, n_ctx_per_seq=1024, n_threads=1)
     async with running(tiny_gguf, settings) as engine:
         yield engine
 
