@@ -392,7 +392,8 @@
     if (q && body && !body.querySelector("mark")) markWords(body, q);
     document.querySelectorAll(".turn.hit").forEach((t) => t.classList.remove("hit"));
     turn.classList.add("hit");
-    turn.scrollIntoView({ block: "center" });
+    // The matched words, not the turn's middle: a long answer centred can hide them.
+    (turn.querySelector("mark") || turn).scrollIntoView({ block: "center" });
     return true;
   }
   window.addEventListener("hashchange", showHit);

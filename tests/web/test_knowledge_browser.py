@@ -134,8 +134,11 @@ def test_search_opens_the_conversation_at_the_turn(server: LiveServer, page: Any
     text = turn.inner_text().lower()
     assert turn.is_visible() and "spare" in text and "key" in text
     assert turn.query_selector("mark") is not None
-    top = page.evaluate("() => document.querySelector('.turn.hit').getBoundingClientRect().top")
-    assert 0 <= top < 800, f"the matching turn is not in view ({top}px)"
+    top, height = page.evaluate(
+        "() => [document.querySelector('.turn.hit mark').getBoundingClientRect().top,"
+        " window.innerHeight]"
+    )
+    assert 0 <= top < height, f"the matched words are not in view ({top}px of {height})"
     page.screenshot(path="/tmp/chatbox-knowledge-hit.png")
 
 
