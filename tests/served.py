@@ -197,7 +197,7 @@ class Served:
             except AssertionError:
                 # A port found free can be taken before the server binds it (another server
                 # or a client's ephemeral port): a first start moves to another.
-                refused = "address already in use" in self.log()[logged:]
+                refused = b"address already in use" in self.log_path.read_bytes()[logged:]
                 if not (first and refused):
                     raise
                 self.port = free_port()
