@@ -509,10 +509,11 @@ class LiveServer:
 
         import uvicorn
 
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
+        # The bound socket goes to uvicorn: a port closed here and bound again there could be
+        # taken in between by another worker's server.
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             create_app(settings, registry),
@@ -522,7 +523,9 @@ class LiveServer:
             timeout_graceful_shutdown=5,
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         import time
