@@ -23,6 +23,7 @@ from chatbox.catalog.registry import ModelRegistry
 from chatbox.settings import EngineSettings, Settings
 from chatbox.store import Store
 from chatbox.store.db import SqliteDatabase
+from tests.passwords import remember_password_hashes
 from tests.pg import PgServer, binaries
 from tests.tinymodel import make_tiny_gguf
 
@@ -152,6 +153,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if ON_POSTGRESQL and binaries() is None:
         raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
     _watch_store_opens()
+    remember_password_hashes()
     import pytest_timeout  # type: ignore[import-untyped]
 
     from tests.hangs import dump_tasks_first
