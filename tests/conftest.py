@@ -147,8 +147,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "store_agnostic(reason): what it asserts is a model's own behaviour (its text, an"
-        " encoder's vectors, a classifier's scores), which no store can change; the PostgreSQL"
-        " pass skips it",
+        " encoder's vectors, a classifier's scores) or a page's in the browser (layout,"
+        " escaping, controls), which no store can change; the PostgreSQL pass skips it",
     )
     if ON_POSTGRESQL and binaries() is None:
         raise pytest.UsageError("CHATBOX_TEST_STORE=postgresql needs initdb and pg_ctl")
@@ -200,7 +200,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
     about SQLite itself, tests that ask for the PostgreSQL server by name, tests of a model's
-    own behaviour (`store_agnostic`), and tests that touch no store."""
+    own behaviour or a page's (`store_agnostic`), and tests that touch no store."""
     files: dict[Path, int] = {}
     for item in items:
         files[item.path] = min(files.get(item.path, 3), _weight(item))
@@ -210,12 +210,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     about_sqlite = pytest.mark.skip(reason="about SQLite: the SQLite pass runs it")
     on_postgres = pytest.mark.skip(reason="on PostgreSQL by name: the SQLite pass runs it")
     no_store = pytest.mark.skip(reason="touches no store: the SQLite pass runs it")
-    agnostic = pytest.mark.skip(reason="a model's own behaviour: the SQLite pass runs it")
     for item in items:
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(about_sqlite)
-        elif item.get_closest_marker("store_agnostic") is not None:
-            item.add_marker(agnostic)
+        elif (agnostic := item.get_closest_marker("store_agnostic")) is not None:
+            why = agnostic.args[0] if agnostic.args else "no store can change it"
+            item.add_marker(pytest.mark.skip(reason=f"{why}: the SQLite pass runs it"))
         elif "postgres" in getattr(item, "fixturenames", ()):
             item.add_marker(on_postgres)
         elif touches_no_store(item):

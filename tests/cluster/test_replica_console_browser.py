@@ -21,7 +21,10 @@ from tests.conftest import LiveServer
 from tests.web.test_browser import browser, login, page  # noqa: F401  (shared fixtures)
 from tests.web.test_console_browser import SHOTS, plot_state
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("the Live page's per-replica plots in a browser"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,10 @@ from litestar.testing import TestClient
 from chatbox.web.ui.render import render_markdown
 from tests.security.conftest import Cast, send_turn
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.store_agnostic("how each page escapes the text it is given"),
+]
 
 CORPUS = [
     "<script>alert(1)</script>",

@@ -19,7 +19,10 @@ import pytest
 
 from tests.conftest import ADMIN_NAME, ADMIN_PASSWORD, LiveServer, on_smollm2
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("the chat page in a browser, streaming and on a phone"),
+]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

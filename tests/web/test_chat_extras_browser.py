@@ -19,7 +19,10 @@ import pytest
 from tests.served import Served
 from tests.web.test_browser import browser, watch_csp  # noqa: F401
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("the chat page's controls in a browser"),
+]
 DONE = "#turns > .turn.assistant[data-status]:not(.streaming)"
 CODE = 'print("otters hold hands")'
 ANSWER = (

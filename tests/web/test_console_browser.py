@@ -19,7 +19,10 @@ from chatbox.catalog.registry import ModelRegistry
 from tests.conftest import ADMIN_NAME, LiveServer, test_settings
 from tests.web.test_browser import SHOTS, browser, login, page  # noqa: F401  (shared fixtures)
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("the console's plots and waterfall in a browser"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,10 @@ from tests.web.test_browser import (  # noqa: F401  (browser: a fixture)
 from tests.web.test_tools_served import DOC, QUESTION, SECRET, SEED, UNSTUCK, _policy
 from tests.web.test_ui_walk_browser import AXE
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("how an answer's tool calls show in a browser"),
+]
 MCP_COMMAND = f"{sys.executable} {Path(__file__).parent.parent / 'chat' / 'mcp_server.py'}"
 
 

@@ -27,7 +27,10 @@ import pytest
 from tests.served import ADMIN_PASSWORD, Served
 from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.store_agnostic("every page's layout, accessibility and console in a browser"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
