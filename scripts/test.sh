@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 # each would otherwise compile the package again: ~0.4 s of every CLI call and server start).
 .venv/bin/python -m compileall -q chatbox >/dev/null
 logs=$(mktemp -d)
+# One cache for both passes' servers (the embedding model's export, moderation's classifiers).
+export CHATBOX_TEST_CACHE_DIR="$logs/served-cache"
 workers=${CHATBOX_TEST_WORKERS:-2}
 spread=()
 # --no-loadscope-reorder: files in the suite's order (slowest first, tests/conftest.py), not

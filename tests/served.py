@@ -40,12 +40,16 @@ _CACHE: list[Path] = []
 
 
 def shared_cache_dir() -> Path:
-    """One cache directory for every server a test run starts (its worker processes' too):
-    the embedding model's export and the moderation classifiers are made once per run, not
-    once per server (servers starting together write it atomically)."""
+    """One cache directory for every server a test run starts (its worker processes' too, and
+    both store passes of scripts/test.sh, which names it in CHATBOX_TEST_CACHE_DIR): the
+    embedding model's export and the moderation classifiers are made once per run, not once
+    per server (servers starting together write it atomically)."""
     if not _CACHE:
         run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-        if run is None:
+        if given := os.environ.get("CHATBOX_TEST_CACHE_DIR"):
+            _CACHE.append(Path(given))
+            _CACHE[0].mkdir(parents=True, exist_ok=True)
+        elif run is None:
             _CACHE.append(Path(tempfile.mkdtemp(prefix="chatbox-served-cache-")))
         else:
             _CACHE.append(Path(tempfile.gettempdir()) / f"chatbox-served-cache-{run}")
