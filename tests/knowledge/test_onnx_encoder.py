@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,37 @@ def st_model() -> object:
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(default_model_path()), device="cpu", local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def exported(st_model: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the exported graph, checked against torch (the tests that start from
+    one copy it: an export costs seconds of CPU)."""
+    cache = tmp_path_factory.mktemp("exported")
+    assert onnx_encoder(st_model, default_model_path(), cache, threads=1) is not None
+    return cache
+
+
+@pytest.fixture(scope="module")
+def prepared(exported: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding everything a start makes: the graph, its int8 copy and its halves."""
+    cache = tmp_path_factory.mktemp("prepared")
+    shutil.copytree(exported, cache, dirs_exist_ok=True)
+
+    async def load() -> None:
+        embedder = Embedder(onnx_cache=cache)
+        try:
+            await embedder.load(approximate=True)
+        finally:
+            embedder.close()
+
+    asyncio.run(load())
+    return cache
+
+
+def copy_of(cache: Path, into: Path) -> Path:
+    shutil.copytree(cache, into, dirs_exist_ok=True)
+    return into
 
 
 def test_vectors_match_sentence_transformers_and_the_graph_is_cached(
@@ -114,9 +146,9 @@ def exact_and_int8(st_model: object, cache: Path) -> tuple[OnnxEncoder, OnnxEnco
 
 
 def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
-    st_model: object, tmp_path: Path
+    st_model: object, exported: Path, tmp_path: Path
 ) -> None:
-    exact, quick = exact_and_int8(st_model, tmp_path)
+    exact, quick = exact_and_int8(st_model, copy_of(exported, tmp_path))
     assert quick.path is not None
     # a quarter of the graph's size: its weights are int8
     assert (
@@ -139,9 +171,9 @@ def test_the_int8_copy_is_close_cached_and_remade_when_damaged(
 
 
 def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
-    st_model: object, tmp_path: Path
+    st_model: object, exported: Path, tmp_path: Path
 ) -> None:
-    _, quick = exact_and_int8(st_model, tmp_path)
+    _, quick = exact_and_int8(st_model, copy_of(exported, tmp_path))
     assert quick.path is not None
     split = split_encoder(quick, 3, threads=1)
     assert split is not None
@@ -170,7 +202,7 @@ def test_the_int8_graph_cut_in_two_adds_up_to_it_and_is_cached(
     assert np.abs(again.back(partial) - quick.encode([TEXTS[1]])[0]).max() < 1e-5
 
 
-def test_screened_vectors_stop_at_the_cut_unless_kept(tmp_path: Path) -> None:
+def test_screened_vectors_stop_at_the_cut_unless_kept(prepared: Path, tmp_path: Path) -> None:
     seen: list[np.ndarray] = []
 
     def keep_long(vector: np.ndarray) -> bool:
@@ -178,7 +210,7 @@ def test_screened_vectors_stop_at_the_cut_unless_kept(tmp_path: Path) -> None:
         return len(seen) % 2 == 0  # every second text goes on
 
     async def run() -> tuple[np.ndarray, np.ndarray, list[bool], np.ndarray, list[bool]]:
-        embedder = Embedder(onnx_cache=tmp_path)
+        embedder = Embedder(onnx_cache=copy_of(prepared, tmp_path))
         try:
             quick = await embedder.embed(TEXTS, approximate=True)
             assert embedder.screens
@@ -198,9 +230,9 @@ def test_screened_vectors_stop_at_the_cut_unless_kept(tmp_path: Path) -> None:
     assert np.abs(early - quick).max() > 1e-2
 
 
-def test_approximate_vectors_come_from_the_int8_copy_only(tmp_path: Path) -> None:
+def test_approximate_vectors_come_from_the_int8_copy_only(prepared: Path, tmp_path: Path) -> None:
     async def run() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        embedder = Embedder(onnx_cache=tmp_path)
+        embedder = Embedder(onnx_cache=copy_of(prepared, tmp_path))
         try:
             exact = await embedder.embed(TEXTS)
             quick = await embedder.embed(TEXTS, approximate=True)
@@ -226,9 +258,11 @@ def test_an_unknown_runtime_is_refused_at_start() -> None:
         settings_from_env({"CHATBOX_EMBEDDING_RUNTIME": "onxx"})
 
 
-def test_a_graph_checked_once_loads_without_torch(st_model: object, tmp_path: Path) -> None:
-    # the first start exports the graph and checks it against torch...
-    assert onnx_encoder(st_model, default_model_path(), tmp_path, threads=1) is not None
+def test_a_graph_checked_once_loads_without_torch(
+    st_model: object, exported: Path, tmp_path: Path
+) -> None:
+    # the first start exported the graph and checked it against torch (`exported`)...
+    copy_of(exported, tmp_path)
     script = (
         "import asyncio, json, sys\n"
         "from pathlib import Path\n"
@@ -255,9 +289,9 @@ def test_a_graph_checked_once_loads_without_torch(st_model: object, tmp_path: Pa
 
 
 def test_a_graph_checked_against_vectors_that_moved_goes_back_through_torch(
-    st_model: object, tmp_path: Path
+    exported: Path, tmp_path: Path
 ) -> None:
-    assert onnx_encoder(st_model, default_model_path(), tmp_path, threads=1) is not None
+    copy_of(exported, tmp_path)
     record = checked_file(graph_file(tmp_path, default_model_path()))
     meta = json.loads(record.read_text())
     meta["vectors"][0][0] += 0.5  # torch's vectors, as another version would give them
@@ -266,9 +300,9 @@ def test_a_graph_checked_against_vectors_that_moved_goes_back_through_torch(
     assert not record.exists()  # the torch path checks the graph again and writes it anew
 
 
-def test_both_lanes_run_one_copy_of_each_graph(tmp_path: Path) -> None:
+def test_both_lanes_run_one_copy_of_each_graph(prepared: Path, tmp_path: Path) -> None:
     async def loaded() -> Embedder:
-        e = Embedder(onnx_cache=tmp_path)
+        e = Embedder(onnx_cache=copy_of(prepared, tmp_path))
         await e.load(approximate=True)
         return e
 
