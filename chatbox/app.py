@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,9 @@ def create_app(settings: Settings, registry: ModelRegistry | None = None) -> Lit
         lifespan=[lifespan],
         before_send=[security_headers],
         template_config=TemplateConfig(
-            directory=TEMPLATES_DIR, engine=JinjaTemplateEngine, engine_callback=configure_templates
+            directory=TEMPLATES_DIR,
+            engine=JinjaTemplateEngine,
+            engine_callback=partial(configure_templates, cache_dir=settings.cache_dir),
         ),
         openapi_config=OpenAPIConfig(title="chatbox", version=__version__, path="/schema"),
         # The process's logging is chatbox.observability.logs's: litestar's default config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -80,6 +81,38 @@ def test_every_template_compiles_with_the_globals(
     settings: Settings, registry: ModelRegistry
 ) -> None:
     env = jinja(settings, registry)
+    for path in sorted(TEMPLATES_DIR.glob("*.html")):
+        env.get_template(path.name)
+
+
+def test_compiled_templates_are_kept_for_the_next_start(
+    settings: Settings, registry: ModelRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = replace(settings, cache_dir=tmp_path / "cache")
+    jinja(kept, registry).get_template("_chat.html")
+    assert list((tmp_path / "cache" / "templates").glob("*.cache"))
+
+    compiled: list[str | None] = []
+    compile_source = Environment.compile
+
+    def counted(self: Environment, source: Any, name: str | None = None, *a: Any) -> Any:
+        compiled.append(name)
+        return compile_source(self, source, name, *a)
+
+    monkeypatch.setattr(Environment, "compile", counted)
+    again = jinja(kept, registry)  # the next start, on the same cache directory
+    assert again.get_template("_chat.html").render  # loaded, not compiled
+    assert compiled == []
+    again.get_template("_header.html")  # one the first start never loaded
+    assert compiled == ["_header.html"]
+
+
+def test_a_template_cache_that_cannot_be_written_is_skipped(
+    settings: Settings, registry: ModelRegistry, tmp_path: Path
+) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "templates").write_text("a file where the directory would be")
+    env = jinja(replace(settings, cache_dir=tmp_path / "cache"), registry)
     for path in sorted(TEMPLATES_DIR.glob("*.html")):
         env.get_template(path.name)
 
