@@ -110,18 +110,28 @@ def rows_holding(database: Path | str, needle: str) -> list[str]:
     included) holds `needle` in any case; a SQLite store is its files (files_holding)."""
     if isinstance(database, Path):
         return []
-    tables = run_sql(
-        database,
-        "SELECT table_name FROM information_schema.tables"
-        " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
-    )
-    return [
-        table
-        for (table,) in tables
-        if run_sql(
-            database, f"SELECT count(*) FROM {table} AS t WHERE t::text ILIKE ?", (f"%{needle}%",)
-        )[0][0]
-    ]
+
+    async def search() -> list[str]:  # one connection for every table
+        conn = await asyncpg.connect(database)
+        try:
+            tables = await conn.fetch(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+            pattern = f"%{needle}%"
+            return [
+                table
+                for (table,) in tables
+                if await conn.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {table} AS t WHERE t::text ILIKE $1)", pattern
+                )
+            ]
+        finally:
+            await conn.close()
+
+    # In a thread of its own: the caller may be inside an event loop (an async test).
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, search()).result()
 
 
 def store_holding(client: TestClient, needle: str) -> list[str]:
