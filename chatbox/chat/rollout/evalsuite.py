@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 import chatbox
 
 CHECKS = ("exact", "regex", "json_schema", "tool_call", "refusal", "similarity", "judge")
@@ -224,6 +222,8 @@ def _check(where: str, raw: Any) -> Check:
     if kind in ("json_schema",) or (kind == "tool_call" and schema is not None):
         if not isinstance(schema, dict):
             raise SuiteError(f"{where}: check.schema must be a JSON schema object")
+        import jsonschema  # loaded by the suites that check a schema, not by every start
+
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
@@ -340,6 +340,8 @@ _NOT_JSON = object()
 def _valid(value: Any, schema: dict[str, Any]) -> Score:
     if value is _NOT_JSON:
         return Score(False, 0.0, {"error": "not JSON"})
+    import jsonschema
+
     errors = sorted(
         jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path)
     )
