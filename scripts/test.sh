@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 # Bytecode for every `chatbox` process the tests start (with PYTHONDONTWRITEBYTECODE set,
 # each would otherwise compile the package again: ~0.4 s of every CLI call and server start).
 .venv/bin/python -m compileall -q chatbox >/dev/null
-# And pytest's rewritten test modules: written once, read by each worker of both passes.
+# And the rest written on first import (pytest's rewritten test modules, installed packages
+# that came without bytecode, anyio among them): once, not in every process.
 unset PYTHONDONTWRITEBYTECODE
 logs=$(mktemp -d)
 # One cache for both passes' servers (the embedding model's export, moderation's classifiers).
