@@ -33,6 +33,17 @@ TEST_STORE = os.environ.get("CHATBOX_TEST_STORE", "sqlite")
 if TEST_STORE not in STORES:
     raise pytest.UsageError(f"CHATBOX_TEST_STORE must be one of {', '.join(STORES)}")
 ON_POSTGRESQL = TEST_STORE == "postgresql"
+# Set by scripts/test.sh, which runs both passes at once: the PostgreSQL pass, which skips
+# what no store can change, then takes the store-free files in HANDED_OVER from the SQLite
+# pass so that the two end together.
+BOTH_PASSES = os.environ.get("CHATBOX_TEST_PASSES") == "both"
+HANDED_OVER = frozenset(
+    {
+        "tests/integration/test_tools_as_shipped.py",  # ~2 minutes of the real model
+        "tests/knowledge/test_onnx_encoder.py",
+        "tests/test_lint.py",
+    }
+)
 
 _SERVER: list[PgServer] = []
 _DATABASES: dict[Path, str] = {}
@@ -210,17 +221,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     The PostgreSQL pass skips what the SQLite pass already ran as it would run here: tests
     about SQLite itself, tests that ask for the PostgreSQL server by name, tests of a model's
-    own behaviour or a page's (`store_agnostic`), and tests that touch no store."""
+    own behaviour or a page's (`store_agnostic`), and tests that touch no store; when both
+    passes run at once, it runs the files HANDED_OVER and the SQLite pass skips them."""
     files: dict[Path, int] = {}
     for item in items:
         files[item.path] = min(files.get(item.path, 3), _weight(item))
     items.sort(key=lambda item: files[item.path])  # stable: each file's order is kept
+    root = config.rootpath
+    handed_over = {
+        item
+        for item in items
+        if BOTH_PASSES and item.path.relative_to(root).as_posix() in HANDED_OVER
+    }
     if not ON_POSTGRESQL:
+        for item in handed_over:
+            item.add_marker(pytest.mark.skip(reason="the PostgreSQL pass runs it alongside"))
         return
     about_sqlite = pytest.mark.skip(reason="about SQLite: the SQLite pass runs it")
     on_postgres = pytest.mark.skip(reason="on PostgreSQL by name: the SQLite pass runs it")
     no_store = pytest.mark.skip(reason="touches no store: the SQLite pass runs it")
     for item in items:
+        if item in handed_over:
+            continue
         if item.get_closest_marker("sqlite_only") is not None:
             item.add_marker(about_sqlite)
         elif (agnostic := item.get_closest_marker("store_agnostic")) is not None:
