@@ -184,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Fixtures that give a test a store or a place for one (a data directory).
 STORE_FIXTURES = frozenset(
-    {"tmp_path", "database", "postgres", "data_dir", "settings", "client", "live"}
+    {"tmp_path", "database", "postgres", "data_dir", "settings", "client", "live", "shared_live"}
 )
 
 
@@ -486,6 +486,10 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def registry(data_dir: Path, tiny_gguf: Path) -> ModelRegistry:
+    return tiny_registry(data_dir, tiny_gguf)
+
+
+def tiny_registry(data_dir: Path, tiny_gguf: Path) -> ModelRegistry:
     # No built-in models: every tier routes to the tiny one (the default), so the app tests
     # never load the real models behind the policy's tier defaults.
     reg = ModelRegistry(data_dir / "models", data_dir / "no-manifest.toml")
@@ -580,4 +584,13 @@ class LiveServer:
 @pytest.fixture
 def live(settings: Settings, registry: ModelRegistry) -> Iterator[LiveServer]:
     with LiveServer(settings, registry) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_live(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[LiveServer]:
+    """`live` made once for a test file whose tests depend on nothing another left behind
+    (each reads only its own answers): the app's start is paid once, not once a test."""
+    data_dir = tmp_path_factory.mktemp("shared-live") / "data"
+    with LiveServer(test_settings(data_dir), tiny_registry(data_dir, tiny_gguf)) as server:
         yield server

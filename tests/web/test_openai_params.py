@@ -33,16 +33,16 @@ TOOL = {
 }
 
 
-def test_n_returns_that_many_choices(live: LiveServer) -> None:
-    reply = client_for(live).chat.completions.create(
+def test_n_returns_that_many_choices(shared_live: LiveServer) -> None:
+    reply = client_for(shared_live).chat.completions.create(
         model="tiny", messages=USER, n=4, max_tokens=6, temperature=1.0, seed=2
     )
     assert [c.index for c in reply.choices] == [0, 1, 2, 3]
     assert reply.usage is not None and reply.usage.completion_tokens == 24
 
 
-def test_logprobs_are_sorted_and_hold_the_sampled_token(live: LiveServer) -> None:
-    reply = client_for(live).chat.completions.create(
+def test_logprobs_are_sorted_and_hold_the_sampled_token(shared_live: LiveServer) -> None:
+    reply = client_for(shared_live).chat.completions.create(
         model="tiny", messages=USER, max_tokens=12, logprobs=True, top_logprobs=5, seed=4
     )
     content = reply.choices[0].logprobs.content  # type: ignore[union-attr]
@@ -56,8 +56,8 @@ def test_logprobs_are_sorted_and_hold_the_sampled_token(live: LiveServer) -> Non
             assert t.token in [x.token for x in t.top_logprobs]
 
 
-def test_streamed_tool_call_arguments_reassemble_to_valid_json(live: LiveServer) -> None:
-    stream = client_for(live).chat.completions.create(
+def test_streamed_tool_call_arguments_reassemble_to_valid_json(shared_live: LiveServer) -> None:
+    stream = client_for(shared_live).chat.completions.create(
         model="tiny",
         messages=[{"role": "user", "content": "weather in Oslo?"}],
         tools=[TOOL],  # type: ignore[list-item]
@@ -85,7 +85,7 @@ def test_streamed_tool_call_arguments_reassemble_to_valid_json(live: LiveServer)
     assert set(parsed) == {"city", "unit"} and parsed["unit"] in ("c", "f")
 
 
-def test_a_json_schema_answer_validates(live: LiveServer) -> None:
+def test_a_json_schema_answer_validates(shared_live: LiveServer) -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -95,7 +95,7 @@ def test_a_json_schema_answer_validates(live: LiveServer) -> None:
         "required": ["colour", "count"],
         "additionalProperties": False,
     }
-    reply = client_for(live).chat.completions.create(
+    reply = client_for(shared_live).chat.completions.create(
         model="tiny",
         messages=USER,
         max_tokens=100,
@@ -124,19 +124,19 @@ def test_a_json_schema_answer_validates(live: LiveServer) -> None:
     ],
 )
 def test_unsupported_and_invalid_parameters_are_400_naming_them(
-    live: LiveServer, extra: dict[str, Any], param: str
+    shared_live: LiveServer, extra: dict[str, Any], param: str
 ) -> None:
     with pytest.raises(openai.BadRequestError) as e:
-        client_for(live).chat.completions.create(
+        client_for(shared_live).chat.completions.create(
             model="tiny", messages=USER, max_tokens=2, extra_body=extra
         )
     assert e.value.status_code == 400
     assert isinstance(e.value.body, dict) and e.value.body.get("param") == param
 
 
-def test_image_parts_are_refused_clearly(live: LiveServer) -> None:
+def test_image_parts_are_refused_clearly(shared_live: LiveServer) -> None:
     with pytest.raises(openai.BadRequestError) as e:
-        client_for(live).chat.completions.create(
+        client_for(shared_live).chat.completions.create(
             model="tiny",
             messages=[
                 {
@@ -151,8 +151,10 @@ def test_image_parts_are_refused_clearly(live: LiveServer) -> None:
     assert "image" in str(e.value) and "messages[0].content[1]" in str(e.value)
 
 
-def test_unknown_parameters_are_ignored_and_known_defaults_accepted(live: LiveServer) -> None:
-    reply = client_for(live).chat.completions.create(
+def test_unknown_parameters_are_ignored_and_known_defaults_accepted(
+    shared_live: LiveServer,
+) -> None:
+    reply = client_for(shared_live).chat.completions.create(
         model="tiny",
         messages=USER,
         max_tokens=3,
