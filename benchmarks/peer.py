@@ -33,6 +33,11 @@ Targets: >= 1.0x at one and at 8 streams, the follow-up TTFT no slower.
 shipped engine settings (no --n-parallel / --n-ctx passed to chatbox). --memory: only the
 memory part (both servers' RSS at ready, one round of every part, RSS after it; no timed
 pairs). --no-peer: chatbox alone (where llama-server is not built).
+
+--straight: a box just started, as its first users meet it: llama-server starts first, then
+chatbox; chatbox's parts run one after another from the moment `/readyz` says ready
+(whatever its start-up left running included), then llama-server's, each after quiet. No
+untimed round; one pair (run it again for another: each starts both afresh).
 """
 
 from __future__ import annotations
@@ -599,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
         help="chatbox's default moderation and shipped engine settings",
     )
     ap.add_argument("--memory", action="store_true", help="only RSS at ready and after a round")
+    ap.add_argument(
+        "--straight", action="store_true", help="chatbox's parts straight after ready, one pair"
+    )
     ap.add_argument("--no-peer", action="store_true", help="chatbox alone")
     ap.add_argument("--only-build", action="store_true", help="build the peer and stop")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "peer.json"))
@@ -619,9 +627,14 @@ def main(argv: list[str] | None = None) -> int:
     model = serving_model()
     print(f"model: {model}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="chatbox-peer-"))
-    servers = [start_chatbox(args, work)]
-    if not args.no_peer:
-        servers.append(start_peer(args, binary, model, work))
+    if args.straight:  # chatbox last, so that its first part meets it just ready
+        args.warmup, args.pairs = 0, 1
+        peer_server = None if args.no_peer else start_peer(args, binary, model, work)
+        servers = [start_chatbox(args, work)] + ([peer_server] if peer_server else [])
+    else:
+        servers = [start_chatbox(args, work)]
+        if not args.no_peer:
+            servers.append(start_peer(args, binary, model, work))
     if args.memory:
         return memory_only(args, servers, binary, model, work)
     runs: list[dict[str, Any]] = []
@@ -636,14 +649,21 @@ def main(argv: list[str] | None = None) -> int:
                     run_phase_retrying(server, args, phase, binary, model, work, servers)
         for k in range(args.pairs):
             got: dict[str, dict[str, Any]] = {"chatbox": {}, "llama-server": {}}
-            for i, phase in enumerate(PHASES):
-                order = servers if (k + i) % 2 == 0 else servers[::-1]  # who goes first
-                for server in order:
+            if args.straight:  # every part of chatbox's first, none waiting for quiet
+                turns = [(phase, server) for server in list(servers) for phase in PHASES]
+            else:  # part by part, who goes first alternating
+                turns = [
+                    (phase, server)
+                    for i, phase in enumerate(PHASES)
+                    for server in (servers if (k + i) % 2 == 0 else servers[::-1])
+                ]
+            for phase, server in turns:
+                if not (args.straight and server.name == "chatbox"):
                     settle(servers)
-                    result = run_phase_retrying(server, args, phase, binary, model, work, servers)
-                    if result is None:
-                        break
-                    got[server.name].update(result)
+                result = run_phase_retrying(server, args, phase, binary, model, work, servers)
+                if result is None:
+                    break
+                got[server.name].update(result)
             needed = [key for key, _, _ in COLUMNS] + ["followup_prompt_cached"]
             if not all(key in r for r in got.values() for key in needed):
                 print(f"pair {k + 1} is incomplete: stopping", flush=True)

@@ -98,6 +98,30 @@ def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
             r.stop()
 
 
+@pytest.fixture(scope="module")
+def replica_pool(replica_dir: Path) -> Iterator[list[Replica]]:
+    """Three replicas kept for a module's tests (see shared_replicas)."""
+    pool: list[Replica] = []
+    try:
+        for _ in range(3):
+            pool.append(Replica(replica_dir))
+        yield pool
+    finally:
+        for r in pool:
+            r.stop()
+
+
+@pytest.fixture
+def shared_replicas(replica_pool: list[Replica], replica_dir: Path) -> Iterator[list[Replica]]:
+    """`replicas` for tests that leave a replica as they found it or kill it: each test gets
+    the module's three, a killed one replaced after it (a replica's start is most of such a
+    test's CPU). Each test's front is its own, so drains and fleet counts start afresh."""
+    yield list(replica_pool)
+    for i, r in enumerate(replica_pool):
+        if r.proc.poll() is not None:
+            replica_pool[i] = Replica(replica_dir)
+
+
 @pytest.fixture
 def replica(replica_dir: Path) -> Iterator[Replica]:
     one = Replica(replica_dir)

@@ -51,8 +51,8 @@ def stored_assistant_turns(url: str, headers: dict[str, str], conv: str) -> list
     return [t for t in turns if t["role"] == "assistant"]
 
 
-def test_answers_stream_through_the_front(data_dir: Path, replicas: list[Replica]) -> None:
-    with front(data_dir, [r.url for r in replicas]) as server:
+def test_answers_stream_through_the_front(data_dir: Path, shared_replicas: list[Replica]) -> None:
+    with front(data_dir, [r.url for r in shared_replicas]) as server:
         conv = new_conversation(server.url, server.headers)
         out = ask(server.url, server.headers, conv, "hello there", max_tokens=12)
         assert out["kind"] == "done" and out["status"] == "complete"
@@ -75,9 +75,9 @@ def failovers(url: str, headers: dict[str, str]) -> float:
 
 
 def test_kill_9_mid_answer_continues_on_another_replica(
-    data_dir: Path, replicas: list[Replica]
+    data_dir: Path, shared_replicas: list[Replica]
 ) -> None:
-    by_url = {r.url: r for r in replicas}
+    by_url = {r.url: r for r in shared_replicas}
     with front(data_dir, list(by_url)) as server:
         conv = new_conversation(server.url, server.headers)
         serving = preferred(conv, list(by_url))
@@ -113,9 +113,9 @@ def test_kill_9_mid_answer_continues_on_another_replica(
 
 @pytest.mark.timeout(600)
 def test_follow_up_turns_land_where_their_prefix_is_cached(
-    data_dir: Path, replicas: list[Replica]
+    data_dir: Path, shared_replicas: list[Replica]
 ) -> None:
-    with front(data_dir, [r.url for r in replicas]) as server:
+    with front(data_dir, [r.url for r in shared_replicas]) as server:
         convs = [new_conversation(server.url, server.headers) for _ in range(20)]
         previous: dict[str, dict[str, Any]] = {}
         hits = follow_ups = 0
@@ -136,15 +136,15 @@ def test_follow_up_turns_land_where_their_prefix_is_cached(
 
 
 def test_drain_stops_new_work_and_lets_running_answers_finish(
-    data_dir: Path, replicas: list[Replica]
+    data_dir: Path, shared_replicas: list[Replica]
 ) -> None:
     from click.testing import CliRunner
 
     from chatbox.cli import main
 
-    with front(data_dir, [r.url for r in replicas[:2]]) as server:
+    with front(data_dir, [r.url for r in shared_replicas[:2]]) as server:
         conv = new_conversation(server.url, server.headers)
-        busy = [preferred(conv, [r.url for r in replicas[:2]])]
+        busy = [preferred(conv, [r.url for r in shared_replicas[:2]])]
         result: dict[str, Any] = {}
         worker = threading.Thread(
             target=lambda: result.update(
@@ -172,8 +172,8 @@ def test_drain_stops_new_work_and_lets_running_answers_finish(
         assert listing.exit_code == 0 and "draining" in listing.output
 
 
-def test_a_replica_refuses_requests_without_its_token(replicas: list[Replica]) -> None:
-    url = replicas[0].url + "/v1/replica/generate"
+def test_a_replica_refuses_requests_without_its_token(shared_replicas: list[Replica]) -> None:
+    url = shared_replicas[0].url + "/v1/replica/generate"
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
     assert httpx.post(url, json=body).status_code == 401
     wrong = {"Authorization": "Bearer not-the-secret"}
@@ -193,9 +193,9 @@ def test_a_replica_without_a_token_listens_on_loopback_only(replica_dir: Path) -
 
 
 def test_a_front_without_the_token_gets_no_healthy_replica(
-    data_dir: Path, replicas: list[Replica]
+    data_dir: Path, shared_replicas: list[Replica]
 ) -> None:
-    with front(data_dir, [replicas[0].url], replica_token="wrong") as server:
+    with front(data_dir, [shared_replicas[0].url], replica_token="wrong") as server:
         [view] = fleet(server.url, server.headers).values()
         assert view["state"] == "down" and "401" in view["last_error"]
         conv = new_conversation(server.url, server.headers)
@@ -245,11 +245,14 @@ def test_an_answer_too_long_to_continue_elsewhere_ends_at_length(data_dir: Path)
 
 @pytest.mark.parametrize("misbehaviour", ["hang", "garbage"])
 def test_a_hanging_or_garbage_replica_is_ejected_without_hanging_the_front(
-    data_dir: Path, replicas: list[Replica], misbehaviour: str
+    data_dir: Path, shared_replicas: list[Replica], misbehaviour: str
 ) -> None:
     from tests.cluster.fake import FakeReplica
 
-    with FakeReplica(misbehaviour) as bad, front(data_dir, [bad.url, replicas[0].url]) as server:
+    with (
+        FakeReplica(misbehaviour) as bad,
+        front(data_dir, [bad.url, shared_replicas[0].url]) as server,
+    ):
         for i in range(24):  # about half of them hash to the bad one first
             if i >= 8 and bad.generate_calls:
                 break  # (eight in a row hash to the good one once in 256 runs)

@@ -169,6 +169,36 @@ def test_store_round_trip_and_lru_cap(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_a_file_of_the_crc32_format_is_still_read_and_checked(tmp_path: Path) -> None:
+    """Parks written before the checksum became XXH3 restore after an upgrade; a damaged one
+    is refused as before."""
+    import json
+    import struct
+    import zlib
+    from array import array
+
+    def old_file(key: str, state: bytes, crc_of: bytes) -> None:
+        meta = json.dumps({"scope": "alice", "public": 3}).encode()
+        toks = array("i", range(10)).tobytes()
+        crc = zlib.crc32(crc_of, zlib.crc32(toks, zlib.crc32(meta)))
+        head = struct.pack("<5sIIQI", b"CBKV\x01", len(meta), 10, len(state), crc)
+        (tmp_path / key_name(key)).write_bytes(head + meta + toks + state)
+
+    old_file("kept", b"s" * 700, b"s" * 700)
+    old_file("rotted", b"s" * 700, b"t" * 700)
+    store = DiskStore(tmp_path, cap_bytes=1 << 20)
+    got = store.load("kept")
+    assert got is not None and got[0] == DiskEntry(list(range(10)), "alice", 3)
+    assert bytes(got[1]) == b"s" * 700
+    assert store.load("rotted") is None and "rotted" not in store  # deleted, as any bad file
+    store.save("new", DiskEntry([1, 2], "bob", 0), b"n" * 700)
+    store.forget("nothing").wait()
+    assert (tmp_path / key_name("new")).read_bytes()[:5] == kvdisk.MAGIC
+    again = store.load("new")
+    assert again is not None and bytes(again[1]) == b"n" * 700
+    store.close()
+
+
 def test_the_writer_runs_at_the_lowest_priority(tmp_path: Path) -> None:
     store = DiskStore(tmp_path, cap_bytes=2000)
     tid = store._thread.native_id
