@@ -452,7 +452,7 @@ class DiskStore:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_HEAD.pack(MAGIC, 0, 0, 0, 0))  # the real header once the CRC is known
+                f.write(_HEAD.pack(MAGIC, 0, 0, 0, 0))  # the real header once the checksum is known
                 f.write(meta)
                 f.write(toks)
                 check = xxhash.xxh3_64(meta)
