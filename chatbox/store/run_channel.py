@@ -27,6 +27,9 @@ PART_CHARS = 1700  # characters of a message per notice: at most 4 bytes each, u
 # A statement on the channel's connection that gets no reply (a cut-off network) fails after
 # this long, so no send or liveness check waits on it for ever.
 COMMAND_TIMEOUT_S = 10.0
+# How long a reconnect waits for its own lock, still held by the dropped session on its way
+# out, before it tries again: a fraction of the other fronts' grace (chat/running/fronts.py).
+LOCK_WAIT_S = 1.0
 
 Message = dict[str, Any]
 Listener = Callable[[Message], None]
@@ -55,8 +58,13 @@ class RunChannel:
 
         conn = await asyncpg.connect(self.url, command_timeout=COMMAND_TIMEOUT_S)
         try:
-            # Not waited for: a dropped session of this front's may still hold it a moment.
             taken = await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", FRONT_LOCK, self.key)
+            if not taken:  # a dropped session of this front's, still ending: taken when it goes
+                with contextlib.suppress(TimeoutError):
+                    await conn.execute(
+                        "SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, self.key, timeout=LOCK_WAIT_S
+                    )
+                    taken = True
             if not taken:
                 raise ConnectionError("this front's liveness lock is still held")
             await conn.add_listener(RUNS_CHANNEL, self._on_notice)

@@ -64,3 +64,44 @@ async def test_a_front_cut_off_takes_its_own_lock_again(postgres: PgServer) -> N
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_reconnect_waits_briefly_for_its_lock_a_dropped_session_still_holds(
+    postgres: PgServer,
+) -> None:
+    """The lock of a connection the database is still closing is taken as soon as it goes,
+    not after a retry seconds later; one that stays held is refused after LOCK_WAIT_S."""
+    import time
+
+    import asyncpg
+    import pytest
+
+    from chatbox.store.run_channel import LOCK_WAIT_S, RunChannel
+
+    url = postgres.fresh_database()
+    channel = RunChannel(url)
+    dying = await asyncpg.connect(url)  # the dropped session, on its way out
+    await dying.execute("SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, channel.key)
+    release = asyncio.get_running_loop().call_later(
+        0.3, lambda: asyncio.ensure_future(dying.close())
+    )
+    started = time.monotonic()
+    try:
+        await channel.open()
+        assert time.monotonic() - started < LOCK_WAIT_S
+        assert channel.front in await channel.live_fronts()
+    finally:
+        release.cancel()
+        await channel.close()
+        if not dying.is_closed():
+            await dying.close()
+
+    stuck = await asyncpg.connect(url)  # a session that keeps it (a network cut off)
+    other = RunChannel(url)
+    await stuck.execute("SELECT pg_advisory_lock($1, $2)", FRONT_LOCK, other.key)
+    try:
+        with pytest.raises(ConnectionError, match="still held"):
+            await other.open()
+    finally:
+        await other.close()
+        await stuck.close()
