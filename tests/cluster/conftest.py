@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -86,29 +87,30 @@ def replica_dir(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Pa
     return data
 
 
-@pytest.fixture
-def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
+@contextlib.contextmanager
+def started_replicas(data_dir: Path, n: int) -> Iterator[list[Replica]]:
+    """n replica processes on one data directory, stopped on leaving."""
     started: list[Replica] = []
     try:
-        for _ in range(3):
-            started.append(Replica(replica_dir))
+        for _ in range(n):
+            started.append(Replica(data_dir))
         yield started
     finally:
         for r in started:
             r.stop()
 
 
+@pytest.fixture
+def replicas(replica_dir: Path) -> Iterator[list[Replica]]:
+    with started_replicas(replica_dir, 3) as started:
+        yield started
+
+
 @pytest.fixture(scope="module")
 def replica_pool(replica_dir: Path) -> Iterator[list[Replica]]:
     """Three replicas kept for a module's tests (see shared_replicas)."""
-    pool: list[Replica] = []
-    try:
-        for _ in range(3):
-            pool.append(Replica(replica_dir))
+    with started_replicas(replica_dir, 3) as pool:
         yield pool
-    finally:
-        for r in pool:
-            r.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from chatbox.cluster.local import LOCAL
-from tests.cluster.conftest import Replica, front
+from tests.cluster.conftest import Replica, front, started_replicas
 from tests.cluster.test_capacity import conversations_for
 from tests.cluster.test_router import ask, new_conversation, preferred
 from tests.observability.test_telemetry import sample
@@ -20,14 +20,8 @@ from tests.observability.test_telemetry import sample
 
 @pytest.fixture
 def two_replicas(replica_dir: Path) -> Iterator[list[Replica]]:
-    started: list[Replica] = []
-    try:
-        for _ in range(2):
-            started.append(Replica(replica_dir))
+    with started_replicas(replica_dir, 2) as started:
         yield started
-    finally:
-        for r in started:
-            r.stop()
 
 
 def live_data(url: str, headers: dict[str, str]) -> dict[str, Any]:
