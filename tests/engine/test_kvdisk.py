@@ -3,8 +3,12 @@ its own scope; damaged files are ignored; the directory is size-capped LRU."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import threading
+import zlib
+from array import array
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,10 +176,6 @@ def test_store_round_trip_and_lru_cap(tmp_path: Path) -> None:
 def test_a_file_of_the_crc32_format_is_still_read_and_checked(tmp_path: Path) -> None:
     """Parks written before the checksum became XXH3 restore after an upgrade; a damaged one
     is refused as before."""
-    import json
-    import struct
-    import zlib
-    from array import array
 
     def old_file(key: str, state: bytes, crc_of: bytes) -> None:
         meta = json.dumps({"scope": "alice", "public": 3}).encode()

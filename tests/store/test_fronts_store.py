@@ -4,9 +4,13 @@ answers of fronts that are gone are stored as interrupted."""
 from __future__ import annotations
 
 import asyncio
+import time
+
+import asyncpg
+import pytest
 
 from chatbox.store import Store
-from chatbox.store.run_channel import FRONT_LOCK
+from chatbox.store.run_channel import FRONT_LOCK, LOCK_WAIT_S, RunChannel
 from tests.pg import PgServer
 
 
@@ -71,13 +75,6 @@ async def test_a_reconnect_waits_briefly_for_its_lock_a_dropped_session_still_ho
 ) -> None:
     """The lock of a connection the database is still closing is taken as soon as it goes,
     not after a retry seconds later; one that stays held is refused after LOCK_WAIT_S."""
-    import time
-
-    import asyncpg
-    import pytest
-
-    from chatbox.store.run_channel import LOCK_WAIT_S, RunChannel
-
     url = postgres.fresh_database()
     channel = RunChannel(url)
     dying = await asyncpg.connect(url)  # the dropped session, on its way out
