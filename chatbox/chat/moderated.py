@@ -177,15 +177,13 @@ class ModeratedGeneration:
         moderation: ModerationService,
         user: User,
         rest: Callable[[], asyncio.Task[Verdict]] | None = None,
-        remember: bool = False,
         unsaved: bool = False,
         screened: Verdict | None = None,
     ) -> None:
         """`screened`: the verdict on the messages before any model work; `rest`: starts
         the check of the request's messages left for beside generation (a
-        block cuts every answer); `remember`: check the answer, once it is whole, as the
-        next request will send it back (an OpenAI client's history); `unsaved`: zero data
-        retention (queue items keep no text)."""
+        block cuts every answer); `unsaved`: zero data retention (queue items keep no
+        text)."""
         self.inner = inner
         self.moderation = moderation
         self.user = user
@@ -194,9 +192,7 @@ class ModeratedGeneration:
         self.rest = rest
         self.pending: asyncio.Task[Verdict] | None = None
         self.input_block: Verdict | None = None
-        self.remember = remember
         self.screened = screened
-        self._answer: list[str] = []
 
     def clean(self) -> bool:
         """Every check of the request and its answers ran and none warned, flagged or
@@ -286,8 +282,6 @@ class ModeratedGeneration:
                     if watch is not None:
                         for part in event.parts or (event,):
                             watch.feed(part.text)
-                    if self.remember and event.index == 0:
-                        self._answer.append(event.text)
                     yield event
             elif isinstance(event, DoneEvent):
                 done = event
@@ -309,8 +303,6 @@ class ModeratedGeneration:
                 if self.input_block is not None or (watch is not None and watch.blocked):
                     reasons[i] = "content_filter"
             done = replace(done, finish_reason=reasons[0], finish_reasons=tuple(reasons))
-        elif self.remember and done.finish_reason in ("stop", "length"):
-            self.moderation.remember(self.user, "".join(self._answer))
         yield done
 
     def cancel(self) -> None:

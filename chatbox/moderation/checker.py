@@ -333,10 +333,6 @@ class Moderator:
         if not task.cancelled():
             task.exception()  # retrieved: every caller may have given up waiting
 
-    def in_flight(self, text: str, tier: str, direction: str, scope: str) -> bool:
-        """Whether a check of text for `scope` is under way now."""
-        return verdict_key(scope, self.version, tier, direction, text) in self._running
-
     async def _check(
         self, text: str, tier: str, direction: str, scope: str | None, urgent: bool | None
     ) -> Verdict:

@@ -62,7 +62,6 @@ class ModerationService:
         self.policy = policy
         self.moderator = Moderator(policy, embedder, cache_dir, ModerationMetrics(registry))
         self.queue = ReviewQueue(store, policy)
-        self._later: set[asyncio.Task[None]] = set()  # `remember` checks (held till done)
 
     @property
     def enabled(self) -> bool:
@@ -128,27 +127,6 @@ class ModerationService:
                 await self.queue.record(user, direction, verdict, None)
                 break
         return verdict
-
-    def remember(self, user: User, text: str, direction: str = "input") -> asyncio.Task[None]:
-        """Check text in the background for the next request that sends it (an answer an
-        OpenAI client sends back as history), off any request's path."""
-
-        async def run() -> None:
-            try:
-                for part in parts(text):
-                    await self.moderator.check(part, user.tier, direction, user.id, False)
-            except Exception:  # nothing waits on it: the next request checks it instead
-                log.exception("moderation check of an answer for later failed")
-
-        task = asyncio.create_task(run())
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
-        return task
-
-    async def settled(self) -> None:
-        """Once the checks of answers for later (`remember`) are done (benchmarks, tests)."""
-        while self._later:
-            await asyncio.gather(*self._later, return_exceptions=True)
 
     def watch(self, user: User, on_block: Callable[[Verdict], None]) -> OutputWatch | None:
         """A watch over one answer's stream, or None where output moderation is off."""

@@ -123,10 +123,11 @@ async def test_an_answer_streams_in_fewer_events_at_an_interval_with_the_same_te
         await slow.stop()
         slow.close()
     assert held.text == each.text and held.done.usage.completion_tokens == 200
-    # Token by token, though a loop kept from its core joins many (38 of 200 at load 8).
-    assert len(each.chunks) > 25
     # the first token at once, alone (not held for the interval with what follows it)
     assert held.text.startswith(held.chunks[0]) and 0 < len(held.chunks[0]) <= 4
     assert held.done.timings is not None
     intervals = held.done.timings.decode_s / 0.05  # then a piece an interval, and the end
-    assert len(held.chunks) <= 3 + intervals < len(each.chunks) / 4
+    assert len(held.chunks) <= 3 + intervals
+    # Pieces of several tokens, whatever the load: how many an unpaced stream joins depends
+    # on how often its event loop gets a core, so it is not the measure.
+    assert len(held.chunks) < 200 / 2

@@ -22,15 +22,17 @@ BAD = "how do I cook meth in my garage"  # the classifier blocks it (illicit)
 
 @pytest.fixture
 def scored(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every text the moderator embeds and scores (a remembered verdict is not)."""
+    """Every text the moderator scores as a message (a remembered verdict is not; the
+    windows of an answer as it streams are its output checks, not these)."""
     texts: list[str] = []
-    real = Moderator.scores
+    real = Moderator._check
 
-    async def scores(self: Moderator, text: str, *args: Any, **kwargs: Any) -> dict[str, float]:
-        texts.append(text)
-        return await real(self, text, *args, **kwargs)
+    async def check(self: Moderator, text: str, tier: str, direction: str, *args: Any) -> Verdict:
+        if direction != "output":
+            texts.append(text)
+        return await real(self, text, tier, direction, *args)
 
-    monkeypatch.setattr(Moderator, "scores", scores)
+    monkeypatch.setattr(Moderator, "_check", check)
     yield texts
 
 
@@ -47,30 +49,30 @@ def ask(client: TestClient, *contents: str, **extra: Any) -> Any:
     )
 
 
-def wait_for(texts: list[str], text: str) -> None:
-    """Until `text` was scored (an answer is checked after it is sent, in the background)."""
-    deadline = time.monotonic() + 60
-    while text.strip() and text not in texts:
-        assert time.monotonic() < deadline, "the answer was never checked"
-        time.sleep(0.05)
-
-
-def test_an_openai_follow_up_scores_only_its_new_message(
+def test_an_openai_follow_up_scores_only_what_is_new_once(
     client: TestClient, scored: list[str]
 ) -> None:
     first = "What is a good name for a cat?"
     r = ask(client, first)
     assert r.status_code == 200, r.text
     answer = r.json()["choices"][0]["message"]["content"]
-    wait_for(scored, answer)
-    assert scored[0] == first
+    assert answer.strip()
+    time.sleep(0.5)
+    # An answer is checked as a message only if a client sends it back: nothing is spent on
+    # one that never comes back.
+    assert scored == [first]
     scored.clear()
     follow_up = "And one for a dog?"
     r = ask(client, first, answer, follow_up)
     assert r.status_code == 200, r.text
-    assert scored[:1] == [follow_up]  # the history was not embedded or scored again
-    wait_for(scored, r.json()["choices"][0]["message"]["content"])
-    assert follow_up in scored and first not in scored and answer not in scored
+    # The new message first, then the answer sent back (beside generation); the first
+    # message's verdict is remembered.
+    assert scored == [follow_up, answer]
+    scored.clear()
+    second = r.json()["choices"][0]["message"]["content"]
+    r = ask(client, first, answer, follow_up, second, "And for a horse?")
+    assert r.status_code == 200, r.text
+    assert scored == ["And for a horse?", second]
     # What is remembered is digests and verdicts: no text of the conversation.
     cache = moderator(client).verdicts
     assert len(cache) >= 3
@@ -170,49 +172,3 @@ def test_the_cache_is_bounded_least_recently_used_first() -> None:
     assert cache.get(b"a") is not None  # "b" is now the least recently used
     cache.put(b"c", verdict)
     assert cache.get(b"b") is None and cache.get(b"a") is not None and len(cache) == 2
-
-
-def test_a_follow_up_sent_while_its_answer_is_checked_waits_for_nothing_and_scores_it_once(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A script sends the follow-up the moment the answer ends, while the answer is still
-    being checked for later: the follow-up's first token does not wait on that check, and
-    the check beside its generation reuses it rather than scoring the answer again."""
-    services = client.app.state.services
-    answer = "Herons nest in tall trees near water, in colonies."
-    scored: list[str] = []
-    real = Moderator.scores
-
-    async def scores(self: Moderator, text: str, *args: Any, **kwargs: Any) -> dict[str, float]:
-        scored.append(text)
-        if text == answer:
-            await release.wait()  # the answer's check is under way until the test says so
-        return await real(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(Moderator, "scores", scores)
-
-    async def scenario() -> tuple[bool, bool, int]:
-        nonlocal release
-        release = asyncio.Event()
-        user = await services.store.users.create("heron", role="member", tier="free")
-        moderation = services.moderation
-        later = moderation.remember(user, answer)
-        while answer not in scored:
-            await asyncio.sleep(0)
-        screening = await moderation.screen_messages(
-            user, ["Where do herons nest?", answer, "And in winter?"]
-        )
-        waited = later.done()  # the follow-up could start: was the answer's check over?
-        assert screening.start_rest is not None and not screening.verdict.blocked
-        rest = screening.start_rest()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        release.set()
-        verdict = await rest
-        await later
-        return waited, verdict.blocked, scored.count(answer)
-
-    release: asyncio.Event
-    waited, blocked, answer_scores = client.blocking_portal.call(scenario)
-    assert not waited and not blocked
-    assert answer_scores == 1  # scored once, by the check that was already under way

@@ -152,15 +152,12 @@ async def complete(
     if ticket is not None:
         generation = MeteredGeneration(generation, ticket)
     if user is not None and moderation is not None and moderation.enabled:
-        # A single plain answer comes back as the next call's history: checked for it then.
-        again = options.n <= 1 and not options.tools
         rest = screening.start_rest if screening is not None else None
         generation = ModeratedGeneration(
             generation,
             moderation,
             user,
             rest,
-            remember=again,
             unsaved=zero_retention,
             screened=screening.verdict if screening is not None else None,
         )
