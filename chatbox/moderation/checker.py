@@ -145,9 +145,8 @@ class Moderator:
         self.screen: CategoryModel | None = None  # the categories on vectors at the cut
         self._ready: asyncio.Task[None] | None = None
         self.verdicts: VerdictCache[Verdict] = VerdictCache()  # in RAM, digests only
-        # Scoped checks under way, by verdict key: the same text sent again meanwhile (an
-        # answer that is checked for later while a client already sends it back) waits
-        # for that check instead of scoring it a second time.
+        # Scoped checks under way, by verdict key: the same text sent again meanwhile (a
+        # history two calls send at once) waits for that check instead of scoring it twice.
         self._running: dict[bytes, tuple[asyncio.Task[Verdict], bool]] = {}  # (check, urgent)
         self._policy_digest: tuple[ModerationPolicy, str] | None = None
 

@@ -172,3 +172,46 @@ def test_the_cache_is_bounded_least_recently_used_first() -> None:
     assert cache.get(b"a") is not None  # "b" is now the least recently used
     cache.put(b"c", verdict)
     assert cache.get(b"b") is None and cache.get(b"a") is not None and len(cache) == 2
+
+
+def test_two_calls_sending_the_same_new_history_at_once_score_it_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that sends two calls with the same history at once: the history's check
+    beside the first call's generation serves the second too."""
+    services = client.app.state.services
+    answer = "Herons nest in tall trees near water, in colonies."
+    scored: list[str] = []
+    real = Moderator.scores
+
+    async def scores(self: Moderator, text: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        scored.append(text)
+        if text == answer:
+            await release.wait()  # the first check is under way until the test says so
+        return await real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Moderator, "scores", scores)
+
+    async def scenario() -> tuple[bool, bool]:
+        nonlocal release
+        release = asyncio.Event()
+        user = await services.store.users.create("heron", role="member", tier="free")
+        moderation = services.moderation
+        screenings = [
+            await moderation.screen_messages(user, ["Where do herons nest?", answer, ask])
+            for ask in ("And in winter?", "And in spring?")
+        ]
+        assert all(s.start_rest is not None for s in screenings)
+        first = screenings[0].start_rest()  # type: ignore[misc]
+        while answer not in scored:
+            await asyncio.sleep(0)
+        second = screenings[1].start_rest()  # type: ignore[misc]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        release.set()
+        verdicts = await asyncio.gather(first, second)
+        return verdicts[0].blocked, verdicts[1].blocked
+
+    release: asyncio.Event
+    assert client.blocking_portal.call(scenario) == (False, False)
+    assert scored.count(answer) == 1  # scored once, by the check that was already under way
