@@ -64,17 +64,26 @@ def start_replica(data: Path, model: str, core: int) -> tuple[subprocess.Popen[b
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATBOX_")}
     proc = subprocess.Popen(args, cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
+    wait_healthy(proc, url, TOKEN)
+    return proc, url
+
+
+def wait_healthy(
+    proc: subprocess.Popen[bytes], url: str, token: str, timeout_s: float = 120
+) -> None:
+    """Until the replica at url answers its health check; RuntimeError if it exits first
+    or takes longer than timeout_s (it is killed then)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
-            auth = {"Authorization": f"Bearer {TOKEN}"}
+            auth = {"Authorization": f"Bearer {token}"}
             if httpx.get(url + "/v1/replica/health", headers=auth).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
             pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("replica did not start")
         time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the replica at {url} did not start")
 
 
 async def one_stream(client: httpx.AsyncClient, model: str, i: int, tokens: int) -> int:

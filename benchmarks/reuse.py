@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.replicas import wait_healthy  # noqa: E402
 from tests.served import CHATBOX, Served, free_port  # noqa: E402
 from tests.sse import parse_sse  # noqa: E402
 
@@ -124,17 +125,8 @@ def start_replica(data: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = (data.parent / f"replica-{port}.log").open("wb")
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            auth = {"Authorization": f"Bearer {TOKEN}"}
-            if httpx.get(url + "/v1/replica/health", headers=auth).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"the replica did not start (its log: {log.name})")
+    wait_healthy(proc, url, TOKEN, timeout_s=300)  # its log: replica-PORT.log beside its data
+    return proc, url
 
 
 @contextmanager
