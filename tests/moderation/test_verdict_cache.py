@@ -201,11 +201,12 @@ def test_two_calls_sending_the_same_new_history_at_once_score_it_once(
             await moderation.screen_messages(user, ["Where do herons nest?", answer, ask])
             for ask in ("And in winter?", "And in spring?")
         ]
-        assert all(s.start_rest is not None for s in screenings)
-        first = screenings[0].start_rest()  # type: ignore[misc]
+        first_rest, second_rest = (s.start_rest for s in screenings)
+        assert first_rest is not None and second_rest is not None
+        first = first_rest()
         while answer not in scored:
             await asyncio.sleep(0)
-        second = screenings[1].start_rest()  # type: ignore[misc]
+        second = second_rest()
         for _ in range(5):
             await asyncio.sleep(0)
         release.set()
