@@ -76,9 +76,11 @@ class RunChannel:
         self.connected_since = time.monotonic()
         return self
 
-    def _on_lost(self, _conn: object) -> None:
+    def _on_lost(self, conn: object) -> None:
         """The connection (and with it the lock) is gone: take the same lock again, within
         the grace the other fronts give before they take this one for dead."""
+        if conn is not self._conn:  # an earlier connection's, already replaced
+            return
         self._conn = None
         if self._closing or self._reopening is not None:
             return
@@ -126,12 +128,16 @@ class RunChannel:
         if conn is None:
             raise ConnectionError("this front is not connected to the database")
         async with self._send_lock:
-            rows = await conn.fetch(
-                "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1"
-                " AND objsubid = 2 AND granted"
-                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                FRONT_LOCK,
-            )
+            try:
+                rows = await conn.fetch(
+                    "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1"
+                    " AND objsubid = 2 AND granted AND database ="
+                    " (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    FRONT_LOCK,
+                )
+            except Exception:
+                self._closed(conn)
+                raise
         return {str(r["objid"]) for r in rows}
 
     async def send(self, message: Message) -> None:
@@ -149,6 +155,13 @@ class RunChannel:
                     await conn.execute("SELECT pg_notify($1, $2)", RUNS_CHANNEL, notice)
         except Exception as exc:  # asyncpg's errors, a lost connection
             log.warning("could not notify the other fronts: %s", exc)
+            self._closed(conn)
+
+    def _closed(self, conn: Any) -> None:
+        """Reconnect if `conn` is closed: a connection cut while a statement ran on it is
+        closed without calling its termination listener."""
+        if conn.is_closed():
+            self._on_lost(conn)
 
     def _on_notice(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:

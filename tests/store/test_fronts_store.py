@@ -102,3 +102,36 @@ async def test_a_reconnect_waits_briefly_for_its_lock_a_dropped_session_still_ho
     finally:
         await other.close()
         await stuck.close()
+
+
+async def test_a_front_whose_connection_closed_unannounced_takes_its_lock_again(
+    postgres: PgServer,
+) -> None:
+    """A connection cut while a statement runs on it closes without calling its
+    termination listener: the front's next use of it finds it closed and reconnects."""
+    url = postgres.fresh_database()
+    a, b = RunChannel(url), RunChannel(url)
+    await a.open()
+    await b.open()
+    try:
+        assert a._conn is not None
+        a._conn.remove_termination_listener(a._on_lost)  # the cut goes unannounced
+        await b.live_fronts()
+        assert b._conn is not None
+        await b._conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid = $1 AND objid = $2 AND objsubid = 2",
+            FRONT_LOCK,
+            a.key,
+        )
+        back = False
+        for _ in range(100):
+            await a.send({"op": "ping"})  # fails on the closed connection the first time
+            await asyncio.sleep(0.05)
+            back = a.front in await b.live_fronts()
+            if back:
+                break
+        assert back
+    finally:
+        await a.close()
+        await b.close()
