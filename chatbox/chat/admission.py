@@ -71,6 +71,7 @@ class Ticket:
     first_token_at: float | None = None
     outcome: str = ""  # error | refused | filtered, set by the path that saw it ("" fine)
     load: int | None = None  # requests already in its engine when it was admitted
+    open: bool = False  # counted among its model's open requests until `finish`
 
     @property
     def model(self) -> str:
@@ -93,6 +94,7 @@ class Ticket:
             return
         self.done = True
         self.gatekeeper.unqueue(self)
+        self.gatekeeper.close(self)
         try:
             await self.gatekeeper.settle(self, usage, later)
         except BaseException:
@@ -117,6 +119,7 @@ class Gatekeeper:
     counters: Counters | None = None  # None: this process's, on `clock`
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _waiting: dict[str, list[Ticket]] = field(default_factory=dict)  # by model, no token yet
+    _open: dict[str, int] = field(default_factory=dict)  # by model: admitted, not finished
     _seq: int = 0
 
     # -- state --------------------------------------------------------------------------
@@ -247,7 +250,16 @@ class Gatekeeper:
         stats = self.stats(route.model)
         ticket.load = load(stats) if stats is not None else None
         self._waiting.setdefault(route.model, []).append(ticket)
+        # Counted in the same step as `_overload` let it through: the next admission sees it.
+        self._open[route.model] = self._open.get(route.model, 0) + 1
+        ticket.open = True
         return ticket
+
+    def close(self, ticket: Ticket) -> None:
+        """A finished ticket no longer counts against its model's high-water mark."""
+        if ticket.open:
+            ticket.open = False
+            self._open[ticket.model] -= 1
 
     def waiting(self) -> int:
         """Admitted requests that have no token yet (queued, or not yet at their engine)."""
@@ -294,13 +306,16 @@ class Gatekeeper:
 
         The mark counts requests in the engine (running + waiting); by default it is the
         slot count, so "shed" tiers get a slot at once or a 503; a lower mark keeps slots
-        free for the other tiers.
+        free for the other tiers. What the engine reports lags: a request admitted a moment
+        ago may still be at its moderation check or in the engine's inbox, so the requests
+        this gatekeeper admitted and that have not finished count too (the larger of the
+        two), or a burst of arrivals would all pass before the first reached the engine.
         """
         stats = self.stats(route.model)
         if stats is None:
             return route
         hw = self.high_water_for(stats)
-        depth = load(stats)
+        depth = self._depth(route.model, stats)
         retry = self.policy.overload.retry_after_s
         if depth >= hw and tier.overload == "shed":
             await self.usage.record(
@@ -317,9 +332,13 @@ class Gatekeeper:
             and fallback in self.router.names()
         ):
             small = self.stats(fallback)
-            if small is None or load(small) < degrade_at:
+            if small is None or self._depth(fallback, small) < degrade_at:
                 return route.degrade(fallback)
         return route
+
+    def _depth(self, model: str, stats: EngineStats) -> int:
+        """Requests in a model's engine, or admitted to it and not finished if more."""
+        return max(load(stats), self._open.get(model, 0))
 
     async def settle(self, ticket: Ticket, usage: Usage | None, later: bool = False) -> None:
         used = usage.prompt_tokens + usage.completion_tokens if usage else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from chatbox.chat import Overloaded, RateLimited
-from chatbox.chat.admission import Gatekeeper, TokenBucket
+from chatbox.chat.admission import Gatekeeper, Ticket, TokenBucket
 from chatbox.chat.policy import Policy, default_policy_path
 from chatbox.chat.routing import Router
 from chatbox.engine.types import EngineStats, Usage
@@ -137,6 +138,27 @@ async def test_overload_order_counts_running_and_waiting(store: Store) -> None:
     assert ticket.model == "small" and ticket.route.degraded_from == "large"
     stats["small"] = EngineStats(running=8, queue_depth=1, slots_total=8)
     assert (await g.admit(PAID, None, "x")).model == "large"  # both full: queue
+
+
+async def test_requests_admitted_a_moment_ago_count_before_their_engine_reports_them(
+    store: Store,
+) -> None:
+    """A burst arrives faster than the engine's figures move (each request is still at its
+    moderation check): the high-water mark holds anyway, and a finished request makes room."""
+    stats = {m: EngineStats(running=0, queue_depth=0, slots_total=8) for m in ("small", "large")}
+    policy = Policy.from_dict(POLICY)
+    router = Router(policy, lambda: ["small", "large"], lambda: "small", random.Random(1))
+    g = Gatekeeper(policy, store.usage, router, stats.get, high_water=2, clock=Clock())
+    burst = await asyncio.gather(
+        *(g.admit(FREE, None, text) for text in "abc"), return_exceptions=True
+    )
+    admitted = [t for t in burst if isinstance(t, Ticket)]
+    assert len(admitted) == 2 and sum(isinstance(t, Overloaded) for t in burst) == 1, burst
+    await admitted[0].finish(None)
+    again = await g.admit(FREE, None, "c")  # the shed request's rpm was given back
+    for ticket in (admitted[1], again):
+        await ticket.finish(None)
+    assert (await g.admit(PAID, None, "d")).model == "large"
 
 
 def test_auto_routes_by_shape() -> None:
