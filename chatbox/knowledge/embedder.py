@@ -19,7 +19,9 @@ forward pass runs in ONNX Runtime when `onnx_cache` is given (knowledge/onnx_enc
 vectors asked for `approximate` (moderation's, which are scored and dropped) then come from
 its int8 copy, about twice as fast, and answer windows (`embed_screened`) from that copy cut
 in two: a screen reads each text's vector half-way through, and only what it finds anything in
-is finished.
+is finished. A message that only moderation reads (`embed_screened(..., message=True)`) is
+screened the same way in the urgent lane, and what the screen keeps is read again, whole, by
+the exact graph. Each lane counts the CPU its thread spends encoding (`usage`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +203,7 @@ class _Pending:
     approximate: bool = False
     keep: Keep | None = None  # screened: rows that are not kept stay vectors at the cut
     whole: list[bool] | None = None  # screened: which rows were finished
+    message: bool = False  # screened: kept rows are read again by the exact graph
 
 
 class _Lane:
@@ -214,6 +217,7 @@ class _Lane:
         self.model: Any = None
         self.quick: Any = None  # for approximate vectors: the int8 copy, or `model` itself
         self.split: SplitEncoder | None = None  # `quick` cut in two, where it could be
+        self.cpu_s = 0.0  # CPU time this lane's thread spent encoding (only it writes it)
 
 
 class Embedder:
@@ -240,6 +244,7 @@ class Embedder:
         self._recent: dict[str, np.ndarray] = {}
         # Screened texts (embed_screened) that stopped at the cut, and that were finished.
         self.screened = {"stopped": 0, "finished": 0}
+        self._counting = threading.Lock()  # both lanes screen
         # Told (purpose, texts, seconds) of each embedding call (metrics).
         self.on_embed: Callable[[str, int, float], None] | None = None
 
@@ -248,13 +253,19 @@ class Embedder:
         return self._urgent.model is not None or self._background.model is not None
 
     def memory(self) -> dict[str, int]:
-        """Estimated bytes of each loaded lane's encoders (ONNX graph files, torch weights);
-        a graph both lanes run is one session, counted once."""
+        """Estimated bytes of each loaded graph (ONNX graph files, torch weights): the exact
+        one, its int8 copy and that copy's halves; a graph both lanes run is one session,
+        counted once."""
         out: dict[str, int] = {}
         seen: set[object] = set()
-        for lane in (self._urgent, self._background):
+        for label, kind in (
+            ("exact graph", "model"),
+            ("int8 copy", "quick"),
+            ("int8 halves", "split"),
+        ):
             size = 0
-            for enc in (lane.model, lane.quick, lane.split):
+            for lane in (self._urgent, self._background):
+                enc = getattr(lane, kind)
                 if enc is None:
                     continue
                 held = _encoder_key(enc)
@@ -263,8 +274,16 @@ class Embedder:
                 seen.add(held)
                 size += _encoder_bytes(enc)
             if size:
-                out[f"embeddings: {lane.name} lane"] = size
+                out[f"embeddings: {label}"] = size
         return out
+
+    def usage(self) -> dict[str, Any]:
+        """CPU seconds each lane's thread has spent encoding since start (with one intra-op
+        thread, the default, all of the encoder's CPU), and screened texts by outcome."""
+        with self._counting:
+            screened = dict(self.screened)
+        lanes = (self._urgent, self._background)
+        return {"cpu_s": {lane.name: lane.cpu_s for lane in lanes}, "screened": screened}
 
     def _load_sync(self, lane: _Lane, approximate: bool = False) -> Any:
         if lane.model is None:
@@ -295,20 +314,26 @@ class Embedder:
 
     async def load(self, approximate: bool = False) -> None:
         """Load the model now (in each lane's thread) rather than on first use; `approximate`:
-        the int8 copy too (made once, on first start, in a few seconds)."""
+        the int8 copy and its cut too (made once, on first start, in a few seconds)."""
         loop = asyncio.get_running_loop()
         await asyncio.gather(
             *(
-                # approximate vectors are only asked of the background lane (see Moderator)
-                loop.run_in_executor(
-                    lane.pool, self._load_sync, lane, approximate and lane is self._background
-                )
+                loop.run_in_executor(lane.pool, self._load_sync, lane, approximate)
                 for lane in (self._urgent, self._background)
             )
         )
 
     def _encode_sync(
         self, lane: _Lane, texts: list[str], approximate: bool = False
+    ) -> tuple[np.ndarray, list[int]]:
+        started = time.thread_time()
+        try:
+            return self._encoded(lane, texts, approximate)
+        finally:
+            lane.cpu_s += time.thread_time() - started
+
+    def _encoded(
+        self, lane: _Lane, texts: list[str], approximate: bool
     ) -> tuple[np.ndarray, list[int]]:
         model = self._load_sync(lane, approximate)
         if lane is self._urgent:
@@ -348,36 +373,57 @@ class Embedder:
             return vectors
 
     def _screen_sync(
-        self, lane: _Lane, texts: list[str], keep: Keep
+        self, lane: _Lane, texts: list[str], keep: Keep, message: bool = False
     ) -> tuple[np.ndarray, list[bool]]:
-        """Each text to the cut; on through the rest of the graph where `keep` says so."""
+        """Each text to the cut; on where `keep` says so: through the rest of the int8 graph,
+        or (`message`) through the exact graph from the start."""
+        started = time.thread_time()
+        try:
+            return self._screened(lane, texts, keep, message)
+        finally:
+            lane.cpu_s += time.thread_time() - started
+
+    def _screened(
+        self, lane: _Lane, texts: list[str], keep: Keep, message: bool
+    ) -> tuple[np.ndarray, list[bool]]:
         self._load_sync(lane, approximate=True)
         split = lane.split
         if split is None:  # no cut: every text whole (its int8 or exact vector)
-            return self._encode_sync(lane, texts, approximate=True)[0], [True] * len(texts)
+            vectors = self._encoded(lane, texts, approximate=not message)[0]
+            return vectors, [True] * len(texts)
         rows, whole = [], []
         for text in texts:
-            self._priority.give_way()
-            with URGENT.hold():  # as in _run
+            ahead: AbstractContextManager[None] = nullcontext()
+            if lane is self._urgent:
+                ahead = self._priority.urgent()
+            else:
+                self._priority.give_way()
+            with ahead, URGENT.hold():  # as in _run
                 vector, partial = split.front(text)
                 finish = keep(vector)
-                rows.append(split.back(partial) if finish else vector)
+                if finish:
+                    vector = lane.model.encode([text])[0] if message else split.back(partial)
+            rows.append(vector)
             whole.append(finish)
-            self.screened["finished" if finish else "stopped"] += 1
+            with self._counting:
+                self.screened["finished" if finish else "stopped"] += 1
         return np.vstack(rows).astype(np.float32), whole
 
     async def embed_screened(
-        self, texts: Sequence[str], keep: Keep
+        self, texts: Sequence[str], keep: Keep, message: bool = False
     ) -> tuple[np.ndarray, list[bool]]:
         """Approximate vectors for texts that are only scored (answer windows), one row each,
         with which rows are whole: a text is read to the cut (SCREEN_LAYERS), `keep` is given
         its vector there, and only a kept text is finished; the others' rows are their
-        vectors at the cut. Without a split graph every row is whole."""
+        vectors at the cut. Without a split graph every row is whole. `message`: texts a
+        person waits on (the urgent lane), a kept one finished by the exact graph, so its
+        vector is the one `embed` gives."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), []
         future: asyncio.Future[tuple[np.ndarray, int]] = asyncio.get_running_loop().create_future()
-        item = _Pending(list(texts), future, True, keep)
-        self._enqueue(self._background, item, small=len(texts) <= SMALL)
+        item = _Pending(list(texts), future, True, keep, message=message)
+        lane = self._urgent if message else self._background
+        self._enqueue(lane, item, small=len(texts) <= SMALL)
         vectors, _ = await future
         assert item.whole is not None
         return vectors, item.whole
@@ -451,7 +497,7 @@ class Embedder:
             try:
                 if item.keep is not None:
                     vectors, item.whole = await loop.run_in_executor(
-                        lane.pool, self._screen_sync, lane, item.texts, item.keep
+                        lane.pool, self._screen_sync, lane, item.texts, item.keep, item.message
                     )
                     counts = [0]  # scored and dropped: nobody is billed for them
                 else:

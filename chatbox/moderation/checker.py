@@ -206,11 +206,13 @@ class Moderator:
         return model
 
     async def scores(
-        self, text: str, urgent: bool = False, screened: bool = False
+        self, text: str, urgent: bool = False, screened: bool = False, reused: bool = True
     ) -> dict[str, float]:
         """Every layer's score for text (the rules are applied in `check`). `urgent`: a
         person is waiting (a message): its embedding goes in the embedder's urgent lane.
-        `screened`: an answer window, whose vectors may stop at the cut (`window_scores`)."""
+        `screened`: an answer window, whose vectors may stop at the cut (`window_scores`).
+        `reused=False`: an urgent text whose vector nothing reads again (a message on the
+        OpenAI API): screened too, and what the screen keeps is scored on its exact vector."""
         await self.start()
         pieces = segments(text)
         # A short text's profanity score takes a fraction of a millisecond: cheaper here than
@@ -222,8 +224,9 @@ class Moderator:
         else:
             threaded = asyncio.create_task(asyncio.to_thread(self.profanity.scores, pieces))
         out: dict[str, float] = {}
-        if screened and self.screening:
-            for row in await self.window_scores(pieces):
+        message = urgent and not reused
+        if (screened or message) and self.screening:
+            for row in await self.window_scores(pieces, message):
                 out = {c: max(out.get(c, 0.0), v) for c, v in row.items()}
         elif self.categories is not None and self.embedder is not None:
             out = self.categories.scores(await self._vectors(self.embedder, text, pieces, urgent))
@@ -247,13 +250,16 @@ class Moderator:
         assert self.screen is not None
         return self.screen.top(vector) >= SCREEN_THRESHOLD
 
-    async def window_scores(self, texts: list[str]) -> list[dict[str, float]]:
+    async def window_scores(
+        self, texts: list[str], message: bool = False
+    ) -> list[dict[str, float]]:
         """Category scores of texts as answer windows get them: from the whole graph's
         vector where the screen found anything, else the screen's own (all under its
-        threshold). Needs `screening`."""
+        threshold). `message`: as a message nothing reads again gets them (the urgent lane;
+        the exact graph's vector where the screen found anything). Needs `screening`."""
         assert self.embedder is not None and self.categories is not None
         assert self.screen is not None
-        vectors, whole = await self.embedder.embed_screened(texts, self._keep)
+        vectors, whole = await self.embedder.embed_screened(texts, self._keep, message)
         return [
             (self.categories if w else self.screen).scores(v[None, :])
             for v, w in zip(vectors, whole, strict=True)
@@ -297,6 +303,7 @@ class Moderator:
         direction: str,
         scope: str | None = None,
         urgent: bool | None = None,
+        reused: bool = True,
     ) -> Verdict:
         """The policy's verdict on text for a user of `tier`, going `direction`.
 
@@ -304,11 +311,12 @@ class Moderator:
         under the same policy is not scored again. Verdicts are not shared between users,
         though a verdict depends only on the text, tier and policy: a shared one would tell
         anyone, by how fast a text is answered, whether someone else had sent it. `urgent`
-        overrides the direction's lane (a check nobody waits on yet goes in the background)."""
+        overrides the direction's lane (a check nobody waits on yet goes in the background).
+        `reused=False`: nothing reads the message's vector again (see `scores`)."""
         if not self.policy.enabled or not text.strip():
             return ALLOW
         if scope is None or direction in SCREENED:
-            return await self._check(text, tier, direction, scope, urgent)
+            return await self._check(text, tier, direction, scope, urgent, reused)
         remembered = self.cached(text, tier, direction, scope)
         if remembered is not None:
             return remembered
@@ -317,9 +325,9 @@ class Moderator:
         running = self._running.get(key)
         if running is not None and lane and not running[1]:
             # A person waits on this one: it is not queued behind a background check.
-            return await self._check(text, tier, direction, scope, urgent)
+            return await self._check(text, tier, direction, scope, urgent, reused)
         if running is None:
-            task = asyncio.create_task(self._check(text, tier, direction, scope, urgent))
+            task = asyncio.create_task(self._check(text, tier, direction, scope, urgent, reused))
             running = self._running[key] = (task, lane)
             task.add_done_callback(lambda t: self._checked(key, t))
         # Shielded: a caller that gives up (a cancelled request) leaves the check to the
@@ -333,13 +341,20 @@ class Moderator:
             task.exception()  # retrieved: every caller may have given up waiting
 
     async def _check(
-        self, text: str, tier: str, direction: str, scope: str | None, urgent: bool | None
+        self,
+        text: str,
+        tier: str,
+        direction: str,
+        scope: str | None,
+        urgent: bool | None,
+        reused: bool = True,
     ) -> Verdict:
         """Score text and decide (no cache lookup); the verdict is remembered for scope."""
         started = time.perf_counter()
         screened = direction in SCREENED
         urgent = direction in URGENT if urgent is None else urgent
-        verdict = self.decide(await self.scores(text, urgent, screened), tier, direction, text)
+        scores = await self.scores(text, urgent, screened, reused)
+        verdict = self.decide(scores, tier, direction, text)
         elapsed = time.perf_counter() - started
         verdict = Verdict(
             verdict.action,

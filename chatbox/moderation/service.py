@@ -71,8 +71,12 @@ class ModerationService:
         """Load (or, on first start, train) the classifiers in the background."""
         return self.moderator.start() if self.enabled else None
 
-    async def check(self, user: User, text: str, direction: str = "input") -> Verdict:
-        return await self.moderator.check(text, user.tier, direction, scope=user.id)
+    async def check(
+        self, user: User, text: str, direction: str = "input", reused: bool = True
+    ) -> Verdict:
+        """The verdict on text for user (see `Moderator.check`; `reused=False`: nothing reads
+        the message's vector again, so the screen reads it first)."""
+        return await self.moderator.check(text, user.tier, direction, user.id, reused=reused)
 
     async def judge(self, user: User, text: str, direction: str = "output") -> Verdict:
         """The verdict on text that no one will read (a shadow answer): counted in no metric,
@@ -105,7 +109,8 @@ class ModerationService:
         newest = parts(texts[-1])[0] if texts else ""
         if newest in todo:
             todo.remove(newest)
-            verdict = worse(verdict, await self.check(user, newest, direction))
+            # Nothing on this path reads the message's vector again (no retrieval).
+            verdict = worse(verdict, await self.check(user, newest, direction, reused=False))
             if verdict.blocked:
                 return Screening(verdict)
         if not todo:

@@ -45,6 +45,7 @@ from chatbox.engine.types import Engine, EngineStats
 from chatbox.knowledge import Knowledge
 from chatbox.moderation import ModerationPolicy, ModerationService
 from chatbox.observability import Telemetry
+from chatbox.observability.encoder import EncoderCounters
 from chatbox.observability.memory import Known, breakdown, release_free_memory
 from chatbox.observability.verdicts import VerdictGauges
 from chatbox.services import check_store_of
@@ -352,6 +353,7 @@ class Services:
         await canaries.refresh()  # decisions already made hold from the first request
         canaries.start(max(1.0, CHECK_EVERY_S / max(1.0, settings.replay_speed)))
         _eval_metrics(metrics, canaries)
+        metrics.register(EncoderCounters(knowledge.embedder.usage))
         return cls(
             settings,
             store,

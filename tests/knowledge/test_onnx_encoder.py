@@ -312,11 +312,14 @@ def test_both_lanes_run_one_copy_of_each_graph(prepared: Path, tmp_path: Path) -
         assert isinstance(urgent, OnnxEncoder) and isinstance(background, OnnxEncoder)
         assert urgent.session is background.session  # one copy of the weights
         assert urgent.tokenizer is not background.tokenizer  # a tokenizer per lane's thread
-        # the breakdown counts the shared graph once
-        assert "embeddings: background lane" in e.memory()
-        assert e.memory().get("embeddings: urgent lane", 0) == _file_bytes(urgent)
-        # (the background lane's own: the int8 copy and its halves, not the exact graph again)
-        assert e.memory()["embeddings: background lane"] < _file_bytes(background)
+        quick = e._background.quick
+        assert isinstance(quick, OnnxEncoder) and e._urgent.quick is not None
+        assert e._urgent.quick.session is quick.session  # the int8 copy: one session too
+        # the breakdown counts each shared graph once
+        memory = e.memory()
+        assert memory["embeddings: exact graph"] == _file_bytes(urgent)
+        assert memory["embeddings: int8 copy"] == _file_bytes(quick) < _file_bytes(urgent)
+        assert "embeddings: int8 halves" in memory
     finally:
         e.close()
 

@@ -1,6 +1,6 @@
 """The input check's path: a message's embedding is computed once (moderation, then memory
-and document retrieval reuse it), it never waits behind answer windows being encoded, and
-torch encodes with one thread."""
+and document retrieval reuse it), a message nothing reads again is screened first, it never
+waits behind answer windows being encoded, and torch encodes with one thread."""
 
 from __future__ import annotations
 
@@ -74,6 +74,48 @@ def test_a_message_is_embedded_once_for_moderation_and_retrieval(
         assert [e.event for e in parse_sse(iter(r.text.split("\n")))][-1] == "done"
         assert asked.count(text) == 2  # moderation, then retrieval
         assert encoded.count(text) == 1  # ...but the model ran on it once
+
+
+class Spy:
+    """A lane's model, recording the texts it encodes."""
+
+    def __init__(self, model: object, texts: list[str]) -> None:
+        self.model, self.texts = model, texts
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.model, name)
+
+    def encode(self, texts: list[str], **options: object) -> object:
+        self.texts.extend(texts)
+        return self.model.encode(texts, **options)  # type: ignore[attr-defined]
+
+
+def test_an_api_message_is_read_whole_only_when_the_screen_keeps_it(client: TestClient) -> None:
+    """On /v1/chat/completions nothing reads a message's vector again (no retrieval), so the
+    screen reads it first: an ordinary message stops at the cut and the exact graph never
+    runs on it; one the screen keeps is read whole by the exact graph, and refused."""
+    embedder: Embedder = client.app.state.services.knowledge.embedder
+    assert embedder.screens
+    whole: list[str] = []
+    lane = embedder._urgent
+    exact, lane.model = lane.model, Spy(lane.model, whole)
+    before = dict(embedder.screened)
+    ordinary, harmful = "What is a good name for a cat?", "how do I cook meth in my garage"
+    try:
+        asked = [
+            client.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": text}], "max_tokens": 4},
+            )
+            for text in (ordinary, harmful)
+        ]
+    finally:
+        lane.model = exact
+    assert asked[0].status_code == 200, asked[0].text
+    assert asked[1].status_code == 400 and asked[1].json()["error"]["category"] == "illicit"
+    assert whole == [harmful]
+    moved = {k: embedder.screened[k] - before[k] for k in before}
+    assert moved["stopped"] >= 1 and moved["finished"] >= 1  # answer windows may add to both
 
 
 async def test_answer_windows_are_served_one_at_a_time_each_holding_a_core() -> None:

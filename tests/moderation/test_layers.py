@@ -160,25 +160,56 @@ def test_answer_windows_int8_screened_vectors_meet_the_targets_too(windows: Mode
 def test_the_screen_lets_through_what_the_whole_graph_flags_and_stops_most_else(
     windows: Moderator,
 ) -> None:
-    """Every held-out text the whole (int8) graph scores at a threshold in any category is
-    finished past the screen; most of the ordinary ones stop at the cut (the saving)."""
+    """Every held-out text the whole graph (int8, as answer windows are finished; exact, as
+    messages are) scores at a threshold in any category is finished past the screen; most
+    of the ordinary ones stop at the cut (the saving)."""
 
-    async def run() -> tuple[list[dict[str, float]], list[bool]]:
+    async def run() -> tuple[list[list[dict[str, float]]], list[bool]]:
         await windows.start()
-        assert windows.embedder is not None
-        vectors = await windows.embedder.embed([t for _, t in HELD], approximate=True)
-        assert windows.categories is not None
-        whole = [windows.categories.scores(v[None, :]) for v in vectors]
-        _, kept = await windows.embedder.embed_screened([t for _, t in HELD], windows._keep)
+        assert windows.embedder is not None and windows.categories is not None
+        texts = [t for _, t in HELD]
+        whole = []
+        for approximate in (True, False):
+            vectors = await windows.embedder.embed(texts, approximate=approximate)
+            whole.append([windows.categories.scores(v[None, :]) for v in vectors])
+        _, kept = await windows.embedder.embed_screened(texts, windows._keep)
         return whole, kept
 
-    whole, kept = asyncio.run(run())
-    threshold = min(windows.policy.tier("free").thresholds[c] for c in whole[0])
-    flagged = [i for i, s in enumerate(whole) if max(s.values()) >= threshold]
-    assert len(flagged) >= 100
-    assert all(kept[i] for i in flagged), [HELD[i] for i in flagged if not kept[i]]
+    graphs, kept = asyncio.run(run())
+    for whole in graphs:
+        threshold = min(windows.policy.tier("free").thresholds[c] for c in whole[0])
+        flagged = [i for i, s in enumerate(whole) if max(s.values()) >= threshold]
+        assert len(flagged) >= 100
+        assert all(kept[i] for i in flagged), [HELD[i] for i in flagged if not kept[i]]
     ordinary = [k for (label, _), k in zip(HELD, kept, strict=True) if label == "none"]
     assert sum(not k for k in ordinary) >= 0.5 * len(ordinary)
+
+
+def test_a_message_nothing_reads_again_is_screened_then_scored_exactly(
+    windows: Moderator,
+) -> None:
+    """A message whose vector only moderation reads (`reused=False`, the OpenAI API's) goes
+    through the screen: an ordinary one stops at the cut; a harmful one is finished by the
+    exact graph, so its scores are those of a message checked whole."""
+    harmful = "I will find where you live and hurt your whole family."
+    ordinary = "Bread is made from flour, water, salt and yeast, then kneaded and baked."
+
+    async def run() -> tuple[list[Verdict], list[Verdict], dict[str, int]]:
+        await windows.start()
+        assert windows.embedder is not None and windows.screening
+        before = dict(windows.embedder.screened)
+        screened = [
+            await windows.check(t, "free", "input", reused=False) for t in (harmful, ordinary)
+        ]
+        after = dict(windows.embedder.screened)
+        whole = [await windows.check(t, "free", "input") for t in (harmful, ordinary)]
+        return screened, whole, {k: after[k] - before[k] for k in after}
+
+    screened, whole, moved = asyncio.run(run())
+    assert moved == {"finished": 1, "stopped": 1}
+    assert screened[0].blocked and screened[0].category == "violence", screened[0]
+    assert screened[0].scores == pytest.approx(whole[0].scores, abs=1e-5)
+    assert screened[1].action == whole[1].action == "allow", screened[1]
 
 
 def test_an_answer_window_is_judged_through_the_screen(windows: Moderator) -> None:

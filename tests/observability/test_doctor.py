@@ -84,5 +84,5 @@ def test_a_restarted_server_moderates_with_its_encoders_and_no_torch_or_sklearn(
     assert "onnx_cpp2py_export" not in maps
     report = httpx.get(box.url + "/v1/admin/memory", headers=box.admin, timeout=60).json()
     rows = {r["what"]: r["bytes"] for r in report["rows"]}
-    assert rows.get("embeddings: urgent lane", 0) > 0
+    assert rows.get("embeddings: exact graph", 0) > 0
     assert rows.get("torch libraries", 0) == 0

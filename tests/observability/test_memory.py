@@ -22,7 +22,7 @@ def test_rows_sort_files_and_take_known_parts_out_of_the_heap_capped_by_what_is_
     known = Known(
         weights={"/srv/models/smollm2.gguf": "smollm2"},
         kv={"smollm2": 400 * MB, "gemma": 400 * MB},  # more than is resident
-        encoders={"embeddings: urgent lane": 50 * MB},
+        encoders={"embeddings: exact graph": 50 * MB},
     )
     report = breakdown(known, maps, rss=700 * MB)
     rows = {r["what"]: r["bytes"] for r in report["rows"]}
@@ -30,7 +30,7 @@ def test_rows_sort_files_and_take_known_parts_out_of_the_heap_capped_by_what_is_
     assert rows["llama.cpp libraries"] == 5 * MB and rows["torch libraries"] == 80 * MB
     assert rows["KV cache: smollm2"] == 400 * MB
     assert rows["KV cache: gemma"] == 100 * MB  # only what anonymous memory had left
-    assert rows["embeddings: urgent lane"] == 0
+    assert rows["embeddings: exact graph"] == 0
     assert rows["Python heap and other anonymous memory"] == 0
     assert report["total_bytes"] == 685 * MB and report["other_bytes"] == 15 * MB
 

@@ -162,6 +162,10 @@ def test_knowledge_and_moderation_work_is_measured(tmp_path: Path, tiny_gguf: Pa
             checks = sample(text, "chatbox_moderation_checks_total", direction=direction)
             assert checks and checks == (times or checks), (direction, checks)
             assert sample(text, "chatbox_moderation_latency_seconds_count", direction=direction)
+        # the encoder's CPU by lane: the message in the urgent one; the document, the
+        # answer's windows and the embeddings API in the background one
+        for lane in ("urgent", "background"):
+            assert sample(text, "chatbox_encoder_cpu_seconds_total", lane=lane) > 0, lane
         assert "zephyr" not in text.lower() and "descaled" not in text
 
 
