@@ -425,6 +425,19 @@ def openai_client(server: Server) -> Any:
 PHASES = ("serial", "concurrent", "history", "deep")
 
 
+def encoder_cpu_s(server: Server) -> float | None:
+    """CPU seconds chatbox's sentence encoder has spent (moderation's checks under this
+    load), from its /metrics; None for llama-server."""
+    if not server.admin:
+        return None
+    r = httpx.get(
+        server.url + "/metrics", headers={"Authorization": f"Bearer {server.admin}"}, timeout=30
+    )
+    r.raise_for_status()
+    found = re.findall(r"^chatbox_encoder_cpu_seconds_total\{[^}]*\} (\S+)$", r.text, re.M)
+    return sum(float(v) for v in found)
+
+
 async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dict[str, Any]:
     """One part of the load against one server: one stream, 8 streams, or the history's
     cold, follow-up and paused turns."""
@@ -435,6 +448,7 @@ async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dic
     try:
         await stream(client, server.model, ask(nonce, 99), 8)  # warm-up
         if phase in ("serial", "concurrent"):
+            enc0 = encoder_cpu_s(server)
             cpu0, t0 = thread_cpu(server.proc.pid), time.perf_counter()
             if phase == "serial":
                 done = [await stream(client, server.model, ask(nonce, i), mt) for i in range(n)]
@@ -443,13 +457,18 @@ async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dic
                     *(stream(client, server.model, ask(nonce, n + i), mt) for i in range(n))
                 )
             wall, cpu1 = time.perf_counter() - t0, thread_cpu(server.proc.pid)
+            enc1 = encoder_cpu_s(server)
             tokens = sum(r["tokens"] for r in done)
-            return {
+            out = {
                 f"{phase}_tok_s": tokens / wall,
                 f"{phase}_tokens_per_answer": statistics.mean(r["tokens"] for r in done),
                 f"{phase}_serving_ms": serving_cpu(cpu0, cpu1, compute) / tokens,
                 f"{phase}_chunks_per_token": sum(r["chunks"] for r in done) / max(tokens, 1),
             }
+            if enc0 is not None and enc1 is not None:  # chatbox: its encoder's share
+                out[f"{phase}_encoder_core"] = (enc1 - enc0) / wall
+                out[f"{phase}_encoder_ms"] = (enc1 - enc0) * 1000 / tokens
+            return out
         if phase == "deep":  # 8 people mid-conversation: answers decode deep in their KV
             turns = [history(f"{nonce}-d{i}", args.deep_tokens) for i in range(n)]
             firsts = [await stream(client, server.model, t, 1) for t in turns]  # prefill
@@ -530,6 +549,16 @@ def report(
         cells = " | ".join(fmt.format(r[k]) for k, _, fmt in COLUMNS)
         p, c = r["followup_prompt_cached"]
         print(f"| {r['pair']} | {r['server']} | {cells} | {c}/{p} |")
+    encoder = [r for r in runs if "serial_encoder_core" in r]
+    if encoder:  # moderation's share of serving (its encoder's CPU), chatbox only
+        print("\n| run | encoder, 1 stream: share of a core, ms/token | 8 streams |")
+        print("|---|---|---|")
+        for r in encoder:
+            shares = [
+                f"{100 * r[f'{ph}_encoder_core']:.1f}%, {r[f'{ph}_encoder_ms']:.3f} ms"
+                for ph in ("serial", "concurrent")
+            ]
+            print(f"| {r['pair']} | {shares[0]} | {shares[1]} |")
     ratios: dict[str, Any] = {}
     print("\n| chatbox / llama-server (median of pairs) | ratio | pairs | target |")
     print("|---|---|---|---|")
