@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -404,22 +405,31 @@ async def test_metrics_in_the_given_registry(tiny_gguf: Path) -> None:
 
 
 async def test_one_failing_request_does_not_take_others_down(tiny_engine: LlamaEngine) -> None:
-    long = replace(GREEDY, max_tokens=60)
-    bad_req = GenerationRequest(chat("this one breaks"), long)
-    bad = tiny_engine.submit(bad_req)
-    good = tiny_engine.submit(GenerationRequest(chat("this one is fine"), long))
-    bad_it, good_it = bad.__aiter__(), good.__aiter__()
-    await bad_it.__anext__()
-    await good_it.__anext__()
+    long = replace(GREEDY, max_tokens=400)
 
-    def sabotage(s) -> None:  # type: ignore[no-untyped-def]
-        for job in s.active:
-            if job.request is bad_req:
-                job.stream = None  # the next sampling step of this job raises
+    def sabotage(bad_req: GenerationRequest) -> Callable[[Any], bool]:
+        def apply(s: Any) -> bool:
+            for job in s.active:
+                if job.request is bad_req:
+                    job.stream = None  # the next sampling step of this job raises
+                    return True
+            return False  # it had finished: the tiny model is that fast on a quiet core
 
-    await tiny_engine.debug_call(sabotage)
-    bad_events = [ev async for ev in bad_it]
-    good_events = [ev async for ev in good_it]
+        return apply
+
+    for _ in range(3):
+        bad_req = GenerationRequest(chat("this one breaks"), long)
+        bad = tiny_engine.submit(bad_req)
+        good = tiny_engine.submit(GenerationRequest(chat("this one is fine"), long))
+        bad_it, good_it = bad.__aiter__(), good.__aiter__()
+        await bad_it.__anext__()
+        await good_it.__anext__()
+        broken = await tiny_engine.debug_call(sabotage(bad_req))
+        bad_events = [ev async for ev in bad_it]
+        good_events = [ev async for ev in good_it]
+        if broken:
+            break
+    assert broken, "both answers ended before the sabotage reached the engine, three times"
     assert isinstance(bad_events[-1], DoneEvent) and bad_events[-1].finish_reason == "error"
     assert isinstance(good_events[-1], DoneEvent) and good_events[-1].finish_reason == "length"
     await wait_idle(tiny_engine)
