@@ -206,6 +206,12 @@ def forget(moderator: Moderator) -> None:
         moderator.embedder.forget()
 
 
+async def settled(moderator: Moderator) -> None:
+    """Until no check is in flight (what a call checks beside its answer may outlast it)."""
+    while moderator._running:
+        await asyncio.sleep(0.01)
+
+
 async def added_ttft(services: Services, user: User, samples: int) -> dict[str, Any]:
     """Input moderation's added TTFT: on minus off in interleaved pairs, each pair with a
     new message of its own (so it is really new to the verdict cache)."""
@@ -217,7 +223,7 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
         history.append(ChatMessage("user" if i % 2 == 0 else "assistant", words(150, f"#{i}")))
     # The conversation so far was sent before (its messages were new then): once now.
     await first_token(services, user, (*history, ChatMessage("user", "Go on.")))
-    await moderation.settled()
+    await settled(moderation.moderator)
     cases = {
         "follow-up, ~1,800-token history + 1 new message": lambda i: (
             *history,
@@ -244,7 +250,7 @@ async def added_ttft(services: Services, user: User, samples: int) -> dict[str, 
                     forget(moderator)
                 ttft = await first_token(services, user, build(i * 2 + int(enabled)))
                 (on if enabled else off).append(ttft * 1000)
-                await moderation.settled()  # the answer's check for later: not in the next
+                await settled(moderator)  # what was checked beside it: not in the next
         moderation.policy = policy
         added = [a - b for a, b in zip(on, off, strict=True)]
         out[name] = {
