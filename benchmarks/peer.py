@@ -434,8 +434,14 @@ def encoder_cpu_s(server: Server) -> float | None:
         server.url + "/metrics", headers={"Authorization": f"Bearer {server.admin}"}, timeout=30
     )
     r.raise_for_status()
-    found = re.findall(r"^chatbox_encoder_cpu_seconds_total\{[^}]*\} (\S+)$", r.text, re.M)
-    return sum(float(v) for v in found)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(r.text)
+        if family.name == "chatbox_encoder_cpu_seconds"
+        for sample in family.samples
+    )
 
 
 async def run_phase(server: Server, args: argparse.Namespace, phase: str) -> dict[str, Any]:

@@ -220,6 +220,16 @@ class _Lane:
         self.cpu_s = 0.0  # CPU time this lane's thread spent encoding (only it writes it)
 
 
+@contextmanager
+def _counted(lane: _Lane) -> Iterator[None]:
+    """Adds the CPU time the block takes on this thread (the lane's) to the lane's count."""
+    started = time.thread_time()
+    try:
+        yield
+    finally:
+        lane.cpu_s += time.thread_time() - started
+
+
 class Embedder:
     """One per app: `await embed(texts)` gives unit-length float32 rows, shape (n, 384)."""
 
@@ -326,11 +336,8 @@ class Embedder:
     def _encode_sync(
         self, lane: _Lane, texts: list[str], approximate: bool = False
     ) -> tuple[np.ndarray, list[int]]:
-        started = time.thread_time()
-        try:
+        with _counted(lane):
             return self._encoded(lane, texts, approximate)
-        finally:
-            lane.cpu_s += time.thread_time() - started
 
     def _encoded(
         self, lane: _Lane, texts: list[str], approximate: bool
@@ -377,11 +384,8 @@ class Embedder:
     ) -> tuple[np.ndarray, list[bool]]:
         """Each text to the cut; on where `keep` says so: through the rest of the int8 graph,
         or (`message`) through the exact graph from the start."""
-        started = time.thread_time()
-        try:
+        with _counted(lane):
             return self._screened(lane, texts, keep, message)
-        finally:
-            lane.cpu_s += time.thread_time() - started
 
     def _screened(
         self, lane: _Lane, texts: list[str], keep: Keep, message: bool

@@ -210,7 +210,7 @@ class Moderator:
     ) -> dict[str, float]:
         """Every layer's score for text (the rules are applied in `check`). `urgent`: a
         person is waiting (a message): its embedding goes in the embedder's urgent lane.
-        `screened`: an answer window, whose vectors may stop at the cut (`window_scores`).
+        `screened`: an answer window, whose vectors may stop at the cut (`screened_scores`).
         `reused=False`: an urgent text whose vector nothing reads again (a message on the
         OpenAI API): screened too, and what the screen keeps is scored on its exact vector."""
         await self.start()
@@ -226,7 +226,7 @@ class Moderator:
         out: dict[str, float] = {}
         message = urgent and not reused
         if (screened or message) and self.screening:
-            for row in await self.window_scores(pieces, message):
+            for row in await self.screened_scores(pieces, message):
                 out = {c: max(out.get(c, 0.0), v) for c, v in row.items()}
         elif self.categories is not None and self.embedder is not None:
             out = self.categories.scores(await self._vectors(self.embedder, text, pieces, urgent))
@@ -250,7 +250,7 @@ class Moderator:
         assert self.screen is not None
         return self.screen.top(vector) >= SCREEN_THRESHOLD
 
-    async def window_scores(
+    async def screened_scores(
         self, texts: list[str], message: bool = False
     ) -> list[dict[str, float]]:
         """Category scores of texts as answer windows get them: from the whole graph's

@@ -22,7 +22,7 @@ async def evaluate(
     texts = [t for _, t in rows]
     labels = [label for label, _ in rows]
     if approximate and moderator.screening:
-        scores = await moderator.window_scores(texts)
+        scores = await moderator.screened_scores(texts)
     else:
         vectors = await moderator.embedder.embed(texts, approximate=approximate)  # one call
         scores = [moderator.categories.scores(v[None, :]) for v in vectors]

@@ -5,12 +5,16 @@ waits behind answer windows being encoded, and torch encodes with one thread."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from chatbox.knowledge.embedder import Embedder
+from tests.served import Served
 from tests.sse import parse_sse
 
 
@@ -76,46 +80,46 @@ def test_a_message_is_embedded_once_for_moderation_and_retrieval(
         assert encoded.count(text) == 1  # ...but the model ran on it once
 
 
-class Spy:
-    """A lane's model, recording the texts it encodes."""
+def encoder_counts(box: Served) -> dict[str, float]:
+    """The box's encoder counters from its /metrics: screened texts by outcome, CPU by lane."""
+    r = httpx.get(box.url + "/metrics", headers=box.admin, timeout=60)
+    assert r.status_code == 200, r.text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            if sample.name == "chatbox_encoder_screened_total":
+                out[sample.labels["outcome"]] = sample.value
+            elif sample.name == "chatbox_encoder_cpu_seconds_total":
+                out["cpu " + sample.labels["lane"]] = sample.value
+    return out
 
-    def __init__(self, model: object, texts: list[str]) -> None:
-        self.model, self.texts = model, texts
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.model, name)
-
-    def encode(self, texts: list[str], **options: object) -> object:
-        self.texts.extend(texts)
-        return self.model.encode(texts, **options)  # type: ignore[attr-defined]
-
-
-def test_an_api_message_is_read_whole_only_when_the_screen_keeps_it(client: TestClient) -> None:
-    """On /v1/chat/completions nothing reads a message's vector again (no retrieval), so the
-    screen reads it first: an ordinary message stops at the cut and the exact graph never
-    runs on it; one the screen keeps is read whole by the exact graph, and refused."""
-    embedder: Embedder = client.app.state.services.knowledge.embedder
-    assert embedder.screens
-    whole: list[str] = []
-    lane = embedder._urgent
-    exact, lane.model = lane.model, Spy(lane.model, whole)
-    before = dict(embedder.screened)
+def test_an_api_message_is_read_whole_only_when_the_screen_keeps_it(
+    tmp_path: Path, tiny_gguf: Path
+) -> None:
+    """On /v1/chat/completions nothing reads a message's vector again (no retrieval), so
+    `chatbox serve` (the shipped policy, its answers unchecked) reads it to the encoder's cut
+    first: an ordinary message stops there; one the screen keeps is finished, and refused."""
     ordinary, harmful = "What is a good name for a cat?", "how do I cook meth in my garage"
-    try:
-        asked = [
-            client.post(
-                "/v1/chat/completions",
-                json={"messages": [{"role": "user", "content": text}], "max_tokens": 4},
-            )
-            for text in (ordinary, harmful)
-        ]
-    finally:
-        lane.model = exact
-    assert asked[0].status_code == 200, asked[0].text
-    assert asked[1].status_code == 400 and asked[1].json()["error"]["category"] == "illicit"
-    assert whole == [harmful]
-    moved = {k: embedder.screened[k] - before[k] for k in before}
-    assert moved["stopped"] >= 1 and moved["finished"] >= 1  # answer windows may add to both
+
+    def ask(box: Served, text: str) -> httpx.Response:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 4}
+        return httpx.post(
+            box.url + "/v1/chat/completions", json=body, headers=box.admin, timeout=120
+        )
+
+    with Served(tmp_path, model=tiny_gguf) as box:
+        before = encoder_counts(box)
+        allowed = ask(box, ordinary)
+        between = encoder_counts(box)
+        refused = ask(box, harmful)
+        after = encoder_counts(box)
+    assert allowed.status_code == 200, allowed.text
+    assert refused.status_code == 400 and refused.json()["error"]["category"] == "illicit"
+    assert between["stopped"] == before.get("stopped", 0) + 1
+    assert between.get("finished", 0) == before.get("finished", 0)
+    assert after["finished"] == between.get("finished", 0) + 1
+    assert after["cpu urgent"] > before["cpu urgent"]  # the message lane did the work
 
 
 async def test_answer_windows_are_served_one_at_a_time_each_holding_a_core() -> None:
